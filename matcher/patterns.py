@@ -1,0 +1,311 @@
+"""Pattern files (``*.pdl.mlir``) and manifests (``*.yaml``) -> one :class:`PatternSet`.
+
+A pattern folder without a manifest loads every ``*.pdl.mlir`` in it (sorted by path). A
+folder with manifests loads what they list, in their order, with per-pattern settings::
+
+    # patterns/cpu/default.yaml
+    version: 1
+    patterns:
+      - file: linear_gelu.pdl.mlir       # every pattern in the file, default settings
+      - file: linear_relu.pdl.mlir
+        pattern: linear_relu             # settings for one named pattern of the file
+        benefit: 3                       # overrides the file's benefit(...)
+        targets: [x86_64, aarch64]       # arch, named target, device or ISA feature
+        kernel: linear_relu_torch        # pin a kernel by name
+        enabled: false
+
+Patterns are applied in priority order: higher benefit first, then load order. Every
+error names ``file:line:col``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+MANIFEST_VERSION = 1
+_ENTRY_KEYS = {"file", "pattern", "enabled", "benefit", "targets", "kernel"}
+
+
+class PatternError(ValueError):
+    """A pattern file or manifest is invalid; the message starts with ``file:line:col:``."""
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """One ``pdl.pattern`` with the settings its manifest gave it."""
+
+    name: str
+    file: Path
+    line: int
+    col: int
+    benefit: int
+    root: str | None  # the root op's name ("torch.aten.gelu"), None if the root is not named
+    asm: str = field(repr=False)  # the pattern op, with locations, to re-parse in a match context
+    enabled: bool = True
+    targets: tuple[str, ...] = ()
+    kernel: str | None = None  # kernel pin
+    pin_source: str = ""  # "manifest.yaml:7" where the pin was written
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}"
+
+    def active_on(self, target: Any) -> bool:
+        return self.enabled and (not self.targets or any(target.matches(t) for t in self.targets))
+
+
+@dataclass
+class PatternSet:
+    """Patterns in load order, plus the files they came from (for fingerprints)."""
+
+    patterns: tuple[Pattern, ...]
+    files: tuple[Path, ...]
+    digest: str
+    # match contexts are built lazily and cached per pattern set (see substitute.MatchContext)
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def ordered(self) -> list[Pattern]:
+        """Priority order: higher benefit first, then load order."""
+        return sorted(self.patterns, key=lambda p: -p.benefit)
+
+    def __len__(self) -> int:
+        return len(self.patterns)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.patterns)
+
+
+# -- PDL files ----------------------------------------------------------------------------------
+
+
+def _diag_text(err: Exception, path: Path) -> str:
+    diags = getattr(err, "error_diagnostics", None) or []
+    out = []
+    for d in diags:
+        loc = str(d.location)  # loc("file":4:8)
+        pos = loc[loc.rfind('":') + 2 : -1] if '":' in loc else "1:1"
+        out.append(f"{path}:{pos}: {d.message}")
+    return "\n".join(out) or f"{path}:1:1: {err}"
+
+
+def parse_pdl_file(path: Path, ctx: Any | None = None) -> list[Pattern]:
+    """Parse and verify one ``*.pdl.mlir`` file with MLIR; one :class:`Pattern` per ``pdl.pattern``."""
+    from torch_mlir import ir
+
+    ctx = ctx or ir.Context()
+    if not path.is_file():
+        raise PatternError(f"{path}:1:1: pattern file does not exist")
+    try:
+        module = ir.Module.parseFile(str(path), ctx)
+    except ir.MLIRError as e:
+        raise PatternError(_diag_text(e, path)) from None
+    patterns = []
+    for i, op in enumerate(module.body.operations):
+        op = op.operation
+        loc = op.location
+        line, col = (loc.start_line, loc.start_col) if hasattr(loc, "start_line") else (1, 1)
+        if op.name != "pdl.pattern":
+            raise PatternError(f"{path}:{line}:{col}: expected pdl.pattern at top level, found {op.name}")
+        attrs = op.attributes
+        name = attrs["sym_name"].value if "sym_name" in attrs else f"{path.name.split('.')[0]}_{i}"
+        patterns.append(
+            Pattern(
+                name=name,
+                file=path,
+                line=line,
+                col=col,
+                benefit=attrs["benefit"].value,
+                root=_root_name(op),
+                asm=op.get_asm(enable_debug_info=True),
+            )
+        )
+    if not patterns:
+        raise PatternError(f"{path}:1:1: no pdl.pattern in file")
+    return patterns
+
+
+def _root_name(pattern_op: Any) -> str | None:
+    ops = [o.operation for o in pattern_op.regions[0].blocks[0].operations]
+    rewrite = next((o for o in ops if o.name == "pdl.rewrite"), None)
+    if rewrite is None or len(rewrite.operands) == 0:
+        return None
+    root = rewrite.operands[0].owner.operation
+    if "opName" not in root.attributes:
+        return None
+    return str(root.attributes["opName"].value)
+
+
+# -- manifests ----------------------------------------------------------------------------------
+
+
+def _yaml_with_lines(path: Path) -> Any:
+    """YAML -> Python, where every mapping carries ``__line__`` (1-based) for messages."""
+    try:
+        node = yaml.compose(path.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{mark.line + 1}:{mark.column + 1}" if mark else "1:1"
+        raise PatternError(f"{path}:{where}: invalid YAML: {getattr(e, 'problem', e)}") from None
+
+    def conv(n: Any) -> Any:
+        if isinstance(n, yaml.MappingNode):
+            d = {conv(k): conv(v) for k, v in n.value}
+            d["__line__"] = n.start_mark.line + 1
+            return d
+        if isinstance(n, yaml.SequenceNode):
+            return [conv(v) for v in n.value]
+        return yaml.safe_load(yaml.serialize(n)) if n is not None else None
+
+    return conv(node) if node is not None else None
+
+
+def _check_type(path: Path, line: int, key: str, value: Any, kind: type | tuple[type, ...]) -> None:
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise PatternError(f"{path}:{line}:1: {key!r} must be {names}, got {value!r}")
+
+
+def load_manifest(path: Path, ctx: Any | None = None) -> list[Pattern]:
+    """The patterns a manifest selects, with its settings applied, in manifest order."""
+    data = _yaml_with_lines(path)
+    if not isinstance(data, dict):
+        raise PatternError(f"{path}:1:1: a manifest is a mapping with 'version' and 'patterns'")
+    top = data["__line__"]
+    unknown = set(data) - {"version", "patterns", "__line__"}
+    if unknown:
+        raise PatternError(f"{path}:{top}:1: unknown key(s) {sorted(unknown)}; allowed: version, patterns")
+    if data.get("version") != MANIFEST_VERSION:
+        raise PatternError(
+            f"{path}:{top}:1: manifest version {data.get('version')!r} is not supported "
+            f"(this pdlkit reads version {MANIFEST_VERSION})"
+        )
+    entries = data.get("patterns")
+    if not isinstance(entries, list) or not entries:
+        raise PatternError(f"{path}:{top}:1: 'patterns' must be a non-empty list of entries")
+    by_file: dict[Path, list[Pattern]] = {}
+    order: list[Path] = []
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise PatternError(f"{path}:{top}:1: each entry of 'patterns' is a mapping with 'file'")
+        line = entry["__line__"]
+        bad = set(entry) - _ENTRY_KEYS - {"__line__"}
+        if bad:
+            raise PatternError(
+                f"{path}:{line}:1: unknown key(s) {sorted(bad)}; allowed: {', '.join(sorted(_ENTRY_KEYS))}"
+            )
+        if "file" not in entry:
+            raise PatternError(f"{path}:{line}:1: entry has no 'file'")
+        _check_type(path, line, "file", entry["file"], str)
+        file = (path.parent / entry["file"]).resolve()
+        if not file.is_file():
+            raise PatternError(f"{path}:{line}:1: pattern file {entry['file']!r} does not exist ({file})")
+        if file not in by_file:
+            by_file[file] = parse_pdl_file(file, ctx)
+            order.append(file)
+        changes: dict[str, Any] = {}
+        if "enabled" in entry:
+            _check_type(path, line, "enabled", entry["enabled"], bool)
+            changes["enabled"] = entry["enabled"]
+        if "benefit" in entry:
+            _check_type(path, line, "benefit", entry["benefit"], int)
+            if not 0 <= entry["benefit"] < 65535:
+                raise PatternError(f"{path}:{line}:1: 'benefit' must be in [0, 65534]")
+            changes["benefit"] = entry["benefit"]
+        if "targets" in entry:
+            t = entry["targets"]
+            if isinstance(t, str):
+                t = [t]
+            if not isinstance(t, list) or not all(isinstance(x, str) for x in t):
+                raise PatternError(f"{path}:{line}:1: 'targets' must be a list of names")
+            changes["targets"] = tuple(t)
+        if "kernel" in entry:
+            _check_type(path, line, "kernel", entry["kernel"], str)
+            changes["kernel"] = entry["kernel"]
+            changes["pin_source"] = f"{path}:{line}"
+        names = [p.name for p in by_file[file]]
+        only = entry.get("pattern")
+        if only is not None:
+            _check_type(path, line, "pattern", only, str)
+            if only not in names:
+                raise PatternError(
+                    f"{path}:{line}:1: {entry['file']} has no pattern named {only!r} (it has {', '.join(names)})"
+                )
+        by_file[file] = [
+            replace(p, **changes) if only is None or p.name == only else p for p in by_file[file]
+        ]
+    return [p for f in order for p in by_file[f]]
+
+
+# -- folders ------------------------------------------------------------------------------------
+
+
+def pattern_sources(paths: Sequence[Path]) -> list[Path]:
+    """The files a list of pattern paths loads: manifests where a folder has them, else PDL files."""
+    out: list[Path] = []
+    for p in paths:
+        if p.is_file():
+            out.append(p)
+            continue
+        if not p.is_dir():
+            raise PatternError(f"{p}:1:1: pattern path does not exist")
+        for folder in [p, *sorted(d for d in p.rglob("*") if d.is_dir() and not d.name.startswith((".", "_")))]:
+            manifests = sorted(folder.glob("*.yaml")) + sorted(folder.glob("*.yml"))
+            out.extend(manifests or sorted(folder.glob("*.pdl.mlir")))
+    return out
+
+
+def _fingerprint(files: Iterable[Path]) -> str:
+    h = hashlib.sha256()
+    for f in files:
+        h.update(str(f).encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def load_patterns(paths: Sequence[Path | str]) -> PatternSet:
+    """Load pattern files, manifests and folders into one :class:`PatternSet`.
+
+    A pattern name may appear once; an earlier path shadows a later one (like ``PATH``).
+    """
+    from torch_mlir import ir
+
+    ctx = ir.Context()
+    seen: dict[str, Pattern] = {}
+    files: list[Path] = []
+    loaded: set[Path] = set()
+    for src in pattern_sources([Path(p) for p in paths]):
+        src = src.resolve()
+        if src in loaded:
+            continue
+        if src.suffix in (".yaml", ".yml"):
+            found = load_manifest(src, ctx)
+            files.append(src)
+            loaded.update(p.file for p in found)
+        elif src.name.endswith(".pdl.mlir"):
+            found = parse_pdl_file(src, ctx)
+        elif src.suffix == ".pdll":
+            raise PatternError(
+                f"{src}:1:1: .pdll files need mlir-pdll (apt-get install mlir-16-tools); "
+                "compile it to .pdl.mlir with `mlir-pdll FILE -x mlir`"
+            )
+        else:
+            raise PatternError(f"{src}:1:1: not a pattern file (*.pdl.mlir) or manifest (*.yaml)")
+        for p in found:
+            files.append(p.file)
+            loaded.add(p.file)
+            other = seen.get(p.name)
+            if other is not None and other.file != p.file:
+                continue  # shadowed by an earlier path
+            if other is not None:
+                raise PatternError(f"{p.where}:{p.col}: pattern name {p.name!r} repeats (first at {other.where})")
+            seen[p.name] = p
+    uniq = list(dict.fromkeys(files))
+    return PatternSet(tuple(seen.values()), tuple(uniq), _fingerprint(uniq))

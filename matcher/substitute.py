@@ -1,0 +1,573 @@
+"""Apply a pattern set to an FX graph with MLIR's PDL interpreter, then edit the FX graph.
+
+    before:  linear = aten.linear(x, w, b); gelu = aten.gelu(linear)
+    after:   gelu_k = pdlkit.linear_gelu_numba(x, w, b, 'none', <site>)
+
+The graph is imported into the Torch dialect (op locations = FX node names). Patterns run
+one at a time in priority order (benefit, then load order), each through MLIR's walk
+driver, so a higher-priority pattern claims its nodes before a lower one can. The native
+rewrite ``pdlkit_call`` picks a kernel, replaces the matched root(s) in MLIR with a
+``torch.operator "pdlkit.<kernel>"`` and records the substitution; dead matched ops are
+erased between patterns so that nothing matches them again. The records are then replayed
+on the FX graph, which is the graph that gets compiled.
+"""
+
+from __future__ import annotations
+
+import operator
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch.fx.experimental.symbolic_shapes import statically_known_true
+from torch_mlir import ir, rewrite
+
+from pdlkit.matcher import natives
+from pdlkit.matcher.patterns import Pattern, PatternSet
+from pdlkit.matcher.report import GraphReport, NearMiss, Substitution, describe_value
+from pdlkit.matcher.to_mlir import import_graph, new_context
+from pdlkit.runtime_abi.binding import CallSite, bind, new_site
+from pdlkit.runtime_abi.capability import Target
+from pdlkit.runtime_abi.kernel import KernelDecl
+from pdlkit.runtime_abi.registry import KernelRegistry
+
+_SUB_PREFIX = "pdlkit.sub"
+_MAX_NEAR_MISSES = 20  # per pattern and graph
+
+
+class SubstitutionError(RuntimeError):
+    """A pattern's rewrite is malformed (e.g. pdlkit_call without the op it replaces)."""
+
+
+# -- kernel arguments as references into the FX graph ------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeRef:
+    name: str  # FX node
+    index: int | None = None  # element of a multi-result node
+
+
+@dataclass(frozen=True)
+class SubRef:
+    record: int  # output `index` of an earlier substitution
+    index: int
+
+
+@dataclass(frozen=True)
+class Const:
+    value: Any
+
+
+@dataclass(frozen=True)
+class ListRef:
+    items: tuple[Any, ...]
+
+
+Ref = NodeRef | SubRef | Const | ListRef
+
+
+@dataclass
+class Record:
+    pattern: Pattern
+    op: str
+    kernel: KernelDecl
+    args: list[Ref]
+    outputs: list[fx.Node]  # original FX nodes whose values the kernel's outputs replace
+    slice: list[fx.Node]  # original FX nodes the call stands for, in graph order
+
+
+# -- per pattern-set MLIR state ------------------------------------------------------------------
+
+
+class MatchContext:
+    """One MLIR context per pattern set: parsed patterns, natives registered, frozen once."""
+
+    def __init__(self, patterns: PatternSet):
+        self.ctx = new_context()
+        self.session: _Session | None = None
+        self._frozen: dict[str, Any] = {}
+        self._keep: list[Any] = []  # PDL modules must outlive their frozen sets
+        by_file: dict[Any, list[Pattern]] = {}
+        for p in patterns.patterns:
+            by_file.setdefault(p.file, []).append(p)
+        self._ops: dict[str, Any] = {}
+        for file, pats in by_file.items():
+            module = ir.Module.parseFile(str(file), self.ctx)
+            self._keep.append(module)
+            ops = list(module.body.operations)
+            for p, op in zip(_in_file_order(pats, ops), ops, strict=False):
+                if p is not None:
+                    self._ops[p.name] = op
+
+    def frozen(self, p: Pattern) -> Any:
+        f = self._frozen.get(p.name)
+        if f is None:
+            with self.ctx, ir.Location.unknown():
+                module = ir.Module.create()
+                module.body.append(self._ops[p.name])
+                pdl = rewrite.PDLModule(module)
+            for name, fn in natives.CONSTRAINTS.items():
+                pdl.register_constraint_function(
+                    name, natives.adapt_constraint(name, fn, self._on_fail, self._on_error)
+                )
+            pdl.register_rewrite_function("pdlkit_call", self._pdlkit_call)
+            f = pdl.freeze()
+            self._keep.extend([module, pdl])
+            self._frozen[p.name] = f
+        return f
+
+    def _on_fail(self, name: str, values: list[Any]) -> None:
+        s = self.session
+        if s is not None:
+            at = tuple(s.describe(v) for v in values if isinstance(v, ir.Value))
+            args = ", ".join(s.describe(v) for v in values)
+            s.near_miss(at, lambda: f"constraint {name}({args}) does not hold")
+
+    def _on_error(self, name: str, e: BaseException) -> None:
+        if self.session is not None:
+            p = self.session.pattern
+            self.session.errors.append(f"{p.where}: constraint {name} raised {type(e).__name__}: {e}")
+
+    def _pdlkit_call(self, rewriter: Any, results: Any, values: list[Any]) -> Any:
+        s = self.session
+        assert s is not None
+        try:
+            return None if s.pdlkit_call(rewriter, list(values)) else True
+        except SubstitutionError as e:
+            s.errors.append(f"{s.pattern.where}: {e}")
+            return True
+
+
+def _in_file_order(pats: list[Pattern], ops: list[Any]) -> list[Pattern | None]:
+    """Patterns aligned with the file's top-level ops (a manifest may have dropped none: same file)."""
+    by_line = {p.line: p for p in pats}
+    out = []
+    for op in ops:
+        loc = op.location
+        out.append(by_line.get(getattr(loc, "start_line", -1)))
+    return out
+
+
+def match_context(patterns: PatternSet) -> MatchContext:
+    mc = patterns._cache.get("match")
+    if mc is None:
+        mc = patterns._cache["match"] = MatchContext(patterns)
+    return mc
+
+
+# -- one application ------------------------------------------------------------------------------
+
+
+def _loc_name(op: ir.Operation) -> str:
+    return getattr(op.location, "name_str", "") or ""
+
+
+class _Session:
+    """State of one substitute() call; the MLIR callbacks read and write it."""
+
+    def __init__(self, gm: fx.GraphModule, inputs: list[fx.Node], registry: KernelRegistry, target: Target):
+        self.gm = gm
+        self.nodes = {n.name: n for n in gm.graph.nodes}
+        self.order = {n: i for i, n in enumerate(gm.graph.nodes)}
+        self.inputs = inputs
+        self.registry = registry
+        self.target = target
+        self.records: list[Record] = []
+        self.near: list[NearMiss] = []
+        self.errors: list[str] = []
+        self.dead: list[ir.Operation] = []
+        self.pattern: Pattern = None  # type: ignore[assignment]
+        self._near_count: Counter[str] = Counter()
+        vals = [n.meta.get("val") for n in gm.graph.nodes]
+        self.fake_mode = torch._guards.detect_fake_mode(vals)
+
+    # references ---------------------------------------------------------------------------------
+    def ref(self, v: Any) -> Ref:
+        if not isinstance(v, ir.Value):
+            return Const(natives.py_attr(v))
+        c = natives.constant_value(v)
+        if c is not natives.NOT_CONSTANT:
+            return Const(c)
+        if isinstance(v, ir.BlockArgument):
+            return NodeRef(self.inputs[ir.BlockArgument(v).arg_number].name)
+        res = ir.OpResult(v)
+        owner = res.owner.operation
+        if owner.name == "torch.prim.ListConstruct":
+            return ListRef(tuple(self.ref(x) for x in owner.operands))
+        name = _loc_name(owner)
+        if name.startswith(_SUB_PREFIX):
+            return SubRef(int(name[len(_SUB_PREFIX) :]), res.result_number)
+        if name not in self.nodes:
+            raise SubstitutionError(f"value {v.get_name()} does not come from an FX node")
+        return NodeRef(name, res.result_number if len(owner.results) > 1 else None)
+
+    def fx_node(self, r: NodeRef | SubRef) -> fx.Node:
+        """The original FX node that carries a referenced value."""
+        if isinstance(r, SubRef):
+            return self.records[r.record].outputs[r.index]
+        node = self.nodes[r.name]
+        if r.index is None:
+            return node
+        for u in node.users:
+            if u.target is operator.getitem and u.args[1] == r.index:
+                return u
+        raise SubstitutionError(f"result {r.index} of {r.name} is never read")
+
+    def example(self, r: Ref) -> Any:
+        if isinstance(r, Const):
+            return r.value
+        if isinstance(r, ListRef):
+            return [self.example(x) for x in r.items]
+        return self.fx_node(r).meta.get("val")
+
+    def describe(self, v: Any) -> str:
+        try:
+            r = self.ref(v)
+        except SubstitutionError:
+            return "?"
+        return _describe_ref(r, self)
+
+    def near_miss(self, at: tuple[str, ...], reason: Any) -> None:
+        p = self.pattern
+        self._near_count[p.name] += 1
+        if self._near_count[p.name] <= _MAX_NEAR_MISSES:
+            self.near.append(NearMiss(p.name, at, reason))
+
+    # the native rewrite ------------------------------------------------------------------------
+    def pdlkit_call(self, rewriter: Any, values: list[Any]) -> bool:
+        """``pdlkit_call(op_name, args..., replaced_ops...)``; True when the substitution was made."""
+        roots = [v for v in values if isinstance(v, ir.Operation | ir.OpView)]
+        rest = [v for v in values if not isinstance(v, ir.Operation | ir.OpView)]
+        if rest and isinstance(values[0], ir.Operation | ir.OpView):
+            roots = roots[1:] + roots[:1]  # `pdl.rewrite %root with` passes the root first
+        if not rest or not isinstance(rest[0], ir.StringAttr):
+            raise SubstitutionError('pdlkit_call takes the logical op name first (pdl.attribute = "name")')
+        if not roots:
+            raise SubstitutionError("pdlkit_call needs the operation(s) it replaces as its last operand(s)")
+        roots = [r.operation if isinstance(r, ir.OpView) else r for r in roots]
+        op_name = ir.StringAttr(rest[0]).value
+        args = rest[1:]
+        root_names = [_loc_name(r) for r in roots]
+        for n in root_names:
+            if n not in self.nodes:
+                self.near_miss(tuple(root_names), f"{n or 'a root'} was already replaced by a kernel call")
+                return False
+        outputs: list[fx.Node] = []
+        for r, n in zip(roots, root_names, strict=True):
+            outputs += [self.fx_node(NodeRef(n, i if len(r.results) > 1 else None)) for i in range(len(r.results))]
+        refs = [self.ref(a) for a in args]
+        examples = [self.example(r) for r in refs]
+        sel = self.registry.select(op_name, examples, self.target, self.pattern.kernel)
+        if sel.kernel is None:
+            reasons = "; ".join(sel.reasons)
+            self.near_miss(tuple(root_names), f"no eligible kernel for {op_name!r}: {reasons}")
+            return False
+        k = sel.kernel
+        why = self._meta_mismatch(k, examples, outputs)
+        if why:
+            self.near_miss(tuple(root_names), why)
+            return False
+        sl, why = self._slice(outputs, refs)
+        if why:
+            self.near_miss(tuple(root_names), why)
+            return False
+        # the MLIR rewrite: one torch.operator replaces every root
+        idx = len(self.records)
+        last = roots[0]
+        for r in roots[1:]:
+            if last.is_before_in_block(r):
+                last = r
+        operands = [a for a in args if isinstance(a, ir.Value)]
+        types = [res.type for r in roots for res in r.results]
+        with ir.InsertionPoint(last), ir.Location.name(f"{_SUB_PREFIX}{idx}", context=last.context):
+            call = ir.Operation.create(
+                "torch.operator",
+                results=types,
+                operands=operands,
+                attributes={"name": ir.StringAttr.get(f"pdlkit.{k.name}")},
+                regions=0,
+            )
+        self.dead += [o.owner.operation for r in roots for o in r.operands if isinstance(o, ir.OpResult)]
+        new_results = list(call.results)
+        i = 0
+        for r in roots:
+            n = len(r.results)
+            rewriter.replace_op(r, new_results[i : i + n])
+            i += n
+        self.records.append(Record(self.pattern, op_name, k, refs, outputs, sl))
+        return True
+
+    def _meta_mismatch(self, k: KernelDecl, examples: list[Any], outputs: list[fx.Node]) -> str:
+        want = [o.meta.get("val") for o in outputs]
+        try:
+            with self.fake_mode if self.fake_mode is not None else _nullctx():
+                got = k.meta(*examples)
+        except Exception as e:
+            return f"kernel {k.name}: meta function raised {type(e).__name__}: {e}"
+        got = list(got) if isinstance(got, tuple | list) else [got]
+        if len(got) != len(want):
+            return f"kernel {k.name} returns {len(got)} value(s), the pattern replaces {len(want)}"
+        for g, w in zip(got, want, strict=True):
+            if not isinstance(w, torch.Tensor) or not isinstance(g, torch.Tensor):
+                continue
+            same = g.dtype == w.dtype and g.dim() == w.dim() and all(
+                statically_known_true(a == b) for a, b in zip(g.shape, w.shape, strict=True)
+            )
+            if not same:
+                return (
+                    f"kernel {k.name}: meta function gives {list(g.shape)} {g.dtype}, "
+                    f"the replaced subgraph produces {list(w.shape)} {w.dtype}"
+                )
+        return ""
+
+    def _slice(self, outputs: list[fx.Node], refs: list[Ref]) -> tuple[list[fx.Node], str]:
+        """Original nodes between the kernel's arguments and the replaced outputs."""
+        boundary: set[fx.Node] = set()
+
+        def add(r: Ref) -> None:
+            if isinstance(r, ListRef):
+                for x in r.items:
+                    add(x)
+            elif isinstance(r, NodeRef | SubRef):
+                boundary.add(self.fx_node(r))
+
+        for r in refs:
+            add(r)
+        seen: set[fx.Node] = set()
+        stack = [o for o in outputs if o not in boundary]
+        while stack:
+            n = stack.pop()
+            if n in seen or n in boundary:
+                continue
+            if n.op == "placeholder":
+                return [], (
+                    f"the replaced subgraph reads {n.name}, which the kernel call does not receive "
+                    "(pass it to pdlkit_call)"
+                )
+            seen.add(n)
+            stack.extend(n.all_input_nodes)
+        return sorted(seen, key=self.order.__getitem__), ""
+
+    def erase_dead(self) -> None:
+        """Erase matched ops that lost their last use, so later patterns cannot match them."""
+        while self.dead:
+            op = self.dead.pop()
+            try:
+                if any(True for r in op.results for _ in r.uses):
+                    continue
+                producers = [o.owner.operation for o in op.operands if isinstance(o, ir.OpResult)]
+                op.erase()
+            except Exception:  # already erased through another path
+                continue
+            self.dead.extend(producers)
+
+
+class _nullctx:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *a: Any) -> None:
+        return None
+
+
+def _describe_ref(r: Ref, s: _Session) -> str:
+    if isinstance(r, Const):
+        return repr(r.value)
+    if isinstance(r, ListRef):
+        return "[" + ", ".join(_describe_ref(x, s) for x in r.items) + "]"
+    if isinstance(r, SubRef):
+        return f"{s.records[r.record].kernel.name}#{r.index}"
+    return r.name if r.index is None else f"{r.name}[{r.index}]"
+
+
+def _root_ops(func: ir.Operation) -> Counter[str]:
+    names: Counter[str] = Counter()
+    for op in func.regions[0].blocks[0].operations:
+        op = op.operation
+        names[op.name] += 1
+        if op.name == "torch.operator":
+            names[f"torch.operator:{ir.StringAttr(op.attributes['name']).value}"] += 1
+    return names
+
+
+# -- the entry point -----------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    graph: fx.GraphModule
+    report: GraphReport
+    records: list[Record] = field(default_factory=list)
+
+
+def substitute(
+    gm: fx.GraphModule,
+    patterns: PatternSet,
+    registry: KernelRegistry,
+    target: Target,
+    *,
+    verify: bool = False,
+    index: int = 0,
+    rewrite_fx: bool = True,
+) -> Outcome:
+    """Rewrite every subgraph of ``gm`` that a pattern matches into a kernel call, in place.
+
+    ``gm`` is a pre-dispatch ATen graph whose nodes carry ``meta["val"]``. Example, with a
+    linear + gelu pattern and a kernel for ``linear_gelu``::
+
+        before: linear = aten.linear(x, w, b); gelu = aten.gelu(linear); return (gelu,)
+        after:  linear_gelu = pdlkit.linear_gelu_numba(x, w, b, 'none', 1); return (linear_gelu,)
+    """
+    report = GraphReport(index=index, nodes=len(gm.graph.nodes))
+    mc = match_context(patterns)
+    active = [p for p in patterns.ordered() if p.active_on(target)]
+    for p in patterns.patterns:
+        if not p.active_on(target):
+            report.silent[p.name] = "disabled" if not p.enabled else f"not for target {target.name}"
+    with patterns.lock:
+        t0 = time.perf_counter()
+        imported = import_graph(gm, mc.ctx)
+        t1 = time.perf_counter()
+        s = _Session(gm, imported.inputs, registry, target)
+        mc.session = s
+        try:
+            present = _root_ops(imported.func)
+            for p in active:
+                if p.root is not None and p.root not in present:
+                    report.silent[p.name] = f"root op {p.root} does not occur in the graph"
+                    continue
+                s.pattern = p
+                before = len(s.records)
+                rewrite.walk_and_apply_patterns(imported.func, mc.frozen(p))
+                s.erase_dead()
+                for rec in s.records[before:]:
+                    present[f"torch.operator:pdlkit.{rec.kernel.name}"] += 1
+                    present["torch.operator"] += 1
+                if len(s.records) == before:
+                    n = present.get(p.root, 0) if p.root else 0
+                    misses = sum(1 for m in s.near if m.pattern == p.name)
+                    report.silent[p.name] = (
+                        f"{n} candidate root(s) {p.root}, {misses} near miss(es)" if p.root else "no match"
+                    )
+        finally:
+            mc.session = None
+        t2 = time.perf_counter()
+    if s.errors:
+        raise SubstitutionError("\n".join(dict.fromkeys(s.errors)))
+    report.near_misses = s.near
+    subs = _rewrite_fx(gm, s, verify) if rewrite_fx else []
+    report.substitutions = subs
+    report.timings.update(mlir_import=t1 - t0, pdl_apply=t2 - t1, fx_rewrite=time.perf_counter() - t2)
+    return Outcome(gm, report, s.records)
+
+
+def _fallback_module(gm: fx.GraphModule, s: _Session, rec: Record) -> fx.GraphModule:
+    g = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+
+    def bind_arg(r: Ref, ph: fx.Node) -> None:
+        if isinstance(r, ListRef):
+            for j, x in enumerate(r.items):
+                if isinstance(x, NodeRef | SubRef):
+                    env[s.fx_node(x)] = g.call_function(operator.getitem, (ph, j))
+        elif isinstance(r, NodeRef | SubRef):
+            env[s.fx_node(r)] = ph
+
+    for i, r in enumerate(rec.args):
+        bind_arg(r, g.placeholder(f"arg{i}"))
+    for n in rec.slice:
+        env[n] = g.node_copy(n, lambda x: env[x])
+    outs = [env.get(o, o) for o in rec.outputs]
+    g.output(outs[0] if len(outs) == 1 else tuple(outs))
+    return fx.GraphModule(gm, g, class_name="PdlkitReference")
+
+
+def _user_line(node: fx.Node) -> str:
+    trace = node.meta.get("stack_trace") or ""
+    lines = [ln.strip() for ln in trace.strip().splitlines() if ln.strip().startswith("File ")]
+    if not lines:
+        return ""
+    last = lines[-1]  # File "model.py", line 12, in forward
+    try:
+        file = last.split('"')[1]
+        line = last.split(", line ")[1].split(",")[0]
+        return f"{file}:{line}"
+    except IndexError:
+        return last
+
+
+def _rewrite_fx(gm: fx.GraphModule, s: _Session, verify: bool) -> list[Substitution]:
+    graph = gm.graph
+    fallbacks = [_fallback_module(gm, s, rec) for rec in s.records]  # before any edit
+    outs_of: dict[int, list[fx.Node]] = {}
+    subs: list[Substitution] = []
+
+    def arg(r: Ref) -> Any:
+        if isinstance(r, Const):
+            return r.value
+        if isinstance(r, ListRef):
+            return [arg(x) for x in r.items]
+        if isinstance(r, SubRef):
+            return outs_of[r.record][r.index]
+        return s.fx_node(r)
+
+    for k, rec in enumerate(s.records):
+        anchor = max(rec.outputs, key=lambda n: s.order.get(n, -1))
+        root = anchor.args[0] if anchor.target is operator.getitem else anchor
+        args = [arg(r) for r in rec.args]
+        site = CallSite(
+            kernel=rec.kernel,
+            pattern=f"{rec.pattern.name} ({rec.pattern.where})",
+            node=root.name,
+            user_line=_user_line(root),
+            fallback=fallbacks[k],
+            verify=verify,
+        )
+        op = bind(rec.kernel)
+        with graph.inserting_before(root):
+            call = graph.call_function(op, (*args, new_site(site)))
+        call.meta.update({k2: v for k2, v in root.meta.items() if k2 in ("stack_trace", "nn_module_stack")})
+        vals = [o.meta.get("val") for o in rec.outputs]
+        if len(rec.outputs) == 1:
+            call.meta["val"] = vals[0]
+            outs = [call]
+        else:
+            call.meta["val"] = tuple(vals)
+            outs = []
+            for j, v in enumerate(vals):
+                with graph.inserting_after(outs[-1] if outs else call):
+                    g = graph.call_function(operator.getitem, (call, j))
+                g.meta["val"] = v
+                outs.append(g)
+        for orig, new in zip(rec.outputs, outs, strict=True):
+            orig.replace_all_uses_with(new)
+        outs_of[k] = outs
+        subs.append(
+            Substitution(
+                pattern=rec.pattern.name,
+                pattern_where=rec.pattern.where,
+                op=rec.op,
+                kernel=rec.kernel.name,
+                kernel_source=rec.kernel.source,
+                root=root.name,
+                replaced=[],
+                args=[describe_value(a) if not isinstance(a, list) else repr(a) for a in args],
+                user_line=site.user_line,
+            )
+        )
+    graph.eliminate_dead_code()
+    alive = set(graph.nodes)
+    for rec, sub in zip(s.records, subs, strict=True):
+        sub.replaced = [n.name for n in reversed(rec.slice) if n not in alive]
+    graph.lint()
+    gm.recompile()
+    return subs
+
+
+def pattern_names(patterns: Sequence[Pattern]) -> list[str]:
+    return [p.name for p in patterns]

@@ -1,0 +1,296 @@
+"""The ``"pdlkit"`` Dynamo backend: re-trace -> substitute -> Inductor (or eager).
+
+    torch.compile(model, backend="pdlkit")                       # shipped / env folders
+    torch.compile(model, backend="pdlkit", options={"patterns": "my/patterns"})
+    pdlkit.optimize(model, patterns="my/patterns", kernels="my/kernels")
+
+Dynamo's graph is re-traced to pre-dispatch ATen (where ``aten.linear``, ``aten.gelu``,
+``aten.scaled_dot_product_attention`` and ``quantized_decomposed.*`` are still whole ops),
+inside Dynamo's own fake mode so that only Dynamo's symbolic dims stay symbolic. The
+matcher substitutes kernel calls; everything else goes to ``compile_fx`` (TorchInductor).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from pdlkit import config
+from pdlkit.matcher.report import GraphReport, PatternInfo, Report
+from pdlkit.runtime_abi.binding import count
+from pdlkit.runtime_abi.capability import Target, resolve
+
+_CODEGENS = ("inductor", "eager")
+_OPTION_KEYS = {"patterns", "kernels", "target", "default_codegen", "verify"}
+
+
+class PdlkitError(RuntimeError):
+    """A configuration error: bad pattern, manifest or kernel file, unknown kernel pin."""
+
+
+@dataclass(frozen=True)
+class Options:
+    patterns: config.PathArg = None
+    kernels: config.PathArg = None
+    target: Any = None
+    default_codegen: str = "inductor"
+    verify: bool = False
+
+    def __post_init__(self) -> None:
+        if self.default_codegen not in _CODEGENS:
+            raise ValueError(f"default_codegen must be one of {_CODEGENS}, got {self.default_codegen!r}")
+
+    def with_(self, extra: Mapping[str, Any] | None) -> Options:
+        if not extra:
+            return self
+        bad = set(extra) - _OPTION_KEYS
+        if bad:
+            raise ValueError(f"unknown pdlkit option(s) {sorted(bad)}; known: {sorted(_OPTION_KEYS)}")
+        return replace(self, **extra)
+
+
+@dataclass
+class Plan:
+    """What one compilation uses: patterns, kernels and the target."""
+
+    patterns: Any  # PatternSet
+    registry: Any  # KernelRegistry
+    target: Target
+
+    def pattern_infos(self) -> list[PatternInfo]:
+        infos = []
+        for p in self.patterns.ordered():
+            note = "disabled" if not p.enabled else f"targets {list(p.targets)}"
+            infos.append(PatternInfo(p.name, p.where, p.benefit, p.root, p.active_on(self.target), note))
+        return infos
+
+
+_PLAN_LOCK = threading.Lock()
+_PATTERN_CACHE: dict[str, Any] = {}
+
+
+def load_plan(opts: Options) -> Plan:
+    """Load (or reuse, when no file changed) the pattern set and kernel registry."""
+    from pdlkit.matcher.patterns import PatternError, load_patterns
+    from pdlkit.runtime_abi.registry import KernelLoadError, KernelRegistry
+
+    target = resolve(opts.target)
+    ppaths = config.pattern_paths(opts.patterns)
+    kpaths = config.kernel_paths(opts.kernels)
+    try:
+        key = "|".join(map(str, ppaths)) + "|" + config.stat_fingerprint(ppaths)
+        with _PLAN_LOCK:
+            patterns = _PATTERN_CACHE.get(key)
+            if patterns is None:
+                patterns = load_patterns(ppaths)
+                if len(_PATTERN_CACHE) > 32:
+                    _PATTERN_CACHE.clear()
+                _PATTERN_CACHE[key] = patterns
+        registry = KernelRegistry.from_folders(kpaths)
+    except (PatternError, KernelLoadError) as e:
+        raise PdlkitError(str(e)) from None
+    for p in patterns.patterns:
+        if p.kernel is not None and p.kernel not in registry.kernels:
+            known = ", ".join(sorted(registry.kernels)) or "none"
+            raise PdlkitError(
+                f"{p.pin_source}: pattern {p.name!r} pins kernel {p.kernel!r}, which no kernel folder "
+                f"declares (known: {known})"
+            )
+    return Plan(patterns, registry, target)
+
+
+def _fake_inputs(gm: fx.GraphModule, example_inputs: list[Any]) -> list[Any]:
+    phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    vals = [n.meta.get("example_value") for n in phs]
+    if len(vals) == len(example_inputs) and all(v is not None for v in vals):
+        return vals
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = torch._guards.detect_fake_mode(example_inputs) or FakeTensorMode()
+    return [mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in example_inputs]
+
+
+def retrace(gm: fx.GraphModule, example_inputs: list[Any]) -> fx.GraphModule:
+    """Dynamo's torch-level graph -> pre-dispatch ATen graph with ``meta["val"]`` on every node."""
+    import torch.fx.traceback as fx_traceback
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    fake = _fake_inputs(gm, example_inputs)
+
+    def run(*args: Any) -> Any:  # through the Interpreter, so user stack traces carry over
+        return fx.Interpreter(gm).run(*args)
+
+    with fx_traceback.preserve_node_meta():
+        return make_fx(run, pre_dispatch=True, tracing_mode="fake")(*fake)
+
+
+def _needs_grad(traced: fx.GraphModule) -> int:
+    if not torch.is_grad_enabled():
+        return 0
+    vals = [n.meta.get("val") for n in traced.graph.nodes if n.op == "placeholder"]
+    return sum(1 for v in vals if isinstance(v, torch.Tensor) and v.requires_grad)
+
+
+def run_pass(
+    gm: fx.GraphModule, example_inputs: list[Any], plan: Plan, *, verify: bool = False, index: int = 0,
+    rewrite_fx: bool = True,
+) -> tuple[fx.GraphModule, GraphReport]:
+    """Re-trace ``gm`` and substitute; returns the rewritten pre-dispatch graph and a report."""
+    from pdlkit.matcher.substitute import substitute
+
+    t0 = time.perf_counter()
+    traced = retrace(gm, example_inputs)
+    t1 = time.perf_counter()
+    before = traced.print_readable(print_output=False)
+    n_grad = _needs_grad(traced)
+    if n_grad:
+        report = GraphReport(index=index, nodes=len(traced.graph.nodes))
+        report.skipped = (
+            f"the graph needs gradients ({n_grad} inputs require grad and grad mode is on); "
+            "kernels have no backward, so nothing is substituted. Run under torch.no_grad() "
+            "or torch.inference_mode() for inference."
+        )
+        report.timings["retrace"] = t1 - t0
+        return traced, report
+    outcome = substitute(traced, plan.patterns, plan.registry, plan.target, verify=verify, index=index,
+                         rewrite_fx=rewrite_fx)
+    report = outcome.report
+    report.timings = {"retrace": t1 - t0, **report.timings}
+    report.graph_before = before
+    report.graph_after = outcome.graph.print_readable(print_output=False)
+    return outcome.graph, report
+
+
+class PdlkitBackend:
+    """A Dynamo backend; ``torch.compile(model, backend=PdlkitBackend(...))`` or the name ``"pdlkit"``."""
+
+    def __init__(
+        self,
+        *,
+        patterns: config.PathArg = None,
+        kernels: config.PathArg = None,
+        target: Any = None,
+        default_codegen: str = "inductor",
+        verify: bool = False,
+        on_report: Callable[[GraphReport, Plan], None] | None = None,
+        explain_only: bool = False,
+    ):
+        self.options = Options(patterns, kernels, target, default_codegen, verify)
+        self.on_report = on_report
+        self.explain_only = explain_only
+        self._graphs = 0
+        self._stamp: tuple[str, str] | None = None
+        self._warned = False
+
+    def _current_stamp(self, opts: Options) -> tuple[str, str]:
+        import os
+
+        paths = config.pattern_paths(opts.patterns) + config.kernel_paths(opts.kernels)
+        env = os.environ.get(config.PATTERN_ENV, "") + os.pathsep + os.environ.get(config.KERNEL_ENV, "")
+        return env, config.stat_fingerprint(paths)
+
+    def __call__(
+        self, gm: fx.GraphModule, example_inputs: list[Any], mode: str | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> Callable[..., Any]:
+        opts = self.options.with_(options)
+        self._stamp = self._current_stamp(opts)
+        plan = load_plan(opts)
+        index = self._graphs
+        self._graphs += 1
+        traced, report = run_pass(gm, example_inputs, plan, verify=opts.verify, index=index)
+        if report.skipped and not self._warned and not self.explain_only:
+            self._warned = True
+            warnings.warn(f"pdlkit: graph {index} left to Inductor: {report.skipped}", stacklevel=2)
+        if self.on_report is not None:
+            self.on_report(report, plan)
+        if self.explain_only:
+            return gm.forward
+        for sub in report.substitutions:
+            count("substitutions", sub.kernel)
+        if opts.default_codegen == "eager":
+            return traced
+        from torch._inductor.compile_fx import compile_fx
+
+        return compile_fx(traced, example_inputs)
+
+    # Dynamo reuses a compiled frame while the backend compares equal. Comparing unequal once
+    # a pattern or kernel file changed makes the next torch.compile(...) recompile with it.
+    def __eq__(self, other: object) -> bool:
+        if other is not self:
+            return False
+        return self._stamp is None or self._stamp == self._current_stamp(self.options)
+
+    __hash__ = object.__hash__
+
+
+pdlkit_backend = PdlkitBackend()
+
+
+def optimize(
+    model: Callable[..., Any],
+    *,
+    patterns: config.PathArg = None,
+    kernels: config.PathArg = None,
+    target: Any = None,
+    default_codegen: str = "inductor",
+    verify: bool = False,
+    dynamic: bool | None = None,
+) -> Callable[..., Any]:
+    """Compile ``model`` with pattern substitution; everything unmatched goes to Inductor.
+
+    Before: ``y = model(x)`` runs ``linear -> gelu`` op by op. After::
+
+        fast = pdlkit.optimize(model, patterns="my/patterns", kernels="my/kernels")
+        y = fast(x)   # linear+gelu is one call of the kernel that implements "linear_gelu"
+
+    ``target`` names the machine to plan for (default: this host); ``verify=True`` checks
+    the first call of every substituted kernel against the subgraph it replaced.
+    """
+    backend = PdlkitBackend(
+        patterns=patterns, kernels=kernels, target=target, default_codegen=default_codegen, verify=verify
+    )
+    load_plan(backend.options)  # bad files fail here, not at the first call
+    return torch.compile(model, backend=backend, dynamic=dynamic, isolate_recompiles=True)
+
+
+def explain(
+    model: Callable[..., Any],
+    *example_inputs: Any,
+    patterns: config.PathArg = None,
+    kernels: config.PathArg = None,
+    target: Any = None,
+    no_grad: bool = True,
+    **_ignored: Any,
+) -> Report:
+    """What ``optimize`` would substitute for these inputs, and why other candidates were not.
+
+    Nothing is compiled and no kernel runs (so a foreign ``target`` such as ``"yitian"``
+    works on any host); the model runs eagerly once under Dynamo to capture its graphs.
+    """
+    reports: list[GraphReport] = []
+    plans: list[Plan] = []
+
+    def sink(r: GraphReport, plan: Plan) -> None:
+        reports.append(r)
+        plans.append(plan)
+
+    backend = PdlkitBackend(patterns=patterns, kernels=kernels, target=target, on_report=sink, explain_only=True)
+    plan = load_plan(backend.options)
+    compiled = torch.compile(model, backend=backend, isolate_recompiles=True)
+    with torch.no_grad() if no_grad else torch.enable_grad():
+        compiled(*example_inputs)
+    plan = plans[-1] if plans else plan
+    return Report(
+        target=plan.target.describe(),
+        patterns=plan.pattern_infos(),
+        kernels=[f"{k.name} ({k.op}, {k.device})" for k in plan.registry.kernels.values()],
+        graphs=reports,
+    )

@@ -1,0 +1,83 @@
+"""Where patterns and kernels come from.
+
+Precedence, first that is set wins: the ``patterns=`` / ``kernels=`` arguments, then
+``PDLKIT_PATTERN_PATH`` / ``PDLKIT_KERNEL_PATH`` (``os.pathsep``-separated), then the
+shipped folders. In any list the entry ``@shipped`` stands for the shipped folder, so a
+user folder can be added to the shipped one: ``PDLKIT_PATTERN_PATH=/my/patterns:@shipped``.
+Relative paths are resolved against the current directory only when given explicitly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+PATTERN_ENV = "PDLKIT_PATTERN_PATH"
+KERNEL_ENV = "PDLKIT_KERNEL_PATH"
+SHIPPED = "@shipped"
+
+PathArg = str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None
+
+
+def _shipped(package: str) -> Path:
+    spec = importlib.util.find_spec(package)
+    assert spec is not None and spec.submodule_search_locations, package
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def shipped_patterns() -> Path:
+    return _shipped("pdlkit.patterns")
+
+
+def shipped_kernels() -> Path:
+    return _shipped("pdlkit.kernels")
+
+
+def _paths(arg: PathArg, env: str, shipped: Path) -> list[Path]:
+    if arg is None:
+        raw = os.environ.get(env, "")
+        entries: Iterable[str | os.PathLike[str]] = [e for e in raw.split(os.pathsep) if e] or [SHIPPED]
+    elif isinstance(arg, str | os.PathLike):
+        entries = [arg]
+    else:
+        entries = list(arg)
+    out = []
+    for e in entries:
+        out.append(shipped if str(e) == SHIPPED else Path(e).expanduser().resolve())
+    return list(dict.fromkeys(out))
+
+
+def pattern_paths(arg: PathArg = None) -> list[Path]:
+    return _paths(arg, PATTERN_ENV, shipped_patterns())
+
+
+def kernel_paths(arg: PathArg = None) -> list[Path]:
+    return _paths(arg, KERNEL_ENV, shipped_kernels())
+
+
+_SUFFIXES = (".pdl.mlir", ".pdll", ".yaml", ".yml", ".py")
+
+
+def files_under(paths: Iterable[Path]) -> list[Path]:
+    out = []
+    for p in paths:
+        if p.is_file():
+            out.append(p)
+        elif p.is_dir():
+            out.extend(sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith(_SUFFIXES)))
+    return out
+
+
+def stat_fingerprint(paths: Iterable[Path]) -> str:
+    """Cheap change detection: every file's path, size and mtime under the given paths."""
+    h = hashlib.sha1()
+    for f in files_under(paths):
+        try:
+            st = f.stat()
+        except OSError:
+            continue
+        h.update(f"{f}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()

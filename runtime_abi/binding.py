@@ -1,0 +1,232 @@
+"""Bind kernels as ``torch.library`` custom ops, with run-time guards and per-call fallback.
+
+Every kernel becomes ``torch.ops.pdlkit.<name>`` whose schema is the kernel's own plus a
+trailing ``int pdlkit_site``: the call site that the substitution created. The site knows
+the pattern, the FX node and the replaced subgraph, so that
+
+* a kernel that raises is reported with its name and the user's source line,
+* a kernel that raises :class:`KernelUnsupported` is replaced, for that call, by the
+  replaced subgraph (per-call fallback),
+* outputs whose shape or dtype disagree with the kernel's meta function are an error,
+  never a silently wrong number,
+* ``verify=True`` compares the first call of every site against the replaced subgraph.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from pdlkit.runtime_abi.kernel import KernelDecl, KernelUnsupported
+
+_SITE_ARG = "pdlkit_site"
+
+
+class KernelCallError(RuntimeError):
+    """A kernel failed or returned something its declaration does not allow."""
+
+
+# -- statistics -------------------------------------------------------------------------------
+
+_STATS_LOCK = threading.Lock()
+_STATS: Counter[tuple[str, str]] = Counter()
+
+
+def count(event: str, kernel: str, n: int = 1) -> None:
+    with _STATS_LOCK:
+        _STATS[(event, kernel)] += n
+
+
+def stats(reset: bool = False) -> dict[str, Any]:
+    """Counts of substitutions, kernel calls and fallbacks, in total and per kernel."""
+    with _STATS_LOCK:
+        snapshot = dict(_STATS)
+        if reset:
+            _STATS.clear()
+    by_kernel: dict[str, dict[str, int]] = {}
+    totals = {"substitutions": 0, "kernel_calls": 0, "fallbacks": 0}
+    for (event, kernel), n in snapshot.items():
+        by_kernel.setdefault(kernel, {k: 0 for k in totals})[event] += n
+        totals[event] += n
+    return {**totals, "by_kernel": by_kernel}
+
+
+# -- call sites -------------------------------------------------------------------------------
+
+
+@dataclass
+class CallSite:
+    """One substitution in one compiled graph."""
+
+    kernel: KernelDecl
+    pattern: str  # "name (file:line)"
+    node: str  # the FX node the kernel call replaced
+    user_line: str  # the user's source line, from Dynamo's stack trace, or ""
+    fallback: Callable[..., Any]  # the replaced subgraph, called with the kernel's arguments
+    verify: bool = False
+    verified: bool = False
+    _expected: dict[tuple[Any, ...], list[tuple[tuple[int, ...], torch.dtype]]] = field(
+        default_factory=dict, repr=False
+    )
+
+    def where(self) -> str:
+        at = f" at {self.user_line}" if self.user_line else ""
+        return f"call site {self.node}{at} (pattern {self.pattern})"
+
+
+_SITES: dict[int, CallSite] = {}
+_SITE_IDS = itertools.count(1)
+_SITES_LOCK = threading.Lock()
+
+
+def new_site(site: CallSite) -> int:
+    with _SITES_LOCK:
+        sid = next(_SITE_IDS)
+        _SITES[sid] = site
+    return sid
+
+
+def site(sid: int) -> CallSite | None:
+    return _SITES.get(sid)
+
+
+# -- binding ------------------------------------------------------------------------------------
+
+_BOUND: dict[int, Any] = {}  # id(decl) -> OpOverload; decls are kept alive by _BOUND_DECLS
+_BOUND_DECLS: list[KernelDecl] = []
+_TAKEN: set[str] = set()
+_BIND_LOCK = threading.Lock()
+
+
+def _as_list(out: Any) -> list[torch.Tensor]:
+    return list(out) if isinstance(out, tuple | list) else [out]
+
+
+def _meta_of(decl: KernelDecl, args: Sequence[Any]) -> list[tuple[tuple[int, ...], torch.dtype]]:
+    meta_args = [a.to("meta") if isinstance(a, torch.Tensor) else a for a in args]
+    return [(tuple(t.shape), t.dtype) for t in _as_list(decl.meta(*meta_args))]
+
+
+def _check_outputs(decl: KernelDecl, cs: CallSite | None, args: Sequence[Any], out: Any) -> None:
+    outs = _as_list(out)
+    where = cs.where() if cs else "a direct call"
+    if not all(isinstance(t, torch.Tensor) for t in outs):
+        raise KernelCallError(
+            f"pdlkit kernel {decl.name!r} ({decl.source}) returned {type(out).__name__} at {where}; "
+            "it must return tensors"
+        )
+    key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
+    expected = cs._expected.get(key) if cs else None
+    if expected is None:
+        expected = _meta_of(decl, args)
+        if cs is not None and len(cs._expected) < 64:
+            cs._expected[key] = expected
+    got = [(tuple(t.shape), t.dtype) for t in outs]
+    if got != expected:
+        raise KernelCallError(
+            f"pdlkit kernel {decl.name!r} ({decl.source}) returned {_fmt(got)} at {where}, "
+            f"but its meta function declares {_fmt(expected)}"
+        )
+    inputs = {a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor) and a.numel()}
+    if any(t.numel() and t.untyped_storage().data_ptr() in inputs for t in outs):
+        raise KernelCallError(
+            f"pdlkit kernel {decl.name!r} ({decl.source}) returned a view of an input at {where}; "
+            "kernels must return new tensors"
+        )
+
+
+def _fmt(shapes: list[tuple[tuple[int, ...], torch.dtype]]) -> str:
+    return ", ".join(f"{list(s)} {str(d).removeprefix('torch.')}" for s, d in shapes)
+
+
+def _tolerance(dtype: torch.dtype) -> tuple[float, float]:
+    return {
+        torch.float16: (1e-2, 1e-2),
+        torch.bfloat16: (2e-2, 2e-2),
+        torch.float32: (1e-4, 1e-5),
+        torch.float64: (1e-7, 1e-9),
+    }.get(dtype, (0.0, 0.0))
+
+
+def _fresh(out: Any, args: Sequence[Any]) -> Any:
+    """The fallback may return an input or a view of one; a custom op may not."""
+    inputs = {a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor)}
+    outs = [t.clone() if t.untyped_storage().data_ptr() in inputs else t for t in _as_list(out)]
+    return tuple(outs) if isinstance(out, tuple | list) else outs[0]
+
+
+def _run(decl: KernelDecl, args: tuple[Any, ...]) -> Any:
+    *kargs, sid = args
+    cs = _SITES.get(sid)
+    try:
+        out = decl.fn(*kargs)
+    except KernelUnsupported as e:
+        if cs is None:
+            raise
+        count("fallbacks", decl.name)
+        _ = e  # the reason is for users calling the kernel directly
+        return _fresh(cs.fallback(*kargs), kargs)
+    except Exception as e:
+        where = cs.where() if cs else "a direct call"
+        raise KernelCallError(
+            f"pdlkit kernel {decl.name!r} ({decl.source}) failed at {where}: {type(e).__name__}: {e}"
+        ) from e
+    count("kernel_calls", decl.name)
+    _check_outputs(decl, cs, kargs, out)
+    if cs is not None and cs.verify and not cs.verified:
+        _verify(decl, cs, kargs, out)
+    return out
+
+
+def _verify(decl: KernelDecl, cs: CallSite, args: Sequence[Any], out: Any) -> None:
+    ref = _as_list(cs.fallback(*args))
+    for i, (a, b) in enumerate(zip(_as_list(out), ref, strict=True)):
+        rtol, atol = _tolerance(b.dtype)
+        if not torch.allclose(a.to(b.dtype), b, rtol=rtol, atol=atol, equal_nan=True):
+            err = (a.double() - b.double()).abs().max().item()
+            raise KernelCallError(
+                f"pdlkit verify: kernel {decl.name!r} ({decl.source}) output {i} differs from the "
+                f"replaced subgraph at {cs.where()}: max abs error {err:.3g} "
+                f"(tolerance rtol={rtol}, atol={atol})"
+            )
+    cs.verified = True
+
+
+def bind(decl: KernelDecl) -> Any:
+    """The ``torch.ops.pdlkit.*`` overload for ``decl``, created on first use.
+
+    A reloaded kernel (a new declaration under an old name) gets a fresh op name, so a
+    graph compiled before the reload keeps calling the code it was compiled with.
+    """
+    with _BIND_LOCK:
+        op = _BOUND.get(id(decl))
+        if op is not None:
+            return op
+        name = decl.name
+        n = 1
+        while name in _TAKEN:
+            n += 1
+            name = f"{decl.name}_{n}"
+        params, _, ret = decl.schema.rpartition(") -> ")
+        sep = ", " if params != "(" else ""
+        schema = f"{params}{sep}int {_SITE_ARG}) -> {ret}"
+
+        def impl(*args: Any) -> Any:
+            return _run(decl, args)
+
+        def fake(*args: Any) -> Any:
+            return decl.meta(*args[:-1])
+
+        custom = torch.library.custom_op(f"pdlkit::{name}", impl, mutates_args=(), schema=schema)
+        custom.register_fake(fake)
+        _TAKEN.add(name)
+        op = getattr(torch.ops.pdlkit, name).default
+        _BOUND[id(decl)] = op
+        _BOUND_DECLS.append(decl)
+        return op

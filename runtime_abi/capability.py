@@ -1,0 +1,121 @@
+"""Host feature detection and named targets.
+
+A target is what kernel selection and pattern ``targets:`` are checked against. It is
+detected from the host by default, or named so that a plan can be shown for a machine we
+are not on (``target="yitian"``).
+"""
+
+from __future__ import annotations
+
+import functools
+import platform
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+_X86_FLAGS = {
+    "avx2": "avx2",
+    "avx512f": "avx512f",
+    "avx512_vnni": "avx512_vnni",
+    "avx512vnni": "avx512_vnni",
+    "avx512_bf16": "avx512_bf16",
+    "amx_tile": "amx_tile",
+    "amx_int8": "amx_int8",
+    "amx_bf16": "amx_bf16",
+}
+_ARM_FLAGS = {"asimddp": "asimddp", "i8mm": "i8mm", "bf16": "bf16", "sve": "sve", "sve2": "sve2"}
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a program will run on: architecture, ISA features and devices."""
+
+    name: str
+    arch: str
+    features: frozenset[str]
+    devices: frozenset[str] = frozenset({"cpu"})
+
+    def matches(self, selector: str) -> bool:
+        """True when a manifest's ``targets:`` entry names this target, its arch, a device or a feature."""
+        return selector in (self.name, self.arch) or selector in self.devices or selector in self.features
+
+    def describe(self) -> str:
+        feats = ", ".join(sorted(self.features)) or "none"
+        return f"{self.name} ({self.arch}; devices {', '.join(sorted(self.devices))}; features {feats})"
+
+
+NAMED: dict[str, Target] = {
+    "x86-64": Target("x86-64", "x86_64", frozenset({"avx2"})),
+    "x86-avx512-vnni": Target(
+        "x86-avx512-vnni", "x86_64", frozenset({"avx2", "avx512f", "avx512_vnni", "avx512_bf16"})
+    ),
+    "x86-amx": Target(
+        "x86-amx",
+        "x86_64",
+        frozenset({"avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16"}),
+    ),
+    "yitian": Target("yitian", "aarch64", frozenset({"asimddp", "i8mm", "bf16", "sve", "sve2"})),
+    "aarch64": Target("aarch64", "aarch64", frozenset({"asimddp"})),
+    "cuda-sm80": Target("cuda-sm80", "x86_64", frozenset({"sm_80"}), frozenset({"cpu", "cuda"})),
+    "cuda-sm90": Target("cuda-sm90", "x86_64", frozenset({"sm_80", "sm_90"}), frozenset({"cpu", "cuda"})),
+}
+
+
+def _cpu_flags(arch: str) -> set[str]:
+    table = _X86_FLAGS if arch == "x86_64" else _ARM_FLAGS
+    try:
+        with open("/proc/cpuinfo") as f:
+            text = f.read()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return {table[w] for w in value.split() if w in table}
+    return set()
+
+
+@functools.cache
+def host() -> Target:
+    """The machine this process runs on (CPU features from /proc/cpuinfo, CUDA from torch)."""
+    arch = platform.machine().lower()
+    arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(arch, arch)
+    features = _cpu_flags(arch)
+    devices = {"cpu"}
+    try:
+        import torch
+
+        # /proc/cpuinfo lists AMX whenever the CPU has it; the OS must also enable its state
+        if "amx_tile" in features and not torch._C._cpu._is_amx_tile_supported():
+            features -= {"amx_tile", "amx_int8", "amx_bf16"}
+
+        if torch.cuda.is_available():
+            devices.add("cuda")
+            major, minor = torch.cuda.get_device_capability()
+            features.update(f"sm_{m}0" for m in range(8, major + 1) if m * 10 <= major * 10 + minor)
+    except Exception:  # no usable CUDA runtime: a CPU-only host
+        pass
+    return Target("host", arch, frozenset(features), frozenset(devices))
+
+
+def resolve(target: None | str | Mapping[str, Any] | Target) -> Target:
+    """``None`` = the host; a name from :data:`NAMED`; or a dict ``{"arch":..., "features": [...]}``."""
+    if target is None:
+        return host()
+    if isinstance(target, Target):
+        return target
+    if isinstance(target, str):
+        if target == "host":
+            return host()
+        if target not in NAMED:
+            raise ValueError(f"unknown target {target!r}; known: host, {', '.join(sorted(NAMED))}")
+        return NAMED[target]
+    if isinstance(target, Mapping):
+        feats: Iterable[str] = target.get("features", ())
+        return Target(
+            str(target.get("name", "custom")),
+            str(target.get("arch", host().arch)),
+            frozenset(feats),
+            frozenset(target.get("devices", ("cpu",))),
+        )
+    raise TypeError(f"target must be None, a name, a dict or a Target, got {type(target).__name__}")

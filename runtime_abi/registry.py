@@ -1,0 +1,169 @@
+"""Kernel folders -> a registry that picks a kernel for a logical op.
+
+Kernel files are plug-ins found by path: every ``*.py`` under a kernel folder (files and
+folders starting with ``_`` are skipped) is executed as its own module and every
+:class:`KernelDecl` in its namespace is registered. A file is executed again only when
+its contents change, so an edited kernel takes effect in the next compilation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+import threading
+import traceback
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pdlkit.runtime_abi.capability import Target
+from pdlkit.runtime_abi.kernel import KernelDecl
+
+
+class KernelLoadError(RuntimeError):
+    """A kernel file could not be loaded; the message starts with ``file:line:``."""
+
+
+@dataclass
+class _LoadedFile:
+    digest: str
+    kernels: tuple[KernelDecl, ...]
+
+
+_FILE_CACHE: dict[Path, _LoadedFile] = {}
+_LOCK = threading.Lock()
+
+
+def _kernel_files(folder: Path) -> list[Path]:
+    if folder.is_file():
+        return [folder]
+    return sorted(
+        p
+        for p in folder.rglob("*.py")
+        if not any(part.startswith(("_", ".")) for part in p.relative_to(folder).parts)
+    )
+
+
+def _exec_file(path: Path, digest: str) -> tuple[KernelDecl, ...]:
+    mod_name = f"pdlkit_plugin_{digest[:12]}_{path.stem}"
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    if spec is None or spec.loader is None:
+        raise KernelLoadError(f"{path}:1: not a loadable Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as e:
+        sys.modules.pop(mod_name, None)
+        raise KernelLoadError(f"{path}:{e.lineno}:{e.offset or 0}: syntax error: {e.msg}") from None
+    except Exception as e:
+        sys.modules.pop(mod_name, None)
+        frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == str(path)]
+        line = frames[-1].lineno if frames else 1
+        raise KernelLoadError(f"{path}:{line}: {type(e).__name__}: {e}") from e
+    return tuple(v for v in vars(module).values() if isinstance(v, KernelDecl))
+
+
+def load_kernel_file(path: Path) -> tuple[KernelDecl, ...]:
+    """The kernels declared in one file (executed again only if its bytes changed)."""
+    path = path.resolve()
+    data = path.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    with _LOCK:
+        cached = _FILE_CACHE.get(path)
+        if cached is not None and cached.digest == digest:
+            return cached.kernels
+        kernels = _exec_file(path, digest)
+        _FILE_CACHE[path] = _LoadedFile(digest, kernels)
+        return kernels
+
+
+@dataclass
+class Selection:
+    """The outcome of choosing a kernel for one candidate call."""
+
+    kernel: KernelDecl | None
+    reasons: list[str] = field(default_factory=list)  # why each other kernel was not eligible
+
+
+@dataclass
+class KernelRegistry:
+    """All kernels loaded from a list of folders, by logical op, in load order."""
+
+    kernels: dict[str, KernelDecl] = field(default_factory=dict)
+    folders: tuple[Path, ...] = ()
+
+    @classmethod
+    def from_folders(cls, folders: Sequence[Path]) -> KernelRegistry:
+        reg = cls(folders=tuple(folders))
+        for folder in folders:
+            if not folder.exists():
+                raise KernelLoadError(f"{folder}: kernel folder does not exist")
+            for path in _kernel_files(folder):
+                for decl in load_kernel_file(path):
+                    reg.add(decl)
+        return reg
+
+    def add(self, decl: KernelDecl) -> None:
+        other = self.kernels.get(decl.name)
+        if other is not None and other is not decl:
+            raise KernelLoadError(
+                f"{decl.source}: kernel name {decl.name!r} is already declared at {other.source}"
+            )
+        self.kernels[decl.name] = decl
+
+    def for_op(self, op: str) -> list[KernelDecl]:
+        found = [k for k in self.kernels.values() if k.op == op]
+        return sorted(found, key=lambda k: -k.priority)  # stable: load order breaks ties
+
+    def ops(self) -> set[str]:
+        return {k.op for k in self.kernels.values()}
+
+    def select(self, op: str, args: Sequence[Any], target: Target, pin: str | None = None) -> Selection:
+        """Pick the highest-priority kernel for ``op`` that accepts ``args`` (fake tensors / constants)."""
+        candidates = self.for_op(op)
+        if not candidates:
+            return Selection(None, [f"no kernel implements logical op {op!r}"])
+        reasons = []
+        for k in candidates:
+            why = _ineligible(k, args, target, pin)
+            if why is None:
+                return Selection(k, reasons)
+            reasons.append(f"{k.name}: {why}")
+        return Selection(None, reasons)
+
+
+def _ineligible(k: KernelDecl, args: Sequence[Any], target: Target, pin: str | None) -> str | None:
+    if pin is not None and k.name != pin:
+        return f"the manifest pins kernel {pin!r}"
+    if len(args) != len(k.params):
+        return f"takes {len(k.params)} arguments {k.params}, the pattern passes {len(args)}"
+    devices = {a.device.type for a in args if isinstance(a, torch.Tensor)}
+    if devices and devices != {k.device}:
+        return f"runs on {k.device}, the operands are on {', '.join(sorted(devices))}"
+    if k.device not in target.devices:
+        return f"runs on {k.device}, target {target.name} has no such device"
+    missing = k.requires - target.features
+    if missing:
+        return f"needs {', '.join(sorted(missing))}, which target {target.name} lacks"
+    for name, arg in zip(k.params, args, strict=True):
+        allowed = k.dtypes.get(name)
+        if allowed is None:
+            continue
+        if not isinstance(arg, torch.Tensor):
+            if arg is not None:
+                return f"{name} must be a tensor, got {type(arg).__name__}"
+            continue
+        if arg.dtype not in allowed:
+            names = ", ".join(str(d).removeprefix("torch.") for d in allowed)
+            return f"{name} is {str(arg.dtype).removeprefix('torch.')}, the kernel takes {names}"
+    return None
+
+
+def kernel_files(folders: Iterable[Path]) -> list[Path]:
+    """Every kernel file the folders hold, for fingerprints and ``pdlkit check``."""
+    return [p for f in folders if f.exists() for p in _kernel_files(f)]
