@@ -50,6 +50,7 @@ class Pattern:
     asm: str = field(repr=False)  # the pattern op, with locations, to re-parse in a match context
     enabled: bool = True
     targets: tuple[str, ...] = ()
+    calls: tuple[str, ...] = ()  # logical ops its pdlkit_call rewrites name
     kernel: str | None = None  # kernel pin
     pin_source: str = ""  # "manifest.yaml:7" where the pin was written
 
@@ -124,12 +125,40 @@ def parse_pdl_file(path: Path, ctx: Any | None = None) -> list[Pattern]:
                 col=col,
                 benefit=attrs["benefit"].value,
                 root=_root_name(op),
+                calls=_called_ops(op),
                 asm=op.get_asm(enable_debug_info=True),
             )
         )
     if not patterns:
         raise PatternError(f"{path}:1:1: no pdl.pattern in file")
     return patterns
+
+
+def _nested(op: Any) -> Any:
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                yield inner.operation
+                yield from _nested(inner.operation)
+
+
+def _called_ops(pattern_op: Any) -> tuple[str, ...]:
+    """The logical op names passed to pdlkit_call (as a constant pdl.attribute)."""
+    out = []
+    for op in _nested(pattern_op):
+        if "name" not in op.attributes or op.attributes["name"].value != "pdlkit_call":
+            continue
+        if op.name == "pdl.apply_native_rewrite":
+            first = 0
+        elif op.name == "pdl.rewrite":
+            first = 1  # after the root
+        else:
+            continue
+        if len(op.operands) > first:
+            owner = op.operands[first].owner.operation
+            if owner.name == "pdl.attribute" and "value" in owner.attributes:
+                out.append(str(owner.attributes["value"].value))
+    return tuple(out)
 
 
 def _root_name(pattern_op: Any) -> str | None:

@@ -134,13 +134,18 @@ class MatchContext:
             self.session.errors.append(f"{p.where}: constraint {name} raised {type(e).__name__}: {e}")
 
     def _pdlkit_call(self, rewriter: Any, results: Any, values: list[Any]) -> Any:
+        # MLIR's walk and greedy drivers abort the process when a native rewrite reports
+        # failure, so a declined substitution leaves the IR as it is and reports success.
+        # Patterns run one per walk, so no other pattern loses its turn at this op.
         s = self.session
         assert s is not None
         try:
-            return None if s.pdlkit_call(rewriter, list(values)) else True
+            s.pdlkit_call(rewriter, list(values))
         except SubstitutionError as e:
             s.errors.append(f"{s.pattern.where}: {e}")
-            return True
+        except Exception as e:  # never let a Python error unwind through MLIR
+            s.errors.append(f"{s.pattern.where}: pdlkit_call failed: {type(e).__name__}: {e}")
+        return None
 
 
 def _in_file_order(pats: list[Pattern], ops: list[Any]) -> list[Pattern | None]:
@@ -180,7 +185,6 @@ class _Session:
         self.records: list[Record] = []
         self.near: list[NearMiss] = []
         self.errors: list[str] = []
-        self.dead: list[ir.Operation] = []
         self.pattern: Pattern = None  # type: ignore[assignment]
         self._near_count: Counter[str] = Counter()
         vals = [n.meta.get("val") for n in gm.graph.nodes]
@@ -292,7 +296,6 @@ class _Session:
                 attributes={"name": ir.StringAttr.get(f"pdlkit.{k.name}")},
                 regions=0,
             )
-        self.dead += [o.owner.operation for r in roots for o in r.operands if isinstance(o, ir.OpResult)]
         new_results = list(call.results)
         i = 0
         for r in roots:
@@ -353,18 +356,20 @@ class _Session:
             stack.extend(n.all_input_nodes)
         return sorted(seen, key=self.order.__getitem__), ""
 
-    def erase_dead(self) -> None:
-        """Erase matched ops that lost their last use, so later patterns cannot match them."""
-        while self.dead:
-            op = self.dead.pop()
-            try:
-                if any(True for r in op.results for _ in r.uses):
-                    continue
-                producers = [o.owner.operation for o in op.operands if isinstance(o, ir.OpResult)]
+    def erase_dead(self, func: ir.Operation, new_records: list[Record]) -> None:
+        """Erase matched ops that lost their last use, so later patterns cannot match them.
+
+        Ops are found again by name from a fresh walk: holding MLIR op handles across
+        erasures would risk touching freed ops.
+        """
+        names = {n.name for rec in new_records for n in rec.slice}
+        if not names:
+            return
+        block = func.regions[0].blocks[0]
+        for op in reversed(list(block.operations)):
+            op = op.operation
+            if _loc_name(op) in names and not any(True for r in op.results for _ in r.uses):
                 op.erase()
-            except Exception:  # already erased through another path
-                continue
-            self.dead.extend(producers)
 
 
 class _nullctx:
@@ -444,10 +449,9 @@ def substitute(
                 s.pattern = p
                 before = len(s.records)
                 rewrite.walk_and_apply_patterns(imported.func, mc.frozen(p))
-                s.erase_dead()
-                for rec in s.records[before:]:
-                    present[f"torch.operator:pdlkit.{rec.kernel.name}"] += 1
-                    present["torch.operator"] += 1
+                if len(s.records) > before:
+                    s.erase_dead(imported.func, s.records[before:])
+                    present = _root_ops(imported.func)
                 if len(s.records) == before:
                     n = present.get(p.root, 0) if p.root else 0
                     misses = sum(1 for m in s.near if m.pattern == p.name)

@@ -98,8 +98,7 @@ def site(sid: int) -> CallSite | None:
 
 # -- binding ------------------------------------------------------------------------------------
 
-_BOUND: dict[int, Any] = {}  # id(decl) -> OpOverload; decls are kept alive by _BOUND_DECLS
-_BOUND_DECLS: list[KernelDecl] = []
+_BOUND: dict[tuple[str, str, str, str], Any] = {}  # (name, op, schema, file digest) -> OpOverload
 _TAKEN: set[str] = set()
 _BIND_LOCK = threading.Lock()
 
@@ -121,7 +120,7 @@ def _check_outputs(decl: KernelDecl, cs: CallSite | None, args: Sequence[Any], o
             f"pdlkit kernel {decl.name!r} ({decl.source}) returned {type(out).__name__} at {where}; "
             "it must return tensors"
         )
-    key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
+    key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else repr(a) for a in args)
     expected = cs._expected.get(key) if cs else None
     if expected is None:
         expected = _meta_of(decl, args)
@@ -201,11 +200,13 @@ def _verify(decl: KernelDecl, cs: CallSite, args: Sequence[Any], out: Any) -> No
 def bind(decl: KernelDecl) -> Any:
     """The ``torch.ops.pdlkit.*`` overload for ``decl``, created on first use.
 
-    A reloaded kernel (a new declaration under an old name) gets a fresh op name, so a
-    graph compiled before the reload keeps calling the code it was compiled with.
+    A kernel whose file changed gets a fresh op name (``name_2``...), so a graph compiled
+    before the change keeps calling the code it was compiled with; unchanged code (the same
+    file bytes, wherever loaded from) reuses its op.
     """
+    key = (decl.name, decl.op, decl.schema, decl.digest)
     with _BIND_LOCK:
-        op = _BOUND.get(id(decl))
+        op = _BOUND.get(key)
         if op is not None:
             return op
         name = decl.name
@@ -227,6 +228,5 @@ def bind(decl: KernelDecl) -> Any:
         custom.register_fake(fake)
         _TAKEN.add(name)
         op = getattr(torch.ops.pdlkit, name).default
-        _BOUND[id(decl)] = op
-        _BOUND_DECLS.append(decl)
+        _BOUND[key] = op
         return op

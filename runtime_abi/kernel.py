@@ -16,6 +16,7 @@ tensors so Dynamo, AOT autograd and Inductor see one opaque op.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -53,6 +54,7 @@ class KernelDecl:
     schema: str  # "(Tensor x, ...) -> Tensor", inferred from the annotations
     params: tuple[str, ...]
     source: str  # "file:line" of the function, for messages
+    digest: str  # of the defining file's bytes: same code -> same torch op
     doc: str = field(default="", repr=False)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -67,6 +69,17 @@ def _source_of(fn: Callable[..., Any]) -> str:
         return f"{inspect.getsourcefile(fn)}:{inspect.getsourcelines(fn)[1]}"
     except (OSError, TypeError):
         return getattr(fn, "__qualname__", repr(fn))
+
+
+def _digest_of(fn: Callable[..., Any]) -> str:
+    try:
+        path = inspect.getsourcefile(fn)
+        if path:
+            with open(path, "rb") as f:
+                return hashlib.sha256(f.read()).hexdigest()
+    except (OSError, TypeError):
+        pass
+    return f"id{id(fn)}"
 
 
 def _infer_schema(fn: Callable[..., Any], where: str) -> str:
@@ -140,6 +153,7 @@ def declare(
         schema=schema,
         params=params,
         source=where,
+        digest=_digest_of(fn),
         doc=inspect.getdoc(fn) or "",
     )
 

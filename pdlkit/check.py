@@ -1,0 +1,71 @@
+"""``pdlkit check``: validate pattern files, manifests and kernel files without a model."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from pdlkit import config
+
+
+def check_paths(paths: Sequence[Path], kernels: Sequence[str] | None = None) -> tuple[list[str], str]:
+    """Problems as ``file:line:col: message`` lines, and a one-line summary."""
+    from pdlkit.matcher.patterns import PatternError, load_patterns
+    from pdlkit.runtime_abi.kernel import KernelDeclarationError
+    from pdlkit.runtime_abi.registry import KernelLoadError, KernelRegistry, load_kernel_file
+
+    problems: list[str] = []
+    pattern_srcs: list[Path] = []
+    kernel_files: list[Path] = []
+    for p in paths:
+        p = p.resolve()
+        if not p.exists():
+            problems.append(f"{p}:1:1: no such file or folder")
+            continue
+        for f in config.files_under([p]):
+            if f.name.startswith("_"):
+                continue
+            (kernel_files if f.suffix == ".py" and f.name != "__init__.py" else pattern_srcs).append(f)
+    registry = KernelRegistry()
+    for f in kernel_files:
+        try:
+            for k in load_kernel_file(f):
+                registry.add(k)
+        except (KernelLoadError, KernelDeclarationError) as e:
+            problems.append(str(e))
+    n_patterns = 0
+    pattern_sets = []
+    manifests = [f for f in pattern_srcs if f.suffix in (".yaml", ".yml")]
+    listed: set[Path] = set()
+    for f in manifests + [f for f in pattern_srcs if f not in manifests]:
+        if f in listed:
+            continue
+        try:
+            ps = load_patterns([f])
+        except PatternError as e:
+            problems.append(str(e))
+            continue
+        listed.update(ps.files)
+        n_patterns += len(ps)
+        pattern_sets.append(ps)
+    # kernel pins resolve against the kernels given here plus the configured kernel folders
+    try:
+        known = KernelRegistry.from_folders(config.kernel_paths(kernels))
+        for k in known.kernels.values():
+            if k.name not in registry.kernels:
+                registry.kernels[k.name] = k
+    except (KernelLoadError, KernelDeclarationError) as e:
+        problems.append(str(e))
+    ops = registry.ops()
+    for ps in pattern_sets:
+        for pat in ps.patterns:
+            if pat.kernel is not None and pat.kernel not in registry.kernels:
+                problems.append(
+                    f"{pat.pin_source}:1: pattern {pat.name!r} pins unknown kernel {pat.kernel!r}"
+                )
+            for op in pat.calls:
+                if op not in ops:
+                    problems.append(f"{pat.where}:{pat.col}: pattern {pat.name!r} calls logical op "
+                                    f"{op!r}, which no known kernel implements")
+    summary = f"ok: {n_patterns} pattern(s), {len(kernel_files)} kernel file(s) ({len(registry.kernels)} kernels known)"
+    return problems, summary
