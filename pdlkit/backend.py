@@ -131,11 +131,10 @@ def retrace(gm: fx.GraphModule, example_inputs: list[Any]) -> fx.GraphModule:
         return make_fx(run, pre_dispatch=True, tracing_mode="fake")(*fake)
 
 
-def _needs_grad(traced: fx.GraphModule) -> int:
+def _needs_grad(example_inputs: list[Any]) -> int:
     if not torch.is_grad_enabled():
         return 0
-    vals = [n.meta.get("val") for n in traced.graph.nodes if n.op == "placeholder"]
-    return sum(1 for v in vals if isinstance(v, torch.Tensor) and v.requires_grad)
+    return sum(1 for v in example_inputs if isinstance(v, torch.Tensor) and v.requires_grad)
 
 
 def run_pass(
@@ -149,7 +148,7 @@ def run_pass(
     traced = retrace(gm, example_inputs)
     t1 = time.perf_counter()
     before = traced.print_readable(print_output=False)
-    n_grad = _needs_grad(traced)
+    n_grad = _needs_grad(example_inputs)
     if n_grad:
         report = GraphReport(index=index, nodes=len(traced.graph.nodes))
         report.skipped = (

@@ -1,0 +1,143 @@
+"""End to end: torch.compile / optimize with patterns and kernels from folders."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import torch
+from conftest import KERNEL_HEADER, MLP, linear_act_pattern, write
+
+import pdlkit
+
+SIG_KERNEL = """
+@pdlkit.kernel(op="lin_sigmoid", meta=meta, dtypes={"x": [torch.float32]})
+def k_lin_sigmoid(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
+    return torch.sigmoid(torch.addmm(b, x, w.t()))
+"""
+
+
+@pytest.fixture
+def user_folders(tmp_path):
+    p, k = tmp_path / "patterns", tmp_path / "kernels"
+    write(p, "lin_sigmoid.pdl.mlir", linear_act_pattern("lin_sigmoid", "sigmoid", "lin_sigmoid"))
+    write(k, "sig.py", KERNEL_HEADER + SIG_KERNEL)
+    return p, k
+
+
+def test_shipped_patterns_fire_under_inductor(mlp):
+    model, x = mlp
+    pdlkit.stats(reset=True)
+    with torch.no_grad():
+        y = torch.compile(model, backend="pdlkit")(x)
+        torch.testing.assert_close(y, model(x), rtol=1e-5, atol=1e-5)
+    st = pdlkit.stats()
+    assert st["substitutions"] == 1 and st["by_kernel"]["linear_relu_addmm"]["kernel_calls"] == 1
+
+
+def test_explain_names_substitutions_and_silent_patterns(mlp):
+    model, x = mlp
+    report = pdlkit.explain(model, x)
+    assert report.counts() == {"linear_relu": 1}
+    assert report.silent_patterns() == {"linear_gelu": "root op torch.aten.gelu does not occur in the graph"}
+    text = str(report)
+    assert "linear_relu -> linear_relu_addmm" in text and "replaced relu, linear" in text
+
+
+def test_optimize_with_user_folders_and_eager_codegen(mlp, user_folders):
+    model, x = mlp
+    p, k = user_folders
+    with torch.no_grad():
+        f = pdlkit.optimize(model, patterns=p, kernels=k, default_codegen="eager")
+        torch.testing.assert_close(f(x), model(x))
+    report = pdlkit.explain(model, x, patterns=p, kernels=k)
+    assert report.counts() == {"lin_sigmoid": 1}
+
+
+def test_folders_from_environment_only(mlp, user_folders, monkeypatch):
+    model, x = mlp
+    p, k = user_folders
+    monkeypatch.setenv("PDLKIT_PATTERN_PATH", f"{p}{os.pathsep}@shipped")
+    monkeypatch.setenv("PDLKIT_KERNEL_PATH", f"{k}{os.pathsep}@shipped")
+    pdlkit.stats(reset=True)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(model, backend="pdlkit")(x), model(x))
+    assert pdlkit.stats()["by_kernel"].keys() == {"k_lin_sigmoid", "linear_relu_addmm"}
+
+
+def test_changed_kernel_file_takes_effect_in_next_compile(mlp, user_folders, monkeypatch):
+    model, x = mlp
+    p, k = user_folders
+    monkeypatch.setenv("PDLKIT_PATTERN_PATH", str(p))
+    monkeypatch.setenv("PDLKIT_KERNEL_PATH", str(k))
+    with torch.no_grad():
+        first = torch.compile(model, backend="pdlkit")(x)
+        time.sleep(0.01)
+        write(k, "sig.py", KERNEL_HEADER + SIG_KERNEL.replace("torch.sigmoid(", "2 * torch.sigmoid("))
+        second = torch.compile(model, backend="pdlkit")(x)
+    torch.testing.assert_close(second, 2 * first)
+
+
+def test_changed_pattern_file_takes_effect_in_next_compile(mlp, user_folders, monkeypatch):
+    model, x = mlp
+    p, k = user_folders
+    monkeypatch.setenv("PDLKIT_PATTERN_PATH", str(p))
+    monkeypatch.setenv("PDLKIT_KERNEL_PATH", str(k))
+    pdlkit.stats(reset=True)
+    with torch.no_grad():
+        torch.compile(model, backend="pdlkit")(x)
+        assert pdlkit.stats()["kernel_calls"] == 1
+        time.sleep(0.01)
+        write(p, "lin_sigmoid.pdl.mlir", linear_act_pattern("lin_sigmoid", "tanh", "lin_sigmoid"))
+        torch.compile(model, backend="pdlkit")(x)
+    assert pdlkit.stats()["kernel_calls"] == 1  # the new pattern matches nothing: kernel not called again
+
+
+def test_graph_needing_gradients_is_left_to_inductor(mlp):
+    model, x = mlp
+    pdlkit.stats(reset=True)
+    with pytest.warns(UserWarning, match="needs gradients"):
+        y = torch.compile(model, backend="pdlkit")(x)
+    y.sum().backward()
+    assert pdlkit.stats()["substitutions"] == 0
+    assert model.fc1.weight.grad is not None
+
+
+def test_dynamic_batch_keeps_substitution(mlp):
+    model, _ = mlp
+    pdlkit.stats(reset=True)
+    with torch.no_grad():
+        f = torch.compile(model, backend="pdlkit", dynamic=True)
+        for n in (2, 5, 9):
+            x = torch.randn(n, 16)
+            torch.testing.assert_close(f(x), model(x))
+    st = pdlkit.stats()
+    assert st["substitutions"] == 1 and st["kernel_calls"] == 3
+
+
+def test_bad_pattern_file_fails_compile_naming_the_file(tmp_path, mlp):
+    model, x = mlp
+    bad = write(tmp_path, "bad.pdl.mlir", "pdl.pattern @p : benefit(1) {\n  %x = pdl.operand\n}\n")
+    with pytest.raises(pdlkit.PdlkitError, match=rf"{bad}:2:\d+: .*bindable user"):
+        pdlkit.optimize(model, patterns=tmp_path)
+
+
+def test_options_through_torch_compile(mlp, user_folders):
+    model, x = mlp
+    p, k = user_folders
+    pdlkit.stats(reset=True)
+    with torch.no_grad():
+        f = torch.compile(model, backend="pdlkit", options={"patterns": p, "kernels": k})
+        torch.testing.assert_close(f(x), model(x))
+    assert pdlkit.stats()["by_kernel"].keys() == {"k_lin_sigmoid"}
+
+
+def test_model_of_many_blocks_counts_exactly():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[MLP() for _ in range(3)]).eval()
+    x = torch.randn(4, 16)
+    report = pdlkit.explain(model, x)
+    assert report.counts() == {"linear_relu": 3}
+    with torch.no_grad():
+        torch.testing.assert_close(pdlkit.optimize(model)(x), model(x))

@@ -1,0 +1,50 @@
+"""The command line: check, explain, kernels, demo."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import linear_act_pattern, write
+
+from pdlkit.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_check_shipped_folders_ok(capsys):
+    assert main(["check", str(ROOT / "patterns"), str(ROOT / "kernels")]) == 0
+    assert capsys.readouterr().out.startswith("ok: 2 pattern(s), 1 kernel file(s)")
+
+
+def test_check_reports_every_problem_and_exits_1(tmp_path, capsys):
+    bad = write(tmp_path, "bad.pdl.mlir", "pdl.pattern @p : benefit(1) {\n  %x = pdl.operand\n}\n")
+    unknown = write(tmp_path, "u.pdl.mlir", linear_act_pattern("u", "relu", "no_such_op"))
+    kern = write(tmp_path, "k.py", "import pdlkit\n\n@pdlkit.kernel(op='x', meta=None)\ndef k(x): pass\n")
+    assert main(["check", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert f"{bad}:2:" in out
+    assert f"{unknown}:1:1: pattern 'u' calls logical op 'no_such_op', which no known kernel implements" in out
+    assert f"{kern}:" in out and "meta must be a function" in out
+
+
+def test_explain_command_prints_the_report(capsys):
+    assert main(["explain", str(ROOT / "examples" / "mlp.py") + ":example"]) == 0
+    out = capsys.readouterr().out
+    assert "linear_gelu -> linear_gelu_addmm" in out and "linear_relu -> linear_relu_addmm" in out
+
+
+def test_kernels_command_lists_shipped_kernels(capsys):
+    assert main(["kernels"]) == 0
+    out = capsys.readouterr().out
+    assert "linear_gelu_addmm  v1  op=linear_gelu  device=cpu" in out
+
+
+def test_demo_runs_end_to_end():
+    r = subprocess.run([sys.executable, "-m", "pdlkit.cli", "demo", "--repeat", "3"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "linear_gelu -> linear_gelu_addmm: 2x" in r.stdout
+    assert "linear_relu -> linear_relu_addmm: 2x" in r.stdout
+    assert "max abs error vs eager" in r.stdout
