@@ -27,14 +27,31 @@ from torch_mlir import ir
 _VTENSOR = re.compile(r"^!torch\.(?:v)?tensor<\[([^\]]*)\],([a-z0-9]+)>$")
 # torch names users write -> the Torch dialect's element type spelling
 _DTYPE_ALIASES = {
-    "float32": "f32", "float": "f32", "float16": "f16", "half": "f16", "bfloat16": "bf16",
-    "float64": "f64", "double": "f64", "int8": "si8", "uint8": "ui8", "int16": "si16",
-    "int32": "si32", "int": "si64", "int64": "si64", "long": "si64", "bool": "i1",
+    "float32": "f32",
+    "float": "f32",
+    "float16": "f16",
+    "half": "f16",
+    "bfloat16": "bf16",
+    "float64": "f64",
+    "double": "f64",
+    "int8": "si8",
+    "uint8": "ui8",
+    "int16": "si16",
+    "int32": "si32",
+    "int": "si64",
+    "int64": "si64",
+    "long": "si64",
+    "bool": "i1",
 }
 _FLOATS = {"f16", "bf16", "f32", "f64"}
 _CONSTANT_OPS = {
-    "torch.constant.int", "torch.constant.float", "torch.constant.str", "torch.constant.bool",
-    "torch.constant.none", "torch.constant.device", "torch.constant.number",
+    "torch.constant.int",
+    "torch.constant.float",
+    "torch.constant.str",
+    "torch.constant.bool",
+    "torch.constant.none",
+    "torch.constant.device",
+    "torch.constant.number",
 }
 
 
@@ -189,14 +206,27 @@ def single_use(v: ir.Value) -> bool:
 CONSTRAINTS: dict[str, Callable[..., bool]] = {
     f.__name__: f
     for f in (
-        is_tensor, is_float_tensor, has_dtype, has_rank, dim_equals, dim_divisible_by,
-        has_static_shape, same_dtype, is_constant, is_none, is_not_none, constant_equals, single_use,
+        is_tensor,
+        is_float_tensor,
+        has_dtype,
+        has_rank,
+        dim_equals,
+        dim_divisible_by,
+        has_static_shape,
+        same_dtype,
+        is_constant,
+        is_none,
+        is_not_none,
+        constant_equals,
+        single_use,
     )
 }
 
 
 def adapt_constraint(
-    name: str, fn: Callable[..., bool], on_fail: Callable[[str, list[Any]], None],
+    name: str,
+    fn: Callable[..., bool],
+    on_fail: Callable[[str, list[Any]], None],
     on_error: Callable[[str, BaseException], None],
 ) -> Callable[[Any, Any, list[Any]], Any]:
     """Wrap a ``True``-when-it-holds predicate in MLIR's inverted convention (truthy = failure)."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -80,7 +80,7 @@ class PatternSet:
     def __len__(self) -> int:
         return len(self.patterns)
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Pattern]:
         return iter(self.patterns)
 
 
@@ -114,7 +114,9 @@ def parse_pdl_file(path: Path, ctx: Any | None = None) -> list[Pattern]:
         loc = op.location
         line, col = (loc.start_line, loc.start_col) if hasattr(loc, "start_line") else (1, 1)
         if op.name != "pdl.pattern":
-            raise PatternError(f"{path}:{line}:{col}: expected pdl.pattern at top level, found {op.name}")
+            raise PatternError(
+                f"{path}:{line}:{col}: expected pdl.pattern at top level, found {op.name}"
+            )
         attrs = op.attributes
         name = attrs["sym_name"].value if "sym_name" in attrs else f"{path.name.split('.')[0]}_{i}"
         patterns.append(
@@ -210,7 +212,9 @@ def load_manifest(path: Path, ctx: Any | None = None) -> list[Pattern]:
     top = data["__line__"]
     unknown = set(data) - {"version", "patterns", "__line__"}
     if unknown:
-        raise PatternError(f"{path}:{top}:1: unknown key(s) {sorted(unknown)}; allowed: version, patterns")
+        raise PatternError(
+            f"{path}:{top}:1: unknown key(s) {sorted(unknown)}; allowed: version, patterns"
+        )
     if data.get("version") != MANIFEST_VERSION:
         raise PatternError(
             f"{path}:{top}:1: manifest version {data.get('version')!r} is not supported "
@@ -235,7 +239,9 @@ def load_manifest(path: Path, ctx: Any | None = None) -> list[Pattern]:
         _check_type(path, line, "file", entry["file"], str)
         file = (path.parent / entry["file"]).resolve()
         if not file.is_file():
-            raise PatternError(f"{path}:{line}:1: pattern file {entry['file']!r} does not exist ({file})")
+            raise PatternError(
+                f"{path}:{line}:1: pattern file {entry['file']!r} does not exist ({file})"
+            )
         if file not in by_file:
             by_file[file] = parse_pdl_file(file, ctx)
             order.append(file)
@@ -285,7 +291,10 @@ def pattern_sources(paths: Sequence[Path]) -> list[Path]:
             continue
         if not p.is_dir():
             raise PatternError(f"{p}:1:1: pattern path does not exist")
-        for folder in [p, *sorted(d for d in p.rglob("*") if d.is_dir() and not d.name.startswith((".", "_")))]:
+        for folder in [
+            p,
+            *sorted(d for d in p.rglob("*") if d.is_dir() and not d.name.startswith((".", "_"))),
+        ]:
             manifests = sorted(folder.glob("*.yaml")) + sorted(folder.glob("*.yml"))
             out.extend(manifests or sorted(folder.glob("*.pdl.mlir")))
     return out
@@ -334,7 +343,9 @@ def load_patterns(paths: Sequence[Path | str]) -> PatternSet:
             if other is not None and other.file != p.file:
                 continue  # shadowed by an earlier path
             if other is not None:
-                raise PatternError(f"{p.where}:{p.col}: pattern name {p.name!r} repeats (first at {other.where})")
+                raise PatternError(
+                    f"{p.where}:{p.col}: pattern name {p.name!r} repeats (first at {other.where})"
+                )
             seen[p.name] = p
     uniq = list(dict.fromkeys(files))
     return PatternSet(tuple(seen.values()), tuple(uniq), _fingerprint(uniq))

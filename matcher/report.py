@@ -16,7 +16,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,7 +54,9 @@ class GraphReport:
     near_misses: list[NearMiss] = field(default_factory=list)
     silent: dict[str, str] = field(default_factory=dict)  # pattern -> why it matched nothing
     skipped: str = ""  # why the whole graph was left alone
-    timings: dict[str, float] = field(default_factory=dict)  # seconds: retrace, import, apply, rewrite
+    timings: dict[str, float] = field(
+        default_factory=dict
+    )  # seconds: retrace, import, apply, rewrite
     graph_before: str = field(default="", repr=False)
     graph_after: str = field(default="", repr=False)
 
@@ -117,7 +119,9 @@ class Report:
         if self.kernels:
             lines.append(f"kernels loaded ({len(self.kernels)}): " + ", ".join(self.kernels))
         for g in self.graphs:
-            lines.append(f"graph {g.index} ({g.nodes} nodes): {len(g.substitutions)} substitution(s)")
+            lines.append(
+                f"graph {g.index} ({g.nodes} nodes): {len(g.substitutions)} substitution(s)"
+            )
             if g.skipped:
                 lines.append(f"  left to the default code generator: {g.skipped}")
             rows = [
@@ -132,7 +136,8 @@ class Report:
             lines.extend(_table(rows, indent="  "))
             if g.timings:
                 lines.append(
-                    "  pass time: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in g.timings.items())
+                    "  pass time: "
+                    + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in g.timings.items())
                 )
         misses = self.near_misses
         if misses:
@@ -145,7 +150,7 @@ class Report:
         return "\n".join(lines)
 
 
-def _table(rows: list[tuple[str, ...]], indent: str) -> list[str]:
+def _table(rows: Sequence[tuple[str, ...]], indent: str) -> list[str]:
     if not rows:
         return []
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

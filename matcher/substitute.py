@@ -19,13 +19,10 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.fx as fx
-from torch.fx.experimental.symbolic_shapes import statically_known_true
-from torch_mlir import ir, rewrite
-
 from pdlkit.matcher import natives
 from pdlkit.matcher.patterns import Pattern, PatternSet
 from pdlkit.matcher.report import GraphReport, NearMiss, Substitution, describe_value
@@ -34,6 +31,8 @@ from pdlkit.runtime_abi.binding import CallSite, bind, new_site
 from pdlkit.runtime_abi.capability import Target
 from pdlkit.runtime_abi.kernel import KernelDecl
 from pdlkit.runtime_abi.registry import KernelRegistry
+from torch.fx.experimental.symbolic_shapes import statically_known_true
+from torch_mlir import ir, rewrite
 
 _SUB_PREFIX = "pdlkit.sub"
 _MAX_NEAR_MISSES = 20  # per pattern and graph
@@ -131,7 +130,9 @@ class MatchContext:
     def _on_error(self, name: str, e: BaseException) -> None:
         if self.session is not None:
             p = self.session.pattern
-            self.session.errors.append(f"{p.where}: constraint {name} raised {type(e).__name__}: {e}")
+            self.session.errors.append(
+                f"{p.where}: constraint {name} raised {type(e).__name__}: {e}"
+            )
 
     def _pdlkit_call(self, rewriter: Any, results: Any, values: list[Any]) -> Any:
         # MLIR's walk and greedy drivers abort the process when a native rewrite reports
@@ -175,7 +176,9 @@ def _loc_name(op: ir.Operation) -> str:
 class _Session:
     """State of one substitute() call; the MLIR callbacks read and write it."""
 
-    def __init__(self, gm: fx.GraphModule, inputs: list[fx.Node], registry: KernelRegistry, target: Target):
+    def __init__(
+        self, gm: fx.GraphModule, inputs: list[fx.Node], registry: KernelRegistry, target: Target
+    ):
         self.gm = gm
         self.nodes = {n.name: n for n in gm.graph.nodes}
         self.order = {n: i for i, n in enumerate(gm.graph.nodes)}
@@ -185,7 +188,7 @@ class _Session:
         self.records: list[Record] = []
         self.near: list[NearMiss] = []
         self.errors: list[str] = []
-        self.pattern: Pattern = None  # type: ignore[assignment]
+        self.pattern: Pattern = cast(Pattern, None)  # set before each walk
         self._near_count: Counter[str] = Counter()
         vals = [n.meta.get("val") for n in gm.graph.nodes]
         self.fake_mode = torch._guards.detect_fake_mode(vals)
@@ -250,20 +253,29 @@ class _Session:
         if rest and isinstance(values[0], ir.Operation | ir.OpView):
             roots = roots[1:] + roots[:1]  # `pdl.rewrite %root with` passes the root first
         if not rest or not isinstance(rest[0], ir.StringAttr):
-            raise SubstitutionError('pdlkit_call takes the logical op name first (pdl.attribute = "name")')
+            raise SubstitutionError(
+                'pdlkit_call takes the logical op name first (pdl.attribute = "name")'
+            )
         if not roots:
-            raise SubstitutionError("pdlkit_call needs the operation(s) it replaces as its last operand(s)")
+            raise SubstitutionError(
+                "pdlkit_call needs the operation(s) it replaces as its last operand(s)"
+            )
         roots = [r.operation if isinstance(r, ir.OpView) else r for r in roots]
         op_name = ir.StringAttr(rest[0]).value
         args = rest[1:]
         root_names = [_loc_name(r) for r in roots]
         for n in root_names:
             if n not in self.nodes:
-                self.near_miss(tuple(root_names), f"{n or 'a root'} was already replaced by a kernel call")
+                self.near_miss(
+                    tuple(root_names), f"{n or 'a root'} was already replaced by a kernel call"
+                )
                 return False
         outputs: list[fx.Node] = []
         for r, n in zip(roots, root_names, strict=True):
-            outputs += [self.fx_node(NodeRef(n, i if len(r.results) > 1 else None)) for i in range(len(r.results))]
+            outputs += [
+                self.fx_node(NodeRef(n, i if len(r.results) > 1 else None))
+                for i in range(len(r.results))
+            ]
         refs = [self.ref(a) for a in args]
         examples = [self.example(r) for r in refs]
         sel = self.registry.select(op_name, examples, self.target, self.pattern.kernel)
@@ -299,9 +311,9 @@ class _Session:
         new_results = list(call.results)
         i = 0
         for r in roots:
-            n = len(r.results)
-            rewriter.replace_op(r, new_results[i : i + n])
-            i += n
+            width = len(r.results)
+            rewriter.replace_op(r, new_results[i : i + width])
+            i += width
         self.records.append(Record(self.pattern, op_name, k, refs, outputs, sl))
         return True
 
@@ -318,8 +330,12 @@ class _Session:
         for g, w in zip(got, want, strict=True):
             if not isinstance(w, torch.Tensor) or not isinstance(g, torch.Tensor):
                 continue
-            same = g.dtype == w.dtype and g.dim() == w.dim() and all(
-                statically_known_true(a == b) for a, b in zip(g.shape, w.shape, strict=True)
+            same = (
+                g.dtype == w.dtype
+                and g.dim() == w.dim()
+                and all(
+                    statically_known_true(a == b) for a, b in zip(g.shape, w.shape, strict=True)
+                )
             )
             if not same:
                 return (
@@ -456,7 +472,9 @@ def substitute(
                     n = present.get(p.root, 0) if p.root else 0
                     misses = sum(1 for m in s.near if m.pattern == p.name)
                     report.silent[p.name] = (
-                        f"{n} candidate root(s) {p.root}, {misses} near miss(es)" if p.root else "no match"
+                        f"{n} candidate root(s) {p.root}, {misses} near miss(es)"
+                        if p.root
+                        else "no match"
                     )
         finally:
             mc.session = None
@@ -466,7 +484,9 @@ def substitute(
     report.near_misses = s.near
     subs = _rewrite_fx(gm, s, verify) if rewrite_fx else []
     report.substitutions = subs
-    report.timings.update(mlir_import=t1 - t0, pdl_apply=t2 - t1, fx_rewrite=time.perf_counter() - t2)
+    report.timings.update(
+        mlir_import=t1 - t0, pdl_apply=t2 - t1, fx_rewrite=time.perf_counter() - t2
+    )
     return Outcome(gm, report, s.records)
 
 
@@ -522,7 +542,7 @@ def _rewrite_fx(gm: fx.GraphModule, s: _Session, verify: bool) -> list[Substitut
 
     for k, rec in enumerate(s.records):
         anchor = max(rec.outputs, key=lambda n: s.order.get(n, -1))
-        root = anchor.args[0] if anchor.target is operator.getitem else anchor
+        root = cast(fx.Node, anchor.args[0]) if anchor.target is operator.getitem else anchor
         args = [arg(r) for r in rec.args]
         site = CallSite(
             kernel=rec.kernel,
@@ -535,7 +555,9 @@ def _rewrite_fx(gm: fx.GraphModule, s: _Session, verify: bool) -> list[Substitut
         op = bind(rec.kernel)
         with graph.inserting_before(root):
             call = graph.call_function(op, (*args, new_site(site)))
-        call.meta.update({k2: v for k2, v in root.meta.items() if k2 in ("stack_trace", "nn_module_stack")})
+        call.meta.update(
+            {k2: v for k2, v in root.meta.items() if k2 in ("stack_trace", "nn_module_stack")}
+        )
         vals = [o.meta.get("val") for o in rec.outputs]
         if len(rec.outputs) == 1:
             call.meta["val"] = vals[0]

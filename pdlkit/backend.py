@@ -17,7 +17,7 @@ import time
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.fx as fx
@@ -28,6 +28,18 @@ from pdlkit.runtime_abi.binding import count
 from pdlkit.runtime_abi.capability import Target, resolve
 
 _CODEGENS = ("inductor", "eager")
+
+
+def _compile(model: Callable[..., Any], backend: Any, **kw: Any) -> Callable[..., Any]:
+    """torch.compile with a compile region of its own where torch supports it (2.13+), so
+    that repeated optimize()/explain() calls do not use up each other's recompile limit."""
+    import inspect
+
+    if "isolate_recompiles" in inspect.signature(torch.compile).parameters:
+        kw["isolate_recompiles"] = True
+    return torch.compile(model, backend=backend, **kw)
+
+
 _OPTION_KEYS = {"patterns", "kernels", "target", "default_codegen", "verify"}
 
 
@@ -45,14 +57,18 @@ class Options:
 
     def __post_init__(self) -> None:
         if self.default_codegen not in _CODEGENS:
-            raise ValueError(f"default_codegen must be one of {_CODEGENS}, got {self.default_codegen!r}")
+            raise ValueError(
+                f"default_codegen must be one of {_CODEGENS}, got {self.default_codegen!r}"
+            )
 
     def with_(self, extra: Mapping[str, Any] | None) -> Options:
         if not extra:
             return self
         bad = set(extra) - _OPTION_KEYS
         if bad:
-            raise ValueError(f"unknown pdlkit option(s) {sorted(bad)}; known: {sorted(_OPTION_KEYS)}")
+            raise ValueError(
+                f"unknown pdlkit option(s) {sorted(bad)}; known: {sorted(_OPTION_KEYS)}"
+            )
         return replace(self, **extra)
 
 
@@ -68,7 +84,9 @@ class Plan:
         infos = []
         for p in self.patterns.ordered():
             note = "disabled" if not p.enabled else f"targets {list(p.targets)}"
-            infos.append(PatternInfo(p.name, p.where, p.benefit, p.root, p.active_on(self.target), note))
+            infos.append(
+                PatternInfo(p.name, p.where, p.benefit, p.root, p.active_on(self.target), note)
+            )
         return infos
 
 
@@ -138,7 +156,12 @@ def _needs_grad(example_inputs: list[Any]) -> int:
 
 
 def run_pass(
-    gm: fx.GraphModule, example_inputs: list[Any], plan: Plan, *, verify: bool = False, index: int = 0,
+    gm: fx.GraphModule,
+    example_inputs: list[Any],
+    plan: Plan,
+    *,
+    verify: bool = False,
+    index: int = 0,
     rewrite_fx: bool = True,
 ) -> tuple[fx.GraphModule, GraphReport]:
     """Re-trace ``gm`` and substitute; returns the rewritten pre-dispatch graph and a report."""
@@ -158,8 +181,15 @@ def run_pass(
         )
         report.timings["retrace"] = t1 - t0
         return traced, report
-    outcome = substitute(traced, plan.patterns, plan.registry, plan.target, verify=verify, index=index,
-                         rewrite_fx=rewrite_fx)
+    outcome = substitute(
+        traced,
+        plan.patterns,
+        plan.registry,
+        plan.target,
+        verify=verify,
+        index=index,
+        rewrite_fx=rewrite_fx,
+    )
     report = outcome.report
     report.timings = {"retrace": t1 - t0, **report.timings}
     report.graph_before = before
@@ -192,11 +222,18 @@ class PdlkitBackend:
         import os
 
         paths = config.pattern_paths(opts.patterns) + config.kernel_paths(opts.kernels)
-        env = os.environ.get(config.PATTERN_ENV, "") + os.pathsep + os.environ.get(config.KERNEL_ENV, "")
+        env = (
+            os.environ.get(config.PATTERN_ENV, "")
+            + os.pathsep
+            + os.environ.get(config.KERNEL_ENV, "")
+        )
         return env, config.stat_fingerprint(paths)
 
     def __call__(
-        self, gm: fx.GraphModule, example_inputs: list[Any], mode: str | None = None,
+        self,
+        gm: fx.GraphModule,
+        example_inputs: list[Any],
+        mode: str | None = None,
         options: Mapping[str, Any] | None = None,
     ) -> Callable[..., Any]:
         opts = self.options.with_(options)
@@ -218,7 +255,7 @@ class PdlkitBackend:
             return traced
         from torch._inductor.compile_fx import compile_fx
 
-        return compile_fx(traced, example_inputs)
+        return cast(Callable[..., Any], compile_fx(traced, example_inputs))
 
     # Dynamo reuses a compiled frame while the backend compares equal. Comparing unequal once
     # a pattern or kernel file changed makes the next torch.compile(...) recompile with it.
@@ -254,10 +291,14 @@ def optimize(
     the first call of every substituted kernel against the subgraph it replaced.
     """
     backend = PdlkitBackend(
-        patterns=patterns, kernels=kernels, target=target, default_codegen=default_codegen, verify=verify
+        patterns=patterns,
+        kernels=kernels,
+        target=target,
+        default_codegen=default_codegen,
+        verify=verify,
     )
     load_plan(backend.options)  # bad files fail here, not at the first call
-    return torch.compile(model, backend=backend, dynamic=dynamic, isolate_recompiles=True)
+    return _compile(model, backend, dynamic=dynamic)
 
 
 def explain(
@@ -281,9 +322,11 @@ def explain(
         reports.append(r)
         plans.append(plan)
 
-    backend = PdlkitBackend(patterns=patterns, kernels=kernels, target=target, on_report=sink, explain_only=True)
+    backend = PdlkitBackend(
+        patterns=patterns, kernels=kernels, target=target, on_report=sink, explain_only=True
+    )
     plan = load_plan(backend.options)
-    compiled = torch.compile(model, backend=backend, isolate_recompiles=True)
+    compiled = _compile(model, backend)
     with torch.no_grad() if no_grad else torch.enable_grad():
         compiled(*example_inputs)
     plan = plans[-1] if plans else plan

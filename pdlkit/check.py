@@ -8,7 +8,9 @@ from pathlib import Path
 from pdlkit import config
 
 
-def check_paths(paths: Sequence[Path], kernels: Sequence[str] | None = None) -> tuple[list[str], str]:
+def check_paths(
+    paths: Sequence[Path], kernels: Sequence[str] | None = None
+) -> tuple[list[str], str]:
     """Problems as ``file:line:col: message`` lines, and a one-line summary."""
     from pdlkit.matcher.patterns import PatternError, load_patterns
     from pdlkit.runtime_abi.kernel import KernelDeclarationError
@@ -25,7 +27,9 @@ def check_paths(paths: Sequence[Path], kernels: Sequence[str] | None = None) -> 
         for f in config.files_under([p]):
             if f.name.startswith("_"):
                 continue
-            (kernel_files if f.suffix == ".py" and f.name != "__init__.py" else pattern_srcs).append(f)
+            (
+                kernel_files if f.suffix == ".py" and f.name != "__init__.py" else pattern_srcs
+            ).append(f)
     registry = KernelRegistry()
     for f in kernel_files:
         try:
@@ -65,7 +69,9 @@ def check_paths(paths: Sequence[Path], kernels: Sequence[str] | None = None) -> 
                 )
             for op in pat.calls:
                 if op not in ops:
-                    problems.append(f"{pat.where}:{pat.col}: pattern {pat.name!r} calls logical op "
-                                    f"{op!r}, which no known kernel implements")
+                    problems.append(
+                        f"{pat.where}:{pat.col}: pattern {pat.name!r} calls logical op "
+                        f"{op!r}, which no known kernel implements"
+                    )
     summary = f"ok: {n_patterns} pattern(s), {len(kernel_files)} kernel file(s) ({len(registry.kernels)} kernels known)"
     return problems, summary

@@ -1,10 +1,10 @@
 """``pdlkit`` command line: demo, check, explain, kernels.
 
-    pdlkit demo                                   # compile a small model with the shipped patterns
-    pdlkit check patterns/ kernels/ my.yaml       # validate without running a model
-    pdlkit explain examples/mlp.py:example        # what would be substituted, and why not
-    pdlkit explain mypkg.models:bert --target yitian
-    pdlkit kernels                                # the kernels pdlkit can choose from
+pdlkit demo                                   # compile a small model with the shipped patterns
+pdlkit check patterns/ kernels/ my.yaml       # validate without running a model
+pdlkit explain examples/mlp.py:example        # what would be substituted, and why not
+pdlkit explain mypkg.models:bert --target yitian
+pdlkit kernels                                # the kernels pdlkit can choose from
 """
 
 from __future__ import annotations
@@ -35,7 +35,9 @@ def _load_example(spec: str) -> tuple[Any, tuple[Any, ...]]:
         module = importlib.import_module(target)
     fn = getattr(module, fn_name, None)
     if fn is None:
-        raise SystemExit(f"pdlkit explain: {target} has no function {fn_name!r} returning (model, inputs)")
+        raise SystemExit(
+            f"pdlkit explain: {target} has no function {fn_name!r} returning (model, inputs)"
+        )
     model, inputs = fn()
     return model, tuple(inputs) if isinstance(inputs, list | tuple) else (inputs,)
 
@@ -46,7 +48,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     problems, summary = check_paths([Path(p) for p in args.paths], kernels=args.kernels)
     for p in problems:
         print(p)
-    print(summary if not problems else f"{len(problems)} problem(s)", file=sys.stderr if problems else sys.stdout)
+    print(
+        summary if not problems else f"{len(problems)} problem(s)",
+        file=sys.stderr if problems else sys.stdout,
+    )
     return 1 if problems else 0
 
 
@@ -54,7 +59,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
     import pdlkit
 
     model, inputs = _load_example(args.model)
-    report = pdlkit.explain(model, *inputs, patterns=args.patterns, kernels=args.kernels, target=args.target)
+    report = pdlkit.explain(
+        model, *inputs, patterns=args.patterns, kernels=args.kernels, target=args.target
+    )
     print(report)
     if args.graphs:
         for g in report.graphs:
@@ -68,9 +75,14 @@ def cmd_kernels(args: argparse.Namespace) -> int:
 
     reg = KernelRegistry.from_folders(config.kernel_paths(args.kernels))
     for k in reg.kernels.values():
-        dts = "; ".join(f"{a}: {', '.join(str(d).removeprefix('torch.') for d in v)}" for a, v in k.dtypes.items())
+        dts = "; ".join(
+            f"{a}: {', '.join(str(d).removeprefix('torch.') for d in v)}"
+            for a, v in k.dtypes.items()
+        )
         req = ", ".join(sorted(k.requires)) or "-"
-        print(f"{k.name}  v{k.version}  op={k.op}  device={k.device}  requires={req}  dtypes=[{dts}]  {k.source}")
+        print(
+            f"{k.name}  v{k.version}  op={k.op}  device={k.device}  requires={req}  dtypes=[{dts}]  {k.source}"
+        )
     return 0
 
 
@@ -106,7 +118,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     reports: list[Any] = []
     backend = PdlkitBackend(on_report=lambda r, plan: reports.append((r, plan)), verify=True)
     pdlkit.stats(reset=True)
-    print("pdlkit demo: 2 transformer-style MLP blocks (LayerNorm, Linear+GELU, Linear+ReLU), input [8, 64, 256]")
+    print(
+        "pdlkit demo: 2 transformer-style MLP blocks (LayerNorm, Linear+GELU, Linear+ReLU), input [8, 64, 256]"
+    )
     with torch.no_grad():
         expected = model(x)
         compiled = torch.compile(model, backend=backend)
@@ -123,7 +137,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
             comp_t.append(time.perf_counter() - t)
     report, plan = reports[-1]
     print(f"target: {plan.target.describe()}")
-    print(f"patterns loaded: {', '.join(p.name + ' (' + p.where + ')' for p in plan.patterns.patterns)}")
+    print(
+        f"patterns loaded: {', '.join(p.name + ' (' + p.where + ')' for p in plan.patterns.patterns)}"
+    )
     fired: dict[str, int] = {}
     for s in report.substitutions:
         fired[f"{s.pattern} -> {s.kernel}"] = fired.get(f"{s.pattern} -> {s.kernel}", 0) + 1
@@ -136,19 +152,27 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(f"  {name}: {c['kernel_calls']} call(s), {c['fallbacks']} fallback(s)")
     err = (got - expected).abs().max().item()
     print(f"max abs error vs eager: {err:.3e} (verify=True checked each kernel's first call)")
-    print(f"compile (pdlkit pass + Inductor): {compile_s:.1f} s; pass: "
-          + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in report.timings.items()))
+    print(
+        f"compile (pdlkit pass + Inductor): {compile_s:.1f} s; pass: "
+        + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in report.timings.items())
+    )
     e, c = statistics.median(eager_t), statistics.median(comp_t)
-    print(f"median latency over {args.repeat} runs: eager {e * 1e3:.2f} ms, pdlkit {c * 1e3:.2f} ms "
-          f"({e / c:.2f}x)")
+    print(
+        f"median latency over {args.repeat} runs: eager {e * 1e3:.2f} ms, pdlkit {c * 1e3:.2f} ms "
+        f"({e / c:.2f}x)"
+    )
     if err > 1e-3 or not report.substitutions:
-        print("demo FAILED: " + ("no substitution" if not report.substitutions else "error too large"))
+        print(
+            "demo FAILED: " + ("no substitution" if not report.substitutions else "error too large")
+        )
         return 1
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="pdlkit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="pdlkit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="cmd", required=True)
 
     p = sub.add_parser("demo", help="compile a small model with the shipped patterns and report")
@@ -158,7 +182,9 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("check", help="validate pattern files, manifests and kernel files")
     p.add_argument("paths", nargs="+")
-    p.add_argument("--kernels", action="append", help="kernel folders to resolve manifest pins against")
+    p.add_argument(
+        "--kernels", action="append", help="kernel folders to resolve manifest pins against"
+    )
     p.set_defaults(fn=cmd_check)
 
     p = sub.add_parser("explain", help="show substitutions and near misses for a model")

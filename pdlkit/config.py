@@ -39,7 +39,9 @@ def shipped_kernels() -> Path:
 def _paths(arg: PathArg, env: str, shipped: Path) -> list[Path]:
     if arg is None:
         raw = os.environ.get(env, "")
-        entries: Iterable[str | os.PathLike[str]] = [e for e in raw.split(os.pathsep) if e] or [SHIPPED]
+        entries: Iterable[str | os.PathLike[str]] = [e for e in raw.split(os.pathsep) if e] or [
+            SHIPPED
+        ]
     elif isinstance(arg, str | os.PathLike):
         entries = [arg]
     else:
@@ -67,7 +69,9 @@ def files_under(paths: Iterable[Path]) -> list[Path]:
         if p.is_file():
             out.append(p)
         elif p.is_dir():
-            out.extend(sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith(_SUFFIXES)))
+            out.extend(
+                sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith(_SUFFIXES))
+            )
     return out
 
 

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-
 from pdlkit.runtime_abi.kernel import KernelDecl, KernelUnsupported
 
 _SITE_ARG = "pdlkit_site"
@@ -132,7 +131,9 @@ def _check_outputs(decl: KernelDecl, cs: CallSite | None, args: Sequence[Any], o
             f"pdlkit kernel {decl.name!r} ({decl.source}) returned {_fmt(got)} at {where}, "
             f"but its meta function declares {_fmt(expected)}"
         )
-    inputs = {a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor) and a.numel()}
+    inputs = {
+        a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor) and a.numel()
+    }
     if any(t.numel() and t.untyped_storage().data_ptr() in inputs for t in outs):
         raise KernelCallError(
             f"pdlkit kernel {decl.name!r} ({decl.source}) returned a view of an input at {where}; "

@@ -37,7 +37,11 @@ class Target:
 
     def matches(self, selector: str) -> bool:
         """True when a manifest's ``targets:`` entry names this target, its arch, a device or a feature."""
-        return selector in (self.name, self.arch) or selector in self.devices or selector in self.features
+        return (
+            selector in (self.name, self.arch)
+            or selector in self.devices
+            or selector in self.features
+        )
 
     def describe(self) -> str:
         feats = ", ".join(sorted(self.features)) or "none"
@@ -52,12 +56,16 @@ NAMED: dict[str, Target] = {
     "x86-amx": Target(
         "x86-amx",
         "x86_64",
-        frozenset({"avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16"}),
+        frozenset(
+            {"avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16"}
+        ),
     ),
     "yitian": Target("yitian", "aarch64", frozenset({"asimddp", "i8mm", "bf16", "sve", "sve2"})),
     "aarch64": Target("aarch64", "aarch64", frozenset({"asimddp"})),
     "cuda-sm80": Target("cuda-sm80", "x86_64", frozenset({"sm_80"}), frozenset({"cpu", "cuda"})),
-    "cuda-sm90": Target("cuda-sm90", "x86_64", frozenset({"sm_80", "sm_90"}), frozenset({"cpu", "cuda"})),
+    "cuda-sm90": Target(
+        "cuda-sm90", "x86_64", frozenset({"sm_80", "sm_90"}), frozenset({"cpu", "cuda"})
+    ),
 }
 
 
@@ -86,7 +94,7 @@ def host() -> Target:
         import torch
 
         # /proc/cpuinfo lists AMX whenever the CPU has it; the OS must also enable its state
-        if "amx_tile" in features and not torch._C._cpu._is_amx_tile_supported():
+        if "amx_tile" in features and not torch._C._cpu._is_amx_tile_supported():  # type: ignore[attr-defined]
             features -= {"amx_tile", "amx_int8", "amx_bf16"}
 
         if torch.cuda.is_available():

@@ -116,7 +116,9 @@ def declare(
     if not isinstance(version, int) or version < 1:
         problems.append(f"version must be a positive integer, got {version!r}")
     if not callable(meta):
-        problems.append("meta must be a function returning empty tensors of the output shapes and dtypes")
+        problems.append(
+            "meta must be a function returning empty tensors of the output shapes and dtypes"
+        )
     params = tuple(inspect.signature(fn).parameters)
     dts: dict[str, tuple[torch.dtype, ...]] = {}
     for arg, allowed in (dtypes or {}).items():
@@ -136,7 +138,9 @@ def declare(
             meta_params = None
         if meta_params is not None and not any(p.kind is p.VAR_POSITIONAL for p in meta_params):
             if len(list(meta_params)) != len(params):
-                problems.append(f"meta takes {len(list(meta_params))} arguments, the kernel {len(params)}")
+                problems.append(
+                    f"meta takes {len(list(meta_params))} arguments, the kernel {len(params)}"
+                )
     if problems:
         raise KernelDeclarationError(f"{where}: kernel {name!r}: " + "; ".join(problems))
     schema = _infer_schema(fn, f"{where}: kernel {name!r}")
@@ -179,8 +183,15 @@ def kernel(
 
     def wrap(fn: Callable[..., Any]) -> KernelDecl:
         return declare(
-            fn, op=op, meta=meta, name=name, device=device, dtypes=dtypes, requires=requires,
-            version=version, priority=priority,
+            fn,
+            op=op,
+            meta=meta,
+            name=name,
+            device=device,
+            dtypes=dtypes,
+            requires=requires,
+            version=version,
+            priority=priority,
         )
 
     return wrap

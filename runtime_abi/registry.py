@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
 from pdlkit.runtime_abi.capability import Target
 from pdlkit.runtime_abi.kernel import KernelDecl
 
@@ -123,12 +122,14 @@ class KernelRegistry:
     def ops(self) -> set[str]:
         return {k.op for k in self.kernels.values()}
 
-    def select(self, op: str, args: Sequence[Any], target: Target, pin: str | None = None) -> Selection:
+    def select(
+        self, op: str, args: Sequence[Any], target: Target, pin: str | None = None
+    ) -> Selection:
         """Pick the highest-priority kernel for ``op`` that accepts ``args`` (fake tensors / constants)."""
         candidates = self.for_op(op)
         if not candidates:
             return Selection(None, [f"no kernel implements logical op {op!r}"])
-        reasons = []
+        reasons: list[str] = []
         for k in candidates:
             why = _ineligible(k, args, target, pin)
             if why is None:

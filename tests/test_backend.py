@@ -40,7 +40,9 @@ def test_explain_names_substitutions_and_silent_patterns(mlp):
     model, x = mlp
     report = pdlkit.explain(model, x)
     assert report.counts() == {"linear_relu": 1}
-    assert report.silent_patterns() == {"linear_gelu": "root op torch.aten.gelu does not occur in the graph"}
+    assert report.silent_patterns() == {
+        "linear_gelu": "root op torch.aten.gelu does not occur in the graph"
+    }
     text = str(report)
     assert "linear_relu -> linear_relu_addmm" in text and "replaced relu, linear" in text
 
@@ -74,7 +76,9 @@ def test_changed_kernel_file_takes_effect_in_next_compile(mlp, user_folders, mon
     with torch.no_grad():
         first = torch.compile(model, backend="pdlkit")(x)
         time.sleep(0.01)
-        write(k, "sig.py", KERNEL_HEADER + SIG_KERNEL.replace("torch.sigmoid(", "2 * torch.sigmoid("))
+        write(
+            k, "sig.py", KERNEL_HEADER + SIG_KERNEL.replace("torch.sigmoid(", "2 * torch.sigmoid(")
+        )
         second = torch.compile(model, backend="pdlkit")(x)
     torch.testing.assert_close(second, 2 * first)
 
@@ -91,7 +95,9 @@ def test_changed_pattern_file_takes_effect_in_next_compile(mlp, user_folders, mo
         time.sleep(0.01)
         write(p, "lin_sigmoid.pdl.mlir", linear_act_pattern("lin_sigmoid", "tanh", "lin_sigmoid"))
         torch.compile(model, backend="pdlkit")(x)
-    assert pdlkit.stats()["kernel_calls"] == 1  # the new pattern matches nothing: kernel not called again
+    assert (
+        pdlkit.stats()["kernel_calls"] == 1
+    )  # the new pattern matches nothing: kernel not called again
 
 
 def test_graph_needing_gradients_is_left_to_inductor(mlp):

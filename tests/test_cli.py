@@ -21,11 +21,16 @@ def test_check_shipped_folders_ok(capsys):
 def test_check_reports_every_problem_and_exits_1(tmp_path, capsys):
     bad = write(tmp_path, "bad.pdl.mlir", "pdl.pattern @p : benefit(1) {\n  %x = pdl.operand\n}\n")
     unknown = write(tmp_path, "u.pdl.mlir", linear_act_pattern("u", "relu", "no_such_op"))
-    kern = write(tmp_path, "k.py", "import pdlkit\n\n@pdlkit.kernel(op='x', meta=None)\ndef k(x): pass\n")
+    kern = write(
+        tmp_path, "k.py", "import pdlkit\n\n@pdlkit.kernel(op='x', meta=None)\ndef k(x): pass\n"
+    )
     assert main(["check", str(tmp_path)]) == 1
     out = capsys.readouterr().out
     assert f"{bad}:2:" in out
-    assert f"{unknown}:1:1: pattern 'u' calls logical op 'no_such_op', which no known kernel implements" in out
+    assert (
+        f"{unknown}:1:1: pattern 'u' calls logical op 'no_such_op', which no known kernel implements"
+        in out
+    )
     assert f"{kern}:" in out and "meta must be a function" in out
 
 
@@ -42,8 +47,12 @@ def test_kernels_command_lists_shipped_kernels(capsys):
 
 
 def test_demo_runs_end_to_end():
-    r = subprocess.run([sys.executable, "-m", "pdlkit.cli", "demo", "--repeat", "3"],
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-m", "pdlkit.cli", "demo", "--repeat", "3"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "linear_gelu -> linear_gelu_addmm: 2x" in r.stdout
     assert "linear_relu -> linear_relu_addmm: 2x" in r.stdout

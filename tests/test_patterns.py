@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 from conftest import linear_act_pattern, write
+from pdlkit.matcher import PatternError, load_patterns
 
 import pdlkit
 from pdlkit.backend import Options, load_plan
-from pdlkit.matcher import PatternError, load_patterns
 
 
 def test_malformed_pdl_names_file_line_col(tmp_path):
@@ -17,14 +17,23 @@ def test_malformed_pdl_names_file_line_col(tmp_path):
 
 
 def test_non_pattern_top_level_op_is_refused(tmp_path):
-    f = write(tmp_path, "x.pdl.mlir", 'func.func @f() {\n  return\n}\n')
-    with pytest.raises(PatternError, match=rf"^{f}:1:1: expected pdl.pattern at top level, found func.func"):
+    f = write(tmp_path, "x.pdl.mlir", "func.func @f() {\n  return\n}\n")
+    with pytest.raises(
+        PatternError, match=rf"^{f}:1:1: expected pdl.pattern at top level, found func.func"
+    ):
         load_patterns([f])
 
 
 def test_manifest_settings_apply(tmp_path):
-    write(tmp_path, "a.pdl.mlir", linear_act_pattern("a", "relu", "x") + linear_act_pattern("b", "gelu", "y"))
-    write(tmp_path, "m.yaml", """
+    write(
+        tmp_path,
+        "a.pdl.mlir",
+        linear_act_pattern("a", "relu", "x") + linear_act_pattern("b", "gelu", "y"),
+    )
+    write(
+        tmp_path,
+        "m.yaml",
+        """
     version: 1
     patterns:
       - file: a.pdl.mlir
@@ -33,7 +42,8 @@ def test_manifest_settings_apply(tmp_path):
         pattern: b
         benefit: 7
         enabled: false
-    """)
+    """,
+    )
     ps = load_patterns([tmp_path])
     a, b = ps.patterns
     assert (a.name, a.benefit, a.targets, a.enabled) == ("a", 1, ("aarch64",), True)
@@ -44,11 +54,26 @@ def test_manifest_settings_apply(tmp_path):
 @pytest.mark.parametrize(
     ("manifest", "message"),
     [
-        ("version: 2\npatterns: [{file: a.pdl.mlir}]\n", r":1:1: manifest version 2 is not supported"),
-        ("version: 1\npatterns:\n  - file: missing.pdl.mlir\n", r":3:1: pattern file 'missing.pdl.mlir' does not exist"),
-        ("version: 1\npatterns:\n  - file: a.pdl.mlir\n    benfit: 3\n", r":3:1: unknown key\(s\) \['benfit'\]"),
-        ("version: 1\npatterns:\n  - file: a.pdl.mlir\n    pattern: zz\n", r":3:1: a.pdl.mlir has no pattern named 'zz'"),
-        ("version: 1\npatterns:\n  - file: a.pdl.mlir\n    benefit: high\n", r":3:1: 'benefit' must be int"),
+        (
+            "version: 2\npatterns: [{file: a.pdl.mlir}]\n",
+            r":1:1: manifest version 2 is not supported",
+        ),
+        (
+            "version: 1\npatterns:\n  - file: missing.pdl.mlir\n",
+            r":3:1: pattern file 'missing.pdl.mlir' does not exist",
+        ),
+        (
+            "version: 1\npatterns:\n  - file: a.pdl.mlir\n    benfit: 3\n",
+            r":3:1: unknown key\(s\) \['benfit'\]",
+        ),
+        (
+            "version: 1\npatterns:\n  - file: a.pdl.mlir\n    pattern: zz\n",
+            r":3:1: a.pdl.mlir has no pattern named 'zz'",
+        ),
+        (
+            "version: 1\npatterns:\n  - file: a.pdl.mlir\n    benefit: high\n",
+            r":3:1: 'benefit' must be int",
+        ),
         ("version: 1\npatterns: [\n", r":\d+:\d+: invalid YAML"),
     ],
 )
@@ -62,11 +87,17 @@ def test_bad_manifest_names_manifest_line(tmp_path, manifest, message):
 def test_manifest_pinning_an_unknown_kernel_is_refused(tmp_path):
     write(tmp_path, "a.pdl.mlir", linear_act_pattern("a", "relu", "linear_relu"))
     m = write(tmp_path, "m.yaml", "version: 1\npatterns:\n  - file: a.pdl.mlir\n    kernel: nope\n")
-    with pytest.raises(pdlkit.PdlkitError, match=rf"^{m}:3: pattern 'a' pins kernel 'nope', which no kernel folder declares"):
+    with pytest.raises(
+        pdlkit.PdlkitError,
+        match=rf"^{m}:3: pattern 'a' pins kernel 'nope', which no kernel folder declares",
+    ):
         load_plan(Options(patterns=tmp_path))
 
 
 def test_pdll_without_compiler_gives_one_clear_error(tmp_path):
     f = write(tmp_path, "x.pdll", "Pattern { }\n")
-    with pytest.raises(PatternError, match=rf"{f}:1:1: .pdll files need mlir-pdll \(apt-get install mlir-16-tools\)"):
+    with pytest.raises(
+        PatternError,
+        match=rf"{f}:1:1: .pdll files need mlir-pdll \(apt-get install mlir-16-tools\)",
+    ):
         load_patterns([f])

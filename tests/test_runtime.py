@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import KERNEL_HEADER, linear_act_pattern, write
-from torch import Tensor
-
-import pdlkit
 from pdlkit.runtime_abi.binding import bind
 from pdlkit.runtime_abi.capability import resolve
 from pdlkit.runtime_abi.registry import KernelLoadError, KernelRegistry
+from torch import Tensor
+
+import pdlkit
 
 
 class Net(torch.nn.Module):
@@ -32,24 +32,36 @@ def compile_with(tmp_path, kernel_body: str, verify: bool = False):
 
 
 def test_kernel_error_names_kernel_and_call_site(tmp_path):
-    model, f = compile_with(tmp_path, """
+    model, f = compile_with(
+        tmp_path,
+        """
 @pdlkit.kernel(op="lin_relu", meta=meta)
 def k_broken(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
     raise ValueError("boom")
-""")
-    with torch.no_grad(), pytest.raises(Exception, match=r"kernel 'k_broken' \(.*k\.py:\d+\) failed at call "
-                                        r"site relu at .*test_runtime\.py:\d+ \(pattern lr .*\): ValueError: boom"):
+""",
+    )
+    with (
+        torch.no_grad(),
+        pytest.raises(
+            Exception,
+            match=r"kernel 'k_broken' \(.*k\.py:\d+\) failed at call "
+            r"site relu at .*test_runtime\.py:\d+ \(pattern lr .*\): ValueError: boom",
+        ),
+    ):
         f(torch.randn(2, 8))
 
 
 def test_kernel_unsupported_falls_back_to_the_replaced_subgraph(tmp_path):
-    model, f = compile_with(tmp_path, """
+    model, f = compile_with(
+        tmp_path,
+        """
 @pdlkit.kernel(op="lin_relu", meta=meta)
 def k_picky(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
     if x.shape[0] != 3:
         raise pdlkit.KernelUnsupported("only 3 rows")
     return torch.relu(x @ w.t() + b)
-""")
+""",
+    )
     pdlkit.stats(reset=True)
     with torch.no_grad():
         x = torch.randn(2, 8)
@@ -59,35 +71,59 @@ def k_picky(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
 
 
 def test_output_disagreeing_with_meta_is_an_error(tmp_path):
-    model, f = compile_with(tmp_path, """
+    model, f = compile_with(
+        tmp_path,
+        """
 @pdlkit.kernel(op="lin_relu", meta=meta)
 def k_wrong_dtype(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
     return torch.relu(x @ w.t() + b).double()
-""")
-    with torch.no_grad(), pytest.raises(Exception, match=r"returned \[2, 8\] float64 .* meta function declares \[2, 8\] float32"):
+""",
+    )
+    with (
+        torch.no_grad(),
+        pytest.raises(
+            Exception, match=r"returned \[2, 8\] float64 .* meta function declares \[2, 8\] float32"
+        ),
+    ):
         f(torch.randn(2, 8))
 
 
 def test_verify_catches_a_kernel_computing_the_wrong_function(tmp_path):
-    model, f = compile_with(tmp_path, """
+    model, f = compile_with(
+        tmp_path,
+        """
 @pdlkit.kernel(op="lin_relu", meta=meta)
 def k_off(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
     return torch.relu(x @ w.t())  # forgot the bias
-""", verify=True)
-    with torch.no_grad(), pytest.raises(Exception, match=r"pdlkit verify: kernel 'k_off' .* differs from the replaced subgraph"):
+""",
+        verify=True,
+    )
+    with (
+        torch.no_grad(),
+        pytest.raises(
+            Exception, match=r"pdlkit verify: kernel 'k_off' .* differs from the replaced subgraph"
+        ),
+    ):
         f(torch.randn(2, 8))
 
 
 def test_declaration_is_validated_when_declared():
-    with pytest.raises(pdlkit.KernelDeclarationError, match=r"test_runtime\.py:\d+: kernel 'k': dtypes names 'y'"):
+    with pytest.raises(
+        pdlkit.KernelDeclarationError, match=r"test_runtime\.py:\d+: kernel 'k': dtypes names 'y'"
+    ):
+
         @pdlkit.kernel(op="x", meta=lambda x: x, dtypes={"y": [torch.float32]})
         def k(x: Tensor) -> Tensor:
             return x
+
     with pytest.raises(pdlkit.KernelDeclarationError, match="cannot infer the kernel's schema"):
+
         @pdlkit.kernel(op="x", meta=lambda x: x)
         def k2(x) -> Tensor:
             return x
+
     with pytest.raises(pdlkit.KernelDeclarationError, match="meta takes 2 arguments, the kernel 1"):
+
         @pdlkit.kernel(op="x", meta=lambda x, y: x)
         def k3(x: Tensor) -> Tensor:
             return x
@@ -116,7 +152,9 @@ def test_selection_checks_dtype_isa_pin_and_priority():
     x = torch.empty(2, 2)
     assert reg.select("sel", [x], resolve("x86-avx512-vnni")).kernel is vnni
     sel = reg.select("sel", [x], resolve({"arch": "x86_64", "features": ["avx2"]}))
-    assert sel.kernel is plain and sel.reasons == ["vnni: needs avx512_vnni, which target custom lacks"]
+    assert sel.kernel is plain and sel.reasons == [
+        "vnni: needs avx512_vnni, which target custom lacks"
+    ]
     assert reg.select("sel", [x], resolve("x86-avx512-vnni"), pin="plain").kernel is plain
     none = reg.select("sel", [x.double()], resolve("x86-64"))
     assert none.kernel is None and "x is float64, the kernel takes float32" in none.reasons[1]
@@ -133,5 +171,7 @@ def test_shipped_kernels_pass_opcheck():
         op = bind(reg.kernels[name])
         torch.library.opcheck(op, (*args, 0))
         ref = torch.nn.functional.linear(x, w, b)
-        ref = torch.nn.functional.gelu(ref, approximate="tanh") if "gelu" in name else torch.relu(ref)
+        ref = (
+            torch.nn.functional.gelu(ref, approximate="tanh") if "gelu" in name else torch.relu(ref)
+        )
         torch.testing.assert_close(op(*args, 0), ref)

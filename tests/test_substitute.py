@@ -7,11 +7,10 @@ import re
 import pytest
 import torch
 from conftest import KERNEL_HEADER, linear_act_pattern, write
-from torch.fx.experimental.proxy_tensor import make_fx
-
 from pdlkit.matcher import load_patterns, substitute
 from pdlkit.runtime_abi.capability import host
 from pdlkit.runtime_abi.registry import KernelRegistry
+from torch.fx.experimental.proxy_tensor import make_fx
 
 F = torch.nn.functional
 
@@ -54,7 +53,9 @@ def test_linear_relu_becomes_one_kernel_call(tmp_path):
         return torch.relu(F.linear(x, w, b))
 
     args = (torch.randn(4, 8), torch.randn(6, 8), torch.randn(6))
-    out = run(tmp_path, f, args, {"a.pdl.mlir": linear_act_pattern("lr", "relu", "lin_relu")}, RELU_KERNEL)
+    out = run(
+        tmp_path, f, args, {"a.pdl.mlir": linear_act_pattern("lr", "relu", "lin_relu")}, RELU_KERNEL
+    )
     assert body(out.graph) == [
         "k_lin_relu_default = torch.ops.pdlkit.k_lin_relu.default(x_1, w_1, b_1, SITE)",
         "return k_lin_relu_default",
@@ -70,7 +71,9 @@ def test_no_match_leaves_graph_unchanged(tmp_path):
         return torch.tanh(F.linear(x, w, b))
 
     args = (torch.randn(4, 8), torch.randn(6, 8), torch.randn(6))
-    out = run(tmp_path, f, args, {"a.pdl.mlir": linear_act_pattern("lr", "relu", "lin_relu")}, RELU_KERNEL)
+    out = run(
+        tmp_path, f, args, {"a.pdl.mlir": linear_act_pattern("lr", "relu", "lin_relu")}, RELU_KERNEL
+    )
     assert body(out.graph) == [
         "linear = torch.ops.aten.linear.default(x_1, w_1, b_1)",
         "tanh = torch.ops.aten.tanh.default(linear)",
@@ -146,7 +149,10 @@ def k_rowsum(x: Tensor, dims: list[int], keepdim: bool) -> Tensor:
 
     args = (torch.randn(3, 5),)
     out = run(tmp_path, f, args, {"a.pdl.mlir": pattern}, kernel)
-    assert body(out.graph)[0] == "k_rowsum_default = torch.ops.pdlkit.k_rowsum.default(x_1, [1], True, SITE)"
+    assert (
+        body(out.graph)[0]
+        == "k_rowsum_default = torch.ops.pdlkit.k_rowsum.default(x_1, [1], True, SITE)"
+    )
     torch.testing.assert_close(out.graph(*args), f(*args))
 
 
@@ -185,7 +191,9 @@ def k_relu_add(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
     out = run(tmp_path, f, args, {"a.pdl.mlir": pattern}, kernel)
     lines = body(out.graph)
     assert lines[0] == "k_relu_add_default = torch.ops.pdlkit.k_relu_add.default(x_1, y_1, SITE)"
-    assert "getitem = k_relu_add_default[0]" in lines and "getitem_1 = k_relu_add_default[1]" in lines
+    assert (
+        "getitem = k_relu_add_default[0]" in lines and "getitem_1 = k_relu_add_default[1]" in lines
+    )
     assert not any("aten.relu" in ln or "aten.add" in ln for ln in lines)
     assert out.report.substitutions[0].replaced == ["add", "relu"]
     for a, b in zip(out.graph(*args), f(*args), strict=True):
@@ -205,11 +213,14 @@ pdl.pattern @{name} : benefit({benefit}) {{
   }}
 }}
 """
-LIN_KERNEL = RELU_KERNEL + """
+LIN_KERNEL = (
+    RELU_KERNEL
+    + """
 @pdlkit.kernel(op="lin", meta=meta)
 def k_lin(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
     return x @ w.t() + b
 """
+)
 
 
 def _competing(x, w, b):
@@ -236,11 +247,14 @@ def test_competing_patterns_benefit_decides(tmp_path, fused_benefit, linear_bene
 
 
 def test_equal_benefit_file_order_decides(tmp_path):
-    second = LIN_KERNEL + """
+    second = (
+        LIN_KERNEL
+        + """
 @pdlkit.kernel(op="lin2", meta=meta)
 def k_lin2(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
     return x @ w.t() + b
 """
+    )
     pats = {
         "a.pdl.mlir": ANY_LINEAR.format(name="first", benefit=1),
         "b.pdl.mlir": ANY_LINEAR.format(name="second", benefit=1).replace('"lin"', '"lin2"'),
@@ -270,7 +284,9 @@ def k_lin_relu(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
     out = run(tmp_path, f, args, pats, kernel)
     assert out.report.substitutions == []
     reasons = [m.reason for m in out.report.near_misses]
-    assert any(r.startswith("constraint single_use(linear) does not hold") for r in reasons), reasons
+    assert any(r.startswith("constraint single_use(linear) does not hold") for r in reasons), (
+        reasons
+    )
     assert any("x is float64, the kernel takes float32" in r for r in reasons), reasons
 
 
@@ -305,7 +321,9 @@ def k_lin_relu(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
         return torch.relu(F.linear(x, w, b))
 
     args = (torch.randn(4, 8), torch.randn(6, 8), torch.randn(6))
-    out = run(tmp_path, f, args, {"a.pdl.mlir": linear_act_pattern("lr", "relu", "lin_relu")}, kernel)
+    out = run(
+        tmp_path, f, args, {"a.pdl.mlir": linear_act_pattern("lr", "relu", "lin_relu")}, kernel
+    )
     assert out.report.substitutions == []
     assert "meta function gives [1] torch.float32, the replaced subgraph produces [4, 6]" in (
         out.report.near_misses[0].reason
@@ -317,7 +335,9 @@ def test_chained_substitutions_feed_each_other(tmp_path):
         return torch.relu(F.linear(torch.relu(F.linear(x, w1, b1)), w2, b2))
 
     args = (torch.randn(4, 8), torch.randn(8, 8), torch.randn(8), torch.randn(3, 8), torch.randn(3))
-    out = run(tmp_path, f, args, {"a.pdl.mlir": linear_act_pattern("lr", "relu", "lin_relu")}, RELU_KERNEL)
+    out = run(
+        tmp_path, f, args, {"a.pdl.mlir": linear_act_pattern("lr", "relu", "lin_relu")}, RELU_KERNEL
+    )
     lines = body(out.graph)
     assert lines == [
         "k_lin_relu_default = torch.ops.pdlkit.k_lin_relu.default(x_1, w1_1, b1_1, SITE)",
