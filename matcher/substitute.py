@@ -490,7 +490,20 @@ def substitute(
     return Outcome(gm, report, s.records)
 
 
-def _fallback_module(gm: fx.GraphModule, s: _Session, rec: Record) -> fx.GraphModule:
+class _LazyModule:
+    """The replaced subgraph, compiled to Python on its first call (most sites never need it)."""
+
+    def __init__(self, root: fx.GraphModule, graph: fx.Graph):
+        self._root, self._graph = root, graph
+        self._module: fx.GraphModule | None = None
+
+    def __call__(self, *args: Any) -> Any:
+        if self._module is None:
+            self._module = fx.GraphModule(self._root, self._graph, class_name="PdlkitReference")
+        return self._module(*args)
+
+
+def _fallback_module(gm: fx.GraphModule, s: _Session, rec: Record) -> _LazyModule:
     g = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
 
@@ -508,7 +521,7 @@ def _fallback_module(gm: fx.GraphModule, s: _Session, rec: Record) -> fx.GraphMo
         env[n] = g.node_copy(n, lambda x: env[x])
     outs = [env.get(o, o) for o in rec.outputs]
     g.output(outs[0] if len(outs) == 1 else tuple(outs))
-    return fx.GraphModule(gm, g, class_name="PdlkitReference")
+    return _LazyModule(gm, g)
 
 
 def _user_line(node: fx.Node) -> str:

@@ -163,6 +163,7 @@ def run_pass(
     verify: bool = False,
     index: int = 0,
     rewrite_fx: bool = True,
+    keep_text: bool = False,
 ) -> tuple[fx.GraphModule, GraphReport]:
     """Re-trace ``gm`` and substitute; returns the rewritten pre-dispatch graph and a report."""
     from pdlkit.matcher.substitute import substitute
@@ -170,7 +171,7 @@ def run_pass(
     t0 = time.perf_counter()
     traced = retrace(gm, example_inputs)
     t1 = time.perf_counter()
-    before = traced.print_readable(print_output=False)
+    before = traced.print_readable(print_output=False) if keep_text else ""
     n_grad = _needs_grad(example_inputs)
     if n_grad:
         report = GraphReport(index=index, nodes=len(traced.graph.nodes))
@@ -192,8 +193,9 @@ def run_pass(
     )
     report = outcome.report
     report.timings = {"retrace": t1 - t0, **report.timings}
-    report.graph_before = before
-    report.graph_after = outcome.graph.print_readable(print_output=False)
+    if keep_text:
+        report.graph_before = before
+        report.graph_after = outcome.graph.print_readable(print_output=False)
     return outcome.graph, report
 
 
@@ -241,7 +243,9 @@ class PdlkitBackend:
         plan = load_plan(opts)
         index = self._graphs
         self._graphs += 1
-        traced, report = run_pass(gm, example_inputs, plan, verify=opts.verify, index=index)
+        traced, report = run_pass(
+            gm, example_inputs, plan, verify=opts.verify, index=index, keep_text=self.explain_only
+        )
         if report.skipped and not self._warned and not self.explain_only:
             self._warned = True
             warnings.warn(f"pdlkit: graph {index} left to Inductor: {report.skipped}", stacklevel=2)
