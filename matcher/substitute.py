@@ -122,7 +122,7 @@ class MatchContext:
 
     def _on_fail(self, name: str, values: list[Any]) -> None:
         s = self.session
-        if s is not None:
+        if s is not None and s.wants_near_miss():
             at = tuple(s.describe(v) for v in values if isinstance(v, ir.Value))
             args = ", ".join(s.describe(v) for v in values)
             s.near_miss(at, lambda: f"constraint {name}({args}) does not hold")
@@ -239,11 +239,15 @@ class _Session:
             return "?"
         return _describe_ref(r, self)
 
+    def wants_near_miss(self) -> bool:
+        """False once this pattern has reported enough: saves describing the rest."""
+        return self._near_count[self.pattern.name] < _MAX_NEAR_MISSES
+
     def near_miss(self, at: tuple[str, ...], reason: Any) -> None:
         p = self.pattern
-        self._near_count[p.name] += 1
-        if self._near_count[p.name] <= _MAX_NEAR_MISSES:
+        if self.wants_near_miss():
             self.near.append(NearMiss(p.name, at, reason))
+        self._near_count[p.name] += 1
 
     # the native rewrite ------------------------------------------------------------------------
     def pdlkit_call(self, rewriter: Any, values: list[Any]) -> bool:

@@ -61,11 +61,21 @@ def _lift_get_attrs(gm: fx.GraphModule) -> tuple[fx.Graph, list[fx.Node]]:
     return new, placeholders + attrs
 
 
+_CACHES: dict[int, _NameLocations] = {}
+
+
 def import_graph(gm: fx.GraphModule, ctx: ir.Context) -> Imported:
-    """Import ``gm`` (pre-dispatch ATen, with ``meta["val"]`` on every node) into ``ctx``."""
+    """Import ``gm`` (pre-dispatch ATen, with ``meta["val"]`` on every node) into ``ctx``.
+
+    The type cache lives as long as the context, so repeated compilations against one
+    pattern set do not rebuild the same tensor types.
+    """
     graph, inputs = _lift_get_attrs(gm)
     importer = FxImporter(context=ctx, config_check=False)
-    importer._cc = _NameLocations(ctx, py_attr_tracker=importer._py_attr_tracker)
+    cc = _CACHES.get(id(ctx))
+    if cc is None or cc._c is not ctx:
+        cc = _CACHES[id(ctx)] = _NameLocations(ctx, py_attr_tracker=importer._py_attr_tracker)
+    importer._cc = cc
     func = importer.import_stateless_graph(graph)
     return Imported(importer.module, func.operation, inputs)
 
