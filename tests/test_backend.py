@@ -147,3 +147,23 @@ def test_model_of_many_blocks_counts_exactly():
     assert report.counts() == {"linear_relu": 3}
     with torch.no_grad():
         torch.testing.assert_close(pdlkit.optimize(model)(x), model(x))
+
+
+def test_bf16_model_substitutes_and_matches_eager(mlp):
+    model, x = mlp
+    model = model.to(torch.bfloat16)
+    x = x.to(torch.bfloat16)
+    pdlkit.stats(reset=True)
+    with torch.no_grad():
+        y = pdlkit.optimize(model)(x)
+        torch.testing.assert_close(y, model(x), rtol=1.6e-2, atol=1e-2)
+    assert y.dtype == torch.bfloat16 and pdlkit.stats()["kernel_calls"] == 1
+
+
+def test_explain_for_a_foreign_target_runs_no_kernel(mlp):
+    model, x = mlp
+    pdlkit.stats(reset=True)
+    report = pdlkit.explain(model, x, target="yitian")
+    assert report.target.startswith("yitian (aarch64")
+    assert report.counts() == {"linear_relu": 1}
+    assert pdlkit.stats()["kernel_calls"] == 0

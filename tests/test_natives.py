@@ -1,0 +1,102 @@
+"""The native constraint library, one behaviour each, on values of a real Torch-dialect module."""
+
+from __future__ import annotations
+
+import pytest
+from torch_mlir import ir
+
+from pdlkit.matcher import natives
+from pdlkit.matcher.to_mlir import new_context
+
+MODULE = """
+func.func @main(%x: !torch.vtensor<[4,?],f32>, %w: !torch.vtensor<[8,16],bf16>, %q: !torch.vtensor<[8,16],si8>) -> !torch.vtensor<[4,?],f32> {
+  %none = torch.constant.none
+  %s = torch.constant.str "tanh"
+  %i = torch.constant.int 3
+  %l = torch.prim.ListConstruct %i, %i : (!torch.int, !torch.int) -> !torch.list<int>
+  %g = torch.aten.gelu %x, %s : !torch.vtensor<[4,?],f32>, !torch.str -> !torch.vtensor<[4,?],f32>
+  %r = torch.aten.relu %g : !torch.vtensor<[4,?],f32> -> !torch.vtensor<[4,?],f32>
+  %r2 = torch.aten.relu %x : !torch.vtensor<[4,?],f32> -> !torch.vtensor<[4,?],f32>
+  %r3 = torch.aten.relu %x : !torch.vtensor<[4,?],f32> -> !torch.vtensor<[4,?],f32>
+  return %r : !torch.vtensor<[4,?],f32>
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def v():
+    ctx = new_context()
+    module = ir.Module.parse(MODULE, ctx)
+    func = module.body.operations[0].operation
+    block = func.regions[0].blocks[0]
+    ops = [o.operation for o in block.operations]
+    vals = {"x": block.arguments[0], "w": block.arguments[1], "q": block.arguments[2]}
+    for name, op in zip(["none", "s", "i", "l", "g", "r"], ops, strict=False):
+        vals[name] = op.results[0]
+    vals["_keep"] = (ctx, module)
+    return vals
+
+
+def attr(v, text):
+    return ir.Attribute.parse(text, v["_keep"][0])
+
+
+def test_tensor_kinds(v):
+    assert natives.is_tensor(v["x"]) and not natives.is_tensor(v["s"])
+    assert natives.is_float_tensor(v["w"]) and not natives.is_float_tensor(v["q"])
+
+
+def test_dtype_by_dialect_or_torch_name(v):
+    assert natives.has_dtype(v["w"], attr(v, '"bf16"'))
+    assert natives.has_dtype(v["q"], attr(v, '"int8"'))
+    assert not natives.has_dtype(v["x"], attr(v, '"bf16"'))
+    assert natives.same_dtype(v["x"], v["g"]) and not natives.same_dtype(v["x"], v["w"])
+
+
+def test_rank_and_dims(v):
+    assert natives.has_rank(v["w"], attr(v, "2 : i64")) and not natives.has_rank(
+        v["w"], attr(v, "3 : i64")
+    )
+    assert natives.dim_equals(v["w"], attr(v, "-1 : i64"), attr(v, "16 : i64"))
+    assert natives.dim_divisible_by(v["w"], attr(v, "1 : i64"), attr(v, "4 : i64"))
+    assert not natives.dim_divisible_by(
+        v["x"], attr(v, "1 : i64"), attr(v, "4 : i64")
+    )  # dynamic dim
+    assert not natives.dim_equals(v["w"], attr(v, "5 : i64"), attr(v, "1 : i64"))  # out of range
+    assert natives.has_static_shape(v["w"]) and not natives.has_static_shape(v["x"])
+
+
+def test_constants(v):
+    assert (
+        natives.is_constant(v["s"])
+        and natives.is_constant(v["l"])
+        and not natives.is_constant(v["x"])
+    )
+    assert natives.constant_value(v["l"]) == [3, 3]
+    assert natives.constant_equals(v["s"], attr(v, '"tanh"')) and not natives.constant_equals(
+        v["s"], attr(v, '"none"')
+    )
+    assert (
+        natives.is_none(v["none"]) and natives.is_not_none(v["x"]) and not natives.is_none(v["x"])
+    )
+
+
+def test_single_use(v):
+    assert natives.single_use(v["g"])  # only the relu reads it
+    assert not natives.single_use(v["x"])  # gelu and two relus read it
+
+
+def test_adapter_inverts_and_reports():
+    fails, errors = [], []
+    ok = natives.adapt_constraint(
+        "c", lambda: True, lambda n, a: fails.append(n), lambda n, e: errors.append(n)
+    )
+    no = natives.adapt_constraint(
+        "c", lambda: False, lambda n, a: fails.append(n), lambda n, e: errors.append(n)
+    )
+    boom = natives.adapt_constraint(
+        "c", lambda: 1 / 0, lambda n, a: fails.append(n), lambda n, e: errors.append(n)
+    )
+    assert ok(None, None, []) is None  # MLIR: None = success
+    assert no(None, None, []) is True and fails == ["c"]
+    assert boom(None, None, []) is True and errors == ["c"]
