@@ -51,6 +51,8 @@ class Pattern:
     enabled: bool = True
     targets: tuple[str, ...] = ()
     calls: tuple[str, ...] = ()  # logical ops its pdlkit_call rewrites name
+    # op names the matcher part can match; None if some pdl.operation names no op (matches any)
+    op_names: frozenset[str] | None = None
     kernel: str | None = None  # kernel pin
     pin_source: str = ""  # "manifest.yaml:7" where the pin was written
 
@@ -128,12 +130,48 @@ def parse_pdl_file(path: Path, ctx: Any | None = None) -> list[Pattern]:
                 benefit=attrs["benefit"].value,
                 root=_root_name(op),
                 calls=_called_ops(op),
+                op_names=_matched_op_names(op),
                 asm=op.get_asm(enable_debug_info=True),
             )
         )
     if not patterns:
         raise PatternError(f"{path}:1:1: no pdl.pattern in file")
+    for op in module.body.operations:
+        _check_natives(path, op.operation)
     return patterns
+
+
+def _check_natives(path: Path, pattern_op: Any) -> None:
+    """Every native a pattern calls must exist: MLIR would only find out while matching."""
+    from pdlkit.matcher.natives import CONSTRAINTS
+
+    for op in _nested(pattern_op):
+        if op.name == "pdl.apply_native_constraint":
+            known, kind = set(CONSTRAINTS), "constraint"
+        elif op.name == "pdl.apply_native_rewrite" or (
+            op.name == "pdl.rewrite" and "name" in op.attributes
+        ):
+            known, kind = {"pdlkit_call"}, "rewrite"
+        else:
+            continue
+        name = op.attributes["name"].value
+        if name not in known:
+            loc = op.location
+            where = f"{loc.start_line}:{loc.start_col}" if hasattr(loc, "start_line") else "1:1"
+            raise PatternError(
+                f"{path}:{where}: unknown native {kind} {name!r}; known: {', '.join(sorted(known))}"
+            )
+
+
+def _matched_op_names(pattern_op: Any) -> frozenset[str] | None:
+    body = [o.operation for o in pattern_op.regions[0].blocks[0].operations]
+    names = set()
+    for op in body:
+        if op.name == "pdl.operation":
+            if "opName" not in op.attributes:
+                return None
+            names.add(str(op.attributes["opName"].value))
+    return frozenset(names)
 
 
 def _nested(op: Any) -> Any:

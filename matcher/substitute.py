@@ -89,7 +89,7 @@ class MatchContext:
     def __init__(self, patterns: PatternSet):
         self.ctx = new_context()
         self.session: _Session | None = None
-        self._frozen: dict[str, Any] = {}
+        self._frozen: dict[tuple[str, ...], Any] = {}
         self._keep: list[Any] = []  # PDL modules must outlive their frozen sets
         by_file: dict[Any, list[Pattern]] = {}
         for p in patterns.patterns:
@@ -103,50 +103,107 @@ class MatchContext:
                 if p is not None:
                     self._ops[p.name] = op
 
-    def frozen(self, p: Pattern) -> Any:
-        f = self._frozen.get(p.name)
-        if f is None:
-            with self.ctx, ir.Location.unknown():
-                module = ir.Module.create()
-                module.body.append(self._ops[p.name])
-                pdl = rewrite.PDLModule(module)
+    def frozen(self, batch: Sequence[Pattern]) -> Any:
+        """One frozen pattern set for patterns that are applied in the same walk.
+
+        Each pattern's natives are renamed ``name@i`` so that every callback knows which
+        pattern it serves (for near misses and records).
+        """
+        key = tuple(p.name for p in batch)
+        f = self._frozen.get(key)
+        if f is not None:
+            return f
+        with self.ctx, ir.Location.unknown():
+            module = ir.Module.create()
+            for i, p in enumerate(batch):
+                op = self._ops[p.name].clone(ip=ir.InsertionPoint(module.body))
+                for inner in _nested(op.operation):
+                    if inner.name in _NATIVE_OPS and "name" in inner.attributes:
+                        inner.attributes["name"] = ir.StringAttr.get(
+                            f"{inner.attributes['name'].value}@{i}"
+                        )
+            pdl = rewrite.PDLModule(module)
+        for i, p in enumerate(batch):
             for name, fn in natives.CONSTRAINTS.items():
                 pdl.register_constraint_function(
-                    name, natives.adapt_constraint(name, fn, self._on_fail, self._on_error)
+                    f"{name}@{i}",
+                    natives.adapt_constraint(name, fn, self._on_fail(p), self._on_error(p)),
                 )
-            pdl.register_rewrite_function("pdlkit_call", self._pdlkit_call)
-            f = pdl.freeze()
-            self._keep.extend([module, pdl])
-            self._frozen[p.name] = f
+            pdl.register_rewrite_function(f"pdlkit_call@{i}", self._pdlkit_call(p))
+        f = pdl.freeze()
+        self._keep.extend([module, pdl])
+        self._frozen[key] = f
         return f
 
-    def _on_fail(self, name: str, values: list[Any]) -> None:
-        s = self.session
-        if s is not None and s.wants_near_miss():
-            at = tuple(s.describe(v) for v in values if isinstance(v, ir.Value))
-            args = ", ".join(s.describe(v) for v in values)
-            s.near_miss(at, lambda: f"constraint {name}({args}) does not hold")
+    def _on_fail(self, p: Pattern) -> Any:
+        def on_fail(name: str, values: list[Any]) -> None:
+            s = self.session
+            if s is not None:
+                s.pattern = p
+                if s.wants_near_miss():
+                    at = tuple(s.describe(v) for v in values if isinstance(v, ir.Value))
+                    args = ", ".join(s.describe(v) for v in values)
+                    s.near_miss(at, lambda: f"constraint {name}({args}) does not hold")
 
-    def _on_error(self, name: str, e: BaseException) -> None:
-        if self.session is not None:
-            p = self.session.pattern
-            self.session.errors.append(
-                f"{p.where}: constraint {name} raised {type(e).__name__}: {e}"
-            )
+        return on_fail
 
-    def _pdlkit_call(self, rewriter: Any, results: Any, values: list[Any]) -> Any:
+    def _on_error(self, p: Pattern) -> Any:
+        def on_error(name: str, e: BaseException) -> None:
+            if self.session is not None:
+                self.session.errors.append(
+                    f"{p.where}: constraint {name} raised {type(e).__name__}: {e}"
+                )
+
+        return on_error
+
+    def _pdlkit_call(self, p: Pattern) -> Any:
         # MLIR's walk and greedy drivers abort the process when a native rewrite reports
         # failure, so a declined substitution leaves the IR as it is and reports success.
-        # Patterns run one per walk, so no other pattern loses its turn at this op.
-        s = self.session
-        assert s is not None
-        try:
-            s.pdlkit_call(rewriter, list(values))
-        except SubstitutionError as e:
-            s.errors.append(f"{s.pattern.where}: {e}")
-        except Exception as e:  # never let a Python error unwind through MLIR
-            s.errors.append(f"{s.pattern.where}: pdlkit_call failed: {type(e).__name__}: {e}")
-        return None
+        # Patterns that share a walk match disjoint op names, so none loses its turn.
+        def call(rewriter: Any, results: Any, values: list[Any]) -> Any:
+            s = self.session
+            assert s is not None
+            s.pattern = p
+            try:
+                s.pdlkit_call(rewriter, list(values))
+            except SubstitutionError as e:
+                s.errors.append(f"{p.where}: {e}")
+            except Exception as e:  # never let a Python error unwind through MLIR
+                s.errors.append(f"{p.where}: pdlkit_call failed: {type(e).__name__}: {e}")
+            return None
+
+        return call
+
+
+_NATIVE_OPS = {"pdl.apply_native_constraint", "pdl.apply_native_rewrite", "pdl.rewrite"}
+
+
+def _nested(op: Any) -> Any:
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                yield inner.operation
+                yield from _nested(inner.operation)
+
+
+def _batches(active: list[Pattern]) -> list[list[Pattern]]:
+    """Consecutive patterns (in priority order) that can share one walk: their matched op
+    names are disjoint, so no two of them can claim the same node, and applying them
+    together equals applying them one after another."""
+    out: list[list[Pattern]] = []
+    names: set[str] | None = None  # op names the last batch matches; None = not shareable
+    for p in active:
+        ops = p.op_names
+        if ops is None or "torch.operator" in ops:
+            out.append([p])
+            names = None
+        elif out and names is not None and not (ops & names):
+            out[-1].append(p)
+            names |= ops
+        else:
+            out.append([p])
+            names = set(ops)
+    return out
 
 
 def _in_file_order(pats: list[Pattern], ops: list[Any]) -> list[Pattern | None]:
@@ -462,24 +519,31 @@ def substitute(
         mc.session = s
         try:
             present = _root_ops(imported.func)
-            for p in active:
-                if p.root is not None and p.root not in present:
-                    report.silent[p.name] = f"root op {p.root} does not occur in the graph"
+            for batch in _batches(active):
+                run = []
+                for p in batch:
+                    if p.root is not None and p.root not in present:
+                        report.silent[p.name] = f"root op {p.root} does not occur in the graph"
+                    else:
+                        run.append(p)
+                if not run:
                     continue
-                s.pattern = p
+                s.pattern = run[0]
                 before = len(s.records)
-                rewrite.walk_and_apply_patterns(imported.func, mc.frozen(p))
+                rewrite.walk_and_apply_patterns(imported.func, mc.frozen(run))
                 if len(s.records) > before:
                     s.erase_dead(imported.func, s.records[before:])
                     present = _root_ops(imported.func)
-                if len(s.records) == before:
-                    n = present.get(p.root, 0) if p.root else 0
-                    misses = sum(1 for m in s.near if m.pattern == p.name)
-                    report.silent[p.name] = (
-                        f"{n} candidate root(s) {p.root}, {misses} near miss(es)"
-                        if p.root
-                        else "no match"
-                    )
+                fired = {r.pattern.name for r in s.records[before:]}
+                for p in run:
+                    if p.name not in fired:
+                        n = present.get(p.root, 0) if p.root else 0
+                        misses = s._near_count[p.name]
+                        report.silent[p.name] = (
+                            f"{n} candidate root(s) {p.root}, {misses} near miss(es)"
+                            if p.root
+                            else "no match"
+                        )
         finally:
             mc.session = None
         t2 = time.perf_counter()

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from torch_mlir import ir
-
 from pdlkit.matcher import natives
 from pdlkit.matcher.to_mlir import new_context
+from torch_mlir import ir
 
 MODULE = """
 func.func @main(%x: !torch.vtensor<[4,?],f32>, %w: !torch.vtensor<[8,16],bf16>, %q: !torch.vtensor<[8,16],si8>) -> !torch.vtensor<[4,?],f32> {

@@ -101,3 +101,14 @@ def test_pdll_without_compiler_gives_one_clear_error(tmp_path):
         match=rf"{f}:1:1: .pdll files need mlir-pdll \(apt-get install mlir-16-tools\)",
     ):
         load_patterns([f])
+
+
+def test_unknown_native_is_refused_at_load_naming_its_line(tmp_path):
+    text = linear_act_pattern(
+        "a", "relu", "x", extra='pdl.apply_native_constraint "has_dtpye"(%x : !pdl.value)'
+    )
+    f = write(tmp_path, "a.pdl.mlir", text)
+    with pytest.raises(
+        PatternError, match=rf"^{f}:9:3: unknown native constraint 'has_dtpye'; known: "
+    ):
+        load_patterns([f])

@@ -345,3 +345,46 @@ def test_chained_substitutions_feed_each_other(tmp_path):
         "return k_lin_relu_default_1",
     ]
     torch.testing.assert_close(out.graph(*args), f(*args))
+
+
+def test_patterns_on_disjoint_ops_share_a_walk_and_keep_their_reports(tmp_path):
+    from pdlkit.matcher.substitute import _batches
+
+    sig = linear_act_pattern("sig", "sigmoid", "lin_relu").replace(
+        "torch.aten.linear", "torch.aten.matmul"
+    )
+    sig = sig.replace(
+        '"torch.aten.matmul"(%x, %w, %b : !pdl.value, !pdl.value, !pdl.value)',
+        '"torch.aten.matmul"(%x, %w : !pdl.value, !pdl.value)',
+    )
+    sig = sig.replace(
+        "%op, %x, %w, %b, %act : !pdl.attribute, !pdl.value, !pdl.value, !pdl.value,",
+        "%op, %x, %w, %act : !pdl.attribute, !pdl.value, !pdl.value,",
+    )
+    sig = sig.replace("%b = pdl.operand\n", "")
+    pats = {
+        "a.pdl.mlir": linear_act_pattern(
+            "lr",
+            "relu",
+            "lin_relu",
+            extra='pdl.apply_native_constraint "single_use"(%y : !pdl.value)',
+        ),
+        "b.pdl.mlir": sig,
+    }
+
+    def f(x, w, b):
+        y = F.linear(x, w, b)
+        return torch.relu(y), y, torch.sigmoid(x @ w.t())
+
+    args = (torch.randn(4, 8), torch.randn(6, 8), torch.randn(6))
+    pdir = tmp_path / "p"
+    for name, text in pats.items():
+        write(pdir, name, text)
+    ps = load_patterns([pdir])
+    assert [[p.name for p in b] for b in _batches(ps.ordered())] == [["lr", "sig"]]
+    out = run(tmp_path, f, args, pats, RELU_KERNEL)
+    assert out.report.substitutions == []
+    # the single_use failure is reported for lr; sig found no eligible kernel (wrong arity)
+    by_pattern = {m.pattern: m.reason for m in out.report.near_misses}
+    assert by_pattern["lr"].startswith("constraint single_use(linear) does not hold")
+    assert "takes 3 arguments" in by_pattern["sig"]
