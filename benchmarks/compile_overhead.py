@@ -8,15 +8,16 @@ For each model, Dynamo's graph is captured once with a capturing backend (under
 
 * the pdlkit pass (``pdlkit.backend.run_pass``): re-trace to pre-dispatch ATen, import into
   the Torch dialect, apply the PDL patterns, rewrite the FX graph. The phase split comes from
-  ``report.timings``; "whole pass" is the wall clock around ``run_pass`` (it also prints the
-  graph before/after for the report). The first call of a pattern set also parses and
+  ``report.timings``; "whole pass" is the wall clock around ``run_pass`` (the phases plus
+  whatever else it does, reported as "other"). The first call of a pattern set also parses and
   freezes its PDL modules: it is reported apart ("pass 1st call"), the table gives medians
   of the calls after it.
 * Inductor: ``compile_fx(gm, example_inputs)`` on a copy of the same Dynamo graph, FX graph
   cache off. "cold" is the first compile in a fresh Inductor cache folder (C++ kernels
   compiled from scratch), "warm" the median of the compiles after it in that folder (the
   generated C++ kernels are then found on disk, everything else is redone). The headline
-  ratio is against *warm*, the smaller (stricter) denominator.
+  ratio is against *warm*, the smaller (stricter) denominator. The pass's output graph is
+  compiled once too, to check that it compiles ("Inductor on pdlkit output").
 
 Models: bert-mini (hidden 256, 4 layers, batch 8 x 64), BERT-base (defaults, 1 x 128), both
 random weights, and a synthetic graph of about 2,000 FX nodes with 50 PDL patterns of
@@ -251,7 +252,9 @@ def write_patterns(folder: Path, shipped: Path, total: int = 50) -> list[str]:
     while len(names) < total:
         kind, body = kinds[i % len(kinds)]
         name = f"{kind}_{i:02d}"
-        (folder / f"{name}.pdl.mlir").write_text(f"// fails on purpose ({kind})\npdl.pattern @{name} : benefit(3) {{{body}\n}}\n")
+        (folder / f"{name}.pdl.mlir").write_text(
+            f"// fails on purpose ({kind})\npdl.pattern @{name} : benefit(3) {{{body}\n}}\n"
+        )
         names.append(f"{name}.pdl.mlir")
         i += 1
     return names
@@ -272,19 +275,28 @@ class Result:
     phases_ms: dict[str, float]  # medians
     pass_ms: float  # median wall clock of run_pass
     pass_runs: list[float]
+    load_avg: tuple[float, float, float]  # 1, 5, 15 min, when the model's measurements ended
+    other_ms: float  # median of whole pass - the four phases
     inductor_cold_ms: float
     inductor_warm_ms: float
     inductor_runs: list[float]
+    inductor_rewritten_ms: float  # compile_fx on the pass's output, same cache folder
     substitutions: int
     silent: dict[str, str] = field(default_factory=dict)
     near_misses: int = 0
 
     @property
     def mlir_ms(self) -> float:
-        return self.phases_ms["mlir_import"] + self.phases_ms["pdl_apply"] + self.phases_ms["fx_rewrite"]
+        return (
+            self.phases_ms["mlir_import"]
+            + self.phases_ms["pdl_apply"]
+            + self.phases_ms["fx_rewrite"]
+        )
 
 
-def capture(model: nn.Module, inputs: tuple[Any, ...]) -> list[tuple[torch.fx.GraphModule, list[Any]]]:
+def capture(
+    model: nn.Module, inputs: tuple[Any, ...]
+) -> list[tuple[torch.fx.GraphModule, list[Any]]]:
     graphs: list[tuple[torch.fx.GraphModule, list[Any]]] = []
 
     def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
@@ -302,8 +314,13 @@ def ms(seconds: float) -> float:
 
 
 def measure(
-    name: str, model: nn.Module, inputs: tuple[Any, ...], patterns: Any, kernels: Any,
-    pass_repeats: int, inductor_warm: int,
+    name: str,
+    model: nn.Module,
+    inputs: tuple[Any, ...],
+    patterns: Any,
+    kernels: Any,
+    pass_repeats: int,
+    inductor_warm: int,
 ) -> Result:
     from torch._inductor.compile_fx import compile_fx
     from torch._inductor.utils import fresh_cache
@@ -330,11 +347,15 @@ def measure(
         first, report = one_pass()
         if report.skipped:
             raise RuntimeError(f"{name}: pdlkit skipped the graph: {report.skipped}")
-        print(f"   pass 1st call {ms(first):.0f} ms; {len(report.substitutions)} substitutions", flush=True)
-        walls, phases = [], {k: [] for k in PHASES}
+        print(
+            f"   pass 1st call {ms(first):.0f} ms; {len(report.substitutions)} substitutions",
+            flush=True,
+        )
+        walls, others, phases = [], [], {k: [] for k in PHASES}
         for _ in range(pass_repeats):
             wall, report = one_pass()
             walls.append(wall)
+            others.append(wall - sum(report.timings[k] for k in PHASES))
             for k in PHASES:
                 phases[k].append(report.timings[k])
         print("   pass " + ", ".join(f"{ms(w):.0f}" for w in walls) + " ms", flush=True)
@@ -348,6 +369,12 @@ def measure(
                 compile_fx(g, example_inputs)
                 runs.append(time.perf_counter() - t)
                 print(f"   inductor {ms(runs[-1]):.0f} ms", flush=True)
+            # what the pdlkit backend hands to Inductor: check that it compiles, and how long
+            rewritten, _ = run_pass(gm, example_inputs, plan)
+            t = time.perf_counter()
+            compile_fx(rewritten, example_inputs)
+            rewritten_s = time.perf_counter() - t
+            print(f"   inductor on the pdlkit output {ms(rewritten_s):.0f} ms", flush=True)
 
     return Result(
         model=name,
@@ -360,9 +387,12 @@ def measure(
         phases_ms={k: ms(statistics.median(v)) for k, v in phases.items()},
         pass_ms=ms(statistics.median(walls)),
         pass_runs=[ms(w) for w in walls],
+        other_ms=ms(statistics.median(others)),
+        load_avg=os.getloadavg(),
         inductor_cold_ms=ms(runs[0]),
         inductor_warm_ms=ms(statistics.median(runs[1:])) if len(runs) > 1 else ms(runs[0]),
         inductor_runs=[ms(r) for r in runs],
+        inductor_rewritten_ms=ms(rewritten_s),
         substitutions=len(report.substitutions),
         silent=dict(report.silent),
         near_misses=len(report.near_misses),
@@ -393,6 +423,25 @@ def cpu_model() -> str:
     return "unknown"
 
 
+def provenance() -> str:
+    """The pdlkit commit measured, and tracked files changed outside benchmarks/ at that time."""
+    import subprocess
+
+    root = HERE.parent
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
+        ).stdout.strip()
+        changed = subprocess.run(
+            ["git", "diff", "--name-only", "HEAD"], cwd=root, capture_output=True, text=True
+        ).stdout.split()
+    except OSError:
+        return "- pdlkit: git not available"
+    changed = [f for f in changed if not f.startswith("benchmarks/")]
+    dirty = f" + uncommitted changes to {', '.join(changed)}" if changed else " (clean)"
+    return f"- pdlkit at commit {head or '?'}{dirty}"
+
+
 def machine() -> list[str]:
     import torch._inductor.config as ic
 
@@ -411,6 +460,7 @@ def machine() -> list[str]:
         f"- torch {torch.__version__}, torch-mlir {mlir}, transformers {tf}, Python {platform.python_version()}",
         f"- torch.set_num_threads(1) (to reduce noise); Inductor compile_threads={ic.compile_threads}; "
         "FX graph cache off",
+        "- a shared machine: other processes may have run meanwhile (load averages in Details)",
     ]
 
 
@@ -432,16 +482,18 @@ def table(results: list[Result]) -> list[str]:
 
 def details(results: list[Result]) -> list[str]:
     head = (
-        "| model | patterns | load_plan ms (1st) | pass 1st call ms | pass runs ms | Inductor cold ms "
-        "| pass / Inductor cold | Inductor runs ms (cold, warm...) | near misses |"
+        "| model | patterns | load_plan ms (1st) | pass 1st call ms | pass runs ms | other ms "
+        "| Inductor cold ms | pass / Inductor cold | Inductor runs ms (cold, warm...) "
+        "| Inductor on pdlkit output ms | near misses | load avg 1/5/15 min |"
     )
     rows = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in results:
         rows.append(
             f"| {r.model} | {r.patterns} | {r.load_plan_ms:.0f} | {r.first_pass_ms:.0f} "
-            f"| {', '.join(f'{x:.0f}' for x in r.pass_runs)} | {r.inductor_cold_ms:.0f} "
-            f"| {100 * r.pass_ms / r.inductor_cold_ms:.1f}% | {', '.join(f'{x:.0f}' for x in r.inductor_runs)} "
-            f"| {r.near_misses} |"
+            f"| {', '.join(f'{x:.0f}' for x in r.pass_runs)} | {r.other_ms:.1f} "
+            f"| {r.inductor_cold_ms:.0f} | {100 * r.pass_ms / r.inductor_cold_ms:.1f}% "
+            f"| {', '.join(f'{x:.0f}' for x in r.inductor_runs)} | {r.inductor_rewritten_ms:.0f} "
+            f"| {r.near_misses} | {' / '.join(f'{x:.2f}' for x in r.load_avg)} |"
         )
     return rows
 
@@ -455,27 +507,37 @@ def targets(results: list[Result]) -> list[str]:
             f"- {r.model}: whole pass {r.pass_ms:.0f} ms = {100 * ratio:.1f}% of Inductor's warm compile "
             f"({100 * r.pass_ms / r.inductor_cold_ms:.1f}% of the cold one); target <= 10%: **{ok}**"
         )
+    for r in results:
+        out.append(
+            f"- {r.model}: retrace is {100 * r.phases_ms['retrace'] / r.pass_ms:.0f}% of the pass, "
+            f"the MLIR part {100 * r.mlir_ms / r.pass_ms:.0f}%, other {100 * r.other_ms / r.pass_ms:.0f}%"
+        )
     base = [r for r in results if r.model == "BERT-base"]
     for r in base:
         ok = "met" if r.mlir_ms <= MLIR_TARGET_MS else "NOT met"
-        out.append(f"- BERT-base: MLIR part {r.mlir_ms:.1f} ms; target <= {MLIR_TARGET_MS:.0f} ms: **{ok}**")
+        out.append(
+            f"- BERT-base: MLIR part {r.mlir_ms:.1f} ms; target <= {MLIR_TARGET_MS:.0f} ms: **{ok}**"
+        )
     return out
 
 
-def render(results: list[Result], args: argparse.Namespace, total_s: float) -> str:
+def render(results: list[Result], args: argparse.Namespace, total_s: float, source: str) -> str:
     lines = [
         "# pdlkit compile-time overhead",
         "",
         "Generated by `python benchmarks/compile_overhead.py"
-        + (" --quick" if args.quick else "") + f"` in {total_s:.0f} s.",
+        + (" --quick" if args.quick else "")
+        + f"` in {total_s:.0f} s.",
         "",
         *machine(),
+        source,
         "",
-        f"Medians: pdlkit pass over {args.pass_repeats} calls after the first; Inductor `compile_fx` "
-        f"on the same Dynamo graph, 1 cold compile (fresh cache folder) then the median of "
-        f"{args.inductor_warm} warm ones (generated C++ kernels found on disk, FX graph cache off). "
-        "MLIR part = import + apply + rewrite. Whole pass = wall clock of `run_pass` (the four "
-        "phases plus printing the graph before/after for the report).",
+        "Medians: pdlkit pass over the calls after the first (count in Details); Inductor "
+        "`compile_fx` on the same Dynamo graph, 1 cold compile (fresh cache folder) then the median "
+        "of the warm ones after it (generated C++ kernels found on disk, FX graph cache off). The "
+        "ratio uses the warm time. "
+        "MLIR part = import + apply + rewrite. Whole pass = wall clock of `run_pass`: the four "
+        "phases plus *other* (the rest of `run_pass`, e.g. printing graphs for a report; see Details).",
         "",
         *table(results),
         "",
@@ -501,20 +563,28 @@ def render(results: list[Result], args: argparse.Namespace, total_s: float) -> s
         silent = r.silent
         if len(silent) > 6:
             shown = dict(list(silent.items())[:4])
-            lines.append(f"- {r.model}: {len(silent)} patterns, e.g. " + "; ".join(f"{k}: {v}" for k, v in shown.items()))
+            lines.append(
+                f"- {r.model}: {len(silent)} patterns, e.g. "
+                + "; ".join(f"{k}: {v}" for k, v in shown.items())
+            )
         else:
-            lines.append(f"- {r.model}: " + ("; ".join(f"{k}: {v}" for k, v in silent.items()) or "none"))
+            lines.append(
+                f"- {r.model}: " + ("; ".join(f"{k}: {v}" for k, v in silent.items()) or "none")
+            )
     return "\n".join(lines) + "\n"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="fewer repeats (3 pass calls, 1 warm Inductor compile)")
-    ap.add_argument("--models", default="bert-mini,bert-base,synthetic", help="comma-separated subset")
+    ap.add_argument(
+        "--quick", action="store_true", help="fewer repeats (3 pass calls, 1 warm Inductor compile)"
+    )
+    ap.add_argument(
+        "--models", default="bert-mini,bert-base,synthetic", help="comma-separated subset"
+    )
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
-    args.pass_repeats = 3 if args.quick else 5
-    args.inductor_warm = 1 if args.quick else 2
+    q = 2 if args.quick else 1
 
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
@@ -526,6 +596,7 @@ def main() -> int:
 
     kernels = config.shipped_kernels()
     start = time.perf_counter()
+    source = provenance()
     warm_up()
     wanted = args.models.split(",")
     results = []
@@ -533,20 +604,45 @@ def main() -> int:
         folder = Path(tmp)
         write_patterns(folder, config.shipped_patterns())
         jobs = [
-            ("bert-mini", lambda: bert(dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
-                                            intermediate_size=1024), 8, 64), None),
-            ("BERT-base", lambda: bert({}, 1, 128), None),
-            ("synthetic-2k", synthetic, folder),
+            (
+                "bert-mini",
+                lambda: bert(
+                    dict(
+                        hidden_size=256,
+                        num_hidden_layers=4,
+                        num_attention_heads=4,
+                        intermediate_size=1024,
+                    ),
+                    8,
+                    64,
+                ),
+                None,
+                9 // q,
+                3 // q,
+            ),
+            ("BERT-base", lambda: bert({}, 1, 128), None, 9 // q, 2 // q),
+            # Inductor takes ~30 s per compile of this graph on 2 cores: one cold, one warm
+            ("synthetic-2k", synthetic, folder, 5 // q, 1),
         ]
         keys = {"bert-mini": "bert-mini", "BERT-base": "bert-base", "synthetic-2k": "synthetic"}
-        for name, make, patterns in jobs:
+        for name, make, patterns, pass_repeats, inductor_warm in jobs:
             if keys[name] not in wanted:
                 continue
             model, inputs = make()
-            results.append(measure(name, model, inputs, patterns, kernels, args.pass_repeats, args.inductor_warm))
+            results.append(
+                measure(
+                    name,
+                    model,
+                    inputs,
+                    patterns,
+                    kernels,
+                    pass_repeats,
+                    inductor_warm,
+                )
+            )
             del model
             torch._dynamo.reset()
-    text = render(results, args, time.perf_counter() - start)
+    text = render(results, args, time.perf_counter() - start, source)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     print("\n" + text)
