@@ -115,8 +115,8 @@ def load_plan(opts: Options) -> Plan:
     except (PatternError, KernelLoadError) as e:
         raise PdlkitError(str(e)) from None
     for p in patterns.patterns:
-        if p.kernel is not None and p.kernel not in registry.kernels:
-            known = ", ".join(sorted(registry.kernels)) or "none"
+        if p.kernel is not None and registry.get(p.kernel) is None:
+            known = ", ".join(registry.names()) or "none"
             raise PdlkitError(
                 f"{p.pin_source}: pattern {p.name!r} pins kernel {p.kernel!r}, which no kernel folder "
                 f"declares (known: {known})"
@@ -337,6 +337,8 @@ def explain(
     return Report(
         target=plan.target.describe(),
         patterns=plan.pattern_infos(),
-        kernels=[f"{k.name} ({k.op}, {k.device})" for k in plan.registry.kernels.values()],
+        kernels=[
+            f"{k.name} v{k.version} ({k.op}, {k.device})" for k in plan.registry.kernels.values()
+        ],
         graphs=reports,
     )

@@ -55,15 +55,14 @@ def check_paths(
     # kernel pins resolve against the kernels given here plus the configured kernel folders
     try:
         known = KernelRegistry.from_folders(config.kernel_paths(kernels))
-        for k in known.kernels.values():
-            if k.name not in registry.kernels:
-                registry.kernels[k.name] = k
+        for key, k in known.kernels.items():
+            registry.kernels.setdefault(key, k)
     except (KernelLoadError, KernelDeclarationError) as e:
         problems.append(str(e))
     ops = registry.ops()
     for ps in pattern_sets:
         for pat in ps.patterns:
-            if pat.kernel is not None and pat.kernel not in registry.kernels:
+            if pat.kernel is not None and registry.get(pat.kernel) is None:
                 problems.append(
                     f"{pat.pin_source}:1: pattern {pat.name!r} pins unknown kernel {pat.kernel!r}"
                 )

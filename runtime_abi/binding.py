@@ -97,7 +97,7 @@ def site(sid: int) -> CallSite | None:
 
 # -- binding ------------------------------------------------------------------------------------
 
-_BOUND: dict[tuple[str, str, str, str], Any] = {}  # (name, op, schema, file digest) -> OpOverload
+_BOUND: dict[tuple[str, int, str, str, str], Any] = {}  # (name, version, op, schema, digest) -> op
 _TAKEN: set[str] = set()
 _BIND_LOCK = threading.Lock()
 
@@ -205,16 +205,17 @@ def bind(decl: KernelDecl) -> Any:
     before the change keeps calling the code it was compiled with; unchanged code (the same
     file bytes, wherever loaded from) reuses its op.
     """
-    key = (decl.name, decl.op, decl.schema, decl.digest)
+    key = (decl.name, decl.version, decl.op, decl.schema, decl.digest)
     with _BIND_LOCK:
         op = _BOUND.get(key)
         if op is not None:
             return op
-        name = decl.name
+        base = decl.name if decl.version == 1 else f"{decl.name}_v{decl.version}"
+        name = base
         n = 1
         while name in _TAKEN:
             n += 1
-            name = f"{decl.name}_{n}"
+            name = f"{base}_{n}"
         params, _, ret = decl.schema.rpartition(") -> ")
         sep = ", " if params != "(" else ""
         schema = f"{params}{sep}int {_SITE_ARG}) -> {ret}"

@@ -28,6 +28,64 @@ import torch
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _OP = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 DEVICES = ("cpu", "cuda")
+FEATURES = frozenset(
+    {
+        "avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16",
+        "asimddp", "i8mm", "bf16", "sve", "sve2", "sm_80", "sm_90", "sm_100",
+    }
+)  # fmt: skip
+TRAITS = frozenset({"deterministic", "inplace", "graph_capture_safe"})
+
+
+@dataclass(frozen=True)
+class ShapeRule:
+    """What one tensor argument must look like: ``{"rank": 2, "divisible": {-1: 4},
+    "contiguous": True, "align": 64}`` (dims may be negative; align is in bytes)."""
+
+    rank: tuple[int, ...] | None = None
+    divisible: tuple[tuple[int, int], ...] = ()
+    contiguous: bool = False
+    align: int | None = None
+
+    @classmethod
+    def parse(cls, spec: Mapping[str, Any] | ShapeRule) -> ShapeRule:
+        if isinstance(spec, ShapeRule):
+            return spec
+        bad = set(spec) - {"rank", "divisible", "contiguous", "align"}
+        if bad:
+            raise ValueError(
+                f"unknown shape rule key(s) {sorted(bad)}; known: rank, divisible, contiguous, align"
+            )
+        rank = spec.get("rank")
+        ranks = None if rank is None else (rank,) if isinstance(rank, int) else tuple(rank)
+        div = tuple((int(d), int(k)) for d, k in dict(spec.get("divisible", {})).items())
+        if any(k <= 0 for _, k in div):
+            raise ValueError("divisible: divisors must be positive")
+        align = spec.get("align")
+        if align is not None and (align <= 0 or align & (align - 1)):
+            raise ValueError(f"align must be a power of two, got {align}")
+        return cls(ranks, div, bool(spec.get("contiguous", False)), align)
+
+    def violation(self, t: torch.Tensor, *, static: bool = False) -> str | None:
+        """Why ``t`` breaks the rule, or None. With ``static`` (fake tensors at compile time)
+        only what is provable now is checked; the rest becomes a run-time guard."""
+        if self.rank is not None and t.dim() not in self.rank:
+            return f"rank {t.dim()}, needs {' or '.join(map(str, self.rank))}"
+        for d, k in self.divisible:
+            if not -t.dim() <= d < t.dim():
+                return f"has no dim {d}"
+            size = t.shape[d]
+            if static and not isinstance(size, int):
+                continue  # symbolic: checked per call
+            if int(size) % k:
+                return f"dim {d} is {size}, not a multiple of {k}"
+        if static:
+            return None
+        if self.contiguous and not t.is_contiguous():
+            return "is not contiguous"
+        if self.align is not None and t.data_ptr() % self.align:
+            return f"data is not {self.align}-byte aligned"
+        return None
 
 
 class KernelUnsupported(Exception):
@@ -55,6 +113,13 @@ class KernelDecl:
     params: tuple[str, ...]
     source: str  # "file:line" of the function, for messages
     digest: str  # of the defining file's bytes: same code -> same torch op
+    shapes: Mapping[str, ShapeRule] = field(default_factory=dict)
+    workspace: int = 0  # bytes of scratch memory the kernel needs per call
+    traits: frozenset[str] = frozenset()
+    prepack: Callable[[Any, Mapping[str, Any]], Any] | None = None
+    prepack_arg: str | None = None  # the parameter whose (constant) tensor is pre-packed
+    reference: Callable[..., Any] | None = None  # the semantics, for abi-check
+    examples: Callable[[torch.dtype], Iterable[tuple[Any, ...]]] | None = None  # abi-check inputs
     doc: str = field(default="", repr=False)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -102,9 +167,22 @@ def declare(
     requires: Iterable[str] = (),
     version: int = 1,
     priority: int = 0,
+    shapes: Mapping[str, Mapping[str, Any] | ShapeRule] | None = None,
+    workspace: int = 0,
+    traits: Iterable[str] = (),
+    prepack: Callable[[Any, Mapping[str, Any]], Any] | None = None,
+    prepack_arg: str | None = None,
+    reference: Callable[..., Any] | None = None,
+    examples: Callable[[torch.dtype], Iterable[tuple[Any, ...]]] | None = None,
+    source: str | None = None,
+    digest: str | None = None,
 ) -> KernelDecl:
-    """Build and validate a :class:`KernelDecl` (the function form of :func:`kernel`)."""
-    where = _source_of(fn)
+    """Build and validate a :class:`KernelDecl` (the function form of :func:`kernel`).
+
+    ``source`` and ``digest`` default to the defining file; a native loader passes the
+    shared library's path and hash.
+    """
+    where = source or _source_of(fn)
     name = name or fn.__name__
     problems = []
     if not _NAME.match(name):
@@ -131,6 +209,32 @@ def declare(
         dts[arg] = allowed
     if "pdlkit_site" in params:
         problems.append("the parameter name 'pdlkit_site' is reserved")
+    unknown = set(requires) - FEATURES
+    if unknown:
+        problems.append(
+            f"unknown ISA feature(s) {sorted(unknown)}; known: {', '.join(sorted(FEATURES))}"
+        )
+    bad_traits = set(traits) - TRAITS
+    if bad_traits:
+        problems.append(
+            f"unknown trait(s) {sorted(bad_traits)}; known: {', '.join(sorted(TRAITS))}"
+        )
+    rules: dict[str, ShapeRule] = {}
+    for arg, spec in (shapes or {}).items():
+        if arg not in params:
+            problems.append(f"shapes names {arg!r}, which is not a parameter of {name}{params}")
+            continue
+        try:
+            rules[arg] = ShapeRule.parse(spec)
+        except (ValueError, TypeError) as e:
+            problems.append(f"shapes[{arg!r}]: {e}")
+    if not isinstance(workspace, int) or workspace < 0:
+        problems.append(f"workspace must be a number of bytes >= 0, got {workspace!r}")
+    if prepack is not None:
+        if not callable(prepack):
+            problems.append("prepack must be a function (weight, attrs) -> packed weight")
+        if prepack_arg not in params:
+            problems.append(f"prepack_arg must name the packed parameter, got {prepack_arg!r}")
     if callable(meta):
         try:
             meta_params = inspect.signature(meta).parameters.values()
@@ -157,7 +261,14 @@ def declare(
         schema=schema,
         params=params,
         source=where,
-        digest=_digest_of(fn),
+        digest=digest or _digest_of(fn),
+        shapes=rules,
+        workspace=workspace,
+        traits=frozenset(traits),
+        prepack=prepack,
+        prepack_arg=prepack_arg if prepack is not None else None,
+        reference=reference,
+        examples=examples,
         doc=inspect.getdoc(fn) or "",
     )
 
@@ -172,6 +283,13 @@ def kernel(
     requires: Iterable[str] = (),
     version: int = 1,
     priority: int = 0,
+    shapes: Mapping[str, Mapping[str, Any] | ShapeRule] | None = None,
+    workspace: int = 0,
+    traits: Iterable[str] = (),
+    prepack: Callable[[Any, Mapping[str, Any]], Any] | None = None,
+    prepack_arg: str | None = None,
+    reference: Callable[..., Any] | None = None,
+    examples: Callable[[torch.dtype], Iterable[tuple[Any, ...]]] | None = None,
 ) -> Callable[[Callable[..., Any]], KernelDecl]:
     """Declare a kernel implementing the logical op ``op``.
 

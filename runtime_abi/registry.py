@@ -93,7 +93,7 @@ class Selection:
 class KernelRegistry:
     """All kernels loaded from a list of folders, by logical op, in load order."""
 
-    kernels: dict[str, KernelDecl] = field(default_factory=dict)
+    kernels: dict[tuple[str, int], KernelDecl] = field(default_factory=dict)  # (name, version)
     folders: tuple[Path, ...] = ()
 
     @classmethod
@@ -108,16 +108,27 @@ class KernelRegistry:
         return reg
 
     def add(self, decl: KernelDecl) -> None:
-        other = self.kernels.get(decl.name)
+        key = (decl.name, decl.version)
+        other = self.kernels.get(key)
         if other is not None and other is not decl:
             raise KernelLoadError(
-                f"{decl.source}: kernel name {decl.name!r} is already declared at {other.source}"
+                f"{decl.source}: kernel {decl.name!r} version {decl.version} is already declared "
+                f"at {other.source}"
             )
-        self.kernels[decl.name] = decl
+        self.kernels[key] = decl
+
+    def get(self, name: str) -> KernelDecl | None:
+        """The highest version of the kernel called ``name``."""
+        found = [k for (n, _), k in self.kernels.items() if n == name]
+        return max(found, key=lambda k: k.version) if found else None
+
+    def names(self) -> list[str]:
+        return sorted({n for n, _ in self.kernels})
 
     def for_op(self, op: str) -> list[KernelDecl]:
+        """Candidates in choice order: priority, then version, then load order."""
         found = [k for k in self.kernels.values() if k.op == op]
-        return sorted(found, key=lambda k: -k.priority)  # stable: load order breaks ties
+        return sorted(found, key=lambda k: (-k.priority, -k.version))
 
     def ops(self) -> set[str]:
         return {k.op for k in self.kernels.values()}
@@ -152,6 +163,11 @@ def _ineligible(k: KernelDecl, args: Sequence[Any], target: Target, pin: str | N
     if missing:
         return f"needs {', '.join(sorted(missing))}, which target {target.name} lacks"
     for name, arg in zip(k.params, args, strict=True):
+        rule = k.shapes.get(name)
+        if rule is not None and isinstance(arg, torch.Tensor):
+            why = rule.violation(arg, static=True)
+            if why:
+                return f"{name} {why}"
         allowed = k.dtypes.get(name)
         if allowed is None:
             continue
