@@ -10,7 +10,8 @@ Importing pdlkit registers the ``"pdlkit"`` Dynamo backend.
 from __future__ import annotations
 
 from pdlkit.backend import PdlkitBackend, PdlkitError, explain, optimize, pdlkit_backend
-from pdlkit.runtime_abi.binding import KernelCallError, stats
+from pdlkit.runtime_abi.binding import KernelCallError
+from pdlkit.runtime_abi.binding_stats import stats
 from pdlkit.runtime_abi.kernel import KernelDeclarationError, KernelUnsupported, kernel
 
 __version__ = "0.1.0"

@@ -24,7 +24,7 @@ import torch.fx as fx
 
 from pdlkit import config
 from pdlkit.matcher.report import GraphReport, PatternInfo, Report
-from pdlkit.runtime_abi.binding import count
+from pdlkit.runtime_abi.binding_stats import count
 from pdlkit.runtime_abi.capability import Target, resolve
 
 _CODEGENS = ("inductor", "eager")

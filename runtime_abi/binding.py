@@ -16,44 +16,20 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from pdlkit.runtime_abi.binding_stats import count
 from pdlkit.runtime_abi.kernel import KernelDecl, KernelUnsupported
+from pdlkit.runtime_abi.prepack import CACHE as PREPACK
 
 _SITE_ARG = "pdlkit_site"
 
 
 class KernelCallError(RuntimeError):
     """A kernel failed or returned something its declaration does not allow."""
-
-
-# -- statistics -------------------------------------------------------------------------------
-
-_STATS_LOCK = threading.Lock()
-_STATS: Counter[tuple[str, str]] = Counter()
-
-
-def count(event: str, kernel: str, n: int = 1) -> None:
-    with _STATS_LOCK:
-        _STATS[(event, kernel)] += n
-
-
-def stats(reset: bool = False) -> dict[str, Any]:
-    """Counts of substitutions, kernel calls and fallbacks, in total and per kernel."""
-    with _STATS_LOCK:
-        snapshot = dict(_STATS)
-        if reset:
-            _STATS.clear()
-    by_kernel: dict[str, dict[str, int]] = {}
-    totals = {"substitutions": 0, "kernel_calls": 0, "fallbacks": 0}
-    for (event, kernel), n in snapshot.items():
-        by_kernel.setdefault(kernel, {k: 0 for k in totals})[event] += n
-        totals[event] += n
-    return {**totals, "by_kernel": by_kernel}
 
 
 # -- call sites -------------------------------------------------------------------------------
@@ -161,16 +137,44 @@ def _fresh(out: Any, args: Sequence[Any]) -> Any:
     return tuple(outs) if isinstance(out, tuple | list) else outs[0]
 
 
+def _guard(decl: KernelDecl, args: Sequence[Any]) -> str | None:
+    """Why this call's tensors break the kernel's shape rules (checked per call: at
+    compile time only what was provable was checked), or None."""
+    for name, arg in zip(decl.params, args, strict=False):
+        rule = decl.shapes.get(name)
+        if rule is not None and isinstance(arg, torch.Tensor):
+            why = rule.violation(arg)
+            if why:
+                return f"{name} {why}"
+    return None
+
+
+def _packed_args(decl: KernelDecl, args: list[Any]) -> list[Any]:
+    assert decl.prepack is not None and decl.prepack_arg is not None
+    i = decl.params.index(decl.prepack_arg)
+    w = args[i]
+    if isinstance(w, torch.Tensor):
+        attrs = {
+            n: a for n, a in zip(decl.params, args, strict=False) if not isinstance(a, torch.Tensor)
+        }
+        args = list(args)
+        args[i] = PREPACK.get(decl.name, decl.prepack, w, attrs)
+    return args
+
+
 def _run(decl: KernelDecl, args: tuple[Any, ...]) -> Any:
     *kargs, sid = args
     cs = _SITES.get(sid)
+    if decl.shapes and cs is not None and _guard(decl, kargs) is not None:
+        count("fallbacks", decl.name)  # outside the kernel's constraints: this call only
+        return _fresh(cs.fallback(*kargs), kargs)
     try:
-        out = decl.fn(*kargs)
-    except KernelUnsupported as e:
+        call_args = _packed_args(decl, kargs) if decl.prepack is not None else kargs
+        out = decl.fn(*call_args)
+    except KernelUnsupported:
         if cs is None:
             raise
-        count("fallbacks", decl.name)
-        _ = e  # the reason is for users calling the kernel directly
+        count("fallbacks", decl.name)  # the kernel declined this call; the next one tries again
         return _fresh(cs.fallback(*kargs), kargs)
     except Exception as e:
         where = cs.where() if cs else "a direct call"

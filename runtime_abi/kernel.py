@@ -295,7 +295,12 @@ def kernel(
 
     ``meta(*args)`` returns empty tensors with the output shapes and dtypes; ``dtypes`` maps
     parameter names to the dtypes the kernel accepts; ``requires`` lists ISA features
-    (``"avx512_vnni"``, ...); higher ``priority`` wins when several kernels are eligible.
+    (``"avx512_vnni"``, ...); higher ``priority`` wins when several kernels are eligible,
+    then the higher ``version``. ``shapes`` maps parameters to :class:`ShapeRule` specs
+    (checked at compile time where provable, else per call); ``traits`` from
+    :data:`TRAITS`; ``prepack(weight, attrs)`` packs the constant tensor passed as
+    ``prepack_arg`` once (the kernel then receives the packed tensor in its place);
+    ``reference`` and ``examples(dtype)`` feed ``pdlkit abi-check``.
     Raise :class:`KernelUnsupported` inside the kernel to decline one call.
     """
 
@@ -310,6 +315,13 @@ def kernel(
             requires=requires,
             version=version,
             priority=priority,
+            shapes=shapes,
+            workspace=workspace,
+            traits=traits,
+            prepack=prepack,
+            prepack_arg=prepack_arg,
+            reference=reference,
+            examples=examples,
         )
 
     return wrap

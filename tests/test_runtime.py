@@ -175,3 +175,80 @@ def test_shipped_kernels_pass_opcheck():
             torch.nn.functional.gelu(ref, approximate="tanh") if "gelu" in name else torch.relu(ref)
         )
         torch.testing.assert_close(op(*args, 0), ref)
+
+
+def test_call_outside_the_shape_rules_falls_back_for_that_call(tmp_path):
+    model, f = compile_with(
+        tmp_path,
+        """
+@pdlkit.kernel(op="lin_relu", meta=meta, shapes={"x": {"contiguous": True}})
+def k_contig(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
+    assert x.is_contiguous()
+    return torch.relu(x @ w.t() + b)
+""",
+    )
+    pdlkit.stats(reset=True)
+    with torch.no_grad():
+        x = torch.randn(8, 2).t()  # [2, 8], not contiguous
+        torch.testing.assert_close(f(x), model(x))
+        torch.testing.assert_close(f(x.contiguous()), model(x))
+    st = pdlkit.stats()["by_kernel"]["k_contig"]
+    assert (st["fallbacks"], st["kernel_calls"]) == (1, 1)
+
+
+def test_provably_violated_shape_rule_is_a_near_miss(tmp_path):
+    p, k = tmp_path / "p", tmp_path / "k"
+    write(p, "a.pdl.mlir", linear_act_pattern("lr", "relu", "lin_relu"))
+    write(
+        k,
+        "k.py",
+        KERNEL_HEADER
+        + """
+@pdlkit.kernel(op="lin_relu", meta=meta, shapes={"x": {"divisible": {-1: 16}}})
+def k_k16(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
+    return torch.relu(x @ w.t() + b)
+""",
+    )
+    report = pdlkit.explain(Net().eval(), torch.randn(2, 8), patterns=p, kernels=k)
+    assert report.substitutions == []
+    assert "k_k16: x dim -1 is 8, not a multiple of 16" in report.near_misses[0].reason
+
+
+PREPACK_KERNEL = """
+def pack(w, attrs):
+    return w.t().contiguous()  # [K, N]: the layout this kernel reads
+
+@pdlkit.kernel(op="lin_relu", meta=meta, prepack=pack, prepack_arg="w")
+def k_packed(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
+    return torch.relu(x @ w + b)
+"""
+
+
+def test_prepack_packs_once_and_repacks_after_an_inplace_update(tmp_path):
+    model, f = compile_with(tmp_path, PREPACK_KERNEL)
+    pdlkit.stats(reset=True)
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(f(x), model(x))
+        model.fc.weight.mul_(2)  # bumps the tensor's version: the packed copy is stale
+        torch.testing.assert_close(f(x), model(x))
+    st = pdlkit.stats()
+    assert (st["prepack_misses"], st["prepack_hits"]) == (2, 2)
+
+
+def test_prepack_cache_is_bounded():
+    from pdlkit.runtime_abi.prepack import PrepackCache
+
+    cache = PrepackCache(max_bytes=3 * 64 * 4)
+    weights = [torch.randn(64) for _ in range(5)]
+    pdlkit.stats(reset=True)
+    for w in weights:
+        cache.get("k", lambda t, a: t.clone(), w, {})
+    assert len(cache) == 3 and cache.nbytes == 3 * 64 * 4
+    assert pdlkit.stats()["prepack_evictions"] == 2
+    del weights[:], w
+    import gc
+
+    gc.collect()
+    assert len(cache) == 0  # entries die with their tensors

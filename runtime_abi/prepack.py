@@ -1,0 +1,115 @@
+"""The bounded pre-pack cache: constant weights packed once per kernel.
+
+Keyed by the weight tensor's identity *and* its version counter, so an in-place update
+(``weight.add_(...)``, ``load_state_dict``) makes the next call pack again. Entries die
+with their tensor (weakref) and are evicted least-recently-used beyond ``max_bytes``
+(``PDLKIT_PREPACK_BYTES``, default 1 GiB). Hits, misses and evictions are counted in
+``pdlkit.stats()``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from pdlkit.runtime_abi.binding_stats import count
+
+_DEFAULT_BYTES = 1 << 30
+
+
+def _nbytes(x: Any) -> int:
+    if isinstance(x, torch.Tensor):
+        try:
+            return x.untyped_storage().nbytes()
+        except (RuntimeError, NotImplementedError):  # opaque (e.g. mkldnn) tensors
+            return x.element_size() * x.numel()
+    if isinstance(x, tuple | list):
+        return sum(_nbytes(v) for v in x)
+    return sys.getsizeof(x)
+
+
+class PrepackCache:
+    def __init__(self, max_bytes: int | None = None):
+        env = os.environ.get("PDLKIT_PREPACK_BYTES")
+        self.max_bytes = max_bytes if max_bytes is not None else int(env) if env else _DEFAULT_BYTES
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[tuple[Any, ...], tuple[Any, int]] = OrderedDict()
+        self._bytes = 0
+        self._finalizers: dict[int, Any] = {}
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(
+        self,
+        kernel: str,
+        pack: Callable[[Any, Mapping[str, Any]], Any],
+        weight: torch.Tensor,
+        attrs: Mapping[str, Any],
+    ) -> Any:
+        key = (
+            kernel,
+            id(weight),
+            weight._version,
+            tuple(sorted((k, repr(v)) for k, v in attrs.items())),
+        )
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is not None:
+                self._entries.move_to_end(key)
+                count("prepack_hits", kernel)
+                return hit[0]
+        packed = pack(weight, attrs)  # outside the lock: packing can be slow
+        size = _nbytes(packed)
+        with self._lock:
+            count("prepack_misses", kernel)
+            self._drop(lambda k: k[0] == kernel and k[1] == id(weight), kernel)  # older versions
+            if size <= self.max_bytes:
+                self._entries[key] = (packed, size)
+                self._bytes += size
+                self._watch(weight)
+                while self._bytes > self.max_bytes:
+                    old, (_, n) = self._entries.popitem(last=False)
+                    self._bytes -= n
+                    count("prepack_evictions", old[0])
+        return packed
+
+    def _watch(self, weight: torch.Tensor) -> None:
+        wid = id(weight)
+        if wid not in self._finalizers:
+            self._finalizers[wid] = weakref.finalize(weight, self._forget, wid)
+
+    def _forget(self, wid: int) -> None:
+        with self._lock:
+            self._finalizers.pop(wid, None)
+            self._drop(lambda k: k[1] == wid, None)
+
+    def _drop(self, pred: Callable[[tuple[Any, ...]], bool], kernel: str | None) -> None:
+        for k in [k for k in self._entries if pred(k)]:
+            _, n = self._entries.pop(k)
+            self._bytes -= n
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
+
+
+CACHE = PrepackCache()
+
+
+def configure(max_bytes: int) -> None:
+    """Bound the pre-pack cache (bytes); entries beyond it are evicted least-recently-used."""
+    with CACHE._lock:
+        CACHE.max_bytes = max_bytes
+    CACHE.clear()
