@@ -32,6 +32,7 @@ class Substitution:
     replaced: list[str]  # FX nodes that disappeared
     args: list[str]
     user_line: str = ""
+    passed_over: list[str] = field(default_factory=list)  # higher-ranked kernels, and why not
 
 
 @dataclass
@@ -134,6 +135,9 @@ class Report:
                 for s in g.substitutions
             ]
             lines.extend(_table(rows, indent="  "))
+            for s in g.substitutions:
+                for why in s.passed_over:
+                    lines.append(f"    {s.root}: passed over {why}")
             if g.timings:
                 lines.append(
                     "  pass time: "

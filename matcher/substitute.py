@@ -78,6 +78,7 @@ class Record:
     args: list[Ref]
     outputs: list[fx.Node]  # original FX nodes whose values the kernel's outputs replace
     slice: list[fx.Node]  # original FX nodes the call stands for, in graph order
+    passed_over: list[str] = field(default_factory=list)  # kernels not chosen, and why
 
 
 # -- per pattern-set MLIR state ------------------------------------------------------------------
@@ -375,7 +376,7 @@ class _Session:
             width = len(r.results)
             rewriter.replace_op(r, new_results[i : i + width])
             i += width
-        self.records.append(Record(self.pattern, op_name, k, refs, outputs, sl))
+        self.records.append(Record(self.pattern, op_name, k, refs, outputs, sl, sel.reasons))
         return True
 
     def _meta_mismatch(self, k: KernelDecl, examples: list[Any], outputs: list[fx.Node]) -> str:
@@ -671,6 +672,7 @@ def _rewrite_fx(gm: fx.GraphModule, s: _Session, verify: bool) -> list[Substitut
                 replaced=[],
                 args=[describe_value(a) if not isinstance(a, list) else repr(a) for a in args],
                 user_line=site.user_line,
+                passed_over=rec.passed_over,
             )
         )
     graph.eliminate_dead_code()

@@ -252,3 +252,56 @@ def test_prepack_cache_is_bounded():
 
     gc.collect()
     assert len(cache) == 0  # entries die with their tensors
+
+
+def test_explain_names_the_kernel_passed_over_and_why(tmp_path):
+    p, k = tmp_path / "p", tmp_path / "k"
+    write(p, "a.pdl.mlir", linear_act_pattern("lr", "relu", "lin_relu"))
+    write(
+        k,
+        "k.py",
+        KERNEL_HEADER
+        + """
+@pdlkit.kernel(op="lin_relu", meta=meta, requires=["amx_int8"], priority=9)
+def k_amx(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
+    return torch.relu(x @ w.t() + b)
+
+@pdlkit.kernel(op="lin_relu", meta=meta, version=2)
+def k_any(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
+    return torch.relu(x @ w.t() + b)
+
+@pdlkit.kernel(op="lin_relu", meta=meta, name="k_any")
+def k_any_v1(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
+    return torch.relu(x @ w.t() + b)
+""",
+    )
+    report = pdlkit.explain(
+        Net().eval(), torch.randn(2, 8), patterns=p, kernels=k, target="x86-avx512-vnni"
+    )
+    (sub,) = report.substitutions
+    assert sub.kernel == "k_any" and "k_any v2" in " ".join(report.kernels)
+    assert sub.passed_over == ["k_amx: needs amx_int8, which target x86-avx512-vnni lacks"]
+    assert "relu: passed over k_amx: needs amx_int8" in str(report)
+
+
+def test_same_kernel_name_and_version_twice_is_refused(tmp_path):
+    body = (
+        KERNEL_HEADER
+        + """
+@pdlkit.kernel(op="lin_relu", meta=meta)
+def k_twin(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
+    return x
+"""
+    )
+    write(tmp_path / "a", "one.py", body)
+    write(tmp_path / "a", "two.py", body)
+    with pytest.raises(
+        KernelLoadError,
+        match=r"two\.py:\d+: kernel 'k_twin' version 1 is already declared at .*one\.py",
+    ):
+        KernelRegistry.from_folders([tmp_path / "a"])
+
+
+def test_missing_kernel_folder_is_named(tmp_path):
+    with pytest.raises(KernelLoadError, match=rf"{tmp_path}/nope: kernel folder does not exist"):
+        KernelRegistry.from_folders([tmp_path / "nope"])
