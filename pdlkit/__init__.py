@@ -13,6 +13,7 @@ from pdlkit.backend import PdlkitBackend, PdlkitError, explain, optimize, pdlkit
 from pdlkit.runtime_abi.binding import KernelCallError
 from pdlkit.runtime_abi.binding_stats import stats
 from pdlkit.runtime_abi.kernel import KernelDeclarationError, KernelUnsupported, kernel
+from pdlkit.runtime_abi.reference import reference
 
 __version__ = "0.1.0"
 
@@ -25,6 +26,7 @@ __all__ = [
     "explain",
     "kernel",
     "optimize",
+    "reference",
     "stats",
 ]
 

@@ -69,6 +69,17 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_abi_check(args: argparse.Namespace) -> int:
+    from pdlkit.runtime_abi.abi_check import check_paths, format_rows
+    from pdlkit.runtime_abi.capability import resolve
+
+    rows = check_paths([Path(p) for p in args.paths], resolve(args.target))
+    print(format_rows(rows))
+    failed = [r for r in rows if r.result == "FAIL"]
+    print(f"{len(rows) - len(failed)} passed or skipped, {len(failed)} failed")
+    return 1 if failed or not rows else 0
+
+
 def cmd_kernels(args: argparse.Namespace) -> int:
     from pdlkit import config
     from pdlkit.runtime_abi.registry import KernelRegistry
@@ -194,6 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kernels", action="append", default=None)
     p.add_argument("--graphs", action="store_true", help="print the rewritten graphs")
     p.set_defaults(fn=cmd_explain)
+
+    p = sub.add_parser("abi-check", help="check kernels against their declaration and reference")
+    p.add_argument("paths", nargs="+", help="kernel files (.py, .so) or folders")
+    p.add_argument("--target", default=None, help="plan for a named target instead of this host")
+    p.set_defaults(fn=cmd_abi_check)
 
     p = sub.add_parser("kernels", help="list the kernels found in the kernel folders")
     p.add_argument("--kernels", action="append", default=None)

@@ -1,0 +1,188 @@
+"""``pdlkit abi-check``: check kernels against their declaration and their op's reference.
+
+For every kernel found (Python module or native library): the declaration loads;
+``torch.library.opcheck`` passes on an example; on every example input the kernel
+accepts (its dtypes, shape rules and ISA), its output matches the reference of its logical
+op within the dtype's tolerance, its inputs are left unchanged, and its output matches
+its meta function. Kernels for another ISA than the host's are skipped, saying so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from pdlkit.runtime_abi.binding import _as_list, _meta_of, bind
+from pdlkit.runtime_abi.capability import Target, host
+from pdlkit.runtime_abi.kernel import KernelDecl, KernelUnsupported
+from pdlkit.runtime_abi.reference import lookup
+
+# (rtol, atol): GEMM-sized accumulations in fp32 differ in the last bits between BLAS paths
+_TOL = {
+    torch.float32: (1e-4, 1e-4),
+    torch.float64: (1e-9, 1e-9),
+    torch.bfloat16: (2e-2, 2e-2),
+    torch.float16: (1e-2, 1e-2),
+}
+
+
+@dataclass
+class Row:
+    kernel: str
+    check: str
+    result: str  # PASS, FAIL, SKIP
+    detail: str = ""
+
+
+def _dtypes_of(decl: KernelDecl) -> list[torch.dtype | None]:
+    for p in decl.params:
+        if p in decl.dtypes:
+            return list(decl.dtypes[p])
+    return [None]  # no dtype declared: the examples' default
+
+
+def _accepts(decl: KernelDecl, args: Sequence[Any]) -> bool:
+    for name, a in zip(decl.params, args, strict=False):
+        if isinstance(a, torch.Tensor):
+            allowed = decl.dtypes.get(name)
+            if allowed is not None and a.dtype not in allowed:
+                return False
+            rule = decl.shapes.get(name)
+            if rule is not None and rule.violation(a):
+                return False
+    return True
+
+
+def check_kernel(decl: KernelDecl, target: Target | None = None) -> list[Row]:
+    target = target or host()
+    rows = [Row(decl.name, "declaration", "PASS", f"v{decl.version} op={decl.op} {decl.source}")]
+    missing = decl.requires - target.features
+    if missing or decl.device not in target.devices:
+        why = f"host lacks {', '.join(sorted(missing))}" if missing else f"no {decl.device} device"
+        rows.append(Row(decl.name, "run", "SKIP", why))
+        return rows
+    ref = lookup(decl.op)
+    reference = decl.reference or (ref.fn if ref else None)
+    examples = decl.examples or (ref.examples if ref else None)
+    if reference is None or examples is None:
+        rows.append(
+            Row(
+                decl.name,
+                "reference",
+                "FAIL",
+                f"no reference for op {decl.op!r}: declare one with @pdlkit.reference",
+            )
+        )
+        return rows
+    op = bind(decl)
+    for dtype in _dtypes_of(decl):
+        label = str(dtype).removeprefix("torch.") if dtype is not None else "default"
+        samples = [s for s in examples(dtype or torch.float32) if _accepts(decl, s)]
+        if not samples:
+            rows.append(
+                Row(
+                    decl.name,
+                    f"{label}",
+                    "FAIL",
+                    "no example input within the declared constraints",
+                )
+            )
+            continue
+        try:
+            torch.library.opcheck(op, (*samples[0], 0))
+            rows.append(Row(decl.name, f"opcheck {label}", "PASS"))
+        except Exception as e:
+            rows.append(
+                Row(
+                    decl.name,
+                    f"opcheck {label}",
+                    "FAIL",
+                    f"{type(e).__name__}: {str(e).splitlines()[0]}",
+                )
+            )
+        rows.append(_compare(decl, op, reference, samples, label))
+    return rows
+
+
+def _compare(
+    decl: KernelDecl, op: Any, reference: Any, samples: list[tuple[Any, ...]], label: str
+) -> Row:
+    worst, declined = 0.0, 0
+    for args in samples:
+        before = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+        shape = "x".join(
+            "x".join(map(str, a.shape)) for a in args[:1] if isinstance(a, torch.Tensor)
+        )
+        try:
+            out = _as_list(op(*args, 0))
+        except KernelUnsupported:
+            declined += 1
+            continue
+        except Exception as e:
+            return Row(decl.name, f"reference {label}", "FAIL", f"raised on {shape}: {e}")
+        for a, b in zip(args, before, strict=True):
+            if isinstance(a, torch.Tensor) and not torch.equal(a, b):
+                return Row(
+                    decl.name, f"reference {label}", "FAIL", f"modified its input on {shape}"
+                )
+        if [(tuple(t.shape), t.dtype) for t in out] != _meta_of(decl, args):
+            return Row(
+                decl.name, f"reference {label}", "FAIL", f"output disagrees with meta on {shape}"
+            )
+        want = _as_list(reference(*args))
+        for o, w in zip(out, want, strict=True):
+            rtol, atol = _TOL.get(w.dtype, (0.0, 0.0))
+            if not torch.allclose(o.to(w.dtype), w, rtol=rtol, atol=atol):
+                err = (o.double() - w.double()).abs().max().item()
+                return Row(
+                    decl.name,
+                    f"reference {label}",
+                    "FAIL",
+                    f"max abs error {err:.3g} on {shape} (rtol {rtol}, atol {atol})",
+                )
+            if w.numel():
+                worst = max(worst, (o.double() - w.double()).abs().max().item())
+    note = f"{len(samples) - declined}/{len(samples)} inputs, max abs error {worst:.2g}"
+    if declined:
+        note += f", {declined} declined (fallback)"
+    return Row(decl.name, f"reference {label}", "PASS", note)
+
+
+def check_paths(paths: Sequence[Path], target: Target | None = None) -> list[Row]:
+    """abi-check every kernel file under ``paths`` (references come from the configured folders too)."""
+    from pdlkit.runtime_abi.registry import (
+        KernelLoadError,
+        KernelRegistry,
+        kernel_files,
+        load_kernel_file,
+    )
+
+    from pdlkit import config
+
+    rows: list[Row] = []
+    try:  # load the configured folders for the references they declare
+        KernelRegistry.from_folders(config.kernel_paths(None))
+    except KernelLoadError:
+        pass
+    for f in kernel_files([p.resolve() for p in paths]):
+        try:
+            decls = load_kernel_file(f)
+        except Exception as e:
+            rows.append(Row(f.name, "declaration", "FAIL", str(e)))
+            continue
+        for d in decls:
+            rows.extend(check_kernel(d, target))
+    return rows
+
+
+def format_rows(rows: Sequence[Row]) -> str:
+    if not rows:
+        return "no kernels found"
+    w = [max(len(getattr(r, c)) for r in rows) for c in ("kernel", "check", "result")]
+    return "\n".join(
+        f"{r.kernel:<{w[0]}}  {r.check:<{w[1]}}  {r.result:<{w[2]}}  {r.detail}".rstrip()
+        for r in rows
+    )
