@@ -6,8 +6,11 @@ import threading
 from collections import Counter
 from typing import Any
 
+# One counter per thread, summed when read: counting on the hot path takes no lock and
+# loses no increment when threads call kernels concurrently.
 _STATS_LOCK = threading.Lock()
-_STATS: Counter[tuple[str, str]] = Counter()
+_COUNTERS: list[Counter[tuple[str, str]]] = []
+_LOCAL = threading.local()
 _TOTALS = (
     "substitutions",
     "kernel_calls",
@@ -18,17 +21,29 @@ _TOTALS = (
 )
 
 
-def count(event: str, kernel: str, n: int = 1) -> None:
+def _mine() -> Counter[tuple[str, str]]:
+    c: Counter[tuple[str, str]] = Counter()
     with _STATS_LOCK:
-        _STATS[(event, kernel)] += n
+        _COUNTERS.append(c)
+    _LOCAL.c = c
+    return c
+
+
+def count(event: str, kernel: str, n: int = 1) -> None:
+    c = getattr(_LOCAL, "c", None)
+    if c is None:
+        c = _mine()
+    c[(event, kernel)] += n
 
 
 def stats(reset: bool = False) -> dict[str, Any]:
     """Counts of substitutions, kernel calls, fallbacks and pre-pack cache events, in total and per kernel."""
+    snapshot: Counter[tuple[str, str]] = Counter()
     with _STATS_LOCK:
-        snapshot = dict(_STATS)
-        if reset:
-            _STATS.clear()
+        for c in _COUNTERS:
+            snapshot.update(c)  # a read racing an increment sees it now or at the next read
+            if reset:
+                c.clear()
     totals = dict.fromkeys(_TOTALS, 0)
     by_kernel: dict[str, dict[str, int]] = {}
     for (event, kernel), n in snapshot.items():
