@@ -14,6 +14,7 @@ on the FX graph, which is the graph that gets compiled.
 
 from __future__ import annotations
 
+import copy
 import operator
 import time
 from collections import Counter
@@ -566,16 +567,64 @@ def substitute(
 
 
 class _LazyModule:
-    """The replaced subgraph, compiled to Python on its first call (most sites never need it)."""
+    """The replaced subgraph, run when a kernel declines a call or a guard fails.
+
+    Tiered like a JIT: the first fallback for an input signature runs the subgraph op by op
+    (most sites never fall back, or once); from the second one on it runs code compiled by
+    Inductor for that signature (up to ``_MAX_COMPILED`` signatures per site).
+    """
 
     def __init__(self, root: fx.GraphModule, graph: fx.Graph):
         self._root, self._graph = root, graph
         self._module: fx.GraphModule | None = None
+        self._seen: Counter[tuple[Any, ...]] = Counter()
+        self._compiled: dict[tuple[Any, ...], Any] = {}
+        self.compile_error: str = ""
 
     def __call__(self, *args: Any) -> Any:
         if self._module is None:
             self._module = fx.GraphModule(self._root, self._graph, class_name="PdlkitReference")
+        sig = tuple(
+            (a.shape, a.stride(), a.dtype, a.device) if isinstance(a, torch.Tensor) else repr(a)
+            for a in args
+        )
+        fn = self._compiled.get(sig)
+        if fn is not None:
+            return fn(*[a for a in args if isinstance(a, torch.Tensor)])
+        self._seen[sig] += 1
+        if self._seen[sig] >= 2 and len(self._compiled) < _MAX_COMPILED and not self.compile_error:
+            fn = self._compile(args)
+            if fn is not None:
+                self._compiled[sig] = fn
+                return fn(*[a for a in args if isinstance(a, torch.Tensor)])
         return self._module(*args)
+
+    @property
+    def compiled_signatures(self) -> int:
+        return len(self._compiled)
+
+    def _compile(self, args: tuple[Any, ...]) -> Any:
+        """Inductor code for this call's signature; non-tensor arguments become literals."""
+        from torch._inductor.compile_fx import compile_fx
+
+        assert self._module is not None
+        gm = copy.deepcopy(self._module)
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        for ph, a in zip(placeholders, args, strict=True):
+            if not isinstance(a, torch.Tensor):
+                for user in list(ph.users):
+                    user.args = fx.map_arg(user.args, lambda n, ph=ph, a=a: a if n is ph else n)  # type: ignore[misc]
+                    user.kwargs = fx.map_arg(user.kwargs, lambda n, ph=ph, a=a: a if n is ph else n)  # type: ignore[misc]
+                gm.graph.erase_node(ph)
+        gm.recompile()
+        try:
+            return compile_fx(gm, [a for a in args if isinstance(a, torch.Tensor)])
+        except Exception as e:  # keep interpreting: slower, still the right numbers
+            self.compile_error = f"{type(e).__name__}: {e}"
+            return None
+
+
+_MAX_COMPILED = 8
 
 
 def _fallback_module(gm: fx.GraphModule, s: _Session, rec: Record) -> _LazyModule:

@@ -305,3 +305,24 @@ def k_twin(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
 def test_missing_kernel_folder_is_named(tmp_path):
     with pytest.raises(KernelLoadError, match=rf"{tmp_path}/nope: kernel folder does not exist"):
         KernelRegistry.from_folders([tmp_path / "nope"])
+
+
+def test_repeated_fallbacks_run_inductor_compiled_reference(tmp_path):
+    from pdlkit.runtime_abi import binding
+
+    model, f = compile_with(
+        tmp_path,
+        """
+@pdlkit.kernel(op="lin_relu", meta=meta)
+def k_never(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
+    raise pdlkit.KernelUnsupported("not today")
+""",
+    )
+    pdlkit.stats(reset=True)
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(f(x), model(x))
+    (site,) = [s for s in binding._SITES.values() if s.kernel.name == "k_never"]
+    assert site.fallback.compiled_signatures == 1 and not site.fallback.compile_error
+    assert pdlkit.stats()["by_kernel"]["k_never"]["fallbacks"] == 3
