@@ -69,13 +69,15 @@ NAMED: dict[str, Target] = {
 }
 
 
-def _cpu_flags(arch: str) -> set[str]:
+def cpu_flags(arch: str, text: str | None = None) -> set[str]:
+    """ISA features from /proc/cpuinfo text: x86 "flags", AArch64 "Features" (the hwcaps)."""
     table = _X86_FLAGS if arch == "x86_64" else _ARM_FLAGS
-    try:
-        with open("/proc/cpuinfo") as f:
-            text = f.read()
-    except OSError:
-        return set()
+    if text is None:
+        try:
+            with open("/proc/cpuinfo") as f:
+                text = f.read()
+        except OSError:
+            return set()
     for line in text.splitlines():
         key, _, value = line.partition(":")
         if key.strip() in ("flags", "Features"):
@@ -88,7 +90,7 @@ def host() -> Target:
     """The machine this process runs on (CPU features from /proc/cpuinfo, CUDA from torch)."""
     arch = platform.machine().lower()
     arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(arch, arch)
-    features = _cpu_flags(arch)
+    features = cpu_flags(arch)
     devices = {"cpu"}
     try:
         import torch
