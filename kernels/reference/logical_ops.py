@@ -54,3 +54,64 @@ def _int_mm_examples(dtype: torch.dtype) -> list[tuple]:
 @pdlkit.reference("int_mm", examples=_int_mm_examples)
 def int_mm(a, b):
     return torch._int_mm(a, b)
+
+
+def _qd():  # quantized_decomposed ops are registered by torchao's PT2E module
+    import torchao.quantization.pt2e  # noqa: F401
+
+    return torch.ops.quantized_decomposed
+
+
+def _qlinear_ref(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm):
+    qd = _qd()
+    x = qd.dequantize_per_tensor(x_q, x_scale, x_zp, 0, 255, torch.uint8)
+    w = qd.dequantize_per_channel(w_q, w_scale, w_zp, 0, -128, 127, torch.int8)
+    y = F.linear(x, w, bias)
+    if post_op == "relu":
+        y = torch.relu(y)
+    elif post_op == "gelu":
+        y = F.gelu(y, approximate=algorithm)
+    return y
+
+
+def _qlinear_examples(dtype: torch.dtype, quantized_out: bool) -> list[tuple]:
+    g = torch.Generator().manual_seed(0)
+    out = []
+    for (m, k, n), post in zip(
+        _GEMM_SHAPES + [(3, 24, 40)], ["none", "relu", "gelu", "none", "relu", "gelu"], strict=True
+    ):
+        x_q = torch.randint(0, 256, (m, k), generator=g, dtype=torch.uint8)
+        w_q = torch.randint(-127, 128, (n, k), generator=g, dtype=torch.int8)
+        w_scale = torch.rand(n, generator=g) * 0.01 + 1e-3
+        w_zp = torch.zeros(n, dtype=torch.int64)
+        bias = torch.randn(n, generator=g)
+        algo = "tanh" if post == "gelu" and m % 2 else ("none" if post == "gelu" else "")
+        args = (x_q, 0.02, 128, w_q, w_scale, w_zp, bias)
+        out.append((*args, 0.05, 3, 0, 255, post, algo) if quantized_out else (*args, post, algo))
+    return out
+
+
+@pdlkit.reference("qlinear", examples=lambda dtype: _qlinear_examples(dtype, False))
+def qlinear(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm):
+    return _qlinear_ref(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
+
+
+@pdlkit.reference("qlinear_q", examples=lambda dtype: _qlinear_examples(dtype, True))
+def qlinear_q(
+    x_q,
+    x_scale,
+    x_zp,
+    w_q,
+    w_scale,
+    w_zp,
+    bias,
+    out_scale,
+    out_zp,
+    out_qmin,
+    out_qmax,
+    post_op,
+    algorithm,
+):
+    y = _qlinear_ref(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
+    dtype = torch.uint8 if out_qmin >= 0 else torch.int8
+    return _qd().quantize_per_tensor(y, out_scale, out_zp, out_qmin, out_qmax, dtype)

@@ -1,0 +1,73 @@
+"""PT2E int8 graphs on x86: the shipped qlinear patterns route GEMMs to oneDNN kernels."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from pdlkit.runtime_abi.capability import host
+
+import pdlkit
+
+pt2e = pytest.importorskip(
+    "torchao.quantization.pt2e.quantize_pt2e", reason="needs torchao (pip install -e '.[quant]')"
+)
+if "avx512_vnni" not in host().features:
+    pytest.skip(
+        "the oneDNN int8 kernels are declared for avx512_vnni hosts", allow_module_level=True
+    )
+
+
+def quantize_static(model: torch.nn.Module, x: torch.Tensor) -> torch.nn.Module:
+    import torchao.quantization.pt2e.quantizer.x86_inductor_quantizer as xiq
+
+    quantizer = xiq.X86InductorQuantizer().set_global(
+        xiq.get_default_x86_inductor_quantization_config()
+    )
+    exported = torch.export.export(model, (x,)).module()
+    prepared = pt2e.prepare_pt2e(exported, quantizer)
+    prepared(x)
+    return pt2e.convert_pt2e(prepared)
+
+
+class Net(torch.nn.Module):
+    def __init__(self, d: int, h: int, act: str):
+        super().__init__()
+        self.fc1, self.fc2, self.act = torch.nn.Linear(d, h), torch.nn.Linear(h, d), act
+
+    def forward(self, x):
+        y = self.fc1(x)
+        y = torch.relu(y) if self.act == "relu" else torch.nn.functional.gelu(y)
+        return self.fc2(y)
+
+
+@pytest.mark.parametrize(
+    ("act", "d", "h", "m", "fused"),
+    [
+        ("relu", 16, 32, 4, "qlinear_relu_q"),
+        ("gelu", 16, 32, 4, "qlinear_gelu_q"),
+        ("relu", 7, 5, 1, "qlinear_relu_q"),  # K not a multiple of 4, M = 1
+    ],
+)
+def test_int8_gemms_become_onednn_calls_matching_pt2e(act, d, h, m, fused):
+    torch.manual_seed(0)
+    x = torch.randn(m, d)
+    q = quantize_static(Net(d, h, act).eval(), x)
+    report = pdlkit.explain(q, x)
+    assert report.counts() == {fused: 1, "qlinear": 1}
+    pdlkit.stats(reset=True)
+    with torch.no_grad():
+        f = pdlkit.optimize(q)
+        ref = q(x)
+        for _ in range(2):
+            torch.testing.assert_close(f(x), ref, rtol=1e-4, atol=1e-4)
+    st = pdlkit.stats()
+    assert st["kernel_calls"] == 4 and st["fallbacks"] == 0
+    assert (st["prepack_misses"], st["prepack_hits"]) == (2, 2)  # weights packed once
+
+
+def test_quantized_3d_activations(tmp_path):
+    torch.manual_seed(0)
+    x = torch.randn(2, 8, 16)
+    q = quantize_static(Net(16, 32, "relu").eval(), x)
+    with torch.no_grad():
+        torch.testing.assert_close(pdlkit.optimize(q)(x), q(x), rtol=1e-4, atol=1e-4)
