@@ -1,5 +1,13 @@
 """pdlkit.quantization: int8 / BF16 flows (PT2E graphs, scales, weight pre-pack).
 
-The quantized-GEMM work lands here (see the x86, Yitian and CUDA issues); the core
-pipeline does not depend on it.
+``quantize(model, example_inputs, calibration=..., scheme=...)`` turns an FP32 model into a
+PT2E int8 (torchao, X86InductorQuantizer) or a BF16 model for ``torch.compile(...,
+backend="pdlkit")``; ``cosine_similarity`` / ``max_abs_error`` compare its outputs with the
+FP32 model's. torchao is needed only by the int8 schemes (``pip install -e '.[quant]'``).
+The core pipeline does not depend on this package.
 """
+
+from pdlkit.quantization.metrics import cosine_similarity, max_abs_error
+from pdlkit.quantization.pt2e import SCHEMES, quantize
+
+__all__ = ["SCHEMES", "cosine_similarity", "max_abs_error", "quantize"]
