@@ -2,8 +2,9 @@
 
 Kernel files are plug-ins found by path: every ``*.py`` under a kernel folder (files and
 folders starting with ``_`` are skipped) is executed as its own module and every
-:class:`KernelDecl` in its namespace is registered. A file is executed again only when
-its contents change, so an edited kernel takes effect in the next compilation.
+:class:`KernelDecl` in its namespace is registered; every ``*.so`` is a native library
+loaded through the C ABI (:mod:`pdlkit.runtime_abi.native`). A file is loaded again only
+when its contents change, so an edited kernel takes effect in the next compilation.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ def _kernel_files(folder: Path) -> list[Path]:
         return [folder]
     return sorted(
         p
-        for p in folder.rglob("*.py")
+        for pattern in ("*.py", "*.so")
+        for p in folder.rglob(pattern)
         if not any(part.startswith(("_", ".")) for part in p.relative_to(folder).parts)
     )
 
@@ -76,7 +78,12 @@ def load_kernel_file(path: Path) -> tuple[KernelDecl, ...]:
         cached = _FILE_CACHE.get(path)
         if cached is not None and cached.digest == digest:
             return cached.kernels
-        kernels = _exec_file(path, digest)
+        if path.suffix == ".so":
+            from pdlkit.runtime_abi.native import load_native_library  # imports this module
+
+            kernels = load_native_library(path, digest)
+        else:
+            kernels = _exec_file(path, digest)
         _FILE_CACHE[path] = _LoadedFile(digest, kernels)
         return kernels
 
