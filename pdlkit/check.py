@@ -27,9 +27,7 @@ def check_paths(
         for f in config.files_under([p]):
             if f.name.startswith("_"):
                 continue
-            (
-                kernel_files if f.suffix == ".py" and f.name != "__init__.py" else pattern_srcs
-            ).append(f)
+            (kernel_files if f.suffix in (".py", ".so") else pattern_srcs).append(f)
     registry = KernelRegistry()
     for f in kernel_files:
         try:

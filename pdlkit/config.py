@@ -60,7 +60,7 @@ def kernel_paths(arg: PathArg = None) -> list[Path]:
     return _paths(arg, KERNEL_ENV, shipped_kernels())
 
 
-_SUFFIXES = (".pdl.mlir", ".pdll", ".yaml", ".yml", ".py")
+_SUFFIXES = (".pdl.mlir", ".pdll", ".yaml", ".yml", ".py", ".so")
 
 
 def files_under(paths: Iterable[Path]) -> list[Path]:

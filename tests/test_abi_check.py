@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from conftest import KERNEL_HEADER, write
@@ -14,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_every_shipped_kernel_passes(capsys):
     assert main(["abi-check", str(ROOT / "kernels")]) == 0
     out = capsys.readouterr().out
-    assert "linear_gelu_addmm  reference float32   PASS" in out
+    assert re.search(r"^linear_gelu_addmm +reference float32 +PASS", out, re.M)
     assert "FAIL" not in out
 
 
@@ -35,7 +36,7 @@ def k_no_bias(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
         capsys,
     )
     assert rc == 1
-    assert "k_no_bias  reference float32  FAIL  max abs error" in out
+    assert re.search(r"^k_no_bias +reference float32 +FAIL +max abs error", out, re.M)
 
 
 def test_a_kernel_writing_into_its_input_fails(tmp_path, capsys):
@@ -63,7 +64,7 @@ def k_sve(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
 """,
         capsys,
     )
-    assert rc == 0 and "k_sve  run          SKIP  host lacks sve2" in out
+    assert rc == 0 and re.search(r"^k_sve +run +SKIP +host lacks sve2", out, re.M)
 
 
 def test_kernel_without_a_reference_fails(tmp_path, capsys):

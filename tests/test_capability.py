@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from pdlkit.runtime_abi.capability import NAMED, cpu_flags, host, resolve
 
 X86 = "processor\t: 0\nflags\t\t: fpu sse avx2 avx512f avx512_vnni avx512_bf16 amx_tile amx_int8\n"

@@ -71,3 +71,16 @@ def test_quantized_3d_activations(tmp_path):
     q = quantize_static(Net(16, 32, "relu").eval(), x)
     with torch.no_grad():
         torch.testing.assert_close(pdlkit.optimize(q)(x), q(x), rtol=1e-4, atol=1e-4)
+
+
+def test_dynamic_int8_uses_the_tensor_scale_kernel():
+    from pdlkit.quantization import quantize
+
+    torch.manual_seed(0)
+    x = torch.randn(4, 16)
+    q = quantize(Net(16, 32, "gelu").eval(), (x,), scheme="int8-dynamic")
+    assert pdlkit.explain(q, x).counts() == {"qlinear_dyn_gelu": 1, "qlinear_dyn": 1}
+    pdlkit.stats(reset=True)
+    with torch.no_grad():
+        torch.testing.assert_close(pdlkit.optimize(q)(x), q(x), rtol=1e-4, atol=1e-4)
+    assert pdlkit.stats()["by_kernel"]["qlinear_dynamic_onednn"]["kernel_calls"] == 2

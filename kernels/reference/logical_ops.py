@@ -115,3 +115,24 @@ def qlinear_q(
     y = _qlinear_ref(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
     dtype = torch.uint8 if out_qmin >= 0 else torch.int8
     return _qd().quantize_per_tensor(y, out_scale, out_zp, out_qmin, out_qmax, dtype)
+
+
+def _qlinear_dynamic_examples(dtype: torch.dtype) -> list[tuple]:
+    out = []
+    for args in _qlinear_examples(dtype, False):
+        x_q, x_scale, x_zp, *rest = args
+        out.append((x_q, torch.tensor([x_scale], dtype=torch.float64), torch.tensor([x_zp]), *rest))
+    return out
+
+
+@pdlkit.reference("qlinear_dynamic", examples=_qlinear_dynamic_examples)
+def qlinear_dynamic(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm):
+    qd = _qd()
+    x = qd.dequantize_per_tensor.tensor(x_q, x_scale, x_zp, 0, 255, torch.uint8)
+    w = qd.dequantize_per_channel(w_q, w_scale, w_zp, 0, -128, 127, torch.int8)
+    y = F.linear(x, w, bias)
+    if post_op == "relu":
+        y = torch.relu(y)
+    elif post_op == "gelu":
+        y = F.gelu(y, approximate=algorithm)
+    return y

@@ -177,3 +177,38 @@ def qlinear_onednn(
         torch.float32,
         _post(post_op, algorithm),
     )
+
+
+def _meta_dyn(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm):  # type: ignore[no-untyped-def]
+    return x_q.new_empty((*x_q.shape[:-1], w_q.shape[0]), dtype=torch.float32)
+
+
+@pdlkit.kernel(
+    op="qlinear_dynamic",
+    device="cpu",
+    dtypes=_INT8,
+    shapes=_SHAPES,
+    requires=["avx512_vnni"],
+    meta=_meta_dyn,
+    prepack=_pack,
+    prepack_arg="w_q",
+    traits=["deterministic"],
+)
+def qlinear_dynamic_onednn(
+    x_q: Tensor,
+    x_scale: Tensor,
+    x_zp: Tensor,
+    w_q: Tensor,
+    w_scale: Tensor,
+    w_zp: Tensor,
+    bias: Tensor | None,
+    post_op: str,
+    algorithm: str,
+) -> Tensor:
+    """act(dequantize(x_q; scale, zp tensors from choose_qparams) @ dequantize(w_q).T + bias) in float32."""
+    post = _post(post_op, algorithm)
+    x2 = x_q.reshape(-1, x_q.shape[-1]).contiguous()
+    y = torch.ops.onednn.qlinear_pointwise.tensor(
+        x2, x_scale, x_zp, w_q, w_scale, w_zp, bias, 1.0, 0, torch.float32, post[0], [], post[1]
+    )
+    return y.reshape(*x_q.shape[:-1], y.shape[-1])
