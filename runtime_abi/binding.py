@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from pdlkit.runtime_abi.binding_stats import count
+from pdlkit.runtime_abi.binding_stats import bump, count
 from pdlkit.runtime_abi.kernel import KernelDecl, KernelUnsupported
 from pdlkit.runtime_abi.prepack import CACHE as PREPACK
 
@@ -180,7 +180,7 @@ def _guard(decl: KernelDecl, args: Sequence[Any]) -> str | None:
     return None
 
 
-def _packed_args(decl: KernelDecl, args: list[Any]) -> list[Any]:
+def _packed_args(decl: KernelDecl, args: Sequence[Any]) -> Sequence[Any]:
     assert decl.prepack is not None and decl.prepack_arg is not None
     i = decl.params.index(decl.prepack_arg)
     w = args[i]
@@ -193,37 +193,46 @@ def _packed_args(decl: KernelDecl, args: list[Any]) -> list[Any]:
     return args
 
 
-def _run(decl: KernelDecl, args: tuple[Any, ...]) -> Any:
-    *kargs, sid = args
-    cs = _SITES.get(sid)
-    if decl.shapes and cs is not None and _guard(decl, kargs) is not None:
-        count("fallbacks", decl.name)  # outside the kernel's constraints: this call only
+def _runner(decl: KernelDecl) -> Any:
+    """The Python body of ``torch.ops.pdlkit.<kernel>``: every call goes through it, so what
+    it reads from the declaration is bound once here."""
+    fn, name, shapes, prepack = decl.fn, decl.name, decl.shapes, decl.prepack
+    calls_key = ("kernel_calls", name)
+    sites = _SITES
+
+    def fall_back(cs: CallSite, kargs: tuple[Any, ...]) -> Any:
+        count("fallbacks", name)  # this call only: the next one tries the kernel again
         return _fresh(cs.fallback(*kargs), kargs)
-    try:
-        call_args = _packed_args(decl, kargs) if decl.prepack is not None else kargs
-        out = decl.fn(*call_args)
-    except KernelUnsupported:
+
+    def run(*args: Any) -> Any:
+        kargs, cs = args[:-1], sites.get(args[-1])
+        if shapes and cs is not None and _guard(decl, kargs) is not None:
+            return fall_back(cs, kargs)  # outside the kernel's shape rules
+        try:
+            out = fn(*_packed_args(decl, kargs)) if prepack is not None else fn(*kargs)
+        except KernelUnsupported:
+            if cs is None:
+                raise
+            return fall_back(cs, kargs)
+        except Exception as e:
+            where = cs.where() if cs else "a direct call"
+            raise KernelCallError(
+                f"pdlkit kernel {name!r} ({decl.source}) failed at {where}: {type(e).__name__}: {e}"
+            ) from e
+        bump(calls_key)
         if cs is None:
-            raise
-        count("fallbacks", decl.name)  # the kernel declined this call; the next one tries again
-        return _fresh(cs.fallback(*kargs), kargs)
-    except Exception as e:
-        where = cs.where() if cs else "a direct call"
-        raise KernelCallError(
-            f"pdlkit kernel {decl.name!r} ({decl.source}) failed at {where}: {type(e).__name__}: {e}"
-        ) from e
-    count("kernel_calls", decl.name)
-    if cs is None:
-        _check_outputs(decl, cs, kargs, out)
+            _check_outputs(decl, cs, kargs, out)
+            return out
+        cs.calls += 1
+        # Output checks cost more than dispatch itself, so a site checks its first calls and
+        # then every CHECK_EVERY-th; verify=True (or PDLKIT_CHECK_EVERY_CALL=1) checks them all.
+        if cs.calls <= _CHECK_FIRST or cs.calls % CHECK_EVERY == 0 or cs.verify:
+            _check_outputs(decl, cs, kargs, out)
+            if cs.verify and not cs.verified:
+                _verify(decl, cs, kargs, out)
         return out
-    cs.calls += 1
-    # Output checks cost more than dispatch itself, so a site checks its first calls and
-    # then every CHECK_EVERY-th; verify=True (or PDLKIT_CHECK_EVERY_CALL=1) checks them all.
-    if cs.calls <= _CHECK_FIRST or cs.calls % CHECK_EVERY == 0 or cs.verify:
-        _check_outputs(decl, cs, kargs, out)
-        if cs.verify and not cs.verified:
-            _verify(decl, cs, kargs, out)
-    return out
+
+    return run
 
 
 def _verify(decl: KernelDecl, cs: CallSite, args: Sequence[Any], out: Any) -> None:
@@ -262,8 +271,7 @@ def bind(decl: KernelDecl) -> Any:
         sep = ", " if params != "(" else ""
         schema = f"{params}{sep}int {_SITE_ARG}) -> {ret}"
 
-        def impl(*args: Any) -> Any:
-            return _run(decl, args)
+        impl = _runner(decl)
 
         def fake(*args: Any) -> Any:
             return decl.meta(*args[:-1])

@@ -29,6 +29,14 @@ def _mine() -> Counter[tuple[str, str]]:
     return c
 
 
+def bump(key: tuple[str, str]) -> None:
+    """count() for the hot path: the (event, kernel) key is built once by the caller."""
+    c = getattr(_LOCAL, "c", None)
+    if c is None:
+        c = _mine()
+    c[key] += 1
+
+
 def count(event: str, kernel: str, n: int = 1) -> None:
     c = getattr(_LOCAL, "c", None)
     if c is None:
