@@ -33,19 +33,22 @@ def test_shipped_patterns_fire_under_inductor(mlp):
         y = torch.compile(model, backend="pdlkit")(x)
         torch.testing.assert_close(y, model(x), rtol=1e-5, atol=1e-5)
     st = pdlkit.stats()
-    assert st["substitutions"] == 1 and st["by_kernel"]["linear_relu_addmm"]["kernel_calls"] == 1
+    assert st["substitutions"] == 2
+    assert st["by_kernel"]["linear_relu_onednn"]["kernel_calls"] == 1
+    assert st["by_kernel"]["linear_onednn"]["kernel_calls"] == 1
 
 
 def test_explain_names_substitutions_and_silent_patterns(mlp):
     model, x = mlp
     report = pdlkit.explain(model, x)
-    assert report.counts() == {"linear_relu": 1}
+    assert report.counts() == {"linear_relu": 1, "linear": 1}
     silent = report.silent_patterns()
     assert silent["linear_gelu"] == "root op torch.aten.gelu does not occur in the graph"
     assert silent["qlinear"] == "1 candidate root(s) torch.aten.linear, 0 near miss(es)"
     assert "linear_relu" not in silent
     text = str(report)
-    assert "linear_relu -> linear_relu_addmm" in text and "replaced relu, linear" in text
+    assert "linear_relu -> linear_relu_onednn" in text and "replaced relu, linear" in text
+    assert "relu: passed over" not in text  # the pre-packed oneDNN kernel is the first choice
 
 
 def test_optimize_with_user_folders_and_eager_codegen(mlp, user_folders):
@@ -66,7 +69,7 @@ def test_folders_from_environment_only(mlp, user_folders, monkeypatch):
     pdlkit.stats(reset=True)
     with torch.no_grad():
         torch.testing.assert_close(torch.compile(model, backend="pdlkit")(x), model(x))
-    assert pdlkit.stats()["by_kernel"].keys() == {"k_lin_sigmoid", "linear_relu_addmm"}
+    assert pdlkit.stats()["by_kernel"].keys() == {"k_lin_sigmoid", "linear_relu_onednn"}
 
 
 def test_changed_kernel_file_takes_effect_in_next_compile(mlp, user_folders, monkeypatch):
@@ -120,7 +123,7 @@ def test_dynamic_batch_keeps_substitution(mlp):
             x = torch.randn(n, 16)
             torch.testing.assert_close(f(x), model(x))
     st = pdlkit.stats()
-    assert st["substitutions"] == 1 and st["kernel_calls"] == 3
+    assert st["substitutions"] == 2 and st["kernel_calls"] == 6
 
 
 def test_bad_pattern_file_fails_compile_naming_the_file(tmp_path, mlp):
@@ -145,7 +148,7 @@ def test_model_of_many_blocks_counts_exactly():
     model = torch.nn.Sequential(*[MLP() for _ in range(3)]).eval()
     x = torch.randn(4, 16)
     report = pdlkit.explain(model, x)
-    assert report.counts() == {"linear_relu": 3}
+    assert report.counts() == {"linear_relu": 3, "linear": 3}
     with torch.no_grad():
         torch.testing.assert_close(pdlkit.optimize(model)(x), model(x))
 
@@ -158,7 +161,7 @@ def test_bf16_model_substitutes_and_matches_eager(mlp):
     with torch.no_grad():
         y = pdlkit.optimize(model)(x)
         torch.testing.assert_close(y, model(x), rtol=1.6e-2, atol=1e-2)
-    assert y.dtype == torch.bfloat16 and pdlkit.stats()["kernel_calls"] == 1
+    assert y.dtype == torch.bfloat16 and pdlkit.stats()["kernel_calls"] == 2
 
 
 def test_explain_for_a_foreign_target_runs_no_kernel(mlp):
@@ -166,5 +169,5 @@ def test_explain_for_a_foreign_target_runs_no_kernel(mlp):
     pdlkit.stats(reset=True)
     report = pdlkit.explain(model, x, target="yitian")
     assert report.target.startswith("yitian (aarch64")
-    assert report.counts() == {"linear_relu": 1}
+    assert report.counts() == {"linear_relu": 1, "linear": 1}
     assert pdlkit.stats()["kernel_calls"] == 0

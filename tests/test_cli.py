@@ -37,7 +37,7 @@ def test_check_reports_every_problem_and_exits_1(tmp_path, capsys):
 def test_explain_command_prints_the_report(capsys):
     assert main(["explain", str(ROOT / "examples" / "mlp.py") + ":example"]) == 0
     out = capsys.readouterr().out
-    assert "linear_gelu -> linear_gelu_addmm" in out and "linear_relu -> linear_relu_addmm" in out
+    assert "linear_gelu -> linear_gelu_onednn" in out and "linear_relu -> linear_relu_onednn" in out
 
 
 def test_kernels_command_lists_shipped_kernels(capsys):
@@ -54,6 +54,7 @@ def test_demo_runs_end_to_end():
         timeout=600,
     )
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "linear_gelu -> linear_gelu_addmm: 2x" in r.stdout
-    assert "linear_relu -> linear_relu_addmm: 2x" in r.stdout
+    assert "linear_gelu -> linear_gelu_onednn: 2x" in r.stdout
+    assert "linear_relu -> linear_relu_onednn: 2x" in r.stdout
+    assert "linear -> linear_onednn: 2x" in r.stdout
     assert "max abs error vs eager" in r.stdout

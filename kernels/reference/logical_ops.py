@@ -136,3 +136,8 @@ def qlinear_dynamic(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algor
     elif post_op == "gelu":
         y = F.gelu(y, approximate=algorithm)
     return y
+
+
+@pdlkit.reference("linear", examples=_linear_examples)
+def linear(x, weight, bias):
+    return F.linear(x, weight, bias)
