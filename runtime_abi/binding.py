@@ -198,7 +198,7 @@ def _runner(decl: KernelDecl) -> Any:
     it reads from the declaration is bound once here."""
     fn, name, shapes, prepack = decl.fn, decl.name, decl.shapes, decl.prepack
     calls_key = ("kernel_calls", name)
-    sites = _SITES
+    sites, check_first, check_every = _SITES, _CHECK_FIRST, CHECK_EVERY
 
     def fall_back(cs: CallSite, kargs: tuple[Any, ...]) -> Any:
         count("fallbacks", name)  # this call only: the next one tries the kernel again
@@ -226,7 +226,8 @@ def _runner(decl: KernelDecl) -> Any:
         cs.calls += 1
         # Output checks cost more than dispatch itself, so a site checks its first calls and
         # then every CHECK_EVERY-th; verify=True (or PDLKIT_CHECK_EVERY_CALL=1) checks them all.
-        if cs.calls <= _CHECK_FIRST or cs.calls % CHECK_EVERY == 0 or cs.verify:
+        n = cs.calls
+        if n <= check_first or n % check_every == 0 or cs.verify:
             _check_outputs(decl, cs, kargs, out)
             if cs.verify and not cs.verified:
                 _verify(decl, cs, kargs, out)
