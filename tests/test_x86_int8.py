@@ -84,3 +84,23 @@ def test_dynamic_int8_uses_the_tensor_scale_kernel():
     with torch.no_grad():
         torch.testing.assert_close(pdlkit.optimize(q)(x), q(x), rtol=1e-4, atol=1e-4)
     assert pdlkit.stats()["by_kernel"]["qlinear_dynamic_onednn"]["kernel_calls"] == 2
+
+
+class Block(torch.nn.Module):
+    """A transformer output projection: linear -> dropout (eval) -> add(residual)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc, self.drop = torch.nn.Linear(16, 16), torch.nn.Dropout(0.1)
+
+    def forward(self, x):
+        return torch.nn.functional.layer_norm(self.drop(self.fc(x)) + x, (16,))
+
+
+def test_residual_add_through_eval_dropout_is_a_binary_post_op():
+    torch.manual_seed(0)
+    x = torch.randn(4, 16)
+    q = quantize_static(Block().eval(), x)
+    assert pdlkit.explain(q, x).counts() == {"qlinear_add_dropout": 1}
+    with torch.no_grad():
+        torch.testing.assert_close(pdlkit.optimize(q)(x), q(x), rtol=1e-4, atol=1e-4)

@@ -141,3 +141,18 @@ def qlinear_dynamic(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algor
 @pdlkit.reference("linear", examples=_linear_examples)
 def linear(x, weight, bias):
     return F.linear(x, weight, bias)
+
+
+def _qlinear_add_examples(dtype: torch.dtype) -> list[tuple]:
+    g = torch.Generator().manual_seed(1)
+    out = []
+    for args in _qlinear_examples(dtype, False):
+        x_q, xs, xzp, w_q, w_scale, w_zp, bias, *_ = args
+        other = torch.randn(*x_q.shape[:-1], w_q.shape[0], generator=g)
+        out.append((x_q, xs, xzp, w_q, w_scale, w_zp, bias, other))
+    return out
+
+
+@pdlkit.reference("qlinear_add", examples=_qlinear_add_examples)
+def qlinear_add(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, other):
+    return _qlinear_ref(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, "none", "") + other

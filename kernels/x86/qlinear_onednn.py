@@ -212,3 +212,41 @@ def qlinear_dynamic_onednn(
         x2, x_scale, x_zp, w_q, w_scale, w_zp, bias, 1.0, 0, torch.float32, post[0], [], post[1]
     )
     return y.reshape(*x_q.shape[:-1], y.shape[-1])
+
+
+def _meta_add(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, other):  # type: ignore[no-untyped-def]
+    return x_q.new_empty((*x_q.shape[:-1], w_q.shape[0]), dtype=torch.float32)
+
+
+@pdlkit.kernel(
+    op="qlinear_add",
+    device="cpu",
+    dtypes={**_INT8, "other": [torch.float32]},
+    shapes={**_SHAPES, "other": {"contiguous": True}},
+    requires=["avx512_vnni"],
+    meta=_meta_add,
+    prepack=_pack,
+    prepack_arg="w_q",
+    traits=["deterministic"],
+)
+def qlinear_add_onednn(
+    x_q: Tensor,
+    x_scale: float,
+    x_zp: int,
+    w_q: Tensor,
+    w_scale: Tensor,
+    w_zp: Tensor,
+    bias: Tensor | None,
+    other: Tensor,
+) -> Tensor:
+    """dequantize(x_q) @ dequantize(w_q).T + bias + other in one oneDNN call (binary "add" post-op,
+    which leaves ``other`` untouched; "sum" would accumulate into it in place)."""
+    n = w_scale.shape[0]
+    if tuple(other.shape) != (*x_q.shape[:-1], n):
+        raise pdlkit.KernelUnsupported(f"residual of shape {list(other.shape)} would broadcast")
+    x2 = x_q.reshape(-1, x_q.shape[-1]).contiguous()
+    y = torch.ops.onednn.qlinear_pointwise.binary(
+        x2, x_scale, x_zp, w_q, w_scale, w_zp, other.reshape(-1, n), bias,
+        1.0, 0, torch.float32, 1.0, 0, "add", 1.0, "none", [], "",
+    )  # fmt: skip
+    return y.reshape(*x_q.shape[:-1], n)
