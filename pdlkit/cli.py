@@ -140,7 +140,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         compile_s = time.perf_counter() - t0
         inductor = torch.compile(model)  # the peer: the same model under plain Inductor
         inductor(x)
-        eager_t, comp_t, ind_t = [], [], []
+        eager_t: list[float] = []
+        comp_t: list[float] = []
+        ind_t: list[float] = []
         for _ in range(args.repeat):
             for fn, times in ((model, eager_t), (compiled, comp_t), (inductor, ind_t)):
                 t = time.perf_counter()
