@@ -28,7 +28,7 @@ from pdlkit.matcher import natives
 from pdlkit.matcher.patterns import Pattern, PatternSet
 from pdlkit.matcher.report import GraphReport, NearMiss, Substitution, describe_value
 from pdlkit.matcher.to_mlir import import_graph, new_context
-from pdlkit.runtime_abi.binding import CallSite, bind, new_site
+from pdlkit.runtime_abi.binding import CallSite, bind, needs_guard, new_site
 from pdlkit.runtime_abi.capability import Target
 from pdlkit.runtime_abi.kernel import KernelDecl
 from pdlkit.runtime_abi.registry import KernelRegistry
@@ -708,6 +708,7 @@ def _rewrite_fx(gm: fx.GraphModule, s: _Session, verify: bool) -> list[Substitut
             user_line=_user_line(root),
             fallback=fallbacks[k],
             verify=verify,
+            guard=needs_guard(rec.kernel, [s.example(r) for r in rec.args]),
         )
         op = bind(rec.kernel)
         with graph.inserting_before(root):

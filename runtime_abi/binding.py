@@ -25,6 +25,7 @@ import torch
 from pdlkit.runtime_abi.binding_stats import bump, count
 from pdlkit.runtime_abi.kernel import KernelDecl, KernelUnsupported
 from pdlkit.runtime_abi.prepack import CACHE as PREPACK
+from pdlkit.runtime_abi.prepack import attrs_key_of
 
 _SITE_ARG = "pdlkit_site"
 _CHECK_FIRST = 8
@@ -50,6 +51,8 @@ class CallSite:
     verify: bool = False
     verified: bool = False
     calls: int = 0
+    guard: bool = True  # False when the shape rules were proven at compile time
+    attrs_key: tuple[Any, ...] | None = None
     _expected: dict[tuple[Any, ...], list[tuple[torch.Size, torch.dtype]]] = field(
         default_factory=dict, repr=False
     )
@@ -168,6 +171,24 @@ def _fresh(out: Any, args: Sequence[Any]) -> Any:
     return tuple(outs) if isinstance(out, tuple | list) else outs[0]
 
 
+def needs_guard(decl: KernelDecl, args: Sequence[Any]) -> bool:
+    """Whether a call site must check the shape rules per call: contiguity and alignment
+    are properties of each call's tensors, and symbolic dims are only known per call."""
+    for name, arg in zip(decl.params, args, strict=False):
+        rule = decl.shapes.get(name)
+        if rule is None or not isinstance(arg, torch.Tensor):
+            continue
+        if rule.contiguous or rule.align is not None:
+            return True
+        if any(
+            not isinstance(arg.shape[d], int)
+            for d, _ in rule.divisible
+            if -arg.dim() <= d < arg.dim()
+        ):
+            return True
+    return False
+
+
 def _guard(decl: KernelDecl, args: Sequence[Any]) -> str | None:
     """Why this call's tensors break the kernel's shape rules (checked per call: at
     compile time only what was provable was checked), or None."""
@@ -180,7 +201,7 @@ def _guard(decl: KernelDecl, args: Sequence[Any]) -> str | None:
     return None
 
 
-def _packed_args(decl: KernelDecl, args: Sequence[Any]) -> Sequence[Any]:
+def _packed_args(decl: KernelDecl, args: Sequence[Any], cs: CallSite | None) -> Sequence[Any]:
     assert decl.prepack is not None and decl.prepack_arg is not None
     i = decl.params.index(decl.prepack_arg)
     w = args[i]
@@ -188,8 +209,14 @@ def _packed_args(decl: KernelDecl, args: Sequence[Any]) -> Sequence[Any]:
         attrs = {
             n: a for n, a in zip(decl.params, args, strict=False) if not isinstance(a, torch.Tensor)
         }
+        # a site's non-tensor arguments are compile-time constants: key them once
+        key = cs.attrs_key if cs is not None else None
+        if key is None:
+            key = attrs_key_of(attrs)
+            if cs is not None:
+                cs.attrs_key = key
         args = list(args)
-        args[i] = PREPACK.get(decl.name, decl.prepack, w, attrs)
+        args[i] = PREPACK.get(decl.name, decl.prepack, w, attrs, key)
     return args
 
 
@@ -206,10 +233,10 @@ def _runner(decl: KernelDecl) -> Any:
 
     def run(*args: Any) -> Any:
         kargs, cs = args[:-1], sites.get(args[-1])
-        if shapes and cs is not None and _guard(decl, kargs) is not None:
+        if shapes and cs is not None and cs.guard and _guard(decl, kargs) is not None:
             return fall_back(cs, kargs)  # outside the kernel's shape rules
         try:
-            out = fn(*_packed_args(decl, kargs)) if prepack is not None else fn(*kargs)
+            out = fn(*_packed_args(decl, kargs, cs)) if prepack is not None else fn(*kargs)
         except KernelUnsupported:
             if cs is None:
                 raise

@@ -34,6 +34,10 @@ def _nbytes(x: Any) -> int:
     return sys.getsizeof(x)
 
 
+def attrs_key_of(attrs: Mapping[str, Any]) -> tuple[Any, ...]:
+    return tuple(sorted((k, repr(v)) for k, v in attrs.items()))
+
+
 class PrepackCache:
     def __init__(self, max_bytes: int | None = None):
         env = os.environ.get("PDLKIT_PREPACK_BYTES")
@@ -56,13 +60,13 @@ class PrepackCache:
         pack: Callable[[Any, Mapping[str, Any]], Any],
         weight: torch.Tensor,
         attrs: Mapping[str, Any],
+        attrs_key: tuple[Any, ...] | None = None,
     ) -> Any:
-        key = (
-            kernel,
-            id(weight),
-            weight._version,
-            tuple(sorted((k, repr(v)) for k, v in attrs.items())),
-        )
+        """The packed weight; ``attrs_key`` (see :func:`attrs_key`) may be computed once by
+        a caller whose attributes never change, such as a call site."""
+        if attrs_key is None:
+            attrs_key = attrs_key_of(attrs)
+        key = (kernel, id(weight), weight._version, attrs_key)
         with self._lock:
             hit = self._entries.get(key)
             if hit is not None:

@@ -97,10 +97,22 @@ class Block(torch.nn.Module):
         return torch.nn.functional.layer_norm(self.drop(self.fc(x)) + x, (16,))
 
 
-def test_residual_add_through_eval_dropout_is_a_binary_post_op():
+def test_residual_add_through_eval_dropout_is_a_binary_post_op(tmp_path):
+    from pdlkit.config import shipped_patterns
+
     torch.manual_seed(0)
     x = torch.randn(4, 16)
     q = quantize_static(Block().eval(), x)
-    assert pdlkit.explain(q, x).counts() == {"qlinear_add_dropout": 1}
+    shipped = pdlkit.explain(q, x)  # the shipped manifest leaves the add to Inductor
+    assert (
+        shipped.counts() == {"qlinear": 1}
+        and shipped.silent_patterns()["qlinear_add_dropout"] == "disabled"
+    )
+    (tmp_path / "on.yaml").write_text(
+        f"version: 1\npatterns:\n  - file: {shipped_patterns() / 'x86' / 'qlinear_add.pdl.mlir'}\n"
+    )
+    assert pdlkit.explain(q, x, patterns=tmp_path).counts() == {"qlinear_add_dropout": 1}
     with torch.no_grad():
-        torch.testing.assert_close(pdlkit.optimize(q)(x), q(x), rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(
+            pdlkit.optimize(q, patterns=tmp_path)(x), q(x), rtol=1e-4, atol=1e-4
+        )
