@@ -145,8 +145,18 @@ def retrace(gm: fx.GraphModule, example_inputs: list[Any]) -> fx.GraphModule:
     def run(*args: Any) -> Any:  # through the Interpreter, so user stack traces carry over
         return fx.Interpreter(gm).run(*args)
 
-    with fx_traceback.preserve_node_meta():
-        return make_fx(run, pre_dispatch=True, tracing_mode="fake")(*fake)
+    # With Inductor's freezing on, Dynamo keeps parameters as real tensors on the module
+    # (get_attr), not as graph inputs; they are constants of the traced graph then.
+    mode = torch._guards.detect_fake_mode(fake)
+    allow = mode.allow_non_fake_inputs if mode is not None else False
+    try:
+        if mode is not None:
+            mode.allow_non_fake_inputs = True
+        with fx_traceback.preserve_node_meta():
+            return make_fx(run, pre_dispatch=True, tracing_mode="fake")(*fake)
+    finally:
+        if mode is not None:
+            mode.allow_non_fake_inputs = allow
 
 
 def _needs_grad(example_inputs: list[Any]) -> int:

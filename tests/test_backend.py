@@ -174,3 +174,11 @@ def test_explain_for_a_foreign_target_runs_no_kernel(mlp):
     assert report.target.startswith("yitian (aarch64")
     assert report.counts() == {"linear_relu": 1, "linear": 1}
     assert pdlkit.stats()["kernel_calls"] == 0
+
+
+def test_inductor_freezing_keeps_parameters_as_constants_and_still_substitutes(mlp):
+    model, x = mlp
+    pdlkit.stats(reset=True)
+    with torch._inductor.config.patch(freezing=True), torch.no_grad():
+        torch.testing.assert_close(pdlkit.optimize(model)(x), model(x))
+    assert pdlkit.stats()["substitutions"] == 2
