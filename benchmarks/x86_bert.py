@@ -20,9 +20,8 @@ fall on every configuration:
    static config, calibrated once on the benchmark batch, then ``torch.compile`` with
    ``torch._inductor.config.freezing = True`` (only for this configuration).
 5. ``pdlkit-int8``: ``pdlkit.optimize(converted)`` on the same converted model (shipped
-   patterns and kernels; Inductor for the rest, freezing off, its default: with
-   ``freezing = True`` pdlkit's fake-tensor retrace fails on the parameters Dynamo then
-   embeds as real constants, "Please convert all Tensors to FakeTensors first").
+   patterns and kernels; Inductor for the rest, with ``freezing = True`` like 4, so that
+   both int8 paths see the weights as constants).
 6. ``pdlkit-bf16``: ``pdlkit.optimize(model_bf16)`` on the same BF16 model as 3.
 
 The int8 model comes from ``pdlkit.quantization.quantize(model, (ids,))`` (scheme
@@ -278,7 +277,7 @@ def run_case(case: Case, args: argparse.Namespace) -> CaseResult:
             if cfg not in wanted:
                 continue
             torch._dynamo.reset()
-            ic.freezing = cfg == PEER
+            ic.freezing = cfg in (PEER, "pdlkit-int8")
             if cfg.startswith("pdlkit"):
                 pdlkit.stats(reset=True)
             try:
@@ -543,7 +542,7 @@ def render(
             "`torch.export` -> torchao `prepare_pt2e`/`convert_pt2e` (`X86InductorQuantizer`, default "
             "static config, calibrated once on the benchmark batch) -> `torch.compile` with "
             "`torch._inductor.config.freezing = True`: PyTorch's own x86 int8 path; pdlkit int8 = "
-            "`pdlkit.optimize(converted)` on the same converted model (freezing off); pdlkit BF16 = "
+            "`pdlkit.optimize(converted)` on the same converted model (freezing on, as for the peer); pdlkit BF16 = "
             "`pdlkit.optimize(model_bf16)`. Inductor defaults otherwise (no freezing for FP32/BF16).",
             "",
             "Speed-up vs FP32 eager = eager median / configuration median (higher is faster); "
