@@ -594,8 +594,8 @@ class _LazyModule:
     Inductor for that signature (up to ``_MAX_COMPILED`` signatures per site).
     """
 
-    def __init__(self, root: fx.GraphModule, graph: fx.Graph):
-        self._root, self._graph = root, graph
+    def __init__(self, root: fx.GraphModule, spec: _SubgraphSpec):
+        self._root, self._spec = root, spec
         self._module: fx.GraphModule | None = None
         self._seen: Counter[tuple[Any, ...]] = Counter()
         self._compiled: dict[tuple[Any, ...], Any] = {}
@@ -603,7 +603,8 @@ class _LazyModule:
 
     def __call__(self, *args: Any) -> Any:
         if self._module is None:
-            self._module = fx.GraphModule(self._root, self._graph, class_name="PdlkitReference")
+            graph = self._spec.build()
+            self._module = fx.GraphModule(self._root, graph, class_name="PdlkitReference")
         sig = tuple(
             (a.shape, a.stride(), a.dtype, a.device) if isinstance(a, torch.Tensor) else repr(a)
             for a in args
@@ -647,25 +648,47 @@ class _LazyModule:
 _MAX_COMPILED = 8
 
 
+@dataclass(frozen=True)
+class _SubgraphSpec:
+    """What it takes to rebuild a replaced subgraph later, captured before the FX edit:
+    argument bindings, and each node's op, target, args and kwargs (immutable tuples that
+    still name the original nodes after those are erased from the graph)."""
+
+    bindings: tuple[tuple[int, int | None, fx.Node], ...]  # (arg index, list index, node)
+    nodes: tuple[tuple[fx.Node, str, Any, tuple[Any, ...], dict[str, Any]], ...]
+    outputs: tuple[fx.Node, ...]
+    n_args: int
+
+    def build(self) -> fx.Graph:
+        g = fx.Graph()
+        env: dict[fx.Node, fx.Node] = {}
+        phs = [g.placeholder(f"arg{i}") for i in range(self.n_args)]
+        for i, j, node in self.bindings:
+            env[node] = phs[i] if j is None else g.call_function(operator.getitem, (phs[i], j))
+        for node, op, target, args, kwargs in self.nodes:
+            new = g.create_node(
+                op, target, fx.map_arg(args, env.__getitem__), fx.map_arg(kwargs, env.__getitem__)
+            )
+            new.meta = node.meta
+            env[node] = new
+        outs = [env.get(o, o) for o in self.outputs]
+        g.output(outs[0] if len(outs) == 1 else tuple(outs))
+        return g
+
+
 def _fallback_module(gm: fx.GraphModule, s: _Session, rec: Record) -> _LazyModule:
-    g = fx.Graph()
-    env: dict[fx.Node, fx.Node] = {}
-
-    def bind_arg(r: Ref, ph: fx.Node) -> None:
-        if isinstance(r, ListRef):
-            for j, x in enumerate(r.items):
-                if isinstance(x, NodeRef | SubRef):
-                    env[s.fx_node(x)] = g.call_function(operator.getitem, (ph, j))
-        elif isinstance(r, NodeRef | SubRef):
-            env[s.fx_node(r)] = ph
-
+    bindings: list[tuple[int, int | None, fx.Node]] = []
     for i, r in enumerate(rec.args):
-        bind_arg(r, g.placeholder(f"arg{i}"))
-    for n in rec.slice:
-        env[n] = g.node_copy(n, lambda x: env[x])
-    outs = [env.get(o, o) for o in rec.outputs]
-    g.output(outs[0] if len(outs) == 1 else tuple(outs))
-    return _LazyModule(gm, g)
+        if isinstance(r, ListRef):
+            bindings += [
+                (i, j, s.fx_node(x))
+                for j, x in enumerate(r.items)
+                if isinstance(x, NodeRef | SubRef)
+            ]
+        elif isinstance(r, NodeRef | SubRef):
+            bindings.append((i, None, s.fx_node(r)))
+    nodes = tuple((n, n.op, n.target, n.args, dict(n.kwargs)) for n in rec.slice)
+    return _LazyModule(gm, _SubgraphSpec(tuple(bindings), nodes, tuple(rec.outputs), len(rec.args)))
 
 
 def _user_line(node: fx.Node) -> str:
@@ -745,7 +768,12 @@ def _rewrite_fx(gm: fx.GraphModule, s: _Session, verify: bool) -> list[Substitut
                 passed_over=rec.passed_over,
             )
         )
-    graph.eliminate_dead_code()
+    # Only what a substitution replaced can have become dead; the rest is Inductor's to clean.
+    for n in sorted(
+        {n for rec in s.records for n in rec.slice}, key=s.order.__getitem__, reverse=True
+    ):
+        if not n.users and not n.is_impure():
+            graph.erase_node(n)
     alive = set(graph.nodes)
     for rec, sub in zip(s.records, subs, strict=True):
         sub.replaced = [n.name for n in reversed(rec.slice) if n not in alive]
