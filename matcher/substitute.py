@@ -467,10 +467,16 @@ class _Session:
 
 
 def _signature(values: Sequence[Any]) -> tuple[Any, ...]:
-    return tuple(
-        (str(tuple(v.shape)), v.dtype, v.device.type) if isinstance(v, torch.Tensor) else repr(v)
-        for v in values
-    )
+    out: list[Any] = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            shape = tuple(v.shape)
+            if not all(type(d) is int for d in shape):
+                shape = tuple(map(str, shape))  # SymInts do not hash
+            out.append((shape, v.dtype))
+        else:
+            out.append(repr(v))
+    return tuple(out)
 
 
 class _nullctx:
