@@ -277,6 +277,7 @@ class Result:
     pass_runs: list[float]
     load_avg: tuple[float, float, float]  # 1, 5, 15 min, when the model's measurements ended
     other_ms: float  # median of whole pass - the four phases
+    mlir_runs_ms: list[float]  # import + apply + rewrite, per run
     inductor_cold_ms: float
     inductor_warm_ms: float
     inductor_runs: list[float]
@@ -388,6 +389,10 @@ def measure(
         pass_ms=ms(statistics.median(walls)),
         pass_runs=[ms(w) for w in walls],
         other_ms=ms(statistics.median(others)),
+        mlir_runs_ms=[
+            ms(sum(phases[k][i] for k in ("mlir_import", "pdl_apply", "fx_rewrite")))
+            for i in range(pass_repeats)
+        ],
         load_avg=os.getloadavg(),
         inductor_cold_ms=ms(runs[0]),
         inductor_warm_ms=ms(statistics.median(runs[1:])) if len(runs) > 1 else ms(runs[0]),
@@ -514,9 +519,19 @@ def targets(results: list[Result]) -> list[str]:
         )
     base = [r for r in results if r.model == "BERT-base"]
     for r in base:
-        ok = "met" if r.mlir_ms <= MLIR_TARGET_MS else "NOT met"
+        # The machine is shared: a run either has a core to itself or not, and the fastest
+        # run approximates the unshared time. Both are printed; "met" needs the median.
+        fastest = min(r.mlir_runs_ms)
+        ok = (
+            "met"
+            if r.mlir_ms <= MLIR_TARGET_MS
+            else "met on the fastest run only"
+            if fastest <= MLIR_TARGET_MS
+            else "NOT met"
+        )
         out.append(
-            f"- BERT-base: MLIR part {r.mlir_ms:.1f} ms; target <= {MLIR_TARGET_MS:.0f} ms: **{ok}**"
+            f"- BERT-base: MLIR part median {r.mlir_ms:.1f} ms, fastest run {fastest:.1f} ms "
+            f"(runs: {', '.join(f'{x:.0f}' for x in r.mlir_runs_ms)}); target <= {MLIR_TARGET_MS:.0f} ms: **{ok}**"
         )
     return out
 
