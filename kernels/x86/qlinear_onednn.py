@@ -35,8 +35,8 @@ def _pack(w_q: Tensor, attrs: Mapping[str, Any]) -> Tensor:
 
 def _call(
     x_q: Tensor,
-    x_scale: float,
-    x_zp: int,
+    x_scale: float | Tensor,
+    x_zp: int | Tensor,
     w_packed: Tensor,
     w_scale: Tensor,
     w_zp: Tensor,
@@ -45,11 +45,13 @@ def _call(
     out_zp: int,
     out_dtype: torch.dtype,
     post: tuple[str, str],
+    op: Any = None,
 ) -> Tensor:
+    """One oneDNN call on the 2-D view of x_q; ``op`` is the overload (tensor scales: ``.tensor``)."""
     x2 = x_q.reshape(-1, x_q.shape[-1])
     if not x2.is_contiguous():
         x2 = x2.contiguous()
-    y = torch.ops.onednn.qlinear_pointwise(
+    y = (op or torch.ops.onednn.qlinear_pointwise.default)(
         x2,
         x_scale,
         x_zp,
@@ -179,17 +181,13 @@ def qlinear_onednn(
     )
 
 
-def _meta_dyn(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm):  # type: ignore[no-untyped-def]
-    return x_q.new_empty((*x_q.shape[:-1], w_q.shape[0]), dtype=torch.float32)
-
-
 @pdlkit.kernel(
     op="qlinear_dynamic",
     device="cpu",
     dtypes=_INT8,
     shapes=_SHAPES,
     requires=["avx512_vnni"],
-    meta=_meta_dyn,
+    meta=_meta_f,
     prepack=_pack,
     prepack_arg="w_q",
     traits=["deterministic"],
@@ -206,12 +204,10 @@ def qlinear_dynamic_onednn(
     algorithm: str,
 ) -> Tensor:
     """act(dequantize(x_q; scale, zp tensors from choose_qparams) @ dequantize(w_q).T + bias) in float32."""
-    post = _post(post_op, algorithm)
-    x2 = x_q.reshape(-1, x_q.shape[-1]).contiguous()
-    y = torch.ops.onednn.qlinear_pointwise.tensor(
-        x2, x_scale, x_zp, w_q, w_scale, w_zp, bias, 1.0, 0, torch.float32, post[0], [], post[1]
-    )
-    return y.reshape(*x_q.shape[:-1], y.shape[-1])
+    return _call(
+        x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, 1.0, 0, torch.float32,
+        _post(post_op, algorithm), torch.ops.onednn.qlinear_pointwise.tensor,
+    )  # fmt: skip
 
 
 def _meta_add(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, other):  # type: ignore[no-untyped-def]
