@@ -470,9 +470,9 @@ def _signature(values: Sequence[Any]) -> tuple[Any, ...]:
     out: list[Any] = []
     for v in values:
         if isinstance(v, torch.Tensor):
-            shape = tuple(v.shape)
+            shape: tuple[Any, ...] = tuple(v.shape)
             if not all(type(d) is int for d in shape):
-                shape = tuple(map(str, shape))  # SymInts do not hash
+                shape = tuple(str(d) for d in shape)  # SymInts do not hash
             out.append((shape, v.dtype))
         else:
             out.append(repr(v))
