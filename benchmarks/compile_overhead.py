@@ -51,6 +51,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from machine import cpu_model, provenance  # benchmarks/machine.py
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "compile_overhead.md"
@@ -416,35 +417,6 @@ def warm_up() -> None:
 
 
 # -- report -----------------------------------------------------------------------------------------
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
-
-
-def provenance() -> str:
-    """The pdlkit commit measured, and tracked files changed outside benchmarks/ at that time."""
-    import subprocess
-
-    root = HERE.parent
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
-        ).stdout.strip()
-        changed = subprocess.run(
-            ["git", "diff", "--name-only", "HEAD"], cwd=root, capture_output=True, text=True
-        ).stdout.split()
-    except OSError:
-        return "- pdlkit: git not available"
-    changed = [f for f in changed if not f.startswith("benchmarks/")]
-    dirty = f" + uncommitted changes to {', '.join(changed)}" if changed else " (clean)"
-    return f"- pdlkit at commit {head or '?'}{dirty}"
 
 
 def machine() -> list[str]:

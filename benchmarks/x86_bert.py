@@ -50,7 +50,6 @@ import datetime
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 import warnings
@@ -60,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from machine import cpu_model, provenance  # benchmarks/machine.py
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "x86_bert.md"
@@ -327,16 +327,6 @@ def run_case(case: Case, args: argparse.Namespace) -> CaseResult:
 # -- report -----------------------------------------------------------------------------------------
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
-
-
 def cpu_flags() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -347,41 +337,6 @@ def cpu_flags() -> str:
     except OSError:
         pass
     return "?"
-
-
-def provenance() -> str:
-    """The pdlkit commit measured, and tracked or new files outside benchmarks/ changed then."""
-    root = HERE.parent
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
-        ).stdout.strip()
-        changed = subprocess.run(
-            [
-                "git",
-                "status",
-                "--porcelain",
-                "--",
-                "patterns",
-                "kernels",
-                "pdlkit",
-                "matcher",
-                "runtime_abi",
-                "quantization",
-            ],
-            cwd=root,
-            capture_output=True,
-            text=True,
-        ).stdout.splitlines()
-    except OSError:
-        return "- pdlkit: git not available"
-    changed = [line[3:] for line in changed]
-    dirty = (
-        f" + uncommitted changes (working tree as measured) to {', '.join(changed)}"
-        if changed
-        else " (clean)"
-    )
-    return f"- pdlkit at commit {head or '?'}{dirty}"
 
 
 def machine(
