@@ -1,6 +1,9 @@
-"""pdlkit.matcher: pattern files -> MLIR PDL application on the Torch dialect -> FX rewrite."""
+"""pdlkit.matcher: pattern files -> MLIR PDL application on the Torch dialect -> FX rewrite.
+
+The entry point is :func:`pdlkit.matcher.substitute.substitute`; it is not re-exported here
+so that ``pdlkit.matcher.substitute`` always names the module.
+"""
 
 from pdlkit.matcher.patterns import Pattern, PatternError, PatternSet, load_patterns
-from pdlkit.matcher.substitute import substitute
 
-__all__ = ["Pattern", "PatternError", "PatternSet", "load_patterns", "substitute"]
+__all__ = ["Pattern", "PatternError", "PatternSet", "load_patterns"]

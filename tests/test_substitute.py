@@ -7,7 +7,8 @@ import re
 import pytest
 import torch
 from conftest import KERNEL_HEADER, linear_act_pattern, write
-from pdlkit.matcher import load_patterns, substitute
+from pdlkit.matcher import load_patterns
+from pdlkit.matcher.substitute import substitute
 from pdlkit.runtime_abi.capability import host
 from pdlkit.runtime_abi.registry import KernelRegistry
 from torch.fx.experimental.proxy_tensor import make_fx
