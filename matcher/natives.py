@@ -74,7 +74,9 @@ def defining_op(v: ir.Value) -> ir.Operation | None:
 
 
 def py_attr(a: Any) -> Any:
-    """An MLIR attribute as a Python value (str, int, float, bool, list)."""
+    """An MLIR attribute as a Python value (str, int, float, bool, list; ``unit`` is None)."""
+    if isinstance(a, ir.UnitAttr):  # `pdl.attribute = unit` passes None, e.g. an absent bias
+        return None
     for kind in (ir.BoolAttr, ir.StringAttr, ir.IntegerAttr, ir.FloatAttr):
         if isinstance(a, kind):
             return kind(a).value

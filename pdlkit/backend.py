@@ -25,7 +25,7 @@ import torch.fx as fx
 from pdlkit import config
 from pdlkit.matcher.report import GraphReport, PatternInfo, Report
 from pdlkit.runtime_abi.binding_stats import count
-from pdlkit.runtime_abi.capability import Target, resolve
+from pdlkit.runtime_abi.capability import Target, host, resolve
 
 _CODEGENS = ("inductor", "eager")
 
@@ -176,10 +176,12 @@ def run_pass(
     keep_text: bool = False,
 ) -> tuple[fx.GraphModule, GraphReport]:
     """Re-trace ``gm`` and substitute; returns the rewritten pre-dispatch graph and a report."""
+    from pdlkit.matcher.cse import eliminate_common_subexpressions
     from pdlkit.matcher.substitute import substitute
 
     t0 = time.perf_counter()
     traced = retrace(gm, example_inputs)
+    eliminate_common_subexpressions(traced)
     t1 = time.perf_counter()
     before = traced.print_readable(print_output=False) if keep_text else ""
     n_grad = _needs_grad(example_inputs)
@@ -251,6 +253,12 @@ class PdlkitBackend:
         opts = self.options.with_(options)
         self._stamp = self._current_stamp(opts)
         plan = load_plan(opts)
+        on = plan.target.models_on
+        if on and not self.explain_only and on not in host().devices:
+            raise PdlkitError(
+                f"target {plan.target.name} plans for tensors on {on}, which this host lacks; "
+                f"use it with pdlkit.explain / `pdlkit explain --target {plan.target.name}`"
+            )
         index = self._graphs
         self._graphs += 1
         traced, report = run_pass(

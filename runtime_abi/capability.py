@@ -34,6 +34,9 @@ class Target:
     arch: str
     features: frozenset[str]
     devices: frozenset[str] = frozenset({"cpu"})
+    # A target named for planning (``explain --target cuda-sm90`` on a laptop) says where the
+    # model's tensors would live there, so kernel choice is made as if they were on it.
+    models_on: str | None = None
 
     def matches(self, selector: str) -> bool:
         """True when a manifest's ``targets:`` entry names this target, its arch, a device or a feature."""
@@ -62,9 +65,11 @@ NAMED: dict[str, Target] = {
     ),
     "yitian": Target("yitian", "aarch64", frozenset({"asimddp", "i8mm", "bf16", "sve", "sve2"})),
     "aarch64": Target("aarch64", "aarch64", frozenset({"asimddp"})),
-    "cuda-sm80": Target("cuda-sm80", "x86_64", frozenset({"sm_80"}), frozenset({"cpu", "cuda"})),
+    "cuda-sm80": Target(
+        "cuda-sm80", "x86_64", frozenset({"sm_80"}), frozenset({"cpu", "cuda"}), "cuda"
+    ),
     "cuda-sm90": Target(
-        "cuda-sm90", "x86_64", frozenset({"sm_80", "sm_90"}), frozenset({"cpu", "cuda"})
+        "cuda-sm90", "x86_64", frozenset({"sm_80", "sm_90"}), frozenset({"cpu", "cuda"}), "cuda"
     ),
 }
 

@@ -207,6 +207,14 @@ def declare(
         if not all(isinstance(d, torch.dtype) for d in allowed):
             problems.append(f"dtypes[{arg!r}] must list torch dtypes, got {allowed!r}")
         dts[arg] = allowed
+    defaults = [
+        n for n, prm in inspect.signature(fn).parameters.items() if prm.default is not prm.empty
+    ]
+    if defaults:
+        problems.append(
+            f"parameters {defaults} have defaults; patterns pass every argument, and pdlkit "
+            "appends a call-site argument after them, so kernel parameters take no defaults"
+        )
     if "pdlkit_site" in params:
         problems.append("the parameter name 'pdlkit_site' is reserved")
     unknown = set(requires) - FEATURES

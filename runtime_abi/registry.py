@@ -162,6 +162,8 @@ def _ineligible(k: KernelDecl, args: Sequence[Any], target: Target, pin: str | N
     if len(args) != len(k.params):
         return f"takes {len(k.params)} arguments {k.params}, the pattern passes {len(args)}"
     devices = {a.device.type for a in args if isinstance(a, torch.Tensor)}
+    if target.models_on and devices == {"cpu"}:
+        devices = {target.models_on}  # planning for a GPU machine from a CPU-only one
     if devices and devices != {k.device}:
         return f"runs on {k.device}, the operands are on {', '.join(sorted(devices))}"
     if k.device not in target.devices:

@@ -156,3 +156,54 @@ def _qlinear_add_examples(dtype: torch.dtype) -> list[tuple]:
 @pdlkit.reference("qlinear_add", examples=_qlinear_add_examples)
 def qlinear_add(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, other):
     return _qlinear_ref(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, "none", "") + other
+
+
+# int8 dynamic per-token (pdlkit.quantization.int8_dynamic): what patterns/cuda/ rewrites.
+_DTYPE_CODES = {5: torch.float16, 6: torch.float32, 15: torch.bfloat16}
+
+
+def _per_token_examples(dtype: torch.dtype) -> list[tuple]:
+    g = torch.Generator().manual_seed(0)
+    out = [(torch.randn(m, k, generator=g).to(dtype), 1e-8, 127.0) for m, k, _ in _GEMM_SHAPES]
+    out.append((torch.zeros(3, 5).to(dtype), 1e-8, 127.0))  # all-zero rows: scale = eps / 127
+    return out
+
+
+@pdlkit.reference("quantize_per_token", examples=_per_token_examples)
+def quantize_per_token(x, eps, qmax):
+    xf = x.to(torch.float32)
+    scale = xf.abs().amax(dim=-1, keepdim=True).clamp(min=eps) / qmax
+    return torch.clamp(torch.round(xf / scale), -qmax, qmax).to(torch.int8), scale
+
+
+def _int8_examples(dtype: torch.dtype, gated: bool = False) -> list[tuple]:
+    g = torch.Generator().manual_seed(0)
+    out = []
+    for m, k, n in _GEMM_SHAPES:
+        q = torch.randint(-127, 128, (m, k), generator=g, dtype=torch.int8)
+        xs = torch.rand(m, 1, generator=g) * 0.02 + 1e-3
+        w = torch.randint(-127, 128, (n, k), generator=g, dtype=torch.int8)
+        ws = torch.rand(n, generator=g) * 0.01 + 1e-3
+        if gated:
+            wu = torch.randint(-127, 128, (n, k), generator=g, dtype=torch.int8)
+            us = torch.rand(n, generator=g) * 0.01 + 1e-3
+            out.append((q, xs, w, ws, wu, us, 15, None))
+        else:
+            out.append((q, xs, w, ws, torch.randn(n, generator=g) if n % 2 else None, 15))
+    return out
+
+
+@pdlkit.reference("int8_linear", examples=_int8_examples)
+def int8_linear(q, x_scale, w, w_scale, bias, dtype):
+    y = (q.to(torch.int32) @ w.to(torch.int32).T).to(torch.float32) * x_scale * w_scale
+    if bias is not None:
+        y = y + bias
+    return y.to(_DTYPE_CODES[dtype])
+
+
+@pdlkit.reference("int8_gated_silu", examples=lambda dtype: _int8_examples(dtype, gated=True))
+def int8_gated_silu(q, x_scale, wg, sg, wu, su, dtype, shape):
+    gate = int8_linear(q, x_scale, wg, sg, None, dtype)
+    up = int8_linear(q, x_scale, wu, su, None, dtype)
+    h = F.silu(gate) * up
+    return h.reshape(shape) if shape is not None else h

@@ -1,0 +1,237 @@
+"""int8 and BF16 GEMMs with fused epilogues for NVIDIA GPUs, written in Triton.
+
+Logical ops (patterns in ``patterns/cuda/``, reference semantics in
+``kernels/reference/logical_ops.py``):
+
+- ``quantize_per_token(x, eps, qmax) -> (q, scale)``: symmetric int8 per row.
+- ``int8_linear(q, x_scale, w, w_scale, bias, dtype)``: (q @ w.T) * x_scale * w_scale + bias.
+- ``int8_gated_silu(q, x_scale, wg, sg, wu, su, dtype, shape)``: silu(gate) * up of a
+  SwiGLU MLP, both GEMMs in one kernel sharing the activation tiles.
+- ``linear`` / ``linear_relu`` / ``linear_gelu`` for BF16 / FP16 models.
+
+``torch._int_mm`` (cuBLASLt) is declared as a second, lower-priority ``int8_linear``.
+Triton launches on PyTorch's current CUDA stream, so these kernels follow the caller's
+stream. Under ``TRITON_INTERPRET=1`` (set before anything imports Triton) they are declared
+for the CPU instead and run in Triton's interpreter: how CI tests them without a GPU (slow;
+never for production).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+from torch import Tensor
+
+import pdlkit
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
+# where the kernels run: the GPU, or the CPU under Triton's interpreter
+_ON: dict[str, Any] = (
+    {"device": "cpu", "requires": []} if INTERPRET else {"device": "cuda", "requires": ["sm_80"]}
+)
+_DTYPES = {5: torch.float16, 6: torch.float32, 15: torch.bfloat16}
+
+
+def _triton() -> Any:
+    try:
+        from pdlkit.kernels.cuda import _triton_gemm
+    except ImportError as e:  # a CUDA machine without Triton: every call falls back
+        raise pdlkit.KernelUnsupported(f"Triton is not importable ({e}); pip install triton") from e
+    return _triton_gemm
+
+
+def _dtype(code: int) -> torch.dtype:
+    if code not in _DTYPES:
+        raise pdlkit.KernelUnsupported(f"output dtype code {code} (float16/32 and bfloat16 only)")
+    return _DTYPES[code]
+
+
+def _rows(s: Tensor, m: int) -> Tensor:
+    """Activation scales as one float32 per row: [M, 1], [M] or a single value."""
+    if s.numel() == 1:
+        return s.reshape(1).to(torch.float32).expand(m).contiguous()
+    if s.numel() != m:
+        raise pdlkit.KernelUnsupported(f"activation scale of shape {tuple(s.shape)} for {m} rows")
+    return s.reshape(m).to(torch.float32).contiguous()
+
+
+# -- per-token quantization ---------------------------------------------------------------------
+
+
+def _meta_quant(x: Tensor, eps: float, qmax: float) -> tuple[Tensor, Tensor]:
+    return x.new_empty(x.shape, dtype=torch.int8), x.new_empty(
+        (x.shape[0], 1), dtype=torch.float32
+    )
+
+
+@pdlkit.kernel(
+    op="quantize_per_token",
+    dtypes={"x": [torch.float32, torch.bfloat16, torch.float16]},
+    shapes={"x": {"rank": 2}},
+    meta=_meta_quant,
+    traits=["deterministic", "graph_capture_safe"],
+    **_ON,
+)
+def quantize_per_token_triton(x: Tensor, eps: float, qmax: float) -> tuple[Tensor, Tensor]:
+    """One pass per row: amax, scale, round-half-even, clamp; equal to the torch ops bit for bit."""
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    return _triton().quant_rows(x, eps, qmax)
+
+
+# -- int8 GEMM + rescale epilogue ---------------------------------------------------------------
+
+
+def _meta_linear(
+    q: Tensor, x_scale: Tensor, w: Tensor, w_scale: Tensor, bias: Tensor | None, dtype: int
+) -> Tensor:
+    return q.new_empty((q.shape[0], w.shape[0]), dtype=_dtype(dtype))
+
+
+_INT8_SHAPES = {"q": {"rank": 2}, "w": {"rank": 2, "contiguous": True}}
+
+
+@pdlkit.kernel(
+    op="int8_linear",
+    dtypes={"q": [torch.int8], "w": [torch.int8]},
+    shapes=_INT8_SHAPES,
+    meta=_meta_linear,
+    priority=1,
+    traits=["deterministic", "graph_capture_safe"],
+    **_ON,
+)
+def int8_linear_triton(
+    q: Tensor, x_scale: Tensor, w: Tensor, w_scale: Tensor, bias: Tensor | None, dtype: int
+) -> Tensor:
+    """int8 x int8 -> int32 on the tensor cores, rescaled, biased and cast in registers."""
+    m = q.shape[0]
+    out = torch.empty((m, w.shape[0]), dtype=_dtype(dtype), device=q.device)
+    return _triton().gemm(
+        q if q.stride(-1) == 1 else q.contiguous(),
+        w,
+        out,
+        a_scale=_rows(x_scale, m),
+        b_scale=w_scale.to(torch.float32).contiguous(),
+        bias=bias,
+    )
+
+
+@pdlkit.kernel(
+    op="int8_linear",
+    dtypes={"q": [torch.int8], "w": [torch.int8]},
+    shapes=_INT8_SHAPES,
+    meta=_meta_linear,
+    priority=0,
+    traits=["deterministic"],
+    device="cuda",
+)
+def int8_linear_cublas(
+    q: Tensor, x_scale: Tensor, w: Tensor, w_scale: Tensor, bias: Tensor | None, dtype: int
+) -> Tensor:
+    """``torch._int_mm`` (cuBLASLt) and the rescale as separate torch ops: the peer to beat."""
+    if q.shape[0] <= 16 or q.shape[1] % 8 or w.shape[0] % 8:
+        raise pdlkit.KernelUnsupported("cuBLASLt int8 needs M > 16 and K, N multiples of 8")
+    y = torch._int_mm(q, w.t()).to(torch.float32) * x_scale * w_scale
+    if bias is not None:
+        y = y + bias
+    return y.to(_dtype(dtype))
+
+
+# -- SwiGLU gate/up pair ------------------------------------------------------------------------
+
+
+def _meta_gated(
+    q: Tensor,
+    x_scale: Tensor,
+    wg: Tensor,
+    sg: Tensor,
+    wu: Tensor,
+    su: Tensor,
+    dtype: int,
+    shape: list[int] | None,
+) -> Tensor:
+    out = q.new_empty((q.shape[0], wg.shape[0]), dtype=_dtype(dtype))
+    return out.reshape(shape) if shape is not None else out
+
+
+@pdlkit.kernel(
+    op="int8_gated_silu",
+    dtypes={"q": [torch.int8], "wg": [torch.int8], "wu": [torch.int8]},
+    shapes={"q": {"rank": 2}, "wg": {"rank": 2, "contiguous": True}, "wu": {"rank": 2}},
+    meta=_meta_gated,
+    traits=["deterministic", "graph_capture_safe"],
+    **_ON,
+)
+def int8_gated_silu_triton(
+    q: Tensor,
+    x_scale: Tensor,
+    wg: Tensor,
+    sg: Tensor,
+    wu: Tensor,
+    su: Tensor,
+    dtype: int,
+    shape: list[int] | None,
+) -> Tensor:
+    """silu(q @ wg.T * x_scale * sg) * (q @ wu.T * x_scale * su), one pass over q."""
+    if wu.shape != wg.shape or not wu.is_contiguous():
+        raise pdlkit.KernelUnsupported("gate and up weights differ in shape or layout")
+    m = q.shape[0]
+    out = torch.empty((m, wg.shape[0]), dtype=_dtype(dtype), device=q.device)
+    _triton().gated(
+        q if q.stride(-1) == 1 else q.contiguous(),
+        _rows(x_scale, m),
+        wg,
+        sg.to(torch.float32).contiguous(),
+        wu,
+        su.to(torch.float32).contiguous(),
+        out,
+    )
+    return out.reshape(shape) if shape is not None else out
+
+
+# -- BF16 / FP16 linear + epilogue --------------------------------------------------------------
+
+
+def _bf16_linear(x: Tensor, weight: Tensor, bias: Tensor | None, act: str) -> Tensor:
+    if not weight.is_contiguous():
+        raise pdlkit.KernelUnsupported("weight is not contiguous")
+    x2 = x.reshape(-1, x.shape[-1])
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    out = torch.empty((x2.shape[0], weight.shape[0]), dtype=x.dtype, device=x.device)
+    _triton().gemm(x2, weight, out, bias=bias, act=act)
+    return out.reshape(*x.shape[:-1], weight.shape[0])
+
+
+def _meta_lin(x: Tensor, weight: Tensor, bias: Tensor | None, *rest: Any) -> Tensor:
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+_HALF = [torch.bfloat16, torch.float16]
+_HALF_KW: dict[str, Any] = {
+    "dtypes": {"x": _HALF, "weight": _HALF},
+    "shapes": {"weight": {"rank": 2}},
+    "traits": ["deterministic", "graph_capture_safe"],
+    **_ON,
+}
+
+
+@pdlkit.kernel(op="linear", meta=_meta_lin, **_HALF_KW)
+def linear_triton(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """x @ weight.T + bias, fp32 accumulation, one rounding to the input dtype."""
+    return _bf16_linear(x, weight, bias, "none")
+
+
+@pdlkit.kernel(op="linear_relu", meta=_meta_lin, **_HALF_KW)
+def linear_relu_triton(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """relu(x @ weight.T + bias) with the ReLU in the GEMM's epilogue."""
+    return _bf16_linear(x, weight, bias, "relu")
+
+
+@pdlkit.kernel(op="linear_gelu", meta=_meta_lin, **_HALF_KW)
+def linear_gelu_triton(x: Tensor, weight: Tensor, bias: Tensor | None, approximate: str) -> Tensor:
+    """gelu(x @ weight.T + bias), erf or tanh, in the GEMM's epilogue."""
+    return _bf16_linear(x, weight, bias, "gelu_tanh" if approximate == "tanh" else "gelu")
