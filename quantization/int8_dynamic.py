@@ -44,11 +44,17 @@ def int8_linear(
 class Int8DynamicLinear(nn.Module):
     """``nn.Linear`` with int8 per-channel weights and int8 per-token activations."""
 
+    w_q: Tensor
+    w_scale: Tensor
+    bias: Tensor | None
+
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
         w = linear.weight.detach().to(torch.float32)
         w_scale = w.abs().amax(dim=1).clamp(min=_EPS) / 127.0
-        self.register_buffer("w_q", torch.clamp(torch.round(w / w_scale[:, None]), -127, 127).to(torch.int8))
+        self.register_buffer(
+            "w_q", torch.clamp(torch.round(w / w_scale[:, None]), -127, 127).to(torch.int8)
+        )
         self.register_buffer("w_scale", w_scale)
         b = linear.bias
         self.register_buffer("bias", None if b is None else b.detach().to(torch.float32))

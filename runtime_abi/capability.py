@@ -97,13 +97,13 @@ def host() -> Target:
     arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(arch, arch)
     features = cpu_flags(arch)
     devices = {"cpu"}
+    import torch
+
+    # /proc/cpuinfo lists AMX whenever the CPU has it; the OS must also enable its state
+    amx_ok = getattr(torch._C._cpu, "_is_amx_tile_supported", None)
+    if "amx_tile" in features and (amx_ok is None or not amx_ok()):
+        features -= {"amx_tile", "amx_int8", "amx_bf16"}
     try:
-        import torch
-
-        # /proc/cpuinfo lists AMX whenever the CPU has it; the OS must also enable its state
-        if "amx_tile" in features and not torch._C._cpu._is_amx_tile_supported():  # type: ignore[attr-defined]
-            features -= {"amx_tile", "amx_int8", "amx_bf16"}
-
         if torch.cuda.is_available():
             devices.add("cuda")
             major, minor = torch.cuda.get_device_capability()

@@ -19,7 +19,8 @@ never for production).
 from __future__ import annotations
 
 import os
-from typing import Any
+import weakref
+from typing import Any, cast
 
 import torch
 from torch import Tensor
@@ -62,9 +63,7 @@ def _rows(s: Tensor, m: int) -> Tensor:
 
 
 def _meta_quant(x: Tensor, eps: float, qmax: float) -> tuple[Tensor, Tensor]:
-    return x.new_empty(x.shape, dtype=torch.int8), x.new_empty(
-        (x.shape[0], 1), dtype=torch.float32
-    )
+    return x.new_empty(x.shape, dtype=torch.int8), x.new_empty((x.shape[0], 1), dtype=torch.float32)
 
 
 @pdlkit.kernel(
@@ -235,3 +234,150 @@ def linear_relu_triton(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor
 def linear_gelu_triton(x: Tensor, weight: Tensor, bias: Tensor | None, approximate: str) -> Tensor:
     """gelu(x @ weight.T + bias), erf or tanh, in the GEMM's epilogue."""
     return _bf16_linear(x, weight, bias, "gelu_tanh" if approximate == "tanh" else "gelu")
+
+
+# -- PT2E int8 (quantized_decomposed dq -> linear [-> act] [-> q]), patterns in patterns/x86/ --
+# uint8 activations enter the int8 tensor cores as (x - 128); the zero point moves into the
+# epilogue as -(x_zp - 128) * colsum(w), with the column sums packed beside the weight.
+
+
+def _pack_pt2e(w_q: Tensor, attrs: Any) -> tuple[Tensor, Tensor]:
+    return w_q.contiguous(), w_q.to(torch.int32).sum(dim=1, dtype=torch.int32)
+
+
+def _packed(w_q: Any) -> tuple[Tensor, Tensor]:
+    return cast(tuple[Tensor, Tensor], w_q)
+
+
+_ZP_ZERO: dict[int, bool] = {}  # id(weight zero points) -> all zero
+_POST = {("none", ""): "none", ("relu", ""): "relu", ("gelu", "none"): "gelu"}
+_POST[("gelu", "tanh")] = "gelu_tanh"
+
+
+def _pt2e(
+    x_q: Tensor,
+    x_scale: float,
+    x_zp: int,
+    packed: tuple[Tensor, Tensor],
+    w_scale: Tensor,
+    w_zp: Tensor,
+    bias: Tensor | None,
+    post: tuple[str, str],
+    out: Tensor,
+    requant: tuple[float, int, int, int] | None = None,
+) -> Tensor:
+    if (post[0], post[1]) not in _POST:
+        raise pdlkit.KernelUnsupported(f"post op {post}")
+    zero = _ZP_ZERO.get(id(w_zp))
+    if zero is None:  # once per weight tensor: the check reads the GPU
+        zero = _ZP_ZERO[id(w_zp)] = not bool(w_zp.any())
+        weakref.finalize(w_zp, _ZP_ZERO.pop, id(w_zp), None)
+    if not zero:
+        raise pdlkit.KernelUnsupported("asymmetric int8 weights (a non-zero weight zero point)")
+    w, wsum = packed
+    x2 = x_q.reshape(-1, x_q.shape[-1])
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    _triton().gemm(
+        x2,
+        w,
+        out.view(-1, w.shape[0]),
+        a_scale=float(x_scale),
+        b_scale=w_scale.to(torch.float32).contiguous(),
+        bias=bias,
+        wsum=wsum,
+        a_zp=int(x_zp),
+        act=_POST[post],
+        requant=requant,
+    )
+    return out
+
+
+def _meta_qf(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm):  # type: ignore[no-untyped-def]
+    return x_q.new_empty((*x_q.shape[:-1], w_q.shape[0]), dtype=torch.float32)
+
+
+def _meta_qq(  # type: ignore[no-untyped-def]
+    x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, out_scale, out_zp, qmin, qmax, post_op, algorithm
+):
+    dtype = torch.uint8 if qmin >= 0 else torch.int8
+    return x_q.new_empty((*x_q.shape[:-1], w_q.shape[0]), dtype=dtype)
+
+
+_PT2E_KW: dict[str, Any] = {
+    "dtypes": {"x_q": [torch.uint8, torch.int8], "w_q": [torch.int8]},
+    "shapes": {"w_q": {"rank": 2}},
+    "prepack": _pack_pt2e,
+    "prepack_arg": "w_q",
+    "priority": -1,  # on the CPU (interpreter only) oneDNN's kernels come first
+    **_ON,
+}
+
+
+@pdlkit.kernel(
+    op="qlinear", meta=_meta_qf, traits=["deterministic", "graph_capture_safe"], **_PT2E_KW
+)
+def qlinear_triton(
+    x_q: Tensor,
+    x_scale: float,
+    x_zp: int,
+    w_q: Tensor,  # arrives packed: (weight, column sums)
+    w_scale: Tensor,
+    w_zp: Tensor,
+    bias: Tensor | None,
+    post_op: str,
+    algorithm: str,
+) -> Tensor:
+    """act(dequantize(x_q) @ dequantize(w_q).T + bias) in float32, one Triton GEMM."""
+    out = torch.empty(
+        (*x_q.shape[:-1], _packed(w_q)[0].shape[0]), dtype=torch.float32, device=x_q.device
+    )
+    return _pt2e(x_q, x_scale, x_zp, _packed(w_q), w_scale, w_zp, bias, (post_op, algorithm), out)
+
+
+@pdlkit.kernel(
+    op="qlinear_q", meta=_meta_qq, traits=["deterministic", "graph_capture_safe"], **_PT2E_KW
+)
+def qlinear_q_triton(
+    x_q: Tensor,
+    x_scale: float,
+    x_zp: int,
+    w_q: Tensor,  # arrives packed: (weight, column sums)
+    w_scale: Tensor,
+    w_zp: Tensor,
+    bias: Tensor | None,
+    out_scale: float,
+    out_zp: int,
+    out_qmin: int,
+    out_qmax: int,
+    post_op: str,
+    algorithm: str,
+) -> Tensor:
+    """quantize(act(dequantize(x_q) @ dequantize(w_q).T + bias)), requantized in registers."""
+    dtype = torch.uint8 if out_qmin >= 0 else torch.int8
+    out = torch.empty((*x_q.shape[:-1], _packed(w_q)[0].shape[0]), dtype=dtype, device=x_q.device)
+    req = (float(out_scale), int(out_zp), int(out_qmin), int(out_qmax))
+    return _pt2e(
+        x_q, x_scale, x_zp, _packed(w_q), w_scale, w_zp, bias, (post_op, algorithm), out, req
+    )
+
+
+@pdlkit.kernel(op="qlinear_dynamic", meta=_meta_qf, traits=["deterministic"], **_PT2E_KW)
+def qlinear_dynamic_triton(
+    x_q: Tensor,
+    x_scale: Tensor,
+    x_zp: Tensor,
+    w_q: Tensor,  # arrives packed: (weight, column sums)
+    w_scale: Tensor,
+    w_zp: Tensor,
+    bias: Tensor | None,
+    post_op: str,
+    algorithm: str,
+) -> Tensor:
+    """Dynamic PT2E: the activation's scale and zero point are one-element tensors (read once
+    on the host, so this kernel is not graph-capture safe)."""
+    out = torch.empty(
+        (*x_q.shape[:-1], _packed(w_q)[0].shape[0]), dtype=torch.float32, device=x_q.device
+    )
+    scale, zp = float(x_scale.reshape(-1)[0]), int(x_zp.reshape(-1)[0])
+    return _pt2e(x_q, scale, zp, _packed(w_q), w_scale, w_zp, bias, (post_op, algorithm), out)

@@ -1,0 +1,221 @@
+"""CUDA kernels (kernels/cuda/) and patterns (patterns/cuda/).
+
+On CPU-only machines (CI) the Triton kernels run in Triton's interpreter, in a subprocess
+started with TRITON_INTERPRET=1 (Triton reads it at import); explain for ``cuda-sm90`` runs
+here. On a GPU the same kernels are checked against the reference on the device, on a side
+stream and under CUDA graph capture.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+from pdlkit.quantization.int8_dynamic import quantize_int8_dynamic, quantize_per_token
+from torch import nn
+
+import pdlkit
+
+triton = pytest.importorskip("triton", reason="Triton is not installed (pip install triton)")
+CUDA = torch.cuda.is_available()
+needs_gpu = pytest.mark.skipif(
+    not CUDA, reason="needs an NVIDIA GPU (runs on the lent GPU machine)"
+)
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, hidden: int = 64, inter: int = 96, bias: bool = False):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, inter, bias=False)
+        self.up_proj = nn.Linear(hidden, inter, bias=False)
+        self.down_proj = nn.Linear(inter, hidden, bias=bias)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+_INTERPRETED = textwrap.dedent(
+    """
+    import json, torch, pdlkit
+    from tests.test_cuda import LlamaMLP
+    from pdlkit.quantization.int8_dynamic import quantize_int8_dynamic
+    from pdlkit.kernels.reference import logical_ops as ref
+    from pdlkit.kernels.cuda import _triton_gemm as T
+    torch.manual_seed(0)
+    out = {}
+    # kernels against their reference on edge shapes (M = 1, K = 7, odd N)
+    for m, k, n in [(1, 7, 3), (5, 40, 9), (33, 70, 47)]:
+        x = torch.randn(m, k)
+        q, s = T.quant_rows(x, 1e-8, 127.0)
+        rq, rs = ref.quantize_per_token(x, 1e-8, 127.0)
+        w = torch.randint(-127, 128, (n, k), dtype=torch.int8)
+        ws = torch.rand(n) * 0.01
+        b = torch.randn(n)
+        y = torch.empty(m, n)
+        T.gemm(q, w, y, a_scale=s.reshape(-1), b_scale=ws, bias=b)
+        out[f"{m}x{k}x{n}"] = {
+            "quant_equal": bool((q == rq).all() and (s == rs).all()),
+            "gemm_err": (y - ref.int8_linear(q, s, w, ws, b, 6)).abs().max().item(),
+        }
+    # PT2E int8 kernels (uint8 activations with zero points, requantized outputs)
+    from pathlib import Path
+    from pdlkit.runtime_abi.registry import load_kernel_file
+    kernels = {k.name: k for k in load_kernel_file(Path("kernels/cuda/gemm.py"))}
+    examples = {
+        "qlinear": ref._qlinear_examples(torch.float32, False),
+        "qlinear_q": ref._qlinear_examples(torch.float32, True),
+        "qlinear_dynamic": ref._qlinear_dynamic_examples(torch.float32),
+    }
+    for op, exs in examples.items():
+        k = kernels[op + "_triton"]
+        worst = 0.0
+        for ex in exs:
+            args = list(ex)
+            args[3] = k.prepack(args[3], {})
+            got, want = k.fn(*args), getattr(ref, op)(*ex)
+            worst = max(worst, (got.float() - want.float()).abs().max().item())
+        out[op] = worst
+    model = quantize_int8_dynamic(LlamaMLP(bias=True)).eval()
+    x = torch.randn(2, 32, 64)
+    target = {"name": "cpu-triton-interpreter", "devices": ["cpu", "cuda"]}
+    with torch.no_grad():
+        want = model(x)
+        report = pdlkit.explain(model, x, target=target)
+        got = pdlkit.optimize(model, target=target, default_codegen="eager")(x)
+    out["subs"] = sorted(f"{s.pattern} -> {s.kernel}" for s in report.substitutions)
+    out["mlp_err"] = (got - want).abs().max().item()
+    out["calls"] = pdlkit.stats()["kernel_calls"]
+    print(json.dumps(out))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def interpreted():
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run(
+        [sys.executable, "-c", _INTERPRETED],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_triton_kernels_match_reference_in_interpreter(interpreted):
+    for shape in ("1x7x3", "5x40x9", "33x70x47"):
+        assert interpreted[shape]["quant_equal"], shape  # bit-exact per-token quantization
+        assert interpreted[shape]["gemm_err"] < 1e-4, shape
+
+
+def test_pt2e_int8_kernels_match_reference_in_interpreter(interpreted):
+    assert interpreted["qlinear"] < 1e-4  # float32 outputs of dq -> linear -> act
+    assert interpreted["qlinear_dynamic"] < 1e-4
+    assert interpreted["qlinear_q"] == 0  # requantized: the same uint8 codes as PyTorch
+
+
+def test_llama_mlp_int8_substitutes_three_kernels(interpreted):
+    # gate+up fused into one kernel, down with its bias, two per-token quantizations
+    assert interpreted["subs"] == [
+        "int8_gated_silu_3d -> int8_gated_silu_triton",
+        "int8_linear_bias -> int8_linear_triton",
+        "quantize_per_token -> quantize_per_token_triton",
+        "quantize_per_token -> quantize_per_token_triton",
+    ]
+    assert interpreted["calls"] == 4
+
+
+def test_llama_mlp_int8_numerics_in_interpreter(interpreted):
+    assert interpreted["mlp_err"] < 1e-4  # same int32 sums and scales as the torch ops
+
+
+def test_explain_for_cuda_target_from_cpu():
+    model = quantize_int8_dynamic(LlamaMLP()).eval()
+    x = torch.randn(2, 16, 64)
+    with torch.no_grad():
+        report = pdlkit.explain(model, x, target="cuda-sm90")
+    kernels = sorted(s.kernel for s in report.substitutions)
+    assert kernels == [
+        "int8_gated_silu_triton",
+        "int8_linear_triton",
+        "quantize_per_token_triton",
+        "quantize_per_token_triton",
+    ]
+    # on this CPU host, the same model gets no CUDA pattern at all
+    with torch.no_grad():
+        here = pdlkit.explain(model, x)
+    assert "int8_gated_silu_3d" in str(here).split("patterns that matched nothing")[1]
+
+
+def test_cuda_target_refuses_to_compile_on_a_cpu_host():
+    if CUDA:
+        pytest.skip("this host has CUDA")
+    model = quantize_int8_dynamic(LlamaMLP()).eval()
+    with pytest.raises(Exception, match="target cuda-sm90 plans for tensors on cuda"):
+        with torch.no_grad():
+            pdlkit.optimize(model, target="cuda-sm90")(torch.randn(4, 64))
+
+
+def test_unquantized_model_keeps_per_token_ops_exact():
+    x = torch.randn(7, 33)
+    q, s = quantize_per_token(x)
+    assert q.dtype == torch.int8 and s.shape == (7, 1)
+    assert ((q.float() * s - x).abs() <= s / 2 + 1e-7).all()  # within half a step
+
+
+# -- on the GPU ------------------------------------------------------------------------------
+
+
+@needs_gpu
+@pytest.mark.parametrize("m,k,n", [(1, 64, 8), (17, 4096, 4096), (300, 1000, 520)])
+def test_gpu_int8_linear_matches_reference(m, k, n):
+    from pdlkit.kernels.cuda import _triton_gemm as T
+    from pdlkit.kernels.reference import logical_ops as ref
+
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    q, s = T.quant_rows(x, 1e-8, 127.0)
+    rq, rs = ref.quantize_per_token(x, 1e-8, 127.0)
+    # PyTorch's CUDA division by a Python scalar multiplies by its reciprocal, so its scale
+    # can differ from the kernel's correctly rounded one by an ulp, and a code by one step
+    torch.testing.assert_close(s, rs, rtol=2e-7, atol=0)
+    assert (q.int() - rq.int()).abs().max() <= 1
+    w = torch.randint(-127, 128, (n, k), dtype=torch.int8, device="cuda")
+    ws = torch.rand(n, device="cuda") * 0.01
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+    T.gemm(q, w, out, a_scale=s.reshape(-1), b_scale=ws)
+    want = ref.int8_linear(q.cpu(), s.cpu(), w.cpu(), ws.cpu(), None, 15)
+    torch.testing.assert_close(out.cpu().float(), want.float(), rtol=1e-2, atol=1e-2)
+
+
+@needs_gpu
+def test_gpu_mlp_runs_on_callers_stream_and_under_graph_capture():
+    torch.manual_seed(0)
+    model = quantize_int8_dynamic(LlamaMLP(256, 512).cuda().to(torch.bfloat16)).eval()
+    x = torch.randn(64, 256, device="cuda", dtype=torch.bfloat16)
+    compiled = pdlkit.optimize(model)
+    with torch.no_grad():
+        want = model(x)
+        compiled(x)  # compile and warm up on the default stream
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            got = compiled(x)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = compiled(x)
+        graph.replay()
+        torch.cuda.synchronize()
+    torch.testing.assert_close(captured, want, rtol=2e-2, atol=2e-2)
+    assert pdlkit.stats()["by_kernel"]["int8_gated_silu_triton"]["kernel_calls"] >= 2
