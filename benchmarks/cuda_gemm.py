@@ -126,6 +126,32 @@ class LlamaMLP(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
+def bf16_row(m: int, n: int, k: int) -> dict:
+    """Triton BF16 GEMM + bias (the ``linear`` kernel) vs cuBLAS through ``F.linear``."""
+    from pdlkit.kernels.cuda import _triton_gemm as T
+
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    T.gemm(x, w, out, bias=b)
+    ref = F.linear(x.float(), w.float(), b.float())
+    err = ((out.float() - ref).norm() / ref.norm()).item()
+    flop = 2 * m * n * k
+    tri = flop / bench(lambda: T.gemm(x, w, out, bias=b)) / 1e9
+    cub = flop / bench(lambda: F.linear(x, w, b)) / 1e9
+    print(
+        f"bf16 {m}x{n}x{k}: triton {tri:.0f} TFLOP/s, cuBLAS {cub:.0f}, ratio {tri / cub:.2f}x, err {err:.1e}"
+    )
+    return {
+        "shape": [m, n, k],
+        "triton_TFLOPs": tri,
+        "cublas_TFLOPs": cub,
+        "ratio": tri / cub,
+        "rel_err": err,
+    }
+
+
 def mlp_kernels(tokens: int, sweep: bool) -> dict:
     """The four pdlkit kernels of the int8 MLP on their own: where the block's time goes."""
     from pdlkit.kernels.cuda import _triton_gemm as T
@@ -200,6 +226,7 @@ def mlp_block(tokens: int) -> dict:
             "inductor_bf16": torch.compile(bf16),
             "inductor_int8_naive": torch.compile(int8),
             "pdlkit_int8": pdlkit.optimize(int8),
+            "pdlkit_bf16": pdlkit.optimize(bf16),
         }
         for name, fn in runs.items():
             y = fn(xb)
@@ -237,6 +264,7 @@ def main() -> None:
         (m, 4096, 11008) for m in (512, 2048, 8192)
     ]
     res["gemm"] = gemm_table(big, a.sweep) + ([] if a.quick else gemm_table(llama, False))
+    res["bf16"] = [bf16_row(*shape) for shape in big + [(2048, 11008, 4096), (2048, 4096, 11008)]]
     res["mlp_kernels_2048"] = mlp_kernels(2048, a.sweep)
     res["mlp_2048"] = mlp_block(2048)
     peak = res["ceilings"]["bf16_mm_8192_TFLOPs"]

@@ -65,8 +65,10 @@ _INTERPRETED = textwrap.dedent(
         }
     # PT2E int8 kernels (uint8 activations with zero points, requantized outputs)
     from pathlib import Path
+    import pdlkit.kernels
     from pdlkit.runtime_abi.registry import load_kernel_file
-    kernels = {k.name: k for k in load_kernel_file(Path("kernels/cuda/gemm.py"))}
+    gemm = Path(pdlkit.kernels.__file__).parent / "cuda" / "gemm.py"
+    kernels = {k.name: k for k in load_kernel_file(gemm)}
     examples = {
         "qlinear": ref._qlinear_examples(torch.float32, False),
         "qlinear_q": ref._qlinear_examples(torch.float32, True),
