@@ -226,6 +226,7 @@ def mlp_block(tokens: int) -> dict:
             "inductor_bf16": torch.compile(bf16),
             "inductor_int8_naive": torch.compile(int8),
             "pdlkit_int8": pdlkit.optimize(int8),
+            # BF16: no shipped kernel beats cuBLAS, so this is Inductor through pdlkit
             "pdlkit_bf16": pdlkit.optimize(bf16),
         }
         for name, fn in runs.items():
@@ -239,6 +240,65 @@ def mlp_block(tokens: int) -> dict:
     for name in runs:
         out[name]["speedup_vs_bf16_inductor"] = base / out[name]["ms"]
     return out
+
+
+def markdown(res: dict) -> str:
+    c = res["ceilings"]
+    v = res["versions"]
+    lines = [
+        "# CUDA GEMMs and Llama MLP: pdlkit (Triton) vs cuBLASLt int8 and BF16",
+        "",
+        f"Written by `benchmarks/cuda_gemm.py` on {res['device']} (torch {v['torch']}, CUDA "
+        f"{v['cuda']}, Triton {v['triton']}). Medians of CUDA-event timings (do_bench).",
+        f"{res['machine']}",
+        "",
+        f"Ceilings measured in the same run: device-to-device copy {c['copy_TBps']:.2f} TB/s, "
+        f"BF16 8192^3 matmul {c['bf16_mm_8192_TFLOPs']:.0f} TFLOP/s.",
+        "",
+        "| M x N x K | pdlkit int8 TOP/s | `_int_mm` TOP/s | `_int_mm` + rescale | BF16 mm TFLOP/s "
+        "| pdlkit / `_int_mm` | pdlkit / BF16 ceiling |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in res["gemm"]:
+        m, n, k = r["shape"]
+        lines.append(
+            f"| {m} x {n} x {k} | {r['pdlkit_TOPs']:.0f} | {r['int_mm_TOPs']:.0f} | "
+            f"{r['int_mm_rescale_TOPs']:.0f} | {r['bf16_TFLOPs']:.0f} | {r['vs_int_mm']:.2f}x | "
+            f"{r['pdlkit_vs_bf16_ceiling']:.2f}x |"
+        )
+    lines += ["", "BF16 GEMM + bias (opt-in Triton kernel) vs cuBLAS (`F.linear`):", ""]
+    lines += ["| M x N x K | Triton TFLOP/s | cuBLAS TFLOP/s | ratio |", "|---|---|---|---|"]
+    for r in res.get("bf16", []):
+        m, n, k = r["shape"]
+        lines.append(
+            f"| {m} x {n} x {k} | {r['triton_TFLOPs']:.0f} | {r['cublas_TFLOPs']:.0f} | "
+            f"{r['ratio']:.2f}x |"
+        )
+    mk = res["mlp_kernels_2048"]
+    mlp = res["mlp_2048"]
+    lines += [
+        "",
+        "Llama MLP (hidden 4096, intermediate 11008, SiLU-gated), 2048 tokens, BF16 activations:",
+        "",
+        "| path | ms | vs Inductor BF16 | cosine vs FP32 |",
+        "|---|---|---|---|",
+    ]
+    for name in ("inductor_bf16", "inductor_int8_naive", "pdlkit_int8", "pdlkit_bf16"):
+        if name in mlp:
+            r = mlp[name]
+            lines.append(
+                f"| {name} | {r['ms']:.3f} | {r['speedup_vs_bf16_inductor']:.2f}x | "
+                f"{r['cosine_vs_fp32']:.5f} |"
+            )
+    lines += [
+        "",
+        f"pdlkit int8 substitutions: {', '.join(mlp['substituted'])}.",
+        f"Its kernels alone: quantize x {mk['quant_x_ms']:.3f} ms, gate+up {mk['gated_ms']:.3f} ms "
+        f"({mk['gated_TOPs']:.0f} TOP/s), quantize h {mk['quant_h_ms']:.3f} ms, down "
+        f"{mk['down_ms']:.3f} ms; sum {mk['sum_ms']:.3f} ms.",
+        "",
+    ]
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -273,6 +333,7 @@ def main() -> None:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "cuda_gemm.json").write_text(json.dumps(res, indent=1, default=str))
+    (out / "cuda_gemm.md").write_text(markdown(res))
     print("\nsummary")
     for r in res["gemm"]:
         print(f"  {r['shape']}: pdlkit/_int_mm {r['vs_int_mm']:.2f}x, {r['pdlkit_TOPs']:.0f} TOP/s")

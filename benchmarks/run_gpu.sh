@@ -15,5 +15,5 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,
 rm -rf /tmp/t && mkdir -p /tmp/t && cp -r tests /tmp/t/
 (cd /tmp/t && python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py) 2>&1 | tee "$out/cuda_tests.log" | tail -25
 (cd /tmp/t && python3 -c "import sys; from pdlkit.cli import main; sys.exit(main())" \
-  abi-check /tmp/site/pdlkit/kernels/cuda/gemm.py) 2>&1 | tee "$out/cuda_abi_check.log" | tail -4
+  abi-check /tmp/site/pdlkit/kernels/cuda/gemm.py /tmp/site/pdlkit/kernels/_optin) 2>&1 | tee "$out/cuda_abi_check.log" | tail -4
 python3 benchmarks/cuda_gemm.py --out "$out" "$@" 2>&1 | tee "$out/cuda_gemm.log"

@@ -69,11 +69,15 @@ _INTERPRETED = textwrap.dedent(
     from pdlkit.runtime_abi.registry import load_kernel_file
     gemm = Path(pdlkit.kernels.__file__).parent / "cuda" / "gemm.py"
     kernels = {k.name: k for k in load_kernel_file(gemm)}
-    examples = {
-        "qlinear": ref._qlinear_examples(torch.float32, False),
-        "qlinear_q": ref._qlinear_examples(torch.float32, True),
-        "qlinear_dynamic": ref._qlinear_dynamic_examples(torch.float32),
-    }
+    try:  # the PT2E references need torchao's quantized_decomposed ops
+        import torchao  # noqa: F401
+        examples = {
+            "qlinear": ref._qlinear_examples(torch.float32, False),
+            "qlinear_q": ref._qlinear_examples(torch.float32, True),
+            "qlinear_dynamic": ref._qlinear_dynamic_examples(torch.float32),
+        }
+    except ImportError:
+        examples = {}
     for op, exs in examples.items():
         k = kernels[op + "_triton"]
         worst = 0.0
@@ -83,6 +87,12 @@ _INTERPRETED = textwrap.dedent(
             got, want = k.fn(*args), getattr(ref, op)(*ex)
             worst = max(worst, (got.float() - want.float()).abs().max().item())
         out[op] = worst
+    optin = gemm.parent.parent / "_optin" / "cuda_bf16_linear.py"
+    bf16 = {k.name: k for k in load_kernel_file(optin)}["linear_gelu_triton"]
+    x, w, b = torch.randn(5, 40), torch.randn(24, 40), torch.randn(24)
+    got = bf16.fn(x.bfloat16(), w.bfloat16(), b.bfloat16(), "tanh").float()
+    want = torch.nn.functional.gelu(torch.nn.functional.linear(x, w, b), approximate="tanh")
+    out["bf16_gelu_rel_err"] = ((got - want).norm() / want.norm()).item()
     model = quantize_int8_dynamic(LlamaMLP(bias=True)).eval()
     x = torch.randn(2, 32, 64)
     target = {"name": "cpu-triton-interpreter", "devices": ["cpu", "cuda"]}
@@ -121,9 +131,23 @@ def test_triton_kernels_match_reference_in_interpreter(interpreted):
 
 
 def test_pt2e_int8_kernels_match_reference_in_interpreter(interpreted):
+    if "qlinear" not in interpreted:
+        pytest.skip("torchao is not installed (pip install -e '.[quant]')")
     assert interpreted["qlinear"] < 1e-4  # float32 outputs of dq -> linear -> act
     assert interpreted["qlinear_dynamic"] < 1e-4
     assert interpreted["qlinear_q"] == 0  # requantized: the same uint8 codes as PyTorch
+
+
+def test_optin_bf16_linear_gelu_in_interpreter(interpreted):
+    assert interpreted["bf16_gelu_rel_err"] < 1e-2  # bf16 operands, fp32 accumulation
+
+
+def test_bf16_triton_kernels_are_opt_in():
+    from pdlkit.backend import Options, load_plan
+
+    shipped = load_plan(Options()).registry
+    assert "linear_triton" not in shipped.names()  # slower than cuBLAS: not loaded by default
+    assert "int8_linear_triton" in shipped.names()
 
 
 def test_llama_mlp_int8_substitutes_three_kernels(interpreted):

@@ -7,7 +7,10 @@ Logical ops (patterns in ``patterns/cuda/``, reference semantics in
 - ``int8_linear(q, x_scale, w, w_scale, bias, dtype)``: (q @ w.T) * x_scale * w_scale + bias.
 - ``int8_gated_silu(q, x_scale, wg, sg, wu, su, dtype, shape)``: silu(gate) * up of a
   SwiGLU MLP, both GEMMs in one kernel sharing the activation tiles.
-- ``linear`` / ``linear_relu`` / ``linear_gelu`` for BF16 / FP16 models.
+- ``qlinear`` / ``qlinear_q`` / ``qlinear_dynamic`` for PT2E graphs (patterns/x86/, same ops).
+
+BF16 linears are left to Inductor (cuBLAS): the Triton BF16 GEMM in
+``kernels/_optin/cuda_bf16_linear.py`` measured 0.78-0.88x of cuBLAS on an H100.
 
 ``torch._int_mm`` (cuBLASLt) is declared as a second, lower-priority ``int8_linear``.
 Triton launches on PyTorch's current CUDA stream, so these kernels follow the caller's
@@ -18,36 +21,14 @@ never for production).
 
 from __future__ import annotations
 
-import os
 import weakref
 from typing import Any, cast
 
 import torch
+from pdlkit.kernels.cuda._common import _ON, _dtype, _triton
 from torch import Tensor
 
 import pdlkit
-
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
-
-# where the kernels run: the GPU, or the CPU under Triton's interpreter
-_ON: dict[str, Any] = (
-    {"device": "cpu", "requires": []} if INTERPRET else {"device": "cuda", "requires": ["sm_80"]}
-)
-_DTYPES = {5: torch.float16, 6: torch.float32, 15: torch.bfloat16}
-
-
-def _triton() -> Any:
-    try:
-        from pdlkit.kernels.cuda import _triton_gemm
-    except ImportError as e:  # a CUDA machine without Triton: every call falls back
-        raise pdlkit.KernelUnsupported(f"Triton is not importable ({e}); pip install triton") from e
-    return _triton_gemm
-
-
-def _dtype(code: int) -> torch.dtype:
-    if code not in _DTYPES:
-        raise pdlkit.KernelUnsupported(f"output dtype code {code} (float16/32 and bfloat16 only)")
-    return _DTYPES[code]
 
 
 def _rows(s: Tensor, m: int) -> Tensor:
@@ -189,51 +170,6 @@ def int8_gated_silu_triton(
         out,
     )
     return out.reshape(shape) if shape is not None else out
-
-
-# -- BF16 / FP16 linear + epilogue --------------------------------------------------------------
-
-
-def _bf16_linear(x: Tensor, weight: Tensor, bias: Tensor | None, act: str) -> Tensor:
-    if not weight.is_contiguous():
-        raise pdlkit.KernelUnsupported("weight is not contiguous")
-    x2 = x.reshape(-1, x.shape[-1])
-    if x2.stride(-1) != 1:
-        x2 = x2.contiguous()
-    out = torch.empty((x2.shape[0], weight.shape[0]), dtype=x.dtype, device=x.device)
-    _triton().gemm(x2, weight, out, bias=bias, act=act)
-    return out.reshape(*x.shape[:-1], weight.shape[0])
-
-
-def _meta_lin(x: Tensor, weight: Tensor, bias: Tensor | None, *rest: Any) -> Tensor:
-    return x.new_empty((*x.shape[:-1], weight.shape[0]))
-
-
-_HALF = [torch.bfloat16, torch.float16]
-_HALF_KW: dict[str, Any] = {
-    "dtypes": {"x": _HALF, "weight": _HALF},
-    "shapes": {"weight": {"rank": 2}},
-    "traits": ["deterministic", "graph_capture_safe"],
-    **_ON,
-}
-
-
-@pdlkit.kernel(op="linear", meta=_meta_lin, **_HALF_KW)
-def linear_triton(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    """x @ weight.T + bias, fp32 accumulation, one rounding to the input dtype."""
-    return _bf16_linear(x, weight, bias, "none")
-
-
-@pdlkit.kernel(op="linear_relu", meta=_meta_lin, **_HALF_KW)
-def linear_relu_triton(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    """relu(x @ weight.T + bias) with the ReLU in the GEMM's epilogue."""
-    return _bf16_linear(x, weight, bias, "relu")
-
-
-@pdlkit.kernel(op="linear_gelu", meta=_meta_lin, **_HALF_KW)
-def linear_gelu_triton(x: Tensor, weight: Tensor, bias: Tensor | None, approximate: str) -> Tensor:
-    """gelu(x @ weight.T + bias), erf or tanh, in the GEMM's epilogue."""
-    return _bf16_linear(x, weight, bias, "gelu_tanh" if approximate == "tanh" else "gelu")
 
 
 # -- PT2E int8 (quantized_decomposed dq -> linear [-> act] [-> q]), patterns in patterns/x86/ --

@@ -1,0 +1,32 @@
+"""What the CUDA kernel files share: where they run and how they reach Triton."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+import pdlkit
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
+# where the kernels run: the GPU, or the CPU under Triton's interpreter
+_ON: dict[str, Any] = (
+    {"device": "cpu", "requires": []} if INTERPRET else {"device": "cuda", "requires": ["sm_80"]}
+)
+_DTYPES = {5: torch.float16, 6: torch.float32, 15: torch.bfloat16}
+
+
+def _triton() -> Any:
+    try:
+        from pdlkit.kernels.cuda import _triton_gemm
+    except ImportError as e:  # a CUDA machine without Triton: every call falls back
+        raise pdlkit.KernelUnsupported(f"Triton is not importable ({e}); pip install triton") from e
+    return _triton_gemm
+
+
+def _dtype(code: int) -> torch.dtype:
+    if code not in _DTYPES:
+        raise pdlkit.KernelUnsupported(f"output dtype code {code} (float16/32 and bfloat16 only)")
+    return _DTYPES[code]
