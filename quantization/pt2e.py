@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-SCHEMES = ("int8-static", "int8-dynamic", "bf16")
+SCHEMES = ("int8-static", "int8-dynamic", "int8-dynamic-per-token", "bf16")
 
 _NEEDS_TORCHAO = "pdlkit.quantization needs torchao (pip install -e '.[quant]')"
 
@@ -55,6 +55,10 @@ def quantize(
       each input (``choose_qparams``; one scale per tensor, which is what
       X86InductorQuantizer's dynamic config gives, not per token); no calibration (``calibration`` is ignored; the model runs
       once on ``example_inputs`` so that the weight observers see the weights).
+    * ``"int8-dynamic-per-token"``: a copy of the model whose ``nn.Linear`` layers are
+      :class:`~pdlkit.quantization.int8_dynamic.Int8DynamicLinear` (int8 weights per output
+      channel, int8 activations per token, ``torch._int_mm``), in plain torch ops: no
+      torchao, any device; ``patterns/cuda/`` routes it to fused GPU kernels.
     * ``"bf16"``: a copy of the model with ``model.to(torch.bfloat16)`` semantics (every
       floating-point parameter and buffer in bfloat16). The inputs are the caller's
       business: pass bfloat16 tensors for float inputs (integer ones such as token ids stay
@@ -75,6 +79,10 @@ def quantize(
         raise ValueError(
             f"unknown quantization scheme {scheme!r}; known schemes: {', '.join(SCHEMES)}"
         )
+    if scheme == "int8-dynamic-per-token":
+        from pdlkit.quantization.int8_dynamic import quantize_int8_dynamic
+
+        return quantize_int8_dynamic(copy.deepcopy(model)).eval()
     if scheme == "bf16":
         # deepcopy first: Module.to() converts in place and the caller keeps the FP32 model.
         return copy.deepcopy(model).to(torch.bfloat16)

@@ -245,3 +245,16 @@ def test_gpu_mlp_runs_on_callers_stream_and_under_graph_capture():
         torch.cuda.synchronize()
     torch.testing.assert_close(captured, want, rtol=2e-2, atol=2e-2)
     assert pdlkit.stats()["by_kernel"]["int8_gated_silu_triton"]["kernel_calls"] >= 2
+
+
+def test_quantize_scheme_int8_dynamic_per_token_copies_and_swaps_linears():
+    from pdlkit.quantization import quantize
+    from pdlkit.quantization.int8_dynamic import Int8DynamicLinear
+
+    model = LlamaMLP()
+    x = torch.randn(4, 64)
+    q = quantize(model, (x,), scheme="int8-dynamic-per-token")
+    assert isinstance(q.down_proj, Int8DynamicLinear) and isinstance(model.down_proj, nn.Linear)
+    with torch.no_grad():
+        cos = F.cosine_similarity(q(x).flatten(), model(x).flatten(), dim=0)
+    assert cos > 0.999
