@@ -240,6 +240,8 @@ def _meta_qq(  # type: ignore[no-untyped-def]
     return x_q.new_empty((*x_q.shape[:-1], w_q.shape[0]), dtype=dtype)
 
 
+# Not declared graph-capture safe: the first call per weight reads its zero points on the
+# host, and no capture test covers these yet (tests/test_cuda.py does for the others).
 _PT2E_KW: dict[str, Any] = {
     "dtypes": {"x_q": [torch.uint8, torch.int8], "w_q": [torch.int8]},
     "shapes": {"w_q": {"rank": 2}},
@@ -250,9 +252,7 @@ _PT2E_KW: dict[str, Any] = {
 }
 
 
-@pdlkit.kernel(
-    op="qlinear", meta=_meta_qf, traits=["deterministic", "graph_capture_safe"], **_PT2E_KW
-)
+@pdlkit.kernel(op="qlinear", meta=_meta_qf, traits=["deterministic"], **_PT2E_KW)
 def qlinear_triton(
     x_q: Tensor,
     x_scale: float,
@@ -271,9 +271,7 @@ def qlinear_triton(
     return _pt2e(x_q, x_scale, x_zp, _packed(w_q), w_scale, w_zp, bias, (post_op, algorithm), out)
 
 
-@pdlkit.kernel(
-    op="qlinear_q", meta=_meta_qq, traits=["deterministic", "graph_capture_safe"], **_PT2E_KW
-)
+@pdlkit.kernel(op="qlinear_q", meta=_meta_qq, traits=["deterministic"], **_PT2E_KW)
 def qlinear_q_triton(
     x_q: Tensor,
     x_scale: float,
