@@ -194,6 +194,17 @@ def mlp_kernels(tokens: int, sweep: bool) -> dict:
     res["gated_ms"], res["gated_config"] = best
     res["gated_TOPs"] = 4 * tokens * i * h / best[0] / 1e9
     res["sum_ms"] = res["quant_x_ms"] + res["gated_ms"] + res["quant_h_ms"] + res["down_ms"]
+    # host cost of one launch (no synchronization), small shapes so the GPU never backs up
+    xs_ = torch.randn(64, 256, device="cuda", dtype=torch.bfloat16)
+    qs_, ss_ = T.quant_rows(xs_, 1e-8, 127.0)
+    ws_ = torch.randint(-127, 128, (256, 256), dtype=torch.int8, device="cuda")
+    wss_ = torch.rand(256, device="cuda")
+    os_ = torch.empty(64, 256, device="cuda", dtype=torch.bfloat16)
+    res["host_us_quant_launch"] = host_us(lambda x: T.quant_rows(x, 1e-8, 127.0), xs_, 200)
+    res["host_us_gemm_launch"] = host_us(
+        lambda x: T.gemm(qs_, ws_, os_, a_scale=ss_.view(-1), b_scale=wss_), xs_, 200
+    )
+    res["host_us_int_mm"] = host_us(lambda x: torch._int_mm(qs_, ws_.t()), xs_, 200)
     print(f"  mlp kernels: {res}", flush=True)
     return res
 
@@ -319,6 +330,9 @@ def markdown(res: dict) -> str:
         f"Its kernels alone: quantize x {mk['quant_x_ms']:.3f} ms, gate+up {mk['gated_ms']:.3f} ms "
         f"({mk['gated_TOPs']:.0f} TOP/s), quantize h {mk['quant_h_ms']:.3f} ms, down "
         f"{mk['down_ms']:.3f} ms; sum {mk['sum_ms']:.3f} ms.",
+        f"Host time per launch (no synchronization): Triton GEMM {mk['host_us_gemm_launch']:.0f} us, "
+        f"per-token quantize {mk['host_us_quant_launch']:.0f} us, `torch._int_mm` "
+        f"{mk['host_us_int_mm']:.0f} us.",
         "",
     ]
     return "\n".join(lines)
