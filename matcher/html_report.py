@@ -119,7 +119,7 @@ def node_infos(gm: Any) -> list[NodeInfo]:
 
 # -- layout -------------------------------------------------------------------------------------
 
-W, H, GX, GY, PAD = 170, 44, 24, 40, 30
+W, H, GX, GY, PAD = 170, 54, 24, 40, 30
 _LABEL = 18  # room for "pattern -> kernel" at the top of a region
 
 
@@ -268,10 +268,9 @@ def _svg(g: GraphReport, colors: dict[str, str], roots: dict[str, str | None]) -
             f"<title>{_e(chr(10).join(t for t in tip if t))}</title>"
             f'<rect x="{x}" y="{y}" width="{W}" height="{H}" rx="5" fill="{fill}" '
             f'stroke="{stroke}" stroke-width="{3 if n.name in missed else 1}"{dash}/>'
-            f'<text x="{x + 6}" y="{y + 16}" font-weight="bold">{_e(n.name[:24])}</text>'
-            f'<text x="{x + 6}" y="{y + 31}">{_e(n.op[:26])}</text>'
-            f'<text x="{x + W - 6}" y="{y + 31}" text-anchor="end" fill="#333">'
-            f"{_e(n.shape[:18])}</text></g>"
+            f'<text x="{x + 6}" y="{y + 15}" font-weight="bold">{_e(n.name[:24])}</text>'
+            f'<text x="{x + 6}" y="{y + 30}">{_e(n.op[:28])}</text>'
+            f'<text x="{x + 6}" y="{y + 45}" fill="#333">{_e(n.shape[:28])}</text></g>'
         )
         if n.name in missed:  # a badge inside the box: labels outside would cover neighbours
             parts.append(
