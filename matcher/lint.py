@@ -8,7 +8,8 @@
 Checks (each finding names ``file:line``):
 
 - ``equal-benefit``: two enabled patterns can claim the same root op with equal benefit (their
-  ops along every shared operand path agree and no constraint contradicts): load order decides.
+  ops along every shared operand path agree, no constraint contradicts, and their targets meet
+  on the host or a named target): load order decides.
 - ``shadowed``: a higher-benefit pattern matches wherever a lower one does (same root, its ops
   and constraints a subset of the lower one's), so the lower one never fires.
 - ``unknown-op``: a ``pdlkit_call`` names a logical op no kernel implements.
@@ -267,6 +268,8 @@ def lint_paths(paths: Sequence[Path], kernels: Sequence[str] | None = None) -> l
         for b in active[i + 1 :]:
             if a.root is None or a.root != b.root or a.name not in shapes or b.name not in shapes:
                 continue
+            if not _share_a_target(a, b):
+                continue
             sa, sb = shapes[a.name], shapes[b.name]
             if a.benefit == b.benefit:
                 if not _contradict(sa, sb):
@@ -294,6 +297,13 @@ def lint_paths(paths: Sequence[Path], kernels: Sequence[str] | None = None) -> l
                     )
                 )
     return sorted(set(findings), key=lambda f: (str(f.file), f.line, f.check, f.message))
+
+
+def _share_a_target(a: Pattern, b: Pattern) -> bool:
+    """Both can be active on one machine: the host or one of the named targets."""
+    from pdlkit.runtime_abi.capability import NAMED, host
+
+    return any(a.active_on(t) and b.active_on(t) for t in [host(), *NAMED.values()])
 
 
 _DECL = re.compile(r"^\s*(Constraint|Rewrite)\s+(\w+)\s*\([^)]*\)\s*(->[^;{]*)?;", re.M)

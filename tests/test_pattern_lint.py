@@ -148,3 +148,20 @@ def test_exit_code_is_nonzero_on_errors_only(tmp_path, capsys):
 def test_shipped_pattern_set_lints_clean(capsys):
     assert main(["lint", str(ROOT / "patterns"), str(ROOT / "kernels")]) == 0
     assert capsys.readouterr().out == ""
+
+
+def test_patterns_for_different_targets_do_not_overlap(tmp_path):
+    manifest = (
+        "version: 1\npatterns:\n"
+        "  - file: a.pdl.mlir\n    targets: [x86_64]\n"
+        "  - file: b.pdl.mlir\n    targets: [aarch64]\n"
+    )
+    got = lint(
+        tmp_path,
+        {
+            "a.pdl.mlir": linear_act_pattern("a", "relu", "lr", benefit=2),
+            "b.pdl.mlir": linear_act_pattern("b", "relu", "lr", benefit=2),
+            "m.yaml": manifest,
+        },
+    )
+    assert got == []
