@@ -293,7 +293,12 @@ def reference_source(
 ) -> str:
     """A Python file registering ``fn`` as ``@pdlkit.reference(op)``, with example inputs of
     the traced shapes: self-contained (the function's module imports come along)."""
-    src = textwrap.dedent(inspect.getsource(fn))
+    try:
+        src = textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError):
+        raise GenPatternError(
+            f"cannot read the source of {fn.__qualname__}: define it in a .py file"
+        ) from None
     imports: list[str] = []
     module = inspect.getmodule(fn)
     try:

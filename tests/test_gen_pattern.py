@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import KERNEL_HEADER, write
-from pdlkit.matcher import load_patterns
-from pdlkit.matcher.gen_pattern import GenPatternError, pattern_from_function
+from pdlkit.matcher import load_patterns, pattern_from_function
+from pdlkit.matcher.gen_pattern import GenPatternError
 from pdlkit.matcher.substitute import substitute
 from pdlkit.runtime_abi.capability import host
 from pdlkit.runtime_abi.reference import lookup
