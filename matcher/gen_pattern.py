@@ -69,11 +69,15 @@ _DTYPE_NAMES = {
 }
 
 
+_INT_SENTINEL = 1_000_003
+_FLOAT_SENTINEL = 0.123456789
+
+
 class GenPatternError(ValueError):
     """The function cannot become a pattern (the message says which part, and why)."""
 
 
-def trace(fn: Callable[..., Any], example_inputs: Sequence[torch.Tensor]) -> torch.fx.GraphModule:
+def trace(fn: Callable[..., Any], example_inputs: Sequence[Any]) -> torch.fx.GraphModule:
     """``fn`` at the level the pass matches: pre-dispatch ATen, with ``meta["val"]``."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -122,7 +126,7 @@ class _Writer:
 
 def pattern_from_function(
     fn: Callable[..., Any],
-    example_inputs: Sequence[torch.Tensor],
+    example_inputs: Sequence[Any],
     *,
     op: str,
     name: str | None = None,
@@ -131,8 +135,11 @@ def pattern_from_function(
 ) -> str:
     """The PDL text of a pattern that matches ``fn``'s computation and calls logical op ``op``.
 
-    ``example_inputs`` are one tensor per parameter of ``fn`` (their dtypes become
-    constraints; their shapes only guide the trace). ``source`` is noted in the header.
+    ``example_inputs`` hold one value per parameter of ``fn``: a tensor (its dtype becomes a
+    constraint; its shape only guides the trace) or a Python scalar, for an argument that is
+    a constant in the model's graph (a quantization scale, a zero point): the pattern then
+    requires a constant there (``is_constant``) and passes it on. ``source`` is noted in
+    the header.
     """
     from pdlkit.matcher import natives
     from pdlkit.matcher.to_mlir import import_graph, new_context
@@ -144,13 +151,29 @@ def pattern_from_function(
             f"{fn.__name__} takes {len(params)} parameter(s) ({', '.join(params)}), "
             f"{len(example_inputs)} example input(s) given"
         )
-    for p, x in zip(params, example_inputs, strict=True):
-        if not isinstance(x, torch.Tensor):
+    # Scalar parameters are traced with a value nothing else in the function is likely to
+    # hold, then found again among the graph's constants.
+    traced_inputs: list[Any] = []
+    scalars: dict[str, Any] = {}  # parameter -> the value it was traced with
+    for k, (p, x) in enumerate(zip(params, example_inputs, strict=True)):
+        if isinstance(x, bool | str):
+            scalars[p] = x
+        elif isinstance(x, int):
+            scalars[p] = _INT_SENTINEL + k
+        elif isinstance(x, float):
+            scalars[p] = _FLOAT_SENTINEL + k
+        elif not isinstance(x, torch.Tensor):
             raise GenPatternError(
-                f"parameter {p!r}: example inputs must be tensors (a literal belongs in the "
-                f"function body, where it becomes a constant constraint), got {type(x).__name__}"
+                f"parameter {p!r}: example inputs are tensors or Python scalars (int, float, "
+                f"bool, str), got {type(x).__name__}"
             )
-    gm = trace(fn, example_inputs)
+        traced_inputs.append(scalars.get(p, x))
+    try:
+        gm = trace(fn, traced_inputs)
+    except Exception as e:  # the user's function, on the user's examples
+        raise GenPatternError(
+            f"tracing {fn.__name__} failed: {type(e).__name__}: {str(e).splitlines()[0]}"
+        ) from e
     nodes = {n.name: n for n in gm.graph.nodes}
     ctx = new_context()
     imported = import_graph(gm, ctx)
@@ -185,6 +208,7 @@ def pattern_from_function(
     used_params: set[str] = set()
     for i, p in enumerate(params):
         param_of_arg[i] = w.fresh(p)
+    scalar_param = {param_of_arg[params.index(p)]: v for p, v in scalars.items()}
     for pname in param_of_arg.values():
         w.emit(f"%{pname} = pdl.operand")
     constraints: list[str] = []
@@ -212,6 +236,21 @@ def pattern_from_function(
             value = natives.constant_value(v)
             if value is natives.NOT_CONSTANT:
                 raise GenPatternError(f"operand {j} of {loc(o)} comes from outside the function")
+            param = next(
+                (q for q, sv in scalar_param.items() if type(sv) is type(value) and sv == value),
+                None,
+            )
+            if param is not None:
+                if param in used_params:
+                    raise GenPatternError(
+                        f"scalar parameter {param!r} is used more than once; a pattern binds it once"
+                    )
+                used_params.add(param)
+                constraints.append(
+                    f'pdl.apply_native_constraint "is_constant"(%{param} : !pdl.value)'
+                )
+                operands.append(param)
+                continue
             arg = arg_names[j] if j < len(arg_names) else f"arg{j}"
             cname = w.fresh(arg if arg not in w.names else f"{loc(o)}_{arg}")
             w.emit(f"%{cname} = pdl.operand")
@@ -255,6 +294,8 @@ def pattern_from_function(
     dtype_lines = []
     for i, x in enumerate(example_inputs):
         p = param_of_arg[i]
+        if not isinstance(x, torch.Tensor):
+            continue
         dt = _DTYPE_NAMES.get(x.dtype, str(x.dtype).removeprefix("torch."))
         a = w.fresh(f"{p}_dtype")
         dtype_lines.append(f'%{a} = pdl.attribute = "{dt}"')
@@ -275,6 +316,8 @@ def pattern_from_function(
     chain = " -> ".join(o.name.removeprefix("torch.aten.") for o in body)
     shown = ", ".join(
         f"{p}: {_DTYPE_NAMES.get(x.dtype, x.dtype)}{list(x.shape)}"
+        if isinstance(x, torch.Tensor)
+        else f"{p}: {type(x).__name__}"
         for p, x in zip(params, example_inputs, strict=True)
     )
     header = [
@@ -288,9 +331,7 @@ def pattern_from_function(
 # -- the reference stored beside the pattern ----------------------------------------------------
 
 
-def reference_source(
-    fn: Callable[..., Any], example_inputs: Sequence[torch.Tensor], *, op: str
-) -> str:
+def reference_source(fn: Callable[..., Any], example_inputs: Sequence[Any], *, op: str) -> str:
     """A Python file registering ``fn`` as ``@pdlkit.reference(op)``, with example inputs of
     the traced shapes: self-contained (the function's module imports come along)."""
     try:
@@ -315,7 +356,9 @@ def reference_source(
                 imports.append(ast.unparse(stmt))  # aliases such as F = torch.nn.functional
     shapes = []
     for x in example_inputs:
-        if x.dtype.is_floating_point:
+        if not isinstance(x, torch.Tensor):
+            shapes.append(repr(x))
+        elif x.dtype.is_floating_point:
             shapes.append(f"torch.randn({tuple(x.shape)}, generator=g).to(dtype or {x.dtype})")
         elif x.dtype == torch.bool:
             shapes.append(f"torch.rand({tuple(x.shape)}, generator=g) > 0.5")
@@ -381,11 +424,35 @@ def load_function(spec: str) -> Callable[..., Any]:
 _DTYPES = {v: k for k, v in _DTYPE_NAMES.items()} | {"f32": torch.float32, "bf16": torch.bfloat16}
 
 
-def parse_shapes(text: str, default_dtype: str = "float32") -> list[torch.Tensor]:
+_SCALARS: dict[str, Callable[[str], Any]] = {
+    "int": int,
+    "float": float,
+    "str": str,
+    "bool": lambda t: _bool(t),
+}
+
+
+def _bool(text: str) -> bool:
+    if text.lower() not in ("true", "false"):
+        raise ValueError(text)
+    return text.lower() == "true"
+
+
+_SCALAR_DEFAULTS: dict[str, Any] = {"int": 0, "float": 1.0, "str": "", "bool": False}
+
+
+def parse_shapes(text: str, default_dtype: str = "float32") -> list[Any]:
     """``"4x8,6x8,6"`` (one shape per parameter, ``x`` between dims, ``:int8`` for a dtype)
-    -> example tensors."""
-    out = []
+    -> example tensors; ``float``, ``int``, ``str=tanh``, ``bool=true`` give Python scalars."""
+    out: list[Any] = []
     for item in [t.strip() for t in text.split(",") if t.strip()]:
+        kind, eq, literal = item.partition("=")
+        if kind in _SCALARS:
+            try:
+                out.append(_SCALARS[kind](literal) if eq else _SCALAR_DEFAULTS[kind])
+            except ValueError:
+                raise GenPatternError(f"example {item!r}: {literal!r} is not a {kind}") from None
+            continue
         dims, _, dt = item.partition(":")
         dtype = _DTYPES.get(dt or default_dtype)
         if dtype is None:

@@ -249,7 +249,11 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("gen-pattern", help="write the PDL pattern of a Python reference function")
     p.add_argument("function", help="module:function or file.py:function")
-    p.add_argument("--example-shapes", required=True, help="one per parameter: 4x8,6x8,6[:int8]")
+    p.add_argument(
+        "--example-shapes",
+        required=True,
+        help="one per parameter: 4x8,6x8,6[:int8]; float, int, str=tanh for scalar parameters",
+    )
     p.add_argument("--op", required=True, help="the logical op the pattern's kernel call names")
     p.add_argument("-o", "--output", default=None, help="FILE.pdl.mlir (+ FILE.reference.py)")
     p.add_argument("--name", default=None, help="pattern name (default: the function's)")
