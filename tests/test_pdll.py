@@ -134,3 +134,30 @@ def test_shipped_qlinear_pdll_and_pdl_substitute_the_same_nodes(tmp_path):
             torch.testing.assert_close(
                 pdlkit.optimize(q, patterns=[path])(x), ref, rtol=1e-4, atol=1e-4
             )
+
+
+@needs_pdll
+def test_every_native_constraint_is_declared_for_pdll(tmp_path):
+    import inspect
+
+    from pdlkit.matcher.natives import CONSTRAINTS
+
+    calls = []
+    for name, fn in CONSTRAINTS.items():
+        args = [
+            "x" if "Value" in str(p.annotation) else 'attr<"1 : i64">'
+            for p in inspect.signature(fn).parameters.values()
+        ]
+        calls.append(f"  {name}({', '.join(args)});")
+    body = "\n".join(calls)
+    text = (
+        "Pattern every_native with benefit(1) {\n"
+        "  let root = op<torch.aten.relu>(x: Value);\n"
+        f"{body}\n"
+        '  rewrite root with { pdlkit_call(attr<"\\"lr\\"">, (x), root); };\n'
+        "}\n"
+    )
+    f = tmp_path / "all.pdll"
+    f.write_text(text)
+    (p,) = load_patterns([f]).patterns
+    assert p.name == "every_native" and p.calls == ("lr",)
