@@ -13,6 +13,7 @@ def check_paths(
 ) -> tuple[list[str], str]:
     """Problems as ``file:line:col: message`` lines, and a one-line summary."""
     from pdlkit.matcher.patterns import PatternError, load_patterns
+    from pdlkit.matcher.pdll import INSTALL_HINT, find_mlir_pdll
     from pdlkit.runtime_abi.kernel import KernelDeclarationError
     from pdlkit.runtime_abi.registry import KernelLoadError, KernelRegistry, load_kernel_file
 
@@ -40,12 +41,10 @@ def check_paths(
     pattern_sets = []
     manifests = [f for f in pattern_srcs if f.suffix in (".yaml", ".yml")]
     listed: set[Path] = set()
-    from pdlkit.matcher.pdll import INSTALL_HINT, find_mlir_pdll
-
     for f in manifests + [f for f in pattern_srcs if f not in manifests]:
         if f in listed:
             continue
-        if f.suffix == ".pdll" and f.resolve() not in listed and find_mlir_pdll() is None:
+        if f.suffix == ".pdll" and find_mlir_pdll() is None:
             notes.append(f"{f}: not checked: {INSTALL_HINT}")
             continue
         try:

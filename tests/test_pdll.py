@@ -161,3 +161,12 @@ def test_every_native_constraint_is_declared_for_pdll(tmp_path):
     f.write_text(text)
     (p,) = load_patterns([f]).patterns
     assert p.name == "every_native" and p.calls == ("lr",)
+
+
+def test_check_without_mlir_pdll_notes_the_pdll_it_could_not_compile(monkeypatch, capsys):
+    from pdlkit.cli import main
+
+    monkeypatch.setenv(ENV, "")
+    assert main(["check", str(ROOT / "patterns")]) == 0
+    out = capsys.readouterr().out
+    assert f"{ROOT / 'patterns' / 'x86' / 'qlinear.pdll'}: not checked: install mlir-pdll" in out
