@@ -120,20 +120,26 @@ def node_infos(gm: Any) -> list[NodeInfo]:
 # -- layout -------------------------------------------------------------------------------------
 
 W, H, GX, GY, PAD = 170, 54, 24, 40, 30
-_LABEL = 18  # room for "pattern -> kernel" at the top of a region
 
 
 def _levels(nodes: Sequence[NodeInfo]) -> dict[str, int]:
+    """Rows: data flow as early as possible; weights and what only depends on weights
+    (a weight's dequantize) as late as possible, just above their first user."""
     level: dict[str, int] = {}
+    weightish: set[str] = set()
     for n in nodes:
         known = [level[i] for i in n.inputs if i in level]
         level[n.name] = 1 + max(known) if known else 0
+        if n.op in ("get_attr", "placeholder") or (
+            n.inputs and all(i in weightish for i in n.inputs)
+        ):
+            weightish.add(n.name)
     users: dict[str, list[str]] = {}
     for n in nodes:
         for i in n.inputs:
             users.setdefault(i, []).append(n.name)
-    for n in nodes:  # sources sit just above their first user
-        if not n.inputs and users.get(n.name):
+    for n in reversed(nodes):
+        if n.name in weightish and users.get(n.name):
             level[n.name] = max(0, min(level[u] for u in users[n.name]) - 1)
     return level
 
@@ -141,9 +147,29 @@ def _levels(nodes: Sequence[NodeInfo]) -> dict[str, int]:
 def _layout(nodes: Sequence[NodeInfo]) -> tuple[dict[str, tuple[int, int]], int, int]:
     level = _levels(nodes)
     rows: dict[int, list[str]] = {}
-    # ops first, then the inputs and weights that wait for the next row: keeps regions compact
-    for n in sorted(nodes, key=lambda n: not n.inputs):
+    for n in nodes:
         rows.setdefault(level[n.name], []).append(n.name)
+    inputs = {n.name: n.inputs for n in nodes}
+    users: dict[str, list[str]] = {}
+    for n in nodes:
+        for i in n.inputs:
+            users.setdefault(i, []).append(n.name)
+    col: dict[str, float] = {}
+    # order each row by where its neighbours sit (barycentres), down, up, then down again:
+    # few crossing edges, and a pattern's nodes end up stacked above each other
+    order = sorted(rows)
+    for sweep, neighbours in ((order, inputs), (order[::-1], users), (order, inputs)):
+        for r in sweep:
+            names = rows[r]
+
+            def centre(name: str, i: int, nb: Any = neighbours) -> float:
+                xs = [col[m] for m in nb.get(name, ()) if m in col]
+                return sum(xs) / len(xs) if xs else col.get(name, float(i))
+
+            before = {nm: i for i, nm in enumerate(names)}
+            names.sort(key=lambda nm: centre(nm, before[nm]))
+            for c, name in enumerate(names):
+                col[name] = float(c)
     pos = {}
     width = 0
     for r, names in sorted(rows.items()):
@@ -151,10 +177,14 @@ def _layout(nodes: Sequence[NodeInfo]) -> tuple[dict[str, tuple[int, int]], int,
             pos[name] = (PAD + c * (W + GX), PAD + r * (H + GY))
         width = max(width, PAD * 2 + len(names) * (W + GX))
     height = PAD * 2 + (max(rows, default=0) + 1) * (H + GY)
-    return pos, width + 180, height
+    return pos, width, height
 
 
 # -- rendering ----------------------------------------------------------------------------------
+
+
+def _short(op: str) -> str:
+    return op.replace("quantized_decomposed.", "qd.")
 
 
 def _e(x: Any) -> str:
@@ -216,21 +246,6 @@ def _svg(g: GraphReport, colors: dict[str, str], roots: dict[str, str | None]) -
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">'
     ]
-    # regions behind their nodes
-    for s in g.substitutions:
-        pts = [pos[n] for n in [*s.replaced, s.root] if n in pos]
-        if not pts:
-            continue
-        x0, y0 = min(p[0] for p in pts) - 8, min(p[1] for p in pts) - 8 - _LABEL
-        x1, y1 = max(p[0] for p in pts) + W + 8, max(p[1] for p in pts) + H + 8
-        c = colors.get(s.pattern, PALETTE[0])
-        parts.append(
-            f'<rect class="region" data-pattern="{_e(s.pattern)}" x="{x0}" y="{y0}" '
-            f'width="{x1 - x0}" height="{y1 - y0}" rx="10" fill="{c}" fill-opacity="0.25" '
-            f'stroke="{c}" stroke-width="2"><title>{_e(s.pattern)} -> {_e(s.kernel)}</title></rect>'
-            f'<text class="kernel-label" x="{x0 + 6}" y="{y0 + 14}" font-weight="bold">'
-            f"{_e(s.pattern)} &#8594; {_e(s.kernel)}</text>"
-        )
     for n in nodes:
         if n.name not in pos:
             continue
@@ -240,9 +255,11 @@ def _svg(g: GraphReport, colors: dict[str, str], roots: dict[str, str | None]) -
                 sx, sy = pos[i][0] + W // 2, pos[i][1] + H
                 tx, ty = x + W // 2, y
                 my = (sy + ty) // 2
+                inside = region.get(i) is not None and region.get(i) is region.get(n.name)
+                stroke = colors.get(region[i].pattern, PALETTE[0]) if inside else "#999"
                 parts.append(
                     f'<path d="M{sx},{sy} C{sx},{my} {tx},{my} {tx},{ty}" fill="none" '
-                    'stroke="#999" stroke-width="1"/>'
+                    f'stroke="{stroke}" stroke-width="{4 if inside else 1}"/>'
                 )
     for n in nodes:
         if n.name not in pos:
@@ -263,18 +280,24 @@ def _svg(g: GraphReport, colors: dict[str, str], roots: dict[str, str | None]) -
             extra = f' data-near-miss="{_e(" | ".join(missed[n.name]))}"'
             tip += ["near miss: " + r for r in missed[n.name]]
         cls = "node sub" if sub else ("node miss" if n.name in missed else "node")
+        if sub:
+            extra += f' data-pattern="{_e(sub.pattern)}" data-kernel="{_e(sub.kernel)}"'
+        second = _short(n.op)
+        bold = ""
+        if sub and n.name == sub.root:  # the region's label: its kernel, on its root
+            second, bold = f"\u2192 {sub.kernel}", ' font-weight="bold"'
         parts.append(
             f'<g class="{cls}" data-node="{_e(n.name)}"{extra}>'
             f"<title>{_e(chr(10).join(t for t in tip if t))}</title>"
             f'<rect x="{x}" y="{y}" width="{W}" height="{H}" rx="5" fill="{fill}" '
             f'stroke="{stroke}" stroke-width="{3 if n.name in missed else 1}"{dash}/>'
             f'<text x="{x + 6}" y="{y + 15}" font-weight="bold">{_e(n.name[:24])}</text>'
-            f'<text x="{x + 6}" y="{y + 30}">{_e(n.op[:28])}</text>'
+            f'<text x="{x + 6}" y="{y + 30}"{bold}>{_e(second[:28])}</text>'
             f'<text x="{x + 6}" y="{y + 45}" fill="#333">{_e(n.shape[:28])}</text></g>'
         )
         if n.name in missed:  # a badge inside the box: labels outside would cover neighbours
             parts.append(
-                f'<text x="{x + W - 6}" y="{y + 16}" text-anchor="end" fill="{_MISS}" '
+                f'<text x="{x + W - 6}" y="{y + 45}" text-anchor="end" fill="{_MISS}" '
                 f'font-weight="bold">near miss</text>'
             )
     parts.append("</svg>")
@@ -355,8 +378,8 @@ def render(report: Report) -> str:
         picture = _svg(g, colors, roots) if g.fx_nodes else "<p>(no node data for this graph)</p>"
         graphs.append(
             f"<h2>graph {g.index}: {g.nodes} nodes, "
-            f"{len(g.substitutions)} substitution(s)</h2>{skipped}{subs}"
-            f'<div class="graph">{picture}</div>'
+            f"{len(g.substitutions)} substitution(s)</h2>{skipped}"
+            f'<div class="graph">{picture}</div>{subs}'
         )
     return f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>pdlkit explain</title>

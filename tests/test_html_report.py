@@ -46,10 +46,12 @@ def test_html_shows_regions_kernels_near_misses_and_flops(report, tmp_path):
     out = tmp_path / "r.html"
     report.to_html(out)
     page = out.read_text()
-    assert '<rect class="region" data-pattern="lr"' in page
-    assert "lr &#8594; k_relu</text>" in page  # the region is labelled with its kernel
-    assert '<g class="node sub" data-node="relu"' in page
-    assert '<g class="node sub" data-node="linear"' in page
+    for node in ("relu", "linear"):  # the region, coloured by pattern
+        assert (
+            f'<g class="node sub" data-node="{node}" data-pattern="lr" data-kernel="k_relu">'
+            in page
+        )
+    assert 'font-weight="bold">\u2192 k_relu</text>' in page  # its root names the kernel
     assert '<g class="node miss" data-node="sigmoid"' in page
     assert "constraint has_dtype(" in page and "does not hold" in page
     # fc1: 2*4*32*16 = 4096 + relu 128 offloaded; fc2 2*4*16*32 = 4096 + sigmoid 64 not
@@ -62,7 +64,7 @@ def test_html_shows_regions_kernels_near_misses_and_flops(report, tmp_path):
 def test_explain_command_writes_html(tmp_path, capsys):
     out = tmp_path / "demo.html"
     assert main(["explain", "pdlkit.cli:_demo_model", "--html", str(out)]) == 0
-    assert out.read_text().count('<rect class="region"') == 6  # 2 blocks x 3 linears
+    assert out.read_text().count(">\u2192 linear") == 6  # 2 blocks x 3 linears, one label each
     assert f"wrote {out}" in capsys.readouterr().out
 
 

@@ -52,4 +52,4 @@ def test_every_command_of_the_vendor_guide_runs(tmp_path):
         out,
     ), out
     page = (tmp_path / "report.html").read_text()
-    assert '<rect class="region" data-pattern="linear_leaky_relu"' in page
+    assert 'data-pattern="linear_leaky_relu" data-kernel="linear_leaky_relu_addmm"' in page
