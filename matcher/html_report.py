@@ -162,9 +162,11 @@ def _layout(nodes: Sequence[NodeInfo]) -> tuple[dict[str, tuple[int, int]], int,
         for r in sweep:
             names = rows[r]
 
-            def centre(name: str, i: int, nb: Any = neighbours) -> float:
+            def centre(name: str, i: int, nb: Any = neighbours) -> tuple[float, int]:
                 xs = [col[m] for m in nb.get(name, ()) if m in col]
-                return sum(xs) / len(xs) if xs else col.get(name, float(i))
+                if xs:  # on a tie, a node placed by its neighbours goes first
+                    return sum(xs) / len(xs), 0
+                return col.get(name, float(i)), 1
 
             before = {nm: i for i, nm in enumerate(names)}
             names.sort(key=lambda nm: centre(nm, before[nm]))
