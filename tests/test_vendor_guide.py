@@ -51,5 +51,15 @@ def test_every_command_of_the_vendor_guide_runs(tmp_path):
         r"linear_leaky_relu -> linear_leaky_relu_addmm\s+at leaky_relu\s+replaced leaky_relu, linear",
         out,
     ), out
+    # the excerpts the guide shows are what the commands wrote and printed
+    generated = (tmp_path / "my_vendor/patterns/linear_leaky_relu.pdl.mlir").read_text()
+    shown = [body for lang, target, body in blocks() if not lang and not target]
+    assert len(shown) == 2
+    for line in shown[0].splitlines():
+        if "..." not in line:
+            assert line.strip() in generated, line
+    printed = " ".join(out.split())
+    for line in shown[1].splitlines():
+        assert " ".join(line.split()) in printed, line
     page = (tmp_path / "report.html").read_text()
     assert 'data-pattern="linear_leaky_relu" data-kernel="linear_leaky_relu_addmm"' in page
