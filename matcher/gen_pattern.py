@@ -279,10 +279,12 @@ def pattern_from_function(
         w.emit(f'%{oname} = pdl.operation "{o.name}"{sig} -> ({outs} : {out_types})')
         if hash(o) != hash(root_val.owner.operation):
             for k, r in enumerate(o.results):
-                if any(True for _ in r.uses):
+                uses = sum(1 for _ in r.uses)
+                if uses:
                     rname = w.fresh(f"{oname}_out" if len(o.results) == 1 else f"{oname}_out{k}")
                     w.emit(f"%{rname} = pdl.result {k} of %{oname}")
                     result_name[(hash(o), k)] = rname
+                if uses == 1:  # read only inside the pattern: the kernel call makes it dead
                     constraints.append(
                         f'pdl.apply_native_constraint "single_use"(%{rname} : !pdl.value)'
                     )

@@ -232,3 +232,28 @@ def test_scalar_parameters_become_constant_operands_of_a_pt2e_pattern(tmp_path):
     assert [s.kernel for s in report.substitutions] == ["gen_qlinear_ref"] * 2
     with torch.no_grad():
         torch.testing.assert_close(pdlkit.optimize(q, **kw)(x), q(x), rtol=1e-4, atol=1e-4)
+
+
+def test_value_read_twice_inside_the_function_is_not_single_use(tmp_path):
+    def linear_silu(x, w, b):
+        y = F.linear(x, w, b)
+        return y * torch.sigmoid(y)
+
+    text = pattern_from_function(linear_silu, XWB, op="gen_linear_silu")
+    assert '"single_use"(%linear_out' not in text
+    assert 'pdl.apply_native_constraint "single_use"(%sigmoid_out : !pdl.value)' in text
+    kernel = """
+@pdlkit.kernel(op="gen_linear_silu", meta=meta)
+def gen_ls(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
+    return torch.nn.functional.silu(x @ w.t() + b)
+"""
+    write(tmp_path / "p", "ls.pdl.mlir", text)
+    write(tmp_path / "k", "k.py", KERNEL_HEADER + kernel)
+    out = substitute(
+        trace(linear_silu, *XWB),
+        load_patterns([tmp_path / "p"]),
+        KernelRegistry.from_folders([tmp_path / "k"]),
+        host(),
+    )
+    assert [s.replaced for s in out.report.substitutions] == [["mul", "sigmoid", "linear"]]
+    torch.testing.assert_close(out.graph(*XWB), linear_silu(*XWB))
