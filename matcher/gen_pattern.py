@@ -224,7 +224,13 @@ def pattern_from_function(
         operands = []
         for j, v in enumerate(o.operands):
             if isinstance(v, ir.BlockArgument):
-                pname = param_of_arg[ir.BlockArgument(v).arg_number]
+                number = ir.BlockArgument(v).arg_number
+                if number not in param_of_arg:  # a get_attr: a tensor made inside fn
+                    raise GenPatternError(
+                        f"{loc(o)} reads a tensor constant made inside {fn.__name__} "
+                        f"({imported.inputs[number].name}); pass it as a parameter instead"
+                    )
+                pname = param_of_arg[number]
                 used_params.add(pname)
                 operands.append(pname)
                 continue

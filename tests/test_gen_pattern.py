@@ -175,6 +175,11 @@ def test_cli_writes_pattern_and_reference_beside_it(tmp_path):
             r"parameter\(s\) b of <lambda> do not reach its result",
         ),
         (linear_relu, (*XWB[:2], [1.0]), "parameter 'b': example inputs are tensors or Python"),
+        (
+            lambda x, w, b: F.linear(x, w, b) * torch.tensor([2.0]),
+            XWB,
+            r"reads a tensor constant made inside <lambda> \(_tensor_constant0\)",
+        ),
         (linear_relu, (*XWB[:2], 1.0), "tracing linear_relu failed: TypeError: linear()"),
     ],
 )
