@@ -1,6 +1,6 @@
-"""Pattern files (``*.pdl.mlir``) and manifests (``*.yaml``) -> one :class:`PatternSet`.
+"""Pattern files (``*.pdl.mlir``, ``*.pdll``) and manifests (``*.yaml``) -> one :class:`PatternSet`.
 
-A pattern folder without a manifest loads every ``*.pdl.mlir`` in it (sorted by path). A
+A pattern folder without a manifest loads every ``*.pdl.mlir`` and ``*.pdll`` in it (sorted). A
 folder with manifests loads what they list, in their order, with per-pattern settings::
 
     # patterns/cpu/default.yaml
@@ -99,17 +99,32 @@ def _diag_text(err: Exception, path: Path) -> str:
     return "\n".join(out) or f"{path}:1:1: {err}"
 
 
-def parse_pdl_file(path: Path, ctx: Any | None = None) -> list[Pattern]:
-    """Parse and verify one ``*.pdl.mlir`` file with MLIR; one :class:`Pattern` per ``pdl.pattern``."""
+def read_pdl_module(path: Path, ctx: Any) -> Any:
+    """The PDL module of a pattern file: parsed ``*.pdl.mlir``, or ``*.pdll`` compiled to PDL."""
     from torch_mlir import ir
 
-    ctx = ctx or ir.Context()
     if not path.is_file():
         raise PatternError(f"{path}:1:1: pattern file does not exist")
     try:
-        module = ir.Module.parseFile(str(path), ctx)
+        if path.suffix == ".pdll":
+            from pdlkit.matcher.pdll import PdllError, compile_pdll
+
+            try:
+                text = compile_pdll(path)
+            except PdllError as e:
+                raise PatternError(str(e)) from None
+            return ir.Module.parse(text, ctx)
+        return ir.Module.parseFile(str(path), ctx)
     except ir.MLIRError as e:
         raise PatternError(_diag_text(e, path)) from None
+
+
+def parse_pdl_file(path: Path, ctx: Any | None = None) -> list[Pattern]:
+    """Parse and verify one ``*.pdl.mlir`` (or ``*.pdll``) file; one :class:`Pattern` per ``pdl.pattern``."""
+    from torch_mlir import ir
+
+    ctx = ctx or ir.Context()
+    module = read_pdl_module(path, ctx)
     patterns = []
     for i, op in enumerate(module.body.operations):
         op = op.operation
@@ -334,7 +349,7 @@ def pattern_sources(paths: Sequence[Path]) -> list[Path]:
             *sorted(d for d in p.rglob("*") if d.is_dir() and not d.name.startswith((".", "_"))),
         ]:
             manifests = sorted(folder.glob("*.yaml")) + sorted(folder.glob("*.yml"))
-            out.extend(manifests or sorted(folder.glob("*.pdl.mlir")))
+            out.extend(manifests or sorted([*folder.glob("*.pdl.mlir"), *folder.glob("*.pdll")]))
     return out
 
 
@@ -365,15 +380,12 @@ def load_patterns(paths: Sequence[Path | str]) -> PatternSet:
             found = load_manifest(src, ctx)
             files.append(src)
             loaded.update(p.file for p in found)
-        elif src.name.endswith(".pdl.mlir"):
+        elif src.name.endswith((".pdl.mlir", ".pdll")):
             found = parse_pdl_file(src, ctx)
-        elif src.suffix == ".pdll":
-            raise PatternError(
-                f"{src}:1:1: .pdll files need mlir-pdll (apt-get install mlir-16-tools); "
-                "compile it to .pdl.mlir with `mlir-pdll FILE -x mlir`"
-            )
         else:
-            raise PatternError(f"{src}:1:1: not a pattern file (*.pdl.mlir) or manifest (*.yaml)")
+            raise PatternError(
+                f"{src}:1:1: not a pattern file (*.pdl.mlir, *.pdll) or manifest (*.yaml)"
+            )
         for p in found:
             files.append(p.file)
             loaded.add(p.file)

@@ -47,6 +47,17 @@ class NearMiss:
         return r() if callable(r) else r
 
 
+@dataclass(frozen=True)
+class NodeInfo:
+    """One FX node of the graph before substitution (for the HTML picture)."""
+
+    name: str
+    op: str  # "aten.linear", "placeholder", ...
+    inputs: tuple[str, ...]
+    shape: str = ""  # "f32[8, 64, 256]"
+    flops: int = 0  # estimated: 2*M*N*K for GEMMs, one per output element otherwise
+
+
 @dataclass
 class GraphReport:
     index: int
@@ -60,6 +71,7 @@ class GraphReport:
     )  # seconds: retrace, import, apply, rewrite
     graph_before: str = field(default="", repr=False)
     graph_after: str = field(default="", repr=False)
+    fx_nodes: list[NodeInfo] = field(default_factory=list, repr=False)  # kept by explain()
 
 
 @dataclass
@@ -104,6 +116,12 @@ class Report:
         for s in self.substitutions:
             c[s.pattern] = c.get(s.pattern, 0) + 1
         return c
+
+    def to_html(self, path: Any) -> None:
+        """Write the report as one self-contained HTML page (graph, regions, near misses)."""
+        from pdlkit.matcher.html_report import write_html
+
+        write_html(self, path)
 
     def __str__(self) -> str:
         lines = [

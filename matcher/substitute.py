@@ -25,7 +25,7 @@ from typing import Any, cast
 import torch
 import torch.fx as fx
 from pdlkit.matcher import natives
-from pdlkit.matcher.patterns import Pattern, PatternSet
+from pdlkit.matcher.patterns import Pattern, PatternSet, read_pdl_module
 from pdlkit.matcher.report import GraphReport, NearMiss, Substitution, describe_value
 from pdlkit.matcher.to_mlir import import_graph, new_context
 from pdlkit.runtime_abi.binding import CallSite, bind, needs_guard, new_site
@@ -98,7 +98,7 @@ class MatchContext:
             by_file.setdefault(p.file, []).append(p)
         self._ops: dict[str, Any] = {}
         for file, pats in by_file.items():
-            module = ir.Module.parseFile(str(file), self.ctx)
+            module = read_pdl_module(file, self.ctx)
             self._keep.append(module)
             ops = list(module.body.operations)
             for p, op in zip(_in_file_order(pats, ops), ops, strict=False):

@@ -177,6 +177,7 @@ def run_pass(
 ) -> tuple[fx.GraphModule, GraphReport]:
     """Re-trace ``gm`` and substitute; returns the rewritten pre-dispatch graph and a report."""
     from pdlkit.matcher.cse import eliminate_common_subexpressions
+    from pdlkit.matcher.html_report import node_infos
     from pdlkit.matcher.substitute import substitute
 
     t0 = time.perf_counter()
@@ -184,6 +185,7 @@ def run_pass(
     eliminate_common_subexpressions(traced)
     t1 = time.perf_counter()
     before = traced.print_readable(print_output=False) if keep_text else ""
+    nodes = node_infos(traced) if keep_text else []
     n_grad = _needs_grad(example_inputs)
     if n_grad:
         report = GraphReport(index=index, nodes=len(traced.graph.nodes))
@@ -207,6 +209,7 @@ def run_pass(
     report.timings = {"retrace": t1 - t0, **report.timings}
     if keep_text:
         report.graph_before = before
+        report.fx_nodes = nodes
         report.graph_after = outcome.graph.print_readable(print_output=False)
     return outcome.graph, report
 

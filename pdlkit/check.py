@@ -13,10 +13,12 @@ def check_paths(
 ) -> tuple[list[str], str]:
     """Problems as ``file:line:col: message`` lines, and a one-line summary."""
     from pdlkit.matcher.patterns import PatternError, load_patterns
+    from pdlkit.matcher.pdll import INSTALL_HINT, find_mlir_pdll
     from pdlkit.runtime_abi.kernel import KernelDeclarationError
     from pdlkit.runtime_abi.registry import KernelLoadError, KernelRegistry, load_kernel_file
 
     problems: list[str] = []
+    notes: list[str] = []  # what could not be checked here, and why
     pattern_srcs: list[Path] = []
     kernel_files: list[Path] = []
     for p in paths:
@@ -41,6 +43,9 @@ def check_paths(
     listed: set[Path] = set()
     for f in manifests + [f for f in pattern_srcs if f not in manifests]:
         if f in listed:
+            continue
+        if f.suffix == ".pdll" and find_mlir_pdll() is None:
+            notes.append(f"{f}: not checked: {INSTALL_HINT}")
             continue
         try:
             ps = load_patterns([f])
@@ -71,4 +76,4 @@ def check_paths(
                         f"{op!r}, which no known kernel implements"
                     )
     summary = f"ok: {n_patterns} pattern(s), {len(kernel_files)} kernel file(s) ({len(registry.kernels)} kernels known)"
-    return problems, summary
+    return problems, "\n".join([summary, *notes])

@@ -4,7 +4,10 @@ pdlkit demo                                   # compile a small model with the s
 pdlkit check patterns/ kernels/ my.yaml       # validate without running a model
 pdlkit explain examples/mlp.py:example        # what would be substituted, and why not
 pdlkit explain mypkg.models:bert --target yitian
+pdlkit explain examples/mlp.py:example --html report.html   # the same, as a picture
 pdlkit kernels                                # the kernels pdlkit can choose from
+pdlkit gen-pattern mymod:linear_relu --example-shapes 4x8,6x8,6 --op linear_relu -o lr.pdl.mlir
+pdlkit lint patterns/ kernels/                # overlapping, shadowed or dangling patterns
 """
 
 from __future__ import annotations
@@ -63,10 +66,45 @@ def cmd_explain(args: argparse.Namespace) -> int:
         model, *inputs, patterns=args.patterns, kernels=args.kernels, target=args.target
     )
     print(report)
+    if args.html:
+        report.to_html(args.html)
+        print(f"wrote {args.html}")
     if args.graphs:
         for g in report.graphs:
             print(f"\n--- graph {g.index} after substitution ---\n{g.graph_after}")
     return 0
+
+
+def cmd_gen_pattern(args: argparse.Namespace) -> int:
+    from pdlkit.matcher.gen_pattern import GenPatternError, write_pattern
+
+    try:
+        written = write_pattern(
+            args.function,
+            args.example_shapes,
+            op=args.op,
+            out=args.output,
+            name=args.name,
+            benefit=args.benefit,
+            dtype=args.dtype,
+        )
+    except GenPatternError as e:
+        print(f"pdlkit gen-pattern: {e}", file=sys.stderr)
+        return 1
+    if written:
+        print("wrote " + ", ".join(map(str, written)))
+    return 0
+
+
+def cmd_lint(args: argparse.Namespace) -> int:
+    from pdlkit.matcher.lint import lint_paths
+
+    findings = lint_paths([Path(p) for p in args.paths], kernels=args.kernels)
+    for f in findings:
+        print(f)
+    errors = sum(1 for f in findings if f.severity == "error")
+    print(f"{errors} error(s), {len(findings) - errors} warning(s)", file=sys.stderr)
+    return 1 if errors else 0
 
 
 def cmd_abi_check(args: argparse.Namespace) -> int:
@@ -206,7 +244,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--patterns", action="append", default=None)
     p.add_argument("--kernels", action="append", default=None)
     p.add_argument("--graphs", action="store_true", help="print the rewritten graphs")
+    p.add_argument("--html", default=None, help="also write the report as one HTML page")
     p.set_defaults(fn=cmd_explain)
+
+    p = sub.add_parser("gen-pattern", help="write the PDL pattern of a Python reference function")
+    p.add_argument("function", help="module:function or file.py:function")
+    p.add_argument(
+        "--example-shapes",
+        required=True,
+        help="one per parameter: 4x8,6x8,6[:int8]; float, int, str=tanh for scalar parameters",
+    )
+    p.add_argument("--op", required=True, help="the logical op the pattern's kernel call names")
+    p.add_argument("-o", "--output", default=None, help="FILE.pdl.mlir (+ FILE.reference.py)")
+    p.add_argument("--name", default=None, help="pattern name (default: the function's)")
+    p.add_argument("--benefit", type=int, default=1)
+    p.add_argument("--dtype", default="float32", help="dtype of shapes given without one")
+    p.set_defaults(fn=cmd_gen_pattern)
+
+    p = sub.add_parser("lint", help="static checks over a pattern set (and its kernels)")
+    p.add_argument("paths", nargs="*", help="pattern/kernel files or folders (default: configured)")
+    p.add_argument("--kernels", action="append", default=None, help="kernel folders")
+    p.set_defaults(fn=cmd_lint)
 
     p = sub.add_parser("abi-check", help="check kernels against their declaration and reference")
     p.add_argument("paths", nargs="+", help="kernel files (.py, .so) or folders")

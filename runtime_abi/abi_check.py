@@ -202,12 +202,15 @@ def check_paths(paths: Sequence[Path], target: Target | None = None) -> list[Row
         KernelRegistry.from_folders(config.kernel_paths(None))
     except KernelLoadError:
         pass
+    # load every file before checking any: a reference file (e.g. one written by
+    # gen-pattern) registers its op's semantics whatever its place in the path order
+    loaded = []
     for f in kernel_files([p.resolve() for p in paths]):
         try:
-            decls = load_kernel_file(f)
+            loaded.append(load_kernel_file(f))
         except Exception as e:
             rows.append(Row(f.name, "declaration", "FAIL", str(e)))
-            continue
+    for decls in loaded:
         for d in decls:
             rows.extend(check_kernel(d, target))
     return rows

@@ -1,0 +1,354 @@
+"""``pdlkit lint``: static checks over a pattern set, before any model runs.
+
+    $ pdlkit lint patterns/ kernels/
+    patterns/a.pdl.mlir:3: error: linear_relu and lr2 (patterns/b.pdl.mlir:1) can claim the same torch.aten.relu with equal benefit 2; load order decides [equal-benefit]
+    patterns/a.pdl.mlir:9: error: plain is shadowed by fused (a.pdl.mlir:3, benefit 3): every match of plain is a match of fused [shadowed]
+    1 error(s), 0 warning(s)
+
+Checks (each finding names ``file:line``):
+
+- ``equal-benefit``: two enabled patterns can claim the same root op with equal benefit (their
+  ops along every shared operand path agree, no constraint contradicts, and their targets meet
+  on the host or a named target): load order decides.
+- ``shadowed``: a higher-benefit pattern matches wherever a lower one does (same root, its ops
+  and constraints a subset of the lower one's), so the lower one never fires.
+- ``unknown-op``: a ``pdlkit_call`` names a logical op no kernel implements.
+- ``unused-native``: a native declared in a ``.pdll`` file, or a ``pdl.attribute`` in a PDL file,
+  that nothing uses (warning).
+- ``missing-file``: a manifest lists a file that does not exist.
+- ``load``: a file that does not load at all (the loader's own message).
+
+Structure is compared on operand paths from the root (``relu <-0- linear <-1- dequantize``):
+an approximation that never misses a real overlap of two patterns' op trees.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pdlkit.matcher.patterns import (
+    Pattern,
+    PatternError,
+    _yaml_with_lines,
+    load_patterns,
+    pattern_sources,
+    read_pdl_module,
+)
+
+from pdlkit import config
+
+
+@dataclass(frozen=True)
+class Finding:
+    file: Path
+    line: int
+    severity: str  # "error" or "warning"
+    check: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.severity}: {self.message} [{self.check}]"
+
+
+# -- the shape of one pattern -------------------------------------------------------------------
+
+Path_ = tuple[Any, ...]
+
+
+@dataclass
+class Shape:
+    """Op names by operand path from the root, and constraints over those paths."""
+
+    ops: dict[Path_, str] = field(default_factory=dict)
+    constraints: set[tuple[str, tuple[Any, ...]]] = field(default_factory=set)
+
+
+_EXCLUSIVE = {"has_dtype", "has_rank", "constant_equals", "dim_equals"}
+
+
+def _key(v: Any) -> tuple[int, int]:
+    owner = v.owner
+    return hash(owner.operation if hasattr(owner, "operation") else owner), getattr(
+        v, "result_number", 0
+    )
+
+
+def shape_of(pattern_op: Any) -> Shape:
+    """Walk a ``pdl.pattern`` from its rewrite root along operand edges."""
+    body = [o.operation for o in pattern_op.regions[0].blocks[0].operations]
+    rewrite = next((o for o in body if o.name == "pdl.rewrite"), None)
+    shape = Shape()
+    if rewrite is None or len(rewrite.operands) == 0:
+        return shape
+    where: dict[tuple[int, int], Path_] = {}  # value -> the first path it was reached at
+
+    def visit(op: Any, path: Path_) -> None:
+        if path in shape.ops:
+            return
+        name = str(op.attributes["opName"].value) if "opName" in op.attributes else "*"
+        shape.ops[path] = name
+        where.setdefault((hash(op), 0), path)
+        for j, v in enumerate(op.operands):
+            src = v.owner.operation
+            if src.name in ("pdl.result", "pdl.results"):
+                idx = src.attributes["index"].value if "index" in src.attributes else "all"
+                parent = src.operands[0].owner.operation
+                where.setdefault(_key(v), (*path, (j, idx)))
+                visit(parent, (*path, (j, idx)))
+            elif src.name == "pdl.operation":  # an op used as a value range (PDLL)
+                visit(src, (*path, (j, "all")))
+            else:
+                where.setdefault(_key(v), (*path, (j,)))
+
+    visit(rewrite.operands[0].owner.operation, ())
+    for o in body:
+        if o.name != "pdl.apply_native_constraint":
+            continue
+        args: list[Any] = []
+        for v in o.operands:
+            src = v.owner.operation
+            if src.name == "pdl.attribute" and "value" in src.attributes:
+                args.append(("=", str(src.attributes["value"])))
+            else:
+                args.append(where.get(_key(v), ("?", _key(v))))
+        shape.constraints.add((str(o.attributes["name"].value), tuple(args)))
+    return shape
+
+
+def _contradict(a: Shape, b: Shape) -> bool:
+    for path in a.ops.keys() & b.ops.keys():
+        x, y = a.ops[path], b.ops[path]
+        if "*" not in (x, y) and x != y:
+            return True
+    for name, args in a.constraints:
+        operands = tuple(x for x in args if not (isinstance(x, tuple) and x[:1] == ("=",)))
+        for name2, args2 in b.constraints:
+            if {name, name2} == {"is_none", "is_not_none"} and args == args2:
+                return True
+            if name2 != name or name not in _EXCLUSIVE or args == args2:
+                continue
+            operands2 = tuple(x for x in args2 if not (isinstance(x, tuple) and x[:1] == ("=",)))
+            if operands == operands2:
+                return True
+    return False
+
+
+def _covers(general: Shape, specific: Shape) -> bool:
+    """Every match of ``specific`` is a match of ``general``."""
+    for path, name in general.ops.items():
+        if name != "*" and specific.ops.get(path) != name:
+            return False
+    return general.constraints <= specific.constraints
+
+
+# -- loading, tolerant of broken files ----------------------------------------------------------
+
+
+def _manifest_findings(manifest: Path) -> list[Finding]:
+    try:
+        data = _yaml_with_lines(manifest)
+    except PatternError:
+        return []  # the loader reports it
+    out = []
+    entries = data.get("patterns") if isinstance(data, dict) else None
+    for e in entries if isinstance(entries, list) else []:
+        if isinstance(e, dict) and isinstance(e.get("file"), str):
+            f = (manifest.parent / e["file"]).resolve()
+            if not f.is_file():
+                out.append(
+                    Finding(
+                        manifest,
+                        e["__line__"],
+                        "error",
+                        "missing-file",
+                        f"manifest lists {e['file']!r}, which does not exist ({f})",
+                    )
+                )
+    return out
+
+
+def _load_finding(e: PatternError) -> Finding:
+    text = str(e)
+    m = re.match(r"^(.*?):(\d+):(\d+): (.*)$", text.splitlines()[0])
+    if m is None:
+        return Finding(Path("?"), 1, "error", "load", text)
+    return Finding(Path(m.group(1)), int(m.group(2)), "error", "load", m.group(4))
+
+
+def lint_paths(paths: Sequence[Path], kernels: Sequence[str] | None = None) -> list[Finding]:
+    """All findings for the pattern files, manifests and kernel files under ``paths``.
+
+    Kernels are those under ``paths`` plus the configured kernel folders (``kernels``,
+    ``PDLKIT_KERNEL_PATH`` or the shipped ones).
+    """
+    from pdlkit.runtime_abi.kernel import KernelDeclarationError
+    from pdlkit.runtime_abi.registry import KernelLoadError, KernelRegistry, load_kernel_file
+    from torch_mlir import ir
+
+    paths = [Path(p).resolve() for p in paths] or config.pattern_paths()
+    findings: list[Finding] = []
+    registry = KernelRegistry()
+    pattern_paths: list[Path] = []
+    for p in paths:
+        if not p.exists():
+            findings.append(Finding(p, 1, "error", "load", "no such file or folder"))
+            continue
+        kernel_files = [f for f in config.files_under([p]) if f.suffix in (".py", ".so")]
+        for f in kernel_files:
+            if f.name.startswith("_"):
+                continue
+            try:
+                for k in load_kernel_file(f):
+                    registry.add(k)
+            except (KernelLoadError, KernelDeclarationError) as e:
+                findings.append(Finding(f, 1, "error", "load", str(e)))
+        if p.is_dir() or not p.name.endswith((".py", ".so")):
+            pattern_paths.append(p)
+    try:
+        for key, k in KernelRegistry.from_folders(config.kernel_paths(kernels)).kernels.items():
+            registry.kernels.setdefault(key, k)
+    except (KernelLoadError, KernelDeclarationError) as e:
+        findings.append(Finding(Path("?"), 1, "error", "load", str(e)))
+
+    patterns: dict[str, Pattern] = {}
+    try:
+        sources = pattern_sources(pattern_paths)
+    except PatternError as e:
+        return [*findings, _load_finding(e)]
+    for src in sources:
+        if src.suffix in (".yaml", ".yml"):
+            missing = _manifest_findings(src)
+            if missing:
+                findings.extend(missing)
+                continue
+        elif not src.name.endswith((".pdl.mlir", ".pdll")):
+            continue
+        try:
+            for pat in load_patterns([src]).patterns:
+                patterns.setdefault(pat.name, pat)
+        except PatternError as e:
+            findings.append(_load_finding(e))
+
+    ctx = ir.Context()
+    shapes: dict[str, Shape] = {}
+    modules = []
+    for file in dict.fromkeys(p.file for p in patterns.values()):
+        module = read_pdl_module(file, ctx)
+        modules.append(module)
+        by_name = {}
+        for op in module.body.operations:
+            op = op.operation
+            if "sym_name" in op.attributes:
+                by_name[op.attributes["sym_name"].value] = op
+        for pat in patterns.values():
+            if pat.file == file and pat.name in by_name:
+                shapes[pat.name] = shape_of(by_name[pat.name])
+        findings.extend(_unused_natives(file, module))
+
+    ops = registry.ops()
+    active = [p for p in patterns.values() if p.enabled]
+    for pat in patterns.values():
+        for op in pat.calls:
+            if op not in ops:
+                findings.append(
+                    Finding(
+                        pat.file,
+                        pat.line,
+                        "error",
+                        "unknown-op",
+                        f"{pat.name} calls logical op {op!r}, which no kernel implements "
+                        f"(known: {', '.join(sorted(ops)) or 'none'})",
+                    )
+                )
+    for i, a in enumerate(active):
+        for b in active[i + 1 :]:
+            if a.root is None or a.root != b.root or a.name not in shapes or b.name not in shapes:
+                continue
+            if not _share_a_target(a, b):
+                continue
+            sa, sb = shapes[a.name], shapes[b.name]
+            if a.benefit == b.benefit:
+                if not _contradict(sa, sb):
+                    findings.append(
+                        Finding(
+                            b.file,
+                            b.line,
+                            "error",
+                            "equal-benefit",
+                            f"{b.name} and {a.name} ({a.where}) can claim the same {a.root} with "
+                            f"equal benefit {a.benefit}; load order decides",
+                        )
+                    )
+                continue
+            hi, lo = (a, b) if a.benefit > b.benefit else (b, a)
+            if _covers(shapes[hi.name], shapes[lo.name]):
+                findings.append(
+                    Finding(
+                        lo.file,
+                        lo.line,
+                        "error",
+                        "shadowed",
+                        f"{lo.name} is shadowed by {hi.name} ({hi.where}, benefit {hi.benefit}): "
+                        f"every match of {lo.name} is a match of {hi.name}",
+                    )
+                )
+    return sorted(set(findings), key=lambda f: (str(f.file), f.line, f.check, f.message))
+
+
+def _share_a_target(a: Pattern, b: Pattern) -> bool:
+    """Both can be active on one machine: the host or one of the named targets."""
+    from pdlkit.runtime_abi.capability import NAMED, host
+
+    return any(a.active_on(t) and b.active_on(t) for t in [host(), *NAMED.values()])
+
+
+_DECL = re.compile(r"^\s*(Constraint|Rewrite)\s+(\w+)\s*\([^)]*\)\s*(->[^;{]*)?;", re.M)
+
+
+def _unused_natives(file: Path, module: Any) -> list[Finding]:
+    out = []
+    if file.suffix == ".pdll":
+        text = file.read_text()
+        for m in _DECL.finditer(text):
+            name = m.group(2)
+            rest = text[: m.start()] + text[m.end() :]
+            if not re.search(rf"\b{name}\s*\(", rest):
+                line = text.count("\n", 0, m.start(2)) + 1
+                out.append(
+                    Finding(
+                        file,
+                        line,
+                        "warning",
+                        "unused-native",
+                        f"native {m.group(1).lower()} {name} is declared but never used",
+                    )
+                )
+        return out
+    for pattern_op in module.body.operations:
+        for op in _walk(pattern_op.operation):
+            if op.name == "pdl.attribute" and not any(True for _ in op.results[0].uses):
+                loc = op.location
+                line = loc.start_line if hasattr(loc, "start_line") else 1
+                value = op.attributes["value"] if "value" in op.attributes else "?"
+                out.append(
+                    Finding(
+                        file,
+                        line,
+                        "warning",
+                        "unused-native",
+                        f"pdl.attribute {value} is declared but no constraint or rewrite uses it",
+                    )
+                )
+    return out
+
+
+def _walk(op: Any) -> Any:
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                yield inner.operation
+                yield from _walk(inner.operation)
