@@ -235,8 +235,8 @@ _PREPACK_FN = ctypes.CFUNCTYPE(c_int32, POINTER(PrepackFrame))
 # The size of each descriptor struct in ABI 1.0: a 1.0 library's structs end there, and the
 # fields appended since read as zero.
 _V10_SIZE: dict[type, int] = {
-    ArgDesc: ArgDesc.optional.offset,  # type: ignore[attr-defined]
-    KernelDesc: KernelDesc.prepack_arg.offset,  # type: ignore[attr-defined]
+    ArgDesc: ArgDesc.optional.offset,
+    KernelDesc: KernelDesc.prepack_arg.offset,
 }
 
 # run() frames are packed with struct.pack_into (filling ctypes fields one by one costs

@@ -62,9 +62,13 @@ def _qd():  # quantized_decomposed ops are registered by torchao's PT2E module
     return torch.ops.quantized_decomposed
 
 
+def _x_range(x_q):  # u8 activations (x86 PT2E) or s8 (Arm / XNNPACK quantizers)
+    return (0, 255, torch.uint8) if x_q.dtype == torch.uint8 else (-128, 127, torch.int8)
+
+
 def _qlinear_ref(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm):
     qd = _qd()
-    x = qd.dequantize_per_tensor(x_q, x_scale, x_zp, 0, 255, torch.uint8)
+    x = qd.dequantize_per_tensor(x_q, x_scale, x_zp, *_x_range(x_q))
     w = qd.dequantize_per_channel(w_q, w_scale, w_zp, 0, -128, 127, torch.int8)
     y = F.linear(x, w, bias)
     if post_op == "relu":
@@ -128,7 +132,7 @@ def _qlinear_dynamic_examples(dtype: torch.dtype) -> list[tuple]:
 @pdlkit.reference("qlinear_dynamic", examples=_qlinear_dynamic_examples)
 def qlinear_dynamic(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm):
     qd = _qd()
-    x = qd.dequantize_per_tensor.tensor(x_q, x_scale, x_zp, 0, 255, torch.uint8)
+    x = qd.dequantize_per_tensor.tensor(x_q, x_scale, x_zp, *_x_range(x_q))
     w = qd.dequantize_per_channel(w_q, w_scale, w_zp, 0, -128, 127, torch.int8)
     y = F.linear(x, w, bias)
     if post_op == "relu":
