@@ -26,7 +26,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(ROOT))  # noqa: E402 (run from a checkout without installing)
+sys.path.insert(0, str(HERE))  # benchmarks/machine.py, also when imported
 
 from machine import provenance  # noqa: E402  benchmarks/machine.py
 

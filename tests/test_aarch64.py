@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ CROSS = shutil.which("aarch64-linux-gnu-gcc")
 QEMU = shutil.which("qemu-aarch64")
 SYSROOT = "/usr/aarch64-linux-gnu"
 A64 = shipped_kernels() / "aarch64"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
@@ -280,3 +282,42 @@ def test_bf16_kernels_match_the_reference(a64):
     a64.run([c for c, _, _ in cases])
     for case, want, what in cases:
         _close(read_result(case), want, what)
+
+
+# -- the build command and the disassembly ----------------------------------------------------
+
+
+def test_build_kernels_command_prints_the_command_and_builds_an_aarch64_elf(a64, capsys):
+    from pdlkit.cli import main
+
+    assert main(["build-kernels", "--out", str(a64.root)]) == 0
+    command, lib = capsys.readouterr().out.splitlines()[:2]
+    assert command.startswith(f"{CROSS} -O3 -march=armv8-a -mtune=neoverse-n2 -shared -fPIC")
+    assert Path(lib) == a64.lib  # the tests built exactly what the command builds
+    header = Path(lib).read_bytes()[:20]
+    assert header[:4] == b"\x7fELF" and int.from_bytes(header[18:20], "little") == 183  # EM_AARCH64
+
+
+def test_inner_loops_from_the_disassembly(a64):
+    """benchmarks/aarch64_disasm.py: each micro-kernel's K loop is 16 matrix instructions on
+    128 (MMLA) or 96 (SDOT, 4 rows) loaded bytes, nothing spilled."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "aarch64_disasm", ROOT / "benchmarks" / "aarch64_disasm.py"
+    )
+    assert spec is not None and spec.loader is not None
+    disasm = importlib.util.module_from_spec(spec)
+    sys.modules["aarch64_disasm"] = disasm  # dataclasses look their module up
+    spec.loader.exec_module(disasm)
+    funcs = disasm.disassemble(a64.lib)
+    expect = {"tile_smmla": ("smmla", 128), "tile_usmmla": ("usmmla", 128),
+              "tile_sdot": ("sdot", 96), "tile_bfmmla": ("bfmmla", 128)}  # fmt: skip
+    for name, (insn, loaded) in expect.items():
+        loop = disasm.hottest_loop(funcs[name])
+        assert loop.mma == {insn: 16} and loop.loaded == loaded, (name, loop.mma, loop.loaded)
+        assert not any(m.startswith("st") for m, _ in loop.insns), f"{name} spills in its K loop"
+    assert (
+        "| `tile_smmla` | int8 s8 x s8, SMMLA (i8mm) | 34 | 16 SMMLA | 128 | 0.125 | 4.0 |"
+        in disasm.report(a64.lib)
+    )

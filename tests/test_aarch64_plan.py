@@ -147,3 +147,16 @@ def test_torch_int8_path_matches_the_reference(m, k, n, signed, post):
             assert (got.int() - want.int()).abs().max().item() <= 1, name
         else:
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4, msg=name)
+
+
+@not_on_aarch64
+def test_aarch64_benchmark_refuses_to_run_here():
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "aarch64_bert.py")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 1
+    assert "measures on an AArch64 host" in r.stderr and "--target yitian" in r.stderr
