@@ -261,10 +261,52 @@ static DOT_FN void tile_sdot(int rows, const int8_t* const r[MR], int64_t k, con
 
 enum { POST_NONE = 0, POST_RELU = 1, POST_GELU_ERF = 2, POST_GELU_TANH = 3 };
 
-static float gelu(float v, int post) {
-  if (post == POST_GELU_ERF) return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
-  float inner = 0.79788456080286536f * (v + 0.044715f * v * v * v);
-  return 0.5f * v * (1.0f + tanhf(inner));
+/* exp(x), 4 lanes: x = n ln2 + r (Cody-Waite), Cephes' degree-6 polynomial for exp(r),
+ * 2^n through the exponent field; relative error ~1e-7; x clamped to [-87, 88]. */
+INLINE float32x4_t v_exp(float32x4_t x) {
+  x = vminq_f32(vmaxq_f32(x, vdupq_n_f32(-87.0f)), vdupq_n_f32(88.0f));
+  float32x4_t n = vrndnq_f32(vmulq_n_f32(x, 1.44269504088896341f));
+  float32x4_t r = vfmsq_f32(x, n, vdupq_n_f32(0.693359375f));
+  r = vfmsq_f32(r, n, vdupq_n_f32(-2.12194440e-4f));
+  float32x4_t p = vdupq_n_f32(1.9875691500e-4f);
+  p = vfmaq_f32(vdupq_n_f32(1.3981999507e-3f), p, r);
+  p = vfmaq_f32(vdupq_n_f32(8.3334519073e-3f), p, r);
+  p = vfmaq_f32(vdupq_n_f32(4.1665795894e-2f), p, r);
+  p = vfmaq_f32(vdupq_n_f32(1.6666665459e-1f), p, r);
+  p = vfmaq_f32(vdupq_n_f32(5.0000001201e-1f), p, r);
+  float32x4_t y = vaddq_f32(vfmaq_f32(r, p, vmulq_f32(r, r)), vdupq_n_f32(1.0f));
+  int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23);
+  return vmulq_f32(y, vreinterpretq_f32_s32(e));
+}
+
+/* GELU, 4 lanes. erf: Abramowitz & Stegun 7.1.26 (absolute error < 1.5e-7);
+ * tanh(u) = 1 - 2 / (exp(2u) + 1). Both well inside the fp32 tolerance of torch's GELU. */
+INLINE float32x4_t v_gelu(float32x4_t v, int post) {
+  float32x4_t half_v = vmulq_n_f32(v, 0.5f), one = vdupq_n_f32(1.0f);
+  if (post == POST_GELU_TANH) {
+    float32x4_t u = vmulq_n_f32(vfmaq_f32(v, vmulq_n_f32(vmulq_f32(v, v), 0.044715f), v),
+                                0.79788456080286536f);
+    float32x4_t t = vsubq_f32(one, vdivq_f32(vdupq_n_f32(2.0f), vaddq_f32(v_exp(vaddq_f32(u, u)), one)));
+    return vfmaq_f32(half_v, half_v, t);
+  }
+  float32x4_t x = vmulq_n_f32(v, 0.70710678118654752f), ax = vabsq_f32(x);
+  float32x4_t t = vdivq_f32(one, vfmaq_f32(one, ax, vdupq_n_f32(0.3275911f)));
+  float32x4_t q = vdupq_n_f32(1.061405429f);
+  q = vfmaq_f32(vdupq_n_f32(-1.453152027f), q, t);
+  q = vfmaq_f32(vdupq_n_f32(1.421413741f), q, t);
+  q = vfmaq_f32(vdupq_n_f32(-0.284496736f), q, t);
+  q = vfmaq_f32(vdupq_n_f32(0.254829592f), q, t);
+  float32x4_t e = v_exp(vnegq_f32(vmulq_f32(ax, ax)));
+  float32x4_t erf_abs = vfmsq_f32(one, vmulq_f32(q, t), e);
+  float32x4_t erf = vbslq_f32(vcltzq_f32(x), vnegq_f32(erf_abs), erf_abs);
+  return vfmaq_f32(half_v, half_v, erf);
+}
+
+/* One activation on 4 lanes. */
+INLINE float32x4_t v_post(float32x4_t f, int post) {
+  if (post == POST_RELU) return vmaxq_f32(f, vdupq_n_f32(0.0f));
+  if (post >= POST_GELU_ERF) return v_gelu(f, post);
+  return f;
 }
 
 typedef struct {
@@ -293,32 +335,45 @@ static void epilogue_int8(const qgemm_args* g, int32_t tile[MR][NR], int rows, i
     scale[c] = g->x_scale * g->w_scale[g->w_scale_n == 1 ? 0 : n];
     bias[c] = g->bias ? g->bias[n] : 0.0f;
   }
-  float32x4_t zero = vdupq_n_f32(0.0f);
+  int32x4_t qzp = vdupq_n_s32(g->out_zp), qlo = vdupq_n_s32(g->out_qmin);
+  int32x4_t qhi = vdupq_n_s32(g->out_qmax);
   for (int i = 0; i < rows; ++i) {
-    float v[NR];
-    for (int c = 0; c < NR; c += 4) {
+    float32x4_t f[2];
+    for (int h = 0; h < 2; ++h) {
+      int c = 4 * h;
       int32x4_t acc = vld1q_s32(&tile[i][c]);
       /* sum_k (x - zp) w = sum_k x w - zp * colsum (exact in int32 for K < 65536) */
       acc = vmlsq_n_s32(acc, vld1q_s32(colsum + n0 + c), zp_eff);
-      float32x4_t f = vmlaq_f32(vld1q_f32(bias + c), vcvtq_f32_s32(acc), vld1q_f32(scale + c));
-      if (g->post == POST_RELU) f = vmaxq_f32(f, zero);
-      vst1q_f32(v + c, f);
+      f[h] = v_post(vmlaq_f32(vld1q_f32(bias + c), vcvtq_f32_s32(acc), vld1q_f32(scale + c)),
+                    g->post);
     }
-    if (g->post >= POST_GELU_ERF)
-      for (int c = 0; c < cols; ++c) v[c] = gelu(v[c], g->post);
     int64_t row = (m0 + i) * g->n + n0;
     if (g->out_kind == 0) {
-      memcpy((float*)g->y + row, v, (size_t)cols * sizeof(float));
+      float* dst = (float*)g->y + row;
+      if (cols == NR) {
+        vst1q_f32(dst, f[0]), vst1q_f32(dst + 4, f[1]);
+      } else {
+        float v[NR];
+        vst1q_f32(v, f[0]), vst1q_f32(v + 4, f[1]);
+        memcpy(dst, v, (size_t)cols * sizeof(float));
+      }
       continue;
     }
-    for (int c = 0; c < cols; ++c) {
-      /* quantize_per_tensor: clamp(round_half_even(v * (1 / scale)) + zp, qmin, qmax) */
-      float q = nearbyintf(v[c] * g->inv_out_scale) + (float)g->out_zp;
-      q = q < (float)g->out_qmin ? (float)g->out_qmin : q > (float)g->out_qmax ? (float)g->out_qmax : q;
-      if (g->out_kind == 1)
-        ((uint8_t*)g->y)[row + c] = (uint8_t)(int32_t)q;
-      else
-        ((int8_t*)g->y)[row + c] = (int8_t)(int32_t)q;
+    /* quantize_per_tensor: clamp(round_half_even(v * (1 / scale)) + zp, qmin, qmax) */
+    int32x4_t q[2];
+    for (int h = 0; h < 2; ++h) {
+      q[h] = vqaddq_s32(vcvtnq_s32_f32(vmulq_n_f32(f[h], g->inv_out_scale)), qzp);
+      q[h] = vminq_s32(vmaxq_s32(q[h], qlo), qhi);
+    }
+    /* in [qmin, qmax]: narrowing keeps the value, as int8 or (reinterpreted) uint8 */
+    int8x8_t bytes = vmovn_s16(vcombine_s16(vmovn_s32(q[0]), vmovn_s32(q[1])));
+    int8_t* dst = (int8_t*)g->y + row;
+    if (cols == NR) {
+      vst1_s8(dst, bytes);
+    } else {
+      int8_t b[NR];
+      vst1_s8(b, bytes);
+      memcpy(dst, b, (size_t)cols);
     }
   }
 }
@@ -456,12 +511,10 @@ static void bgemm(const bgemm_args* g) {
         tile_bfmmla(rows, r, g->k, panel, tile);
         for (int i = 0; i < rows; ++i) {
           uint16_t* dst = g->y + (m0 + i) * g->n + n0;
-          for (int c = 0; c < cols; ++c) {
-            float v = tile[i][c] + bias[c];
-            if (g->post == POST_RELU) v = v > 0.0f ? v : 0.0f;
-            else if (g->post >= POST_GELU_ERF) v = gelu(v, g->post);
-            dst[c] = f32_to_bf16(v);
-          }
+          float v[NR];
+          for (int c = 0; c < NR; c += 4)
+            vst1q_f32(v + c, v_post(vaddq_f32(vld1q_f32(&tile[i][c]), vld1q_f32(bias + c)), g->post));
+          for (int c = 0; c < cols; ++c) dst[c] = f32_to_bf16(v[c]);
         }
       }
     }
