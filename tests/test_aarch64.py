@@ -194,7 +194,12 @@ def test_int8_kernels_match_the_reference_on_every_scheme(a64, variant):
         args = qlinear_args(lead, k, n, signed=signed, per_channel=per_channel, bias=bias,
                             post=post, algo=algo, seed=i)  # fmt: skip
         what = f"{lead} K={k} N={n} {'s8' if signed else 'u8'} {post}/{algo} bias={bias}"
-        cases.append((write_case(a64.root, f"a64_qlinear_{variant}", args), ref_f(*args), what))
+
+        def case(kernel: str, a: tuple[Any, ...], one: bool = not per_channel and n > 0) -> Path:
+            # per-tensor: the kernel gets the one scale, the reference it once per channel
+            return write_case(a64.root, kernel, (*a[:4], a[4][:1].clone(), *a[5:]) if one else a)
+
+        cases.append((case(f"a64_qlinear_{variant}", args), ref_f(*args), what))
         out_signed = i % 2 == 0
         qargs = (
             *args[:7],
@@ -204,12 +209,10 @@ def test_int8_kernels_match_the_reference_on_every_scheme(a64, variant):
             post,
             algo,
         )
-        cases.append(
-            (write_case(a64.root, f"a64_qlinear_q_{variant}", qargs), ref_q(*qargs), what + " -> q")
-        )
+        cases.append((case(f"a64_qlinear_q_{variant}", qargs), ref_q(*qargs), what + " -> q"))
         x_q, xs, xzp, *rest = args
         dargs = (x_q, torch.tensor([xs], dtype=torch.float64), torch.tensor([xzp]), *rest)
-        cases.append((write_case(a64.root, f"a64_qlinear_dynamic_{variant}", dargs), ref_d(*dargs), what + " dyn"))  # fmt: skip
+        cases.append((case(f"a64_qlinear_dynamic_{variant}", dargs), ref_d(*dargs), what + " dyn"))
     a64.run([c for c, _, _ in cases])
     for case, want, what in cases:
         _close(read_result(case), want, f"{variant}: {what}")
