@@ -160,3 +160,12 @@ def test_aarch64_benchmark_refuses_to_run_here():
     )  # fmt: skip
     assert r.returncode == 1
     assert "measures on an AArch64 host" in r.stderr and "--target yitian" in r.stderr
+
+
+def test_an_x86_plan_does_not_list_the_aarch64_kernels():
+    """Kernels for another CPU architecture are left out of "passed over" when a kernel was found."""
+    q, x = _quantized_mlp()
+    report = pdlkit.explain(q, x, target="x86-avx512-vnni")
+    assert sorted(s.kernel for s in report.substitutions) == ["qlinear_onednn", "qlinear_q_onednn"]
+    assert all(not s.passed_over for s in report.substitutions)
+    assert "passed over a64_" not in str(report)
