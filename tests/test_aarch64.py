@@ -10,7 +10,9 @@ them with the reference semantics of each logical op (kernels/reference/logical_
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import struct
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -176,7 +178,8 @@ def test_library_descriptors_equal_the_plan_only_declarations(a64):
             assert bool(rule and rule.contiguous) == bool(a["contiguous"]), (k.name, a["name"])
             assert (rule.rank if rule else None) == (tuple(a["ranks"]) or None), a["name"]
         optional = {a["name"] for a in d["args"] if a["optional"]}
-        assert optional == {p for p in k.params if "Tensor?" in k.schema.split(f" {p}")[0][-8:]}
+        typed = re.findall(r"([\w?\[\]]+) (\w+)[,)]", k.schema)  # (type, name) per parameter
+        assert optional == {name for typ, name in typed if typ == "Tensor?"}, k.name
 
 
 # -- int8 -----------------------------------------------------------------------------------------
@@ -324,3 +327,40 @@ def test_inner_loops_from_the_disassembly(a64):
         "| `tile_smmla` | int8 s8 x s8, SMMLA (i8mm) | 34 | 16 SMMLA | 128 | 0.125 | 4.0 |"
         in disasm.report(a64.lib)
     )
+
+
+def _pack_like_the_readme(w: torch.Tensor, step: int) -> bytes:
+    """kernels/aarch64/README.md's layout: a 64-byte header, [int8: int32 column sums], then
+    panels of 8 columns; per K step, 4 vectors of (W[n][k:k+step], W[n+1][k:k+step])."""
+    n, k = w.shape
+    n_pad, k_pad = -(-n // 8) * 8, -(-k // step) * step
+    wp = torch.zeros(n_pad, k_pad, dtype=w.dtype)
+    wp[:n, :k] = w
+    # [tile, pair, half, kstep, lane] -> [tile, kstep, pair, half, lane]
+    panels = wp.reshape(n_pad // 8, 4, 2, k_pad // step, step).permute(0, 3, 1, 2, 4)
+    body = panels.contiguous().view(torch.uint8).numpy().tobytes()
+    if w.dtype == torch.int8:
+        colsum = torch.zeros(n_pad, dtype=torch.int32)
+        colsum[:n] = w.sum(dim=1, dtype=torch.int32)
+        body = colsum.numpy().tobytes() + body
+    return body
+
+
+def test_prepacked_weights_follow_the_documented_layout(a64):
+    g = torch.Generator().manual_seed(3)
+    cases = []
+    for n, k in [(1, 1), (3, 9), (16, 16), (19, 37)]:
+        w = torch.randint(-128, 128, (n, k), generator=g, dtype=torch.int8)
+        args = (torch.zeros(1, k, dtype=torch.uint8), 1.0, 0, w, torch.ones(n),
+                torch.zeros(n, dtype=torch.int64), None, "none", "")  # fmt: skip
+        cases.append((write_case(a64.root, "a64_qlinear_i8mm", args), w, 8))
+        wb = torch.randn(n, k, generator=g).bfloat16()
+        bargs = (torch.zeros(1, k).bfloat16(), wb, None)
+        cases.append((write_case(a64.root, "a64_linear_bf16", bargs), wb, 4))
+    a64.run([c for c, _, _ in cases])
+    for case, w, step in cases:
+        packed = (case / "packed.bin").read_bytes()
+        magic, kind, n, k, n_pad, k_pad = struct.unpack_from("<IIqqqq", packed)
+        assert (magic, kind, n, k) == (0x38413650, 1 if step == 8 else 2, *w.shape)
+        assert (n_pad, k_pad) == (-(-n // 8) * 8, -(-k // step) * step)
+        assert packed[64:] == _pack_like_the_readme(w, step), (tuple(w.shape), w.dtype)

@@ -15,8 +15,9 @@
  *   input CODE BITS NDIM D0 .. Dn FILE      one per TENSOR parameter, in parameter order
  *   input none                              an absent optional tensor
  *   attr int NAME VALUE | attr float NAME HEXFLOAT | attr str NAME [VALUE]
- * and the driver writes status.txt ("STATUS message") and, on success, for output j
- * out<j>.txt ("CODE BITS NDIM D0 .. Dn") and out<j>.bin (raw, row-major).
+ * and the driver writes status.txt ("STATUS message"), packed.bin (what prepack produced, if
+ * the kernel has a prepack hook) and, on success, for output j out<j>.txt
+ * ("CODE BITS NDIM D0 .. Dn") and out<j>.bin (raw, row-major).
  * --describe prints every descriptor as one JSON object per line.
  */
 #include <dlfcn.h>
@@ -196,6 +197,12 @@ static int run_case(const pdlkit_registration* reg, const char* dir) {
       return 0;
     }
     packed_shape[0] = (int64_t)pf.packed_size;
+    snprintf(path, sizeof(path), "%s/packed.bin", dir); /* for tests of the documented layout */
+    FILE* pb = fopen(path, "wb");
+    if (pb) {
+      fwrite(pf.packed, 1, pf.packed_size, pb);
+      fclose(pb);
+    }
     DLTensor* p = &run_in[slot];
     p->data = pf.packed;
     p->ndim = 1;
