@@ -364,3 +364,31 @@ def test_prepacked_weights_follow_the_documented_layout(a64):
         assert (magic, kind, n, k) == (0x38413650, 1 if step == 8 else 2, *w.shape)
         assert (n_pad, k_pad) == (-(-n // 8) * 8, -(-k // step) * step)
         assert packed[64:] == _pack_like_the_readme(w, step), (tuple(w.shape), w.dtype)
+
+
+@pytest.mark.parametrize("variant", ["i8mm", "sdot"])
+def test_per_tensor_weight_kernels_match_the_reference(a64, variant):
+    """qlinear*_pt (ArmInductorQuantizer graphs): the weight's scale and zero point are numbers."""
+    refs = {op: _reference(op) for op in ("qlinear_pt", "qlinear_q_pt", "qlinear_dynamic_pt")}
+    cases = []
+    for i, (lead, k, n) in enumerate(SHAPES[:9]):
+        post, algo = _posts(i)
+        x_q, xs, xzp, w_q, w_scale, _, b, *_ = qlinear_args(
+            lead, k, n, signed=i % 3 != 0, per_channel=False, bias=i % 4 != 3, post=post,
+            algo=algo, seed=50 + i,
+        )  # fmt: skip
+        ws = float(w_scale[0]) if n else 0.01
+        args = (x_q, xs, xzp, w_q, ws, 0, b, post, algo)
+        qargs = (*args[:7], 0.05, -2, -128, 127, post, algo)
+        dargs = (x_q, torch.tensor([xs], dtype=torch.float64), torch.tensor([xzp]), *args[3:])
+        for kernel, op, a in [
+            (f"a64_qlinear_pt_{variant}", "qlinear_pt", args),
+            (f"a64_qlinear_q_pt_{variant}", "qlinear_q_pt", qargs),
+            (f"a64_qlinear_dynamic_pt_{variant}", "qlinear_dynamic_pt", dargs),
+        ]:
+            cases.append(
+                (write_case(a64.root, kernel, a), refs[op](*a), f"{kernel} {lead} {k} {n}")
+            )
+    a64.run([c for c, _, _ in cases])
+    for case, want, what in cases:
+        _close(read_result(case), want, what)

@@ -169,3 +169,36 @@ def test_an_x86_plan_does_not_list_the_aarch64_kernels():
     assert sorted(s.kernel for s in report.substitutions) == ["qlinear_onednn", "qlinear_q_onednn"]
     assert all(not s.passed_over for s in report.substitutions)
     assert "passed over a64_" not in str(report)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_arm_inductor_quantizer_graphs_use_the_per_tensor_kernels(dynamic):
+    """torchao's ArmInductorQuantizer (s8 activations, per-tensor weights) on target yitian."""
+    pytest.importorskip("torchao", reason="needs torchao (pip install -e '.[quant]')")
+    import torchao.quantization.pt2e.quantizer.arm_inductor_quantizer as aiq
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8)
+    ).eval()
+    x = torch.randn(4, 16)
+    config = aiq.get_default_arm_inductor_quantization_config(is_dynamic=dynamic)
+    prepared = prepare_pt2e(
+        torch.export.export(model, (x,)).module(), aiq.ArmInductorQuantizer().set_global(config)
+    )
+    prepared(x)
+    q = convert_pt2e(prepared)
+    chosen = sorted(
+        (s.pattern, s.kernel) for s in pdlkit.explain(q, x, target="yitian").substitutions
+    )
+    if dynamic:
+        assert chosen == [
+            ("a64_pt_qlinear_dyn", "a64_qlinear_dynamic_pt_i8mm"),
+            ("a64_pt_qlinear_dyn_gelu", "a64_qlinear_dynamic_pt_i8mm"),
+        ]
+    else:
+        assert chosen == [
+            ("a64_pt_qlinear", "a64_qlinear_pt_i8mm"),
+            ("a64_pt_qlinear_gelu_q", "a64_qlinear_q_pt_i8mm"),
+        ]

@@ -571,9 +571,11 @@ typedef struct {
   const DLTensor *x, *x_scale, *x_zp, *w, *w_scale, *w_zp, *bias;
 } qinputs;
 
-static int32_t qinputs_of(const DLTensor* in, size_t n, qmode mode, qinputs* q, char* error,
-                          size_t error_size) {
-  size_t want = mode == OUT_DYNAMIC ? 7 : 5;
+/* wpt: the weight's scale and zero point are per-tensor FLOAT / INT attributes, not tensors
+ * (the qlinear*_pt ops of ArmInductorQuantizer-style graphs). */
+static int32_t qinputs_of(const DLTensor* in, size_t n, qmode mode, int wpt, qinputs* q,
+                          char* error, size_t error_size) {
+  size_t want = (mode == OUT_DYNAMIC ? 7 : 5) - (wpt ? 2 : 0);
   memset(q, 0, sizeof(*q));
   if (n != want)
     return pdlkit_error(error, error_size, PDLKIT_INVALID_ARGUMENT, "expects %zu tensor inputs, got %zu",
@@ -582,17 +584,16 @@ static int32_t qinputs_of(const DLTensor* in, size_t n, qmode mode, qinputs* q, 
   q->x = &in[i++];
   if (mode == OUT_DYNAMIC) q->x_scale = &in[i++], q->x_zp = &in[i++];
   q->w = &in[i++];
-  q->w_scale = &in[i++];
-  q->w_zp = &in[i++];
+  if (!wpt) q->w_scale = &in[i++], q->w_zp = &in[i++];
   q->bias = pdlkit_is_none(&in[i]) ? NULL : &in[i];
   if (q->x->ndim < 1)
     return pdlkit_error(error, error_size, PDLKIT_INVALID_ARGUMENT, "x_q must have at least 1 dim");
   return PDLKIT_OK;
 }
 
-static int32_t qlinear_meta(const pdlkit_meta_frame* f, qmode mode) {
+static int32_t qlinear_meta(const pdlkit_meta_frame* f, qmode mode, int wpt) {
   qinputs q;
-  int32_t st = qinputs_of(f->inputs, f->num_inputs, mode, &q, f->error, f->error_size);
+  int32_t st = qinputs_of(f->inputs, f->num_inputs, mode, wpt, &q, f->error, f->error_size);
   if (st != PDLKIT_OK) return st;
   if (q.w->ndim != 2 || q.w->shape[1] != q.x->shape[q.x->ndim - 1])
     return ERR(f, PDLKIT_INVALID_ARGUMENT, "w_q must be [N, K] with K = x_q's last dim (%lld)",
@@ -630,11 +631,11 @@ static int64_t numel(const DLTensor* t) {
   return n;
 }
 
-static int32_t qlinear_run(const pdlkit_call_frame* f, qmode mode, int use_sdot) {
+static int32_t qlinear_run(const pdlkit_call_frame* f, qmode mode, int use_sdot, int wpt) {
   if (use_sdot ? !has_hwcap(1, A64_HWCAP_ASIMDDP) : !has_hwcap(2, A64_HWCAP2_I8MM))
     return ERR(f, PDLKIT_UNSUPPORTED, "this CPU lacks %s (hwcaps)", use_sdot ? "asimddp" : "i8mm");
   qinputs q;
-  int32_t st = qinputs_of(f->inputs, f->num_inputs, mode, &q, f->error, f->error_size);
+  int32_t st = qinputs_of(f->inputs, f->num_inputs, mode, wpt, &q, f->error, f->error_size);
   if (st != PDLKIT_OK) return st;
   const pack_header* h = (const pack_header*)data_of(q.w);
   if (!pdlkit_dtype_is(q.w->dtype, kDLUInt, 8) || q.w->ndim != 1 ||
@@ -650,11 +651,21 @@ static int32_t qlinear_run(const pdlkit_call_frame* f, qmode mode, int use_sdot)
     return ERR(f, PDLKIT_INVALID_ARGUMENT, "x_q must be uint8 or int8");
   if (k >= 65536) return ERR(f, PDLKIT_UNSUPPORTED, "K = %lld: int32 zero-point correction could wrap", (long long)k);
   /* weight scales and zero points */
-  int64_t ns = numel(q.w_scale);
-  if (!pdlkit_dtype_is(q.w_scale->dtype, kDLFloat, 32) || !(ns == n || ns == 1) ||
-      !pdlkit_is_contiguous(q.w_scale))
-    return ERR(f, PDLKIT_UNSUPPORTED, "w_scale must be %lld (or 1) contiguous float32 values", (long long)n);
-  int64_t nz = numel(q.w_zp);
+  float w_scale_pt = 0.0f;
+  int64_t ns = 1, nz = 0;
+  if (wpt) {
+    const pdlkit_attribute* s = attr(f->attrs, f->num_attrs, "w_scale", PDLKIT_KIND_FLOAT);
+    const pdlkit_attribute* z = attr(f->attrs, f->num_attrs, "w_zp", PDLKIT_KIND_INT);
+    if (!s || !z) return ERR(f, PDLKIT_INVALID_ARGUMENT, "needs w_scale (float) and w_zp (int)");
+    if (z->i != 0) return ERR(f, PDLKIT_UNSUPPORTED, "weight zero points must be 0 (symmetric)");
+    w_scale_pt = (float)s->f;
+  } else {
+    ns = numel(q.w_scale);
+    if (!pdlkit_dtype_is(q.w_scale->dtype, kDLFloat, 32) || !(ns == n || ns == 1) ||
+        !pdlkit_is_contiguous(q.w_scale))
+      return ERR(f, PDLKIT_UNSUPPORTED, "w_scale must be %lld (or 1) contiguous float32 values", (long long)n);
+    nz = numel(q.w_zp);
+  }
   for (int64_t i = 0; i < nz; ++i) {
     int64_t z = pdlkit_dtype_is(q.w_zp->dtype, kDLInt, 64) ? ((const int64_t*)data_of(q.w_zp))[i]
                 : pdlkit_dtype_is(q.w_zp->dtype, kDLInt, 32) ? ((const int32_t*)data_of(q.w_zp))[i] : 1;
@@ -669,7 +680,7 @@ static int32_t qlinear_run(const pdlkit_call_frame* f, qmode mode, int use_sdot)
   g.x = (const int8_t*)data_of(x);
   g.x_unsigned = x_unsigned;
   g.w = h;
-  g.w_scale = (const float*)data_of(q.w_scale);
+  g.w_scale = wpt ? &w_scale_pt : (const float*)data_of(q.w_scale);
   g.w_scale_n = ns;
   g.bias = q.bias ? (const float*)data_of(q.bias) : NULL;
   g.use_sdot = use_sdot;
@@ -794,15 +805,21 @@ static int32_t linear_relu_run(const pdlkit_call_frame* f) { return linear_run(f
 
 /* ---- descriptors ---- */
 
-static int32_t meta_f32(const pdlkit_meta_frame* f) { return qlinear_meta(f, OUT_F32); }
-static int32_t meta_q(const pdlkit_meta_frame* f) { return qlinear_meta(f, OUT_REQUANT); }
-static int32_t meta_dyn(const pdlkit_meta_frame* f) { return qlinear_meta(f, OUT_DYNAMIC); }
-static int32_t run_f32_i8mm(const pdlkit_call_frame* f) { return qlinear_run(f, OUT_F32, 0); }
-static int32_t run_q_i8mm(const pdlkit_call_frame* f) { return qlinear_run(f, OUT_REQUANT, 0); }
-static int32_t run_dyn_i8mm(const pdlkit_call_frame* f) { return qlinear_run(f, OUT_DYNAMIC, 0); }
-static int32_t run_f32_sdot(const pdlkit_call_frame* f) { return qlinear_run(f, OUT_F32, 1); }
-static int32_t run_q_sdot(const pdlkit_call_frame* f) { return qlinear_run(f, OUT_REQUANT, 1); }
-static int32_t run_dyn_sdot(const pdlkit_call_frame* f) { return qlinear_run(f, OUT_DYNAMIC, 1); }
+/* one meta / run per (output mode, SDOT or not, per-tensor weight qparams or not) */
+#define QFUNCS(SUFFIX, MODE, WPT)                                                              \
+  static int32_t meta_##SUFFIX(const pdlkit_meta_frame* f) { return qlinear_meta(f, MODE, WPT); } \
+  static int32_t run_##SUFFIX##_i8mm(const pdlkit_call_frame* f) {                             \
+    return qlinear_run(f, MODE, 0, WPT);                                                       \
+  }                                                                                            \
+  static int32_t run_##SUFFIX##_sdot(const pdlkit_call_frame* f) {                             \
+    return qlinear_run(f, MODE, 1, WPT);                                                       \
+  }
+QFUNCS(f32, OUT_F32, 0)
+QFUNCS(q, OUT_REQUANT, 0)
+QFUNCS(dyn, OUT_DYNAMIC, 0)
+QFUNCS(f32_pt, OUT_F32, 1)
+QFUNCS(q_pt, OUT_REQUANT, 1)
+QFUNCS(dyn_pt, OUT_DYNAMIC, 1)
 
 static const DLDataType kU8S8[] = {{kDLUInt, 8, 1}, {kDLInt, 8, 1}};
 static const DLDataType kS8[] = {{kDLInt, 8, 1}};
@@ -837,6 +854,24 @@ static const pdlkit_arg_desc kQlinearQArgs[] = {
 static const pdlkit_arg_desc kQlinearDynArgs[] = {
     TENSOR("x_q", kU8S8, 1), TENSOR("x_scale", kF32F64, 0), TENSOR("x_zp", kI64I32, 0),
     WEIGHT("w_q", kS8), TENSOR("w_scale", kF32, 0), TENSOR("w_zp", kI64I32, 0),
+    BIAS("bias", kF32), ARG("post_op", PDLKIT_KIND_STRING), ARG("algorithm", PDLKIT_KIND_STRING),
+};
+/* The same with the weight quantized per tensor: its scale and zero point are numbers. */
+static const pdlkit_arg_desc kQlinearPtArgs[] = {
+    TENSOR("x_q", kU8S8, 1), ARG("x_scale", PDLKIT_KIND_FLOAT), ARG("x_zp", PDLKIT_KIND_INT),
+    WEIGHT("w_q", kS8), ARG("w_scale", PDLKIT_KIND_FLOAT), ARG("w_zp", PDLKIT_KIND_INT),
+    BIAS("bias", kF32), ARG("post_op", PDLKIT_KIND_STRING), ARG("algorithm", PDLKIT_KIND_STRING),
+};
+static const pdlkit_arg_desc kQlinearQPtArgs[] = {
+    TENSOR("x_q", kU8S8, 1), ARG("x_scale", PDLKIT_KIND_FLOAT), ARG("x_zp", PDLKIT_KIND_INT),
+    WEIGHT("w_q", kS8), ARG("w_scale", PDLKIT_KIND_FLOAT), ARG("w_zp", PDLKIT_KIND_INT),
+    BIAS("bias", kF32), ARG("out_scale", PDLKIT_KIND_FLOAT), ARG("out_zp", PDLKIT_KIND_INT),
+    ARG("out_qmin", PDLKIT_KIND_INT), ARG("out_qmax", PDLKIT_KIND_INT),
+    ARG("post_op", PDLKIT_KIND_STRING), ARG("algorithm", PDLKIT_KIND_STRING),
+};
+static const pdlkit_arg_desc kQlinearDynPtArgs[] = {
+    TENSOR("x_q", kU8S8, 1), TENSOR("x_scale", kF32F64, 0), TENSOR("x_zp", kI64I32, 0),
+    WEIGHT("w_q", kS8), ARG("w_scale", PDLKIT_KIND_FLOAT), ARG("w_zp", PDLKIT_KIND_INT),
     BIAS("bias", kF32), ARG("post_op", PDLKIT_KIND_STRING), ARG("algorithm", PDLKIT_KIND_STRING),
 };
 static const pdlkit_arg_desc kLinearArgs[] = {
@@ -876,6 +911,25 @@ static const pdlkit_kernel_desc kDescs[] = {
     DESC("a64_qlinear_dynamic_sdot", "qlinear_dynamic", 10, kQlinearDynArgs, kIsaDot,
          meta_dyn, run_dyn_sdot, "w_q", int8_prepack,
          "PT2E dynamic int8 linear for AArch64 without i8mm: SDOT (asimddp)."),
+    DESC("a64_qlinear_pt_i8mm", "qlinear_pt", 20, kQlinearPtArgs, kIsaI8mm, meta_f32_pt,
+         run_f32_pt_i8mm, "w_q", int8_prepack,
+         "int8 linear with a per-tensor weight scale (ArmInductorQuantizer graphs), fp32 out: "
+         "SMMLA / USMMLA (i8mm)."),
+    DESC("a64_qlinear_q_pt_i8mm", "qlinear_q_pt", 20, kQlinearQPtArgs, kIsaI8mm, meta_q_pt,
+         run_q_pt_i8mm, "w_q", int8_prepack,
+         "int8 linear, per-tensor weight scale, requantized to u8 / s8: SMMLA / USMMLA (i8mm)."),
+    DESC("a64_qlinear_dynamic_pt_i8mm", "qlinear_dynamic_pt", 20, kQlinearDynPtArgs, kIsaI8mm,
+         meta_dyn_pt, run_dyn_pt_i8mm, "w_q", int8_prepack,
+         "dynamic int8 linear, per-tensor weight scale: SMMLA / USMMLA (i8mm)."),
+    DESC("a64_qlinear_pt_sdot", "qlinear_pt", 10, kQlinearPtArgs, kIsaDot, meta_f32_pt,
+         run_f32_pt_sdot, "w_q", int8_prepack,
+         "int8 linear, per-tensor weight scale, fp32 out: SDOT (asimddp)."),
+    DESC("a64_qlinear_q_pt_sdot", "qlinear_q_pt", 10, kQlinearQPtArgs, kIsaDot, meta_q_pt,
+         run_q_pt_sdot, "w_q", int8_prepack,
+         "int8 linear, per-tensor weight scale, requantized: SDOT (asimddp)."),
+    DESC("a64_qlinear_dynamic_pt_sdot", "qlinear_dynamic_pt", 10, kQlinearDynPtArgs, kIsaDot,
+         meta_dyn_pt, run_dyn_pt_sdot, "w_q", int8_prepack,
+         "dynamic int8 linear, per-tensor weight scale: SDOT (asimddp)."),
     DESC("a64_linear_bf16", "linear", 20, kLinearArgs, kIsaBf16, linear_meta, linear_plain_run,
          "weight", bf16_prepack, "BF16 linear: BFMMLA 8x8 tiles, fp32 accumulation, bias."),
     DESC("a64_linear_relu_bf16", "linear_relu", 20, kLinearArgs, kIsaBf16, linear_meta,
@@ -886,8 +940,9 @@ static const pdlkit_kernel_desc kDescs[] = {
 };
 
 static const pdlkit_kernel_desc* const kKernels[] = {
-    &kDescs[0], &kDescs[1], &kDescs[2], &kDescs[3], &kDescs[4],
-    &kDescs[5], &kDescs[6], &kDescs[7], &kDescs[8],
+    &kDescs[0], &kDescs[1], &kDescs[2],  &kDescs[3],  &kDescs[4],  &kDescs[5],  &kDescs[6],
+    &kDescs[7], &kDescs[8], &kDescs[9], &kDescs[10], &kDescs[11], &kDescs[12], &kDescs[13],
+    &kDescs[14],
 };
 _Static_assert(NARGS(kKernels) == NARGS(kDescs), "every descriptor is registered");
 

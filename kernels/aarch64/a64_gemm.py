@@ -40,6 +40,11 @@ _QLINEAR_Q = [
     ("post_op", str), ("algorithm", str),
 ]  # fmt: skip
 _QLINEAR_DYN = [(n, T if n in ("x_scale", "x_zp") else a) for n, a in _QLINEAR]
+# per-tensor weight qparams as numbers (ArmInductorQuantizer graphs): the *_pt ops
+_PT = {"w_scale": float, "w_zp": int}
+_QLINEAR_PT = [(n, _PT.get(n, a)) for n, a in _QLINEAR]
+_QLINEAR_Q_PT = [(n, _PT.get(n, a)) for n, a in _QLINEAR_Q]
+_QLINEAR_DYN_PT = [(n, _PT.get(n, a)) for n, a in _QLINEAR_DYN]
 _LINEAR = [("x", T), ("weight", T), ("bias", OPT)]
 _LINEAR_GELU = [*_LINEAR, ("approximate", str)]
 
@@ -87,6 +92,12 @@ KERNELS: list[tuple[Any, ...]] = [
     ("a64_qlinear_sdot", "qlinear", 10, ("asimddp",), _QLINEAR, _Q_DTYPES, _Q_SHAPES, "w_q", _meta_f32),
     ("a64_qlinear_q_sdot", "qlinear_q", 10, ("asimddp",), _QLINEAR_Q, _Q_DTYPES, _Q_SHAPES, "w_q", _meta_q),
     ("a64_qlinear_dynamic_sdot", "qlinear_dynamic", 10, ("asimddp",), _QLINEAR_DYN, _DYN_DTYPES, _Q_SHAPES, "w_q", _meta_f32),
+    ("a64_qlinear_pt_i8mm", "qlinear_pt", 20, ("i8mm",), _QLINEAR_PT, _Q_DTYPES, _Q_SHAPES, "w_q", _meta_f32),
+    ("a64_qlinear_q_pt_i8mm", "qlinear_q_pt", 20, ("i8mm",), _QLINEAR_Q_PT, _Q_DTYPES, _Q_SHAPES, "w_q", _meta_q),
+    ("a64_qlinear_dynamic_pt_i8mm", "qlinear_dynamic_pt", 20, ("i8mm",), _QLINEAR_DYN_PT, _DYN_DTYPES, _Q_SHAPES, "w_q", _meta_f32),
+    ("a64_qlinear_pt_sdot", "qlinear_pt", 10, ("asimddp",), _QLINEAR_PT, _Q_DTYPES, _Q_SHAPES, "w_q", _meta_f32),
+    ("a64_qlinear_q_pt_sdot", "qlinear_q_pt", 10, ("asimddp",), _QLINEAR_Q_PT, _Q_DTYPES, _Q_SHAPES, "w_q", _meta_q),
+    ("a64_qlinear_dynamic_pt_sdot", "qlinear_dynamic_pt", 10, ("asimddp",), _QLINEAR_DYN_PT, _DYN_DTYPES, _Q_SHAPES, "w_q", _meta_f32),
     ("a64_linear_bf16", "linear", 20, ("bf16",), _LINEAR, _BF16_DTYPES, _BF16_SHAPES, "weight", _meta_linear),
     ("a64_linear_relu_bf16", "linear_relu", 20, ("bf16",), _LINEAR, _BF16_DTYPES, _BF16_SHAPES, "weight", _meta_linear),
     ("a64_linear_gelu_bf16", "linear_gelu", 20, ("bf16",), _LINEAR_GELU, _BF16_DTYPES, _BF16_SHAPES, "weight", _meta_linear),
@@ -121,7 +132,7 @@ def _plan_only(spec: tuple[Any, ...]) -> KernelDecl:
         name=name,
         priority=priority,
         device="cpu",
-        dtypes={k: v for k, v in dtypes.items() if k in dict(params)},
+        dtypes={k: v for k, v in dtypes.items() if dict(params).get(k) in (T, OPT)},
         requires=isa,
         shapes=shapes,
         traits=("deterministic",),
