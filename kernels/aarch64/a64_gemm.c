@@ -327,14 +327,19 @@ typedef struct {
   int use_sdot;
 } qgemm_args;
 
-static void epilogue_int8(const qgemm_args* g, int32_t tile[MR][NR], int rows, int64_t m0,
-                          int64_t n0, int cols, int32_t zp_eff, const int32_t* colsum) {
-  float scale[NR], bias[NR];
+/* The 8 columns' x_scale * w_scale and bias, once per column panel. */
+static void column_terms(const qgemm_args* g, int64_t n0, int cols, float scale[NR],
+                         float bias[NR]) {
   for (int c = 0; c < NR; ++c) {
     int64_t n = n0 + (c < cols ? c : 0);
     scale[c] = g->x_scale * g->w_scale[g->w_scale_n == 1 ? 0 : n];
     bias[c] = g->bias ? g->bias[n] : 0.0f;
   }
+}
+
+static void epilogue_int8(const qgemm_args* g, int32_t tile[MR][NR], int rows, int64_t m0,
+                          int64_t n0, int cols, int32_t zp_eff, const int32_t* colsum,
+                          const float scale[NR], const float bias[NR]) {
   int32x4_t qzp = vdupq_n_s32(g->out_zp), qlo = vdupq_n_s32(g->out_qmin);
   int32x4_t qhi = vdupq_n_s32(g->out_qmax);
   for (int i = 0; i < rows; ++i) {
@@ -394,6 +399,8 @@ static void qgemm(const qgemm_args* g) {
     for (int64_t n0 = 0; n0 < g->n; n0 += NR) {
       const int8_t* panel = panels + (n0 / NR) * (h->k_pad * NR);
       int cols = (int)(g->n - n0 < NR ? g->n - n0 : NR);
+      float scale[NR], bias[NR];
+      column_terms(g, n0, cols, scale, bias);
       for (int64_t m0 = mb; m0 < me; m0 += MR) {
         int rows = (int)(me - m0 < MR ? me - m0 : MR);
         const int8_t* r[MR];
@@ -404,7 +411,7 @@ static void qgemm(const qgemm_args* g) {
           tile_usmmla(rows, r, g->k, panel, tile);
         else
           tile_smmla(rows, r, g->k, panel, tile);
-        epilogue_int8(g, tile, rows, m0, n0, cols, zp_eff, colsum);
+        epilogue_int8(g, tile, rows, m0, n0, cols, zp_eff, colsum, scale, bias);
       }
     }
   }
