@@ -578,7 +578,7 @@ def _logical(t: Any) -> tuple[Any, torch.dtype] | None:
     """(shape, dtype) that meta() sees for one tensor parameter; None when absent."""
     if t is None:
         return None
-    return tuple(t.shape), t.dtype
+    return t.shape, t.dtype  # torch.Size hashes and compares as the tuple it is
 
 
 class NativeKernel:
@@ -739,7 +739,9 @@ class NativeKernel:
             shape=shape,
             strides=strides,
         )
-        args = [attrs.get(a.name) for a in spec.args]
+        # attributes the caller did not pass read as zero / empty
+        empty = {KIND_INT: 0, KIND_FLOAT: 0.0, KIND_STRING: "", KIND_INT_LIST: []}
+        args = [attrs.get(a.name, empty.get(a.kind)) for a in spec.args]
         err = ctypes.create_string_buffer(_ERROR_BYTES)
         frame = PrepackFrame(
             struct_size=ctypes.sizeof(PrepackFrame),
