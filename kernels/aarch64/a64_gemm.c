@@ -7,12 +7,14 @@
  *       fp32 output (dequantize) or u8 / s8 output (requantize). Two variants each:
  *         *_i8mm  SMMLA (s8 x s8) and USMMLA (u8 x s8)          requires i8mm
  *         *_sdot  SDOT, u8 activations offset by -128            requires asimddp
+ *   qlinear_pt / qlinear_q_pt / qlinear_dynamic_pt   the same with the weight quantized per
+ *       tensor (its scale and zero point are numbers: torchao's ArmInductorQuantizer graphs)
  *   linear / linear_relu / linear_gelu      BF16 GEMM with BFMMLA, fp32 accumulation, bf16
  *       or fp32 bias, bf16 output                                 requires bf16
  *
  * Build (see kernels/aarch64/README.md; `pdlkit build-kernels` runs the same command):
  *
- *   aarch64-linux-gnu-gcc -O3 -march=armv8-a -mtune=neoverse-n2 -shared -fPIC \
+ *   aarch64-linux-gnu-gcc -O3 -march=armv8-a -mtune=neoverse-n2 -shared -fPIC -Wall \
  *       -I runtime_abi/include kernels/aarch64/a64_gemm.c -lm -o libpdlkit_a64_gemm.so
  *
  * (`gcc` instead of `aarch64-linux-gnu-gcc` on an AArch64 host.) The baseline is plain
