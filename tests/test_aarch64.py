@@ -9,6 +9,7 @@ them with the reference semantics of each logical op (kernels/reference/logical_
 
 from __future__ import annotations
 
+import ctypes
 import json
 import re
 import shutil
@@ -392,3 +393,46 @@ def test_per_tensor_weight_kernels_match_the_reference(a64, variant):
     a64.run([c for c, _, _ in cases])
     for case, want, what in cases:
         _close(read_result(case), want, what)
+
+
+LAYOUT_PROBE = r"""
+#include <stdio.h>
+#include "pdlkit_abi.h"
+#define S(T) printf(#T " %zu\n", sizeof(T))
+#define O(T, F) printf(#T "." #F " %zu\n", offsetof(T, F))
+int main(void) {
+  S(DLTensor); O(DLTensor, shape); O(DLTensor, byte_offset);
+  S(pdlkit_attribute); O(pdlkit_attribute, f); O(pdlkit_attribute, tensor);
+  S(pdlkit_meta_frame); O(pdlkit_meta_frame, max_ndim);
+  S(pdlkit_call_frame); O(pdlkit_call_frame, workspace);
+  S(pdlkit_prepack_frame); O(pdlkit_prepack_frame, packed_size);
+  S(pdlkit_arg_desc); O(pdlkit_arg_desc, optional);
+  S(pdlkit_kernel_desc); O(pdlkit_kernel_desc, prepack_arg); O(pdlkit_kernel_desc, prepack);
+  S(pdlkit_registration);
+  return 0;
+}
+"""
+
+
+def test_python_loader_frames_have_the_aarch64_c_layout(a64):
+    """The ctypes structs the loader fills (on an AArch64 host too) match the header as
+    aarch64-linux-gnu-gcc lays it out: same sizes, same field offsets."""
+    src, exe = a64.root / "layout.c", a64.root / "layout"
+    src.write_text(LAYOUT_PROBE)
+    include = ROOT / "runtime_abi" / "include"
+    subprocess.run([str(CROSS), "-I", str(include), str(src), "-o", str(exe)], check=True)
+    out = subprocess.check_output([str(QEMU), "-L", SYSROOT, str(exe)], text=True)
+    c = {k: int(v) for k, v in (line.split() for line in out.splitlines())}
+    n = native
+    py = {
+        "DLTensor": n.DLTensor, "pdlkit_attribute": n.Attribute, "pdlkit_meta_frame": n.MetaFrame,
+        "pdlkit_call_frame": n.CallFrame, "pdlkit_prepack_frame": n.PrepackFrame,
+        "pdlkit_arg_desc": n.ArgDesc, "pdlkit_kernel_desc": n.KernelDesc,
+        "pdlkit_registration": n.Registration,
+    }  # fmt: skip
+    for key, value in c.items():
+        struct_name, _, field = key.partition(".")
+        cls = py[struct_name]
+        got = getattr(cls, field).offset if field else ctypes.sizeof(cls)
+        assert got == value, (key, got, value)
+    assert c["pdlkit_call_frame"] == struct.calcsize("@" + n._FRAME_FMT)  # the packed run() frame
