@@ -138,12 +138,17 @@ def test_torch_int8_path_matches_the_reference(m, k, n, signed, post):
             *tail,
         ),  # fmt: skip
     }
+    pt = (*args[:4], float(w_scale[0]), 0, bias)  # the weight's qparams as numbers
+    cases["torch_qlinear_pt_aarch64"] = (*pt, *tail)
+    cases["torch_qlinear_q_pt_aarch64"] = (*pt, 0.05, -3, -128, 127, *tail)
+    dyn = cases["torch_qlinear_dynamic_aarch64"]
+    cases["torch_qlinear_dynamic_pt_aarch64"] = (*dyn[:4], *pt[4:], *tail)
     for name, a in cases.items():
         decl = kernels[name]
         assert decl.requires == {"asimddp"} and decl.priority == 0
         got = bind(decl)(*a, 0)  # through the bound op: pre-pack cache included
         want = lookup(decl.op).fn(*a)  # type: ignore[union-attr]
-        if want.dtype == torch.uint8:
+        if want.dtype in (torch.uint8, torch.int8):
             assert (got.int() - want.int()).abs().max().item() <= 1, name
         else:
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4, msg=name)

@@ -28,14 +28,14 @@ def _pack(w_q: Tensor, attrs: Mapping[str, Any]) -> tuple[Tensor, Tensor]:
 
 
 def _float_out(
-    x_q: Tensor, x_scale: Any, x_zp: Any, packed: Any, w_scale: Tensor, w_zp: Tensor,
+    x_q: Tensor, x_scale: Any, x_zp: Any, packed: Any, w_scale: Any, w_zp: Any,
     bias: Tensor | None, post_op: str, algorithm: str,
 ) -> Tensor:  # fmt: skip
     if post_op not in ("none", "relu", "gelu") or (
         post_op == "gelu" and algorithm not in ("none", "tanh", "")
     ):
         raise pdlkit.KernelUnsupported(f"post op {post_op!r} ({algorithm!r})")
-    if bool(w_zp.ne(0).any()):
+    if bool(w_zp.ne(0).any()) if isinstance(w_zp, Tensor) else w_zp != 0:
         raise pdlkit.KernelUnsupported("weight zero points must be 0 (symmetric)")
     w_t, colsum = packed
     k = x_q.shape[-1]
@@ -44,9 +44,8 @@ def _float_out(
     if x2.dtype == torch.uint8:  # _int_mm is s8 x s8: shift u8 to s8, and the zero point with it
         x2, zp = (x2.to(torch.int16) - 128).to(torch.int8), zp - 128
     acc = torch._int_mm(x2.contiguous(), w_t) - zp * colsum
-    scale = w_scale.float() * (
-        x_scale.float().reshape(()) if isinstance(x_scale, Tensor) else float(x_scale)
-    )
+    xs = x_scale.float().reshape(()) if isinstance(x_scale, Tensor) else float(x_scale)
+    scale = (w_scale.float() if isinstance(w_scale, Tensor) else float(w_scale)) * xs
     y = acc.float() * scale
     if bias is not None:
         y = y + bias
@@ -101,6 +100,36 @@ if hasattr(torch, "_int_mm"):
         post_op: str, algorithm: str,
     ) -> Tensor:  # fmt: skip
         """quantize_per_tensor(qlinear(...)): torch._int_mm + torch epilogue, u8 or s8 out."""
+        y = _float_out(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
+        dtype = torch.uint8 if out_qmin >= 0 else torch.int8
+        q = torch.round(y * (1.0 / out_scale)) + out_zp
+        return q.clamp_(out_qmin, out_qmax).to(dtype)
+
+    # the weight quantized per tensor (ArmInductorQuantizer graphs): scale and zero point are numbers
+
+    @pdlkit.kernel(op="qlinear_pt", meta=_meta_f, **_COMMON)
+    def torch_qlinear_pt_aarch64(
+        x_q: Tensor, x_scale: float, x_zp: int, w_q: Tensor, w_scale: float, w_zp: int,
+        bias: Tensor | None, post_op: str, algorithm: str,
+    ) -> Tensor:  # fmt: skip
+        """qlinear with a per-tensor weight scale: torch._int_mm (oneDNN + ACL) + torch epilogue."""
+        return _float_out(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
+
+    @pdlkit.kernel(op="qlinear_dynamic_pt", meta=_meta_f, **_COMMON)
+    def torch_qlinear_dynamic_pt_aarch64(
+        x_q: Tensor, x_scale: Tensor, x_zp: Tensor, w_q: Tensor, w_scale: float, w_zp: int,
+        bias: Tensor | None, post_op: str, algorithm: str,
+    ) -> Tensor:  # fmt: skip
+        """qlinear_dynamic with a per-tensor weight scale."""
+        return _float_out(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
+
+    @pdlkit.kernel(op="qlinear_q_pt", meta=_meta_q, **_COMMON)
+    def torch_qlinear_q_pt_aarch64(
+        x_q: Tensor, x_scale: float, x_zp: int, w_q: Tensor, w_scale: float, w_zp: int,
+        bias: Tensor | None, out_scale: float, out_zp: int, out_qmin: int, out_qmax: int,
+        post_op: str, algorithm: str,
+    ) -> Tensor:  # fmt: skip
+        """qlinear_q with a per-tensor weight scale, u8 or s8 out."""
         y = _float_out(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
         dtype = torch.uint8 if out_qmin >= 0 else torch.int8
         q = torch.round(y * (1.0 / out_scale)) + out_zp
