@@ -8,6 +8,7 @@ pdlkit explain examples/mlp.py:example --html report.html   # the same, as a pic
 pdlkit kernels                                # the kernels pdlkit can choose from
 pdlkit gen-pattern mymod:linear_relu --example-shapes 4x8,6x8,6 --op linear_relu -o lr.pdl.mlir
 pdlkit lint patterns/ kernels/                # overlapping, shadowed or dangling patterns
+pdlkit build-kernels --arch aarch64           # build the AArch64 kernel library (cross on x86)
 """
 
 from __future__ import annotations
@@ -220,6 +221,22 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_build_kernels(args: argparse.Namespace) -> int:
+    from pdlkit.runtime_abi import native_build as nb
+
+    try:
+        lib = nb.build_library(nb.A64_GEMM_SOURCE, args.arch, Path(args.out) if args.out else None)
+        driver = nb.build_driver(args.arch, lib.parent) if args.driver else None
+    except nb.BuildError as e:
+        print(f"pdlkit build-kernels: {e}", file=sys.stderr)
+        return 1
+    print(" ".join(nb.library_command(nb.A64_GEMM_SOURCE, lib, args.arch)))
+    print(lib)
+    if driver is not None:
+        print(driver)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="pdlkit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -274,6 +291,14 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("kernels", help="list the kernels found in the kernel folders")
     p.add_argument("--kernels", action="append", default=None)
     p.set_defaults(fn=cmd_kernels)
+
+    p = sub.add_parser(
+        "build-kernels", help="build the AArch64 kernel library (natively, or cross on x86)"
+    )
+    p.add_argument("--arch", default="aarch64", choices=["aarch64"])
+    p.add_argument("--out", default=None, help="folder (default: PDLKIT_BUILD_DIR or ~/.cache)")
+    p.add_argument("--driver", action="store_true", help="also build the qemu ABI driver")
+    p.set_defaults(fn=cmd_build_kernels)
 
     args = parser.parse_args(argv)
     from pdlkit.backend import PdlkitError

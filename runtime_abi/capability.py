@@ -24,6 +24,11 @@ _X86_FLAGS = {
     "amx_bf16": "amx_bf16",
 }
 _ARM_FLAGS = {"asimddp": "asimddp", "i8mm": "i8mm", "bf16": "bf16", "sve": "sve", "sve2": "sve2"}
+# the CPU architecture each ISA feature belongs to (a kernel requiring one is for that arch)
+FEATURE_ARCH = {
+    **{f: "x86_64" for f in _X86_FLAGS.values()},
+    **{f: "aarch64" for f in _ARM_FLAGS.values()},
+}
 
 
 @dataclass(frozen=True)

@@ -23,11 +23,11 @@ import shutil
 import struct
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from ctypes import POINTER, c_char_p, c_double, c_int32, c_int64, c_size_t, c_uint32, c_void_p
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple, Optional
 
 import torch
 from pdlkit.runtime_abi.kernel import (
@@ -39,7 +39,7 @@ from pdlkit.runtime_abi.kernel import (
 )
 from pdlkit.runtime_abi.registry import KernelLoadError
 
-ABI_MAJOR, ABI_MINOR = 1, 0
+ABI_MAJOR, ABI_MINOR = 1, 1
 HEADER = Path(__file__).resolve().parent / "include" / "pdlkit_abi.h"
 REGISTER_SYMBOL = "pdlkit_register"
 MAX_NDIM = 64  # the shape buffer meta() may fill per output
@@ -177,6 +177,7 @@ class ArgDesc(ctypes.Structure):
         ("num_divisible", c_size_t),
         ("contiguous", c_int32),
         ("alignment", c_uint32),
+        ("optional", c_int32),  # ABI 1.1
     ]
 
 
@@ -198,6 +199,22 @@ class KernelDesc(ctypes.Structure):
         ("meta", c_void_p),
         ("run", c_void_p),
         ("doc", c_char_p),
+        ("prepack_arg", c_char_p),  # ABI 1.1
+        ("prepack", c_void_p),  # ABI 1.1
+    ]
+
+
+class PrepackFrame(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("kernel", c_void_p),
+        ("weight", POINTER(DLTensor)),
+        ("attrs", POINTER(POINTER(Attribute))),
+        ("num_attrs", c_size_t),
+        ("packed", c_void_p),
+        ("packed_size", c_size_t),
+        ("error", c_void_p),
+        ("error_size", c_size_t),
     ]
 
 
@@ -213,6 +230,14 @@ class Registration(ctypes.Structure):
 
 _META_FN = ctypes.CFUNCTYPE(c_int32, POINTER(MetaFrame))
 _RUN_FN = ctypes.CFUNCTYPE(c_int32, c_void_p)  # takes the address of a packed CallFrame
+_PREPACK_FN = ctypes.CFUNCTYPE(c_int32, POINTER(PrepackFrame))
+
+# The size of each descriptor struct in ABI 1.0: a 1.0 library's structs end there, and the
+# fields appended since read as zero.
+_V10_SIZE: dict[type, int] = {
+    ArgDesc: ArgDesc.optional.offset,
+    KernelDesc: KernelDesc.prepack_arg.offset,
+}
 
 # run() frames are packed with struct.pack_into (filling ctypes fields one by one costs
 # ~15 us per tensor); these formats are checked against the ctypes layouts above.
@@ -230,12 +255,13 @@ def _read_struct(cls: type[ctypes.Structure], addr: int, what: str) -> ctypes.St
         raise ValueError(f"{what} is a NULL pointer")
     size = c_size_t.from_address(addr).value
     host = ctypes.sizeof(cls)
-    if size < host:  # every field of ABI 1.0 is required
-        raise ValueError(f"{what} has struct_size {size}; ABI {ABI_MAJOR}.0 needs {host}")
+    least = _V10_SIZE.get(cls, host)
+    if size < least:  # every field of ABI 1.0 is required
+        raise ValueError(f"{what} has struct_size {size}; ABI {ABI_MAJOR}.0 needs {least}")
     if size > 64 * host:
         raise ValueError(f"{what} has an implausible struct_size {size} (uninitialized?)")
     obj = cls()
-    ctypes.memmove(ctypes.addressof(obj), addr, host)
+    ctypes.memmove(ctypes.addressof(obj), addr, min(size, host))
     return obj
 
 
@@ -260,6 +286,7 @@ class _Arg:
     kind: int
     dtypes: tuple[torch.dtype, ...]
     shape: dict[str, Any]  # a ShapeRule spec; empty = no rule
+    optional: bool = False  # a TENSOR that may be None (ABI 1.1)
 
 
 @dataclass(frozen=True)
@@ -280,6 +307,8 @@ class _Spec:
     meta: Any  # _META_FN
     run: Any  # _RUN_FN
     doc: str
+    prepack_arg: str | None = None  # ABI 1.1
+    prepack: Any = None  # _PREPACK_FN
 
 
 def _read_arg(addr: int, i: int) -> _Arg:
@@ -312,9 +341,11 @@ def _read_arg(addr: int, i: int) -> _Arg:
         shape["contiguous"] = True
     if a.alignment:
         shape["align"] = a.alignment
-    if a.kind != KIND_TENSOR and (dtypes or shape):
-        raise ValueError(f"argument {name!r} is not a tensor but declares dtypes or shape rules")
-    return _Arg(name, a.kind, tuple(dtypes), shape)
+    if a.kind != KIND_TENSOR and (dtypes or shape or a.optional):
+        raise ValueError(
+            f"argument {name!r} is not a tensor but declares dtypes, shape rules or optional"
+        )
+    return _Arg(name, a.kind, tuple(dtypes), shape, bool(a.optional))
 
 
 def _read_kernel(addr: int, i: int, lib_minor: int) -> _Spec:
@@ -345,6 +376,13 @@ def _validate(addr: int, d: Any, name: str, lib_minor: int) -> _Spec:
     unknown = sorted(set(isa) - FEATURES)
     if unknown:
         raise ValueError(f"unknown ISA feature(s) {unknown}; known: {', '.join(sorted(FEATURES))}")
+    prepack_arg = _text(d.prepack_arg, "prepack_arg") if d.prepack_arg else None
+    if prepack_arg is not None:
+        packed = [a for a in args if a.name == prepack_arg]
+        if not packed or packed[0].kind != KIND_TENSOR or packed[0].optional:
+            raise ValueError(f"prepack_arg {prepack_arg!r} is not a required tensor parameter")
+        if not d.prepack:
+            raise ValueError(f"prepack_arg is {prepack_arg!r} but prepack is NULL")
     traits = tuple(n for bit, n in _TRAIT_BITS.items() if d.traits & bit)
     extra = d.traits & ~sum(_TRAIT_BITS)
     if extra and lib_minor <= ABI_MINOR:  # a newer minor's promises we do not know are harmless
@@ -364,6 +402,8 @@ def _validate(addr: int, d: Any, name: str, lib_minor: int) -> _Spec:
         meta=_META_FN(d.meta),
         run=_RUN_FN(d.run),
         doc=d.doc.decode(errors="replace") if d.doc else "",
+        prepack_arg=prepack_arg,
+        prepack=_PREPACK_FN(d.prepack) if prepack_arg else None,
     )
 
 
@@ -458,7 +498,12 @@ def load_native_library(path: Path, digest: str | None = None) -> tuple[KernelDe
 def _declare(path: Path, digest: str, spec: _Spec) -> KernelDecl:
     native = NativeKernel(spec)
     P = inspect.Parameter
-    params = [P(a.name, P.POSITIONAL_OR_KEYWORD, annotation=_KIND_TYPES[a.kind]) for a in spec.args]
+    params = [
+        P(a.name, P.POSITIONAL_OR_KEYWORD, annotation=Optional[torch.Tensor])  # noqa: UP045
+        if a.optional
+        else P(a.name, P.POSITIONAL_OR_KEYWORD, annotation=_KIND_TYPES[a.kind])
+        for a in spec.args
+    ]
     ret: Any = torch.Tensor
     if spec.num_outputs > 1:  # tuple[Tensor, Tensor, ...]: torch infers "-> (Tensor, Tensor, ...)"
         ret = tuple.__class_getitem__((torch.Tensor,) * spec.num_outputs)
@@ -489,6 +534,8 @@ def _declare(path: Path, digest: str, spec: _Spec) -> KernelDecl:
             shapes={a.name: a.shape for a in spec.args if a.shape},
             workspace=spec.workspace,
             traits=spec.traits,
+            prepack=native.prepack if spec.prepack_arg else None,
+            prepack_arg=spec.prepack_arg,
             source=source,
             digest=digest,
         )
@@ -518,6 +565,22 @@ def _torch_dtype(d: DLDataType, kernel: str) -> torch.dtype:
 Shape = tuple[int, ...]
 
 
+class PackedWeight(NamedTuple):
+    """A weight packed by a native kernel's prepack hook (ABI 1.1): the bytes run() reads
+    (1-D uint8, 64-byte aligned) and the logical shape and dtype meta() sees."""
+
+    data: torch.Tensor
+    shape: Shape
+    dtype: torch.dtype
+
+
+def _logical(t: Any) -> tuple[Any, torch.dtype] | None:
+    """(shape, dtype) that meta() sees for one tensor parameter; None when absent."""
+    if t is None:
+        return None
+    return t.shape, t.dtype  # torch.Size hashes and compares as the tuple it is
+
+
 class NativeKernel:
     """The Python side of one native kernel: meta (real, meta or fake tensors) and calls."""
 
@@ -530,6 +593,8 @@ class NativeKernel:
         )
         self._meta_cache: dict[Any, list[tuple[Shape, torch.dtype]]] = {}
         self._local = threading.local()  # per thread: a reusable CPU workspace
+        names = [a.name for a in spec.args]
+        self.packed_index = names.index(spec.prepack_arg) if spec.prepack_arg else None
 
     # attributes ----------------------------------------------------------------------------
     def _attrs(self, args: Sequence[Any], keep: list[Any]) -> Any:
@@ -557,12 +622,18 @@ class NativeKernel:
 
     # meta ----------------------------------------------------------------------------------
     def _meta_c(
-        self, shapes: Sequence[Shape], dtypes: Sequence[torch.dtype], args: Sequence[Any]
+        self,
+        shapes: Sequence[Shape | None],
+        dtypes: Sequence[torch.dtype | None],
+        args: Sequence[Any],
     ) -> list[tuple[Shape, torch.dtype]]:
-        """Ask the C meta function: concrete input shapes -> output (shape, dtype)s."""
+        """Ask the C meta function: concrete input shapes -> output (shape, dtype)s.
+        A shape of None is an absent optional tensor."""
         spec, keep = self.spec, list[Any]()
         inputs = (DLTensor * len(shapes))()
         for dl, shape, dt in zip(inputs, shapes, dtypes, strict=True):
+            if shape is None or dt is None:  # absent: data NULL, ndim 0, dtype {0, 0, 0}
+                continue
             buf = (c_int64 * len(shape))(*shape)
             keep.append(buf)
             dl.ndim, dl.shape, dl.dtype = len(shape), buf, _dl_dtype(dt)
@@ -600,16 +671,19 @@ class NativeKernel:
         return result
 
     def _meta_cached(
-        self, tensors: Sequence[torch.Tensor], args: Sequence[Any]
+        self, tensors: Sequence[Any], args: Sequence[Any]
     ) -> list[tuple[Shape, torch.dtype]]:
-        key = (*[t.shape for t in tensors], *[t.dtype for t in tensors])
+        views = [_logical(t) for t in tensors]
+        key: tuple[Any, ...] = tuple(views)
         if self.attr_args:
             key += tuple(
                 tuple(args[i]) if a.kind == KIND_INT_LIST else args[i] for i, a in self.attr_args
             )
         hit = self._meta_cache.get(key)
         if hit is None:
-            hit = self._meta_c([tuple(t.shape) for t in tensors], [t.dtype for t in tensors], args)
+            hit = self._meta_c(
+                [v[0] if v else None for v in views], [v[1] if v else None for v in views], args
+            )
             if len(self._meta_cache) >= 1024:
                 self._meta_cache.clear()
             self._meta_cache[key] = hit
@@ -618,16 +692,17 @@ class NativeKernel:
     def meta(self, *args: Any) -> Any:
         """Empty outputs like the kernel's, for real, meta or fake (also symbolic) tensors."""
         tensors = [args[i] for i in self.tensor_args]
+        present = [t for t in tensors if t is not None]
         symbolic = any(
             isinstance(v, torch.SymInt)
-            for v in (*[d for t in tensors for d in t.shape], *_ints(args, self.attr_args))
+            for v in (*[d for t in present for d in t.shape], *_ints(args, self.attr_args))
         )
         if symbolic:
             outs: list[tuple[Sequence[Any], torch.dtype]] = list(_symbolic_meta(self, args))
         else:
             outs = list(self._meta_cached(tensors, args))
-        if tensors:
-            made = [tensors[0].new_empty(tuple(s), dtype=dt) for s, dt in outs]
+        if present:
+            made = [present[0].new_empty(tuple(s), dtype=dt) for s, dt in outs]
         else:
             made = [torch.empty(tuple(s), dtype=dt, device=self.spec.device) for s, dt in outs]
         return made[0] if len(made) == 1 else tuple(made)
@@ -647,14 +722,79 @@ class NativeKernel:
                 self._local.ws = ws
         return ws, (ws.data_ptr() + 63) & ~63
 
+    # prepack (ABI 1.1) ---------------------------------------------------------------------
+    def prepack(self, weight: torch.Tensor, attrs: Mapping[str, Any]) -> PackedWeight:
+        """Pack a constant weight with the kernel's prepack hook (size query, then fill)."""
+        spec, keep = self.spec, list[Any]()
+        if weight.device.type != "cpu":
+            raise KernelUnsupported(f"{spec.name}: prepack takes CPU weights")
+        w = weight.contiguous()
+        shape = (c_int64 * w.dim())(*w.shape)
+        strides = (c_int64 * w.dim())(*w.stride())
+        dl = DLTensor(
+            data=w.data_ptr(),
+            device=DLDevice(_DEVICE_CODES["cpu"], 0),
+            ndim=w.dim(),
+            dtype=_dl_dtype(w.dtype),
+            shape=shape,
+            strides=strides,
+        )
+        # attributes the caller did not pass read as zero / empty
+        empty = {KIND_INT: 0, KIND_FLOAT: 0.0, KIND_STRING: "", KIND_INT_LIST: []}
+        args = [attrs.get(a.name, empty.get(a.kind)) for a in spec.args]
+        err = ctypes.create_string_buffer(_ERROR_BYTES)
+        frame = PrepackFrame(
+            struct_size=ctypes.sizeof(PrepackFrame),
+            kernel=spec.addr,
+            weight=ctypes.pointer(dl),
+            attrs=self._attrs(args, keep) if self.attr_args else None,
+            num_attrs=len(self.attr_args),
+            error=ctypes.addressof(err),
+            error_size=_ERROR_BYTES,
+        )
+
+        def step(what: str) -> None:
+            status = spec.prepack(ctypes.byref(frame))
+            if status == UNSUPPORTED:
+                raise KernelUnsupported(
+                    f"{spec.name}: prepack: {err.value.decode(errors='replace')}"
+                )
+            if status != OK:
+                raise RuntimeError(
+                    f"{spec.name}: prepack ({what}): {STATUS_NAMES.get(status, status)}: "
+                    f"{err.value.decode(errors='replace')}"
+                )
+
+        step("size query")
+        size = int(frame.packed_size)
+        raw = torch.empty(size + 64, dtype=torch.uint8)
+        start = -raw.data_ptr() % 64
+        data = raw[start : start + size]
+        frame.packed = data.data_ptr()
+        step("fill")
+        del keep
+        return PackedWeight(data, tuple(w.shape), w.dtype)
+
+    def _packed(self, args: Sequence[Any]) -> Sequence[Any]:
+        """``args`` with the prepack argument packed, for calls that bypass the cache."""
+        i = self.packed_index
+        if i is None or not isinstance(args[i], torch.Tensor):
+            return args
+        attrs = {a.name: args[j] for j, a in enumerate(self.spec.args) if a.kind != KIND_TENSOR}
+        out = list(args)
+        out[i] = self.prepack(args[i], attrs)
+        return out
+
     def __call__(self, args: Sequence[Any]) -> Any:
         spec = self.spec
+        args = self._packed(args)
         tensors = [args[i] for i in self.tensor_args]
-        device = tensors[0].device if tensors else torch.device(spec.device)
-        if device.type != spec.device or any(t.device != device for t in tensors[1:]):
-            where = ", ".join(str(t.device) for t in tensors)
+        real = [t.data if isinstance(t, PackedWeight) else t for t in tensors if t is not None]
+        device = real[0].device if real else torch.device(spec.device)
+        if device.type != spec.device or any(t.device != device for t in real[1:]):
+            where = ", ".join(str(t.device) for t in real)
             raise KernelUnsupported(f"{spec.name} runs on {spec.device}, got tensors on {where}")
-        if any(t.is_conj() or t.is_neg() for t in tensors):  # lazy bits C would not see
+        if any(t.is_conj() or t.is_neg() for t in real):  # lazy bits C would not see
             raise KernelUnsupported(f"{spec.name}: an input has a pending conj/neg bit")
         outs = [
             torch.empty(s, dtype=dt, device=device) for s, dt in self._meta_cached(tensors, args)
@@ -700,16 +840,18 @@ _FRAME_SIZE, _DL_SIZE = struct.calcsize("@" + _FRAME_FMT), struct.calcsize("@" +
 
 def _call(
     k: NativeKernel,
-    tensors: list[torch.Tensor],
+    tensors: list[Any],
     outs: list[torch.Tensor],
     attrs: Any,
     device: torch.device,
     stream: int,
     workspace: int,
 ) -> tuple[int, str]:
-    """Pack one CallFrame with its DLTensors and shape/stride arrays into one buffer; run."""
-    spec, every = k.spec, tensors + outs
-    shapes = [t.shape for t in every]
+    """Pack one CallFrame with its DLTensors and shape/stride arrays into one buffer; run.
+    ``tensors`` may hold None (an absent optional tensor) and :class:`PackedWeight`."""
+    spec = k.spec
+    every = [t.data if isinstance(t, PackedWeight) else t for t in tensors] + outs
+    shapes = [() if t is None else t.shape for t in every]
     dims = tuple(map(len, shapes))
     lay = _LAYOUTS.get(dims)
     if lay is None:
@@ -727,6 +869,9 @@ def _call(
     ints: list[int] = []
     dev, index = _DEVICE_CODES.get(device.type, 0), device.index or 0
     for t, shape, nd, at in zip(every, shapes, dims, lay.ints_at, strict=True):
+        if t is None:  # absent: data NULL, ndim 0, dtype {0, 0, 0}
+            values += (0, dev, index, 0, 0, 0, 0, base + at, base + at, 0)
+            continue
         code, bits = _DL_CODES.get(t.dtype) or _no_code(t.dtype)
         values += (t.data_ptr(), dev, index, nd, code, bits, 1, base + at, base + at + 8 * nd, 0)
         ints += (*shape, *t.stride())
@@ -762,7 +907,8 @@ def _symbolic_meta(k: NativeKernel, args: Sequence[Any]) -> list[tuple[list[Any]
     import sympy
 
     tensors = [args[i] for i in k.tensor_args]
-    slots: list[Any] = [d for t in tensors for d in t.shape] + _ints(args, k.attr_args)
+    slots: list[Any] = [d for t in tensors if t is not None for d in t.shape]
+    slots += _ints(args, k.attr_args)
     exprs = [v.node.expr if isinstance(v, torch.SymInt) else sympy.Integer(int(v)) for v in slots]
     symbols = sorted(set().union(*(e.free_symbols for e in exprs)), key=str)
     hints: dict[Any, int] = {}
@@ -789,13 +935,18 @@ def _symbolic_meta(k: NativeKernel, args: Sequence[Any]) -> list[tuple[list[Any]
     for assign in probes:
         vals = [int(e.xreplace(assign)) for e in exprs]
         values.append(vals)
-        shapes, pos = [], 0
+        shapes: list[Shape | None] = []
+        pos = 0
         for t in tensors:
+            if t is None:
+                shapes.append(None)
+                continue
             shapes.append(tuple(vals[pos : pos + t.dim()]))
             pos += t.dim()
         rebuilt = _rebuild_args(args, k, vals[pos:])
+        dtypes = [None if t is None else t.dtype for t in tensors]
         try:
-            results.append(k._meta_c(shapes, [t.dtype for t in tensors], rebuilt))
+            results.append(k._meta_c(shapes, dtypes, rebuilt))
         except RuntimeError as e:
             raise RuntimeError(f"{e} (probing symbolic sizes {assign})") from None
     outs = []

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pdlkit.runtime_abi.capability import Target
+from pdlkit.runtime_abi.capability import FEATURE_ARCH, Target
 from pdlkit.runtime_abi.kernel import KernelDecl
 
 
@@ -147,13 +147,21 @@ class KernelRegistry:
         candidates = self.for_op(op)
         if not candidates:
             return Selection(None, [f"no kernel implements logical op {op!r}"])
-        reasons: list[str] = []
+        skipped: list[tuple[KernelDecl, str]] = []
         for k in candidates:
             why = _ineligible(k, args, target, pin)
             if why is None:
-                return Selection(k, reasons)
-            reasons.append(f"{k.name}: {why}")
-        return Selection(None, reasons)
+                # a kernel for another CPU architecture is not news when one was found
+                return Selection(k, [r for o, r in skipped if not _for_other_arch(o, target)])
+            skipped.append((k, f"{k.name}: {why}"))
+        return Selection(None, [r for _, r in skipped])
+
+
+def _for_other_arch(k: KernelDecl, target: Target) -> bool:
+    """``k`` requires ISA features of another CPU architecture than the target's (an AArch64
+    kernel on an x86 target, or the reverse)."""
+    arches = {FEATURE_ARCH[f] for f in k.requires if f in FEATURE_ARCH}
+    return bool(arches) and target.arch not in arches
 
 
 def _ineligible(k: KernelDecl, args: Sequence[Any], target: Target, pin: str | None) -> str | None:

@@ -62,9 +62,13 @@ def _qd():  # quantized_decomposed ops are registered by torchao's PT2E module
     return torch.ops.quantized_decomposed
 
 
+def _x_range(x_q):  # u8 activations (x86 PT2E) or s8 (Arm / XNNPACK quantizers)
+    return (0, 255, torch.uint8) if x_q.dtype == torch.uint8 else (-128, 127, torch.int8)
+
+
 def _qlinear_ref(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm):
     qd = _qd()
-    x = qd.dequantize_per_tensor(x_q, x_scale, x_zp, 0, 255, torch.uint8)
+    x = qd.dequantize_per_tensor(x_q, x_scale, x_zp, *_x_range(x_q))
     w = qd.dequantize_per_channel(w_q, w_scale, w_zp, 0, -128, 127, torch.int8)
     y = F.linear(x, w, bias)
     if post_op == "relu":
@@ -128,7 +132,7 @@ def _qlinear_dynamic_examples(dtype: torch.dtype) -> list[tuple]:
 @pdlkit.reference("qlinear_dynamic", examples=_qlinear_dynamic_examples)
 def qlinear_dynamic(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm):
     qd = _qd()
-    x = qd.dequantize_per_tensor.tensor(x_q, x_scale, x_zp, 0, 255, torch.uint8)
+    x = qd.dequantize_per_tensor.tensor(x_q, x_scale, x_zp, *_x_range(x_q))
     w = qd.dequantize_per_channel(w_q, w_scale, w_zp, 0, -128, 127, torch.int8)
     y = F.linear(x, w, bias)
     if post_op == "relu":
@@ -207,3 +211,55 @@ def int8_gated_silu(q, x_scale, wg, sg, wu, su, dtype, shape):
     up = int8_linear(q, x_scale, wu, su, None, dtype)
     h = F.silu(gate) * up
     return h.reshape(shape) if shape is not None else h
+
+
+# -- int8 linear with the weight quantized per tensor (ArmInductorQuantizer graphs): the
+# weight's scale and zero point are numbers, not per-channel tensors.
+
+
+def _qlinear_pt_ref(x, w_q, w_scale, w_zp, bias, post_op, algorithm):
+    w = _qd().dequantize_per_tensor(w_q, w_scale, w_zp, -128, 127, torch.int8)
+    y = F.linear(x, w, bias)
+    if post_op == "relu":
+        y = torch.relu(y)
+    elif post_op == "gelu":
+        y = F.gelu(y, approximate=algorithm or "none")
+    return y
+
+
+def _qlinear_pt_examples(dtype: torch.dtype, quantized_out: bool) -> list[tuple]:
+    out = []
+    for args in _qlinear_examples(dtype, quantized_out):
+        x_q, xs, xzp, w_q, w_scale, w_zp, bias, *rest = args
+        x_s8 = (x_q.to(torch.int16) - 128).to(torch.int8)  # Arm graphs: s8 activations
+        out.append((x_s8, xs, xzp - 128, w_q, float(w_scale[0]), 0, bias, *rest))
+    return out
+
+
+@pdlkit.reference("qlinear_pt", examples=lambda dtype: _qlinear_pt_examples(dtype, False))
+def qlinear_pt(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm):
+    x = _qd().dequantize_per_tensor(x_q, x_scale, x_zp, *_x_range(x_q))
+    return _qlinear_pt_ref(x, w_q, w_scale, w_zp, bias, post_op, algorithm)
+
+
+@pdlkit.reference("qlinear_q_pt", examples=lambda dtype: _qlinear_pt_examples(dtype, True))
+def qlinear_q_pt(
+    x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, out_scale, out_zp, out_qmin, out_qmax,
+    post_op, algorithm,
+):  # fmt: skip
+    y = qlinear_pt(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
+    dtype = torch.uint8 if out_qmin >= 0 else torch.int8
+    return _qd().quantize_per_tensor(y, out_scale, out_zp, out_qmin, out_qmax, dtype)
+
+
+def _qlinear_dynamic_pt_examples(dtype: torch.dtype) -> list[tuple]:
+    out = []
+    for x_q, xs, xzp, *rest in _qlinear_pt_examples(dtype, False):
+        out.append((x_q, torch.tensor([xs], dtype=torch.float64), torch.tensor([xzp]), *rest))
+    return out
+
+
+@pdlkit.reference("qlinear_dynamic_pt", examples=_qlinear_dynamic_pt_examples)
+def qlinear_dynamic_pt(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm):
+    x = _qd().dequantize_per_tensor.tensor(x_q, x_scale, x_zp, *_x_range(x_q))
+    return _qlinear_pt_ref(x, w_q, w_scale, w_zp, bias, post_op, algorithm)

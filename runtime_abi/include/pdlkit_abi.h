@@ -55,6 +55,12 @@
  *   - The first three fields of pdlkit_registration (struct_size, abi_major, abi_minor) are
  *     frozen across all majors, so a host can always read the library's version.
  *
+ * ABI history
+ *   1.0  the first release.
+ *   1.1  optional tensor parameters (pdlkit_arg_desc.optional) and a pre-pack hook for
+ *        constant weights (pdlkit_kernel_desc.prepack_arg / .prepack). A 1.0 library still
+ *        loads: its shorter structs read as if the 1.1 fields were zero.
+ *
  * Tensors are DLPack DLTensors (https://github.com/dmlc/dlpack): `data` + `byte_offset`
  * is the first element; `shape` and `strides` have `ndim` entries, strides in elements
  * (the host always passes strides for run(); it passes strides = NULL to meta()).
@@ -71,7 +77,7 @@
 #include <string.h>
 
 #define PDLKIT_ABI_MAJOR 1
-#define PDLKIT_ABI_MINOR 0
+#define PDLKIT_ABI_MINOR 1
 
 #if defined(_WIN32)
 #define PDLKIT_EXPORT __declspec(dllexport)
@@ -234,8 +240,28 @@ typedef struct pdlkit_call_frame {
   size_t error_size;
 } pdlkit_call_frame;
 
+/* prepack() (ABI 1.1): reorder a constant weight once into the kernel's own layout. The host
+ * calls it twice per weight: first with packed == NULL to learn packed_size (set it), then
+ * with a buffer of packed_size bytes, 64-byte aligned, to fill. The host caches the result
+ * (bounded, keyed by the weight tensor's identity and version) and passes it to run() in
+ * place of the prepack_arg input: a 1-D uint8 DLTensor of packed_size bytes. meta() always
+ * sees the logical (unpacked) weight. Make the packed bytes self-describing (sizes in a
+ * header) so that run() can check them. Must be thread-safe and deterministic. */
+typedef struct pdlkit_prepack_frame {
+  size_t struct_size;
+  const struct pdlkit_kernel_desc* kernel; /* the descriptor whose weight is packed */
+  const DLTensor* weight;                  /* the logical weight: contiguous, on the CPU */
+  const pdlkit_attribute* const* attrs;    /* the call's non-tensor parameters, sorted */
+  size_t num_attrs;
+  void* packed;                            /* NULL: size query; else packed_size bytes */
+  size_t packed_size;                      /* set by the query, read-only on the second call */
+  char* error;
+  size_t error_size;
+} pdlkit_prepack_frame;
+
 typedef int32_t (*pdlkit_meta_fn)(const pdlkit_meta_frame* frame);
 typedef int32_t (*pdlkit_run_fn)(const pdlkit_call_frame* frame);
+typedef int32_t (*pdlkit_prepack_fn)(pdlkit_prepack_frame* frame);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Descriptors: what a kernel declares (checked when the library is loaded)                   */
@@ -259,6 +285,11 @@ typedef struct pdlkit_arg_desc {
   size_t num_divisible;
   int32_t contiguous;         /* TENSOR: nonzero = must be compact row-major */
   uint32_t alignment;         /* TENSOR: data alignment in bytes (power of two), 0 = any */
+  /* ---- ABI 1.1 ---- */
+  int32_t optional;           /* TENSOR: nonzero = may be None (Python `Tensor | None`); an
+                                 absent tensor arrives as a DLTensor with data == NULL,
+                                 ndim == 0 and dtype {0, 0, 0} (lanes 0: no real tensor
+                                 has that): test it with pdlkit_is_none() */
 } pdlkit_arg_desc;
 
 /* Traits: promises the kernel makes (a bitmask). */
@@ -285,6 +316,9 @@ typedef struct pdlkit_kernel_desc {
   pdlkit_meta_fn meta;     /* required */
   pdlkit_run_fn run;       /* required */
   const char* doc;         /* one paragraph for `pdlkit kernels` / explain; may be NULL */
+  /* ---- ABI 1.1 ---- */
+  const char* prepack_arg;   /* the TENSOR parameter packed by `prepack`, or NULL for none */
+  pdlkit_prepack_fn prepack; /* required when prepack_arg is set */
 } pdlkit_kernel_desc;
 
 /* ---------------------------------------------------------------------------------------- */
@@ -388,6 +422,11 @@ static inline int pdlkit_is_contiguous(const DLTensor* t) {
     expected *= t->shape[d];
   }
   return 1;
+}
+
+/* True for an absent optional tensor (ABI 1.1: pdlkit_arg_desc.optional). */
+static inline int pdlkit_is_none(const DLTensor* t) {
+  return t->data == NULL && t->ndim == 0 && t->dtype.lanes == 0;
 }
 
 static inline int pdlkit_dtype_is(DLDataType t, uint8_t code, uint8_t bits) {

@@ -1,0 +1,159 @@
+"""The AArch64 GEMM kernels of ``a64_gemm.c``, on every host.
+
+The kernels themselves are C (``a64_gemm.c``, pdlkit C ABI 1.1). This file is what the
+registry loads from this folder, and it does one of two things:
+
+* **On an AArch64 host** it builds the library with the documented command (cached, see
+  :mod:`pdlkit.runtime_abi.native_build`) and loads it through the native loader: the
+  kernels registered are the library's own descriptors, called through the C ABI.
+* **On any other host** it declares the same kernels as *plan-only* declarations: the same
+  names, logical ops, priorities, required ISA features, dtypes, shape rules and pre-pack
+  argument, with Python meta functions. ``pdlkit explain --target yitian`` can then show
+  which substitution would use which kernel without loading an AArch64 binary. A plan-only
+  kernel never runs: its requirements (i8mm / asimddp / bf16) keep it from being chosen for
+  an x86 host, and called anyway it declines (per-call fallback to the replaced subgraph).
+
+``tests/test_aarch64.py`` checks that the table below equals the library's descriptors
+(read under qemu-aarch64 by ``abi_driver --describe``), so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+from pdlkit.runtime_abi.kernel import KernelDecl, KernelUnsupported, declare
+from pdlkit.runtime_abi.native_build import host_arch
+
+SOURCE = Path(__file__).resolve().with_suffix(".c")
+
+T, OPT = torch.Tensor, Optional[torch.Tensor]  # noqa: UP045 (a runtime annotation object)
+_QLINEAR = [
+    ("x_q", T), ("x_scale", float), ("x_zp", int), ("w_q", T), ("w_scale", T), ("w_zp", T),
+    ("bias", OPT), ("post_op", str), ("algorithm", str),
+]  # fmt: skip
+_QLINEAR_Q = [
+    *_QLINEAR[:7], ("out_scale", float), ("out_zp", int), ("out_qmin", int), ("out_qmax", int),
+    ("post_op", str), ("algorithm", str),
+]  # fmt: skip
+_QLINEAR_DYN = [(n, T if n in ("x_scale", "x_zp") else a) for n, a in _QLINEAR]
+# per-tensor weight qparams as numbers (ArmInductorQuantizer graphs): the *_pt ops
+_PT = {"w_scale": float, "w_zp": int}
+_QLINEAR_PT = [(n, _PT.get(n, a)) for n, a in _QLINEAR]
+_QLINEAR_Q_PT = [(n, _PT.get(n, a)) for n, a in _QLINEAR_Q]
+_QLINEAR_DYN_PT = [(n, _PT.get(n, a)) for n, a in _QLINEAR_DYN]
+_LINEAR = [("x", T), ("weight", T), ("bias", OPT)]
+_LINEAR_GELU = [*_LINEAR, ("approximate", str)]
+
+_Q_DTYPES = {
+    "x_q": (torch.uint8, torch.int8),
+    "w_q": (torch.int8,),
+    "w_scale": (torch.float32,),
+    "w_zp": (torch.int64, torch.int32),
+    "bias": (torch.float32,),
+}
+_DYN_DTYPES = {
+    **_Q_DTYPES,
+    "x_scale": (torch.float32, torch.float64),
+    "x_zp": (torch.int64, torch.int32),
+}
+_BF16_DTYPES = {
+    "x": (torch.bfloat16,),
+    "weight": (torch.bfloat16,),
+    "bias": (torch.bfloat16, torch.float32),
+}
+_Q_SHAPES = {"x_q": {"contiguous": True}, "w_q": {"rank": 2}}
+_BF16_SHAPES = {"x": {"contiguous": True}, "weight": {"rank": 2}}
+
+
+def _meta_f32(x_q: Any, *args: Any) -> Any:
+    w = args[2]  # x_scale, x_zp, w_q
+    return x_q.new_empty((*x_q.shape[:-1], w.shape[0]), dtype=torch.float32)
+
+
+def _meta_q(x_q: Any, *args: Any) -> Any:
+    w, out_qmin = args[2], args[8]  # ..., out_scale, out_zp, out_qmin
+    dtype = torch.uint8 if out_qmin >= 0 else torch.int8
+    return x_q.new_empty((*x_q.shape[:-1], w.shape[0]), dtype=dtype)
+
+
+def _meta_linear(x: Any, weight: Any, *args: Any) -> Any:
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+# name, op, priority, ISA, parameters, dtypes, shape rules, prepack argument, meta
+KERNELS: list[tuple[Any, ...]] = [
+    ("a64_qlinear_i8mm", "qlinear", 20, ("i8mm",), _QLINEAR, _Q_DTYPES, _Q_SHAPES, "w_q", _meta_f32),
+    ("a64_qlinear_q_i8mm", "qlinear_q", 20, ("i8mm",), _QLINEAR_Q, _Q_DTYPES, _Q_SHAPES, "w_q", _meta_q),
+    ("a64_qlinear_dynamic_i8mm", "qlinear_dynamic", 20, ("i8mm",), _QLINEAR_DYN, _DYN_DTYPES, _Q_SHAPES, "w_q", _meta_f32),
+    ("a64_qlinear_sdot", "qlinear", 10, ("asimddp",), _QLINEAR, _Q_DTYPES, _Q_SHAPES, "w_q", _meta_f32),
+    ("a64_qlinear_q_sdot", "qlinear_q", 10, ("asimddp",), _QLINEAR_Q, _Q_DTYPES, _Q_SHAPES, "w_q", _meta_q),
+    ("a64_qlinear_dynamic_sdot", "qlinear_dynamic", 10, ("asimddp",), _QLINEAR_DYN, _DYN_DTYPES, _Q_SHAPES, "w_q", _meta_f32),
+    ("a64_qlinear_pt_i8mm", "qlinear_pt", 20, ("i8mm",), _QLINEAR_PT, _Q_DTYPES, _Q_SHAPES, "w_q", _meta_f32),
+    ("a64_qlinear_q_pt_i8mm", "qlinear_q_pt", 20, ("i8mm",), _QLINEAR_Q_PT, _Q_DTYPES, _Q_SHAPES, "w_q", _meta_q),
+    ("a64_qlinear_dynamic_pt_i8mm", "qlinear_dynamic_pt", 20, ("i8mm",), _QLINEAR_DYN_PT, _DYN_DTYPES, _Q_SHAPES, "w_q", _meta_f32),
+    ("a64_qlinear_pt_sdot", "qlinear_pt", 10, ("asimddp",), _QLINEAR_PT, _Q_DTYPES, _Q_SHAPES, "w_q", _meta_f32),
+    ("a64_qlinear_q_pt_sdot", "qlinear_q_pt", 10, ("asimddp",), _QLINEAR_Q_PT, _Q_DTYPES, _Q_SHAPES, "w_q", _meta_q),
+    ("a64_qlinear_dynamic_pt_sdot", "qlinear_dynamic_pt", 10, ("asimddp",), _QLINEAR_DYN_PT, _DYN_DTYPES, _Q_SHAPES, "w_q", _meta_f32),
+    ("a64_linear_bf16", "linear", 20, ("bf16",), _LINEAR, _BF16_DTYPES, _BF16_SHAPES, "weight", _meta_linear),
+    ("a64_linear_relu_bf16", "linear_relu", 20, ("bf16",), _LINEAR, _BF16_DTYPES, _BF16_SHAPES, "weight", _meta_linear),
+    ("a64_linear_gelu_bf16", "linear_gelu", 20, ("bf16",), _LINEAR_GELU, _BF16_DTYPES, _BF16_SHAPES, "weight", _meta_linear),
+]  # fmt: skip
+
+
+def _plan_only(spec: tuple[Any, ...]) -> KernelDecl:
+    name, op, priority, isa, params, dtypes, shapes, packed, meta = spec
+    why = (
+        f"{name} is an AArch64 kernel ({SOURCE.name}); this {host_arch()} host can plan with "
+        "it (target='yitian') but cannot run it"
+    )
+
+    def fn(*args: Any) -> Any:
+        raise KernelUnsupported(why)
+
+    def prepack(weight: torch.Tensor, attrs: Any) -> Any:
+        raise KernelUnsupported(why)
+
+    P = inspect.Parameter
+    sig = inspect.Signature(
+        [P(n, P.POSITIONAL_OR_KEYWORD, annotation=a) for n, a in params], return_annotation=T
+    )
+    fn.__signature__ = sig  # type: ignore[attr-defined]
+    fn.__annotations__ = {n: a for n, a in params} | {"return": T}
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"Plan-only declaration of {name} (from {SOURCE.name}); runs on AArch64 only."
+    return declare(
+        fn,
+        op=op,
+        meta=meta,
+        name=name,
+        priority=priority,
+        device="cpu",
+        dtypes={k: v for k, v in dtypes.items() if dict(params).get(k) in (T, OPT)},
+        requires=isa,
+        shapes=shapes,
+        traits=("deterministic",),
+        prepack=prepack,
+        prepack_arg=packed,
+        source=f"{SOURCE}:{name} (plan only on {host_arch()})",
+    )
+
+
+def _load() -> dict[str, KernelDecl]:
+    if host_arch() == "aarch64":
+        from pdlkit.runtime_abi.native import load_native_library
+        from pdlkit.runtime_abi.native_build import BuildError, build_library
+
+        try:
+            lib = build_library(SOURCE, "aarch64")
+        except BuildError as e:  # the rest of the registry stays usable
+            warnings.warn(f"{SOURCE}: AArch64 kernels not available: {e}", stacklevel=1)
+            return {}
+        return {k.name: k for k in load_native_library(lib)}
+    return {spec[0]: _plan_only(spec) for spec in KERNELS}
+
+
+globals().update(_load())
