@@ -55,6 +55,7 @@ class GraphReport:
     near_misses: list[NearMiss] = field(default_factory=list)
     silent: dict[str, str] = field(default_factory=dict)  # pattern -> why it matched nothing
     skipped: str = ""  # why the whole graph was left alone
+    canonicalized: dict[str, int] = field(default_factory=dict)  # canonicalize rule -> count
     timings: dict[str, float] = field(
         default_factory=dict
     )  # seconds: retrace, import, apply, rewrite

@@ -25,6 +25,7 @@ from typing import Any, cast
 import torch
 import torch.fx as fx
 from pdlkit.matcher import natives
+from pdlkit.matcher.canonicalize import weight_views
 from pdlkit.matcher.patterns import Pattern, PatternSet
 from pdlkit.matcher.report import GraphReport, NearMiss, Substitution, describe_value
 from pdlkit.matcher.to_mlir import import_graph, new_context
@@ -716,6 +717,7 @@ def _rewrite_fx(gm: fx.GraphModule, s: _Session, verify: bool) -> list[Substitut
     fallbacks = [_fallback_module(gm, s, rec) for rec in s.records]  # before any edit
     outs_of: dict[int, list[fx.Node]] = {}
     subs: list[Substitution] = []
+    views: list[fx.Node] = []  # canonical t(weight) nodes that call sites took over
 
     def arg(r: Ref) -> Any:
         if isinstance(r, Const):
@@ -730,6 +732,10 @@ def _rewrite_fx(gm: fx.GraphModule, s: _Session, verify: bool) -> list[Substitut
         anchor = max(rec.outputs, key=lambda n: s.order.get(n, -1))
         root = cast(fx.Node, anchor.args[0]) if anchor.target is operator.getitem else anchor
         args = [arg(r) for r in rec.args]
+        transposed = weight_views(rec.kernel, args)
+        for i in transposed:
+            views.append(cast(fx.Node, args[i]))
+            args[i] = views[-1].args[0]  # the parameter; the site transposes it
         site = CallSite(
             kernel=rec.kernel,
             pattern=f"{rec.pattern.name} ({rec.pattern.where})",
@@ -738,6 +744,7 @@ def _rewrite_fx(gm: fx.GraphModule, s: _Session, verify: bool) -> list[Substitut
             fallback=fallbacks[k],
             verify=verify,
             guard=needs_guard(rec.kernel, [s.example(r) for r in rec.args]),
+            transposed=transposed,
         )
         op = bind(rec.kernel)
         with graph.inserting_before(root):
@@ -779,6 +786,9 @@ def _rewrite_fx(gm: fx.GraphModule, s: _Session, verify: bool) -> list[Substitut
         {n for rec in s.records for n in rec.slice}, key=s.order.__getitem__, reverse=True
     ):
         if not n.users and not n.is_impure():
+            graph.erase_node(n)
+    for n in dict.fromkeys(views):
+        if not n.users:
             graph.erase_node(n)
     alive = set(graph.nodes)
     for rec, sub in zip(s.records, subs, strict=True):

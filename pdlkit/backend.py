@@ -176,6 +176,7 @@ def run_pass(
     keep_text: bool = False,
 ) -> tuple[fx.GraphModule, GraphReport]:
     """Re-trace ``gm`` and substitute; returns the rewritten pre-dispatch graph and a report."""
+    from pdlkit.matcher.canonicalize import canonicalize, restore
     from pdlkit.matcher.substitute import substitute
 
     t0 = time.perf_counter()
@@ -192,6 +193,8 @@ def run_pass(
         )
         report.timings["retrace"] = t1 - t0
         return traced, report
+    canonical = canonicalize(traced)
+    t_canon = time.perf_counter() - t1
     outcome = substitute(
         traced,
         plan.patterns,
@@ -202,7 +205,10 @@ def run_pass(
         rewrite_fx=rewrite_fx,
     )
     report = outcome.report
-    report.timings = {"retrace": t1 - t0, **report.timings}
+    if rewrite_fx:
+        restore(outcome.graph)  # inexact canonical spellings no kernel claimed
+    report.canonicalized = dict(canonical)
+    report.timings = {"retrace": t1 - t0, "canonicalize": t_canon, **report.timings}
     if keep_text:
         report.graph_before = before
         report.graph_after = outcome.graph.print_readable(print_output=False)
