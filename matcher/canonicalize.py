@@ -115,11 +115,14 @@ def _untransposed(w: fx.Node) -> fx.Node | None:
         return None
     if _val(src).dim() != 2:
         return None
+    dims: Any = (
+        w.args[1:3] if w.target is aten.transpose.int else w.args[1] if len(w.args) > 1 else ()
+    )
     if w.target is aten.t.default:
         return src
-    if w.target is aten.transpose.int and {int(d) % 2 for d in w.args[1:3]} == {0, 1}:  # type: ignore[call-overload]
+    if w.target is aten.transpose.int and sorted(int(d) % 2 for d in dims) == [0, 1]:
         return src
-    if w.target is aten.permute.default and [int(d) % 2 for d in w.args[1]] == [1, 0]:  # type: ignore[union-attr]
+    if w.target is aten.permute.default and [int(d) % 2 for d in dims] == [1, 0]:
         return src
     return None
 
@@ -242,7 +245,9 @@ def _reshape_as_view(graph: fx.Graph, n: fx.Node) -> Applied:
 def _spell_defaults(graph: fx.Graph, n: fx.Node) -> Applied:
     """Every schema argument spelled: positional ones as args, keyword-only ones as kwargs."""
     schema = getattr(n.target, "_schema", None)
-    if schema is None or any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
+    if schema is None or any(
+        a.alias_info is not None and a.alias_info.is_write for a in schema.arguments
+    ):
         return None
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
@@ -305,7 +310,9 @@ RULES: tuple[Rule, ...] = (
 def describe_rules() -> str:
     """The rule table as text (``pdlkit`` docs and ``explain`` use it)."""
     w = max(len(r.before) for r in RULES)
-    return "\n".join(f"{r.name:<16} {r.before:<{w}} -> {r.after}   [exact: {r.exactness}]" for r in RULES)
+    return "\n".join(
+        f"{r.name:<16} {r.before:<{w}} -> {r.after}   [exact: {r.exactness}]" for r in RULES
+    )
 
 
 # -- the passes ---------------------------------------------------------------------------------
