@@ -33,6 +33,7 @@ from pdlkit.runtime_abi.binding import CallSite, bind, needs_guard, new_site
 from pdlkit.runtime_abi.capability import Target
 from pdlkit.runtime_abi.kernel import KernelDecl
 from pdlkit.runtime_abi.registry import KernelRegistry
+from pdlkit.runtime_abi.verify import FirstCallVerifier, resolve_mode
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch_mlir import ir, rewrite
 
@@ -518,7 +519,7 @@ def substitute(
     registry: KernelRegistry,
     target: Target,
     *,
-    verify: bool = False,
+    verify: bool | str = False,
     index: int = 0,
     rewrite_fx: bool = True,
 ) -> Outcome:
@@ -712,8 +713,9 @@ def _user_line(node: fx.Node) -> str:
         return last
 
 
-def _rewrite_fx(gm: fx.GraphModule, s: _Session, verify: bool) -> list[Substitution]:
+def _rewrite_fx(gm: fx.GraphModule, s: _Session, verify: bool | str) -> list[Substitution]:
     graph = gm.graph
+    mode = resolve_mode(verify)
     fallbacks = [_fallback_module(gm, s, rec) for rec in s.records]  # before any edit
     outs_of: dict[int, list[fx.Node]] = {}
     subs: list[Substitution] = []
@@ -742,7 +744,10 @@ def _rewrite_fx(gm: fx.GraphModule, s: _Session, verify: bool) -> list[Substitut
             node=root.name,
             user_line=_user_line(root),
             fallback=fallbacks[k],
-            verify=verify,
+            verify=mode == "strict",
+            intercept=FirstCallVerifier(rec.pattern.tolerance, rec.pattern.timeout)
+            if mode == "first_call"
+            else None,
             guard=needs_guard(rec.kernel, [s.example(r) for r in rec.args]),
             transposed=transposed,
         )

@@ -53,13 +53,16 @@ class Options:
     kernels: config.PathArg = None
     target: Any = None
     default_codegen: str = "inductor"
-    verify: bool = False
+    verify: bool | str = False
 
     def __post_init__(self) -> None:
         if self.default_codegen not in _CODEGENS:
             raise ValueError(
                 f"default_codegen must be one of {_CODEGENS}, got {self.default_codegen!r}"
             )
+        from pdlkit.runtime_abi.verify import resolve_mode
+
+        resolve_mode(self.verify)  # a bad value fails here, not at the first compile
 
     def with_(self, extra: Mapping[str, Any] | None) -> Options:
         if not extra:
@@ -170,7 +173,7 @@ def run_pass(
     example_inputs: list[Any],
     plan: Plan,
     *,
-    verify: bool = False,
+    verify: bool | str = False,
     index: int = 0,
     rewrite_fx: bool = True,
     keep_text: bool = False,
@@ -225,7 +228,7 @@ class PdlkitBackend:
         kernels: config.PathArg = None,
         target: Any = None,
         default_codegen: str = "inductor",
-        verify: bool = False,
+        verify: bool | str = False,
         on_report: Callable[[GraphReport, Plan], None] | None = None,
         explain_only: bool = False,
     ):
@@ -297,7 +300,7 @@ def optimize(
     kernels: config.PathArg = None,
     target: Any = None,
     default_codegen: str = "inductor",
-    verify: bool = False,
+    verify: bool | str = False,
     dynamic: bool | None = None,
 ) -> Callable[..., Any]:
     """Compile ``model`` with pattern substitution; everything unmatched goes to Inductor.
@@ -307,8 +310,10 @@ def optimize(
         fast = pdlkit.optimize(model, patterns="my/patterns", kernels="my/kernels")
         y = fast(x)   # linear+gelu is one call of the kernel that implements "linear_gelu"
 
-    ``target`` names the machine to plan for (default: this host); ``verify=True`` checks
-    the first call of every substituted kernel against the subgraph it replaced.
+    ``target`` names the machine to plan for (default: this host). ``verify="first_call"``
+    (or ``PDLKIT_VERIFY=1``) runs, for the first call of each shape at each site, the kernel
+    and the subgraph it replaced, and switches off (with a warning) a substitution whose
+    result disagrees; ``verify=True`` makes such a disagreement an error instead.
     """
     backend = PdlkitBackend(
         patterns=patterns,

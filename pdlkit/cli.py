@@ -5,6 +5,7 @@ pdlkit check patterns/ kernels/ my.yaml       # validate without running a model
 pdlkit explain examples/mlp.py:example        # what would be substituted, and why not
 pdlkit explain mypkg.models:bert --target yitian
 pdlkit kernels                                # the kernels pdlkit can choose from
+pdlkit bisect mypkg.models:factory            # which substitution makes the output diverge
 """
 
 from __future__ import annotations
@@ -67,6 +68,22 @@ def cmd_explain(args: argparse.Namespace) -> int:
         for g in report.graphs:
             print(f"\n--- graph {g.index} after substitution ---\n{g.graph_after}")
     return 0
+
+
+def cmd_bisect(args: argparse.Namespace) -> int:
+    import pdlkit
+
+    model, inputs = _load_example(args.model)
+    result = pdlkit.bisect(
+        model,
+        *inputs,
+        patterns=args.patterns,
+        kernels=args.kernels,
+        target=args.target,
+        default_codegen=args.codegen,
+    )
+    print(result)
+    return 1 if result.culprits else 0
 
 
 def cmd_abi_check(args: argparse.Namespace) -> int:
@@ -207,6 +224,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kernels", action="append", default=None)
     p.add_argument("--graphs", action="store_true", help="print the rewritten graphs")
     p.set_defaults(fn=cmd_explain)
+
+    p = sub.add_parser(
+        "bisect", help="find the substitution that makes a model's output diverge from eager"
+    )
+    p.add_argument("model", help="module:function or file.py[:function] returning (model, inputs)")
+    p.add_argument("--target", default=None)
+    p.add_argument("--patterns", action="append", default=None)
+    p.add_argument("--kernels", action="append", default=None)
+    p.add_argument("--codegen", choices=("eager", "inductor"), default="eager")
+    p.set_defaults(fn=cmd_bisect)
 
     p = sub.add_parser("abi-check", help="check kernels against their declaration and reference")
     p.add_argument("paths", nargs="+", help="kernel files (.py, .so) or folders")

@@ -9,7 +9,9 @@ the pattern, the FX node and the replaced subgraph, so that
   replaced subgraph (per-call fallback),
 * outputs whose shape or dtype disagree with the kernel's meta function are an error,
   never a silently wrong number,
-* ``verify=True`` compares the first call of every site against the replaced subgraph.
+* ``verify=True`` compares the first call of every site against the replaced subgraph
+  (a mismatch is an error); ``verify="first_call"`` does it per shape and switches a
+  failing substitution off for that shape instead (:mod:`pdlkit.runtime_abi.verify`).
 """
 
 from __future__ import annotations
@@ -56,6 +58,9 @@ class CallSite:
     # arguments the graph passes un-transposed (a canonical ``t(weight)``), transposed here as
     # a view of the parameter so that pre-packing keys a stable tensor (see canonicalize.py)
     transposed: tuple[int, ...] = ()
+    # wraps each call as intercept(site, args, attempt) where attempt(site, args) runs the
+    # kernel: first-call verification (runtime_abi/verify.py) and bisect use it
+    intercept: Callable[..., Any] | None = None
     _expected: dict[tuple[Any, ...], list[tuple[torch.Size, torch.dtype]]] = field(
         default_factory=dict, repr=False
     )
@@ -240,8 +245,15 @@ def _runner(decl: KernelDecl) -> Any:
 
     def run(*args: Any) -> Any:
         kargs, cs = args[:-1], sites.get(args[-1])
-        if cs is not None and cs.transposed:
+        if cs is None:
+            return attempt(cs, kargs)
+        if cs.transposed:
             kargs = transpose_args(kargs, cs.transposed)
+        if cs.intercept is not None:  # verification, or a site bisect switched off
+            return cs.intercept(cs, kargs, attempt)
+        return attempt(cs, kargs)
+
+    def attempt(cs: CallSite | None, kargs: tuple[Any, ...]) -> Any:
         if shapes and cs is not None and cs.guard and _guard(decl, kargs) is not None:
             return fall_back(cs, kargs)  # outside the kernel's shape rules
         try:
