@@ -177,6 +177,7 @@ def run_pass(
     index: int = 0,
     rewrite_fx: bool = True,
     keep_text: bool = False,
+    why: tuple[str, ...] = (),
 ) -> tuple[fx.GraphModule, GraphReport]:
     """Re-trace ``gm`` and substitute; returns the rewritten pre-dispatch graph and a report."""
     from pdlkit.matcher.canonicalize import canonicalize, restore
@@ -206,6 +207,7 @@ def run_pass(
         verify=verify,
         index=index,
         rewrite_fx=rewrite_fx,
+        why=why,
     )
     report = outcome.report
     if rewrite_fx:
@@ -231,10 +233,12 @@ class PdlkitBackend:
         verify: bool | str = False,
         on_report: Callable[[GraphReport, Plan], None] | None = None,
         explain_only: bool = False,
+        why: tuple[str, ...] = (),
     ):
         self.options = Options(patterns, kernels, target, default_codegen, verify)
         self.on_report = on_report
         self.explain_only = explain_only
+        self.why = why  # explain --why: patterns to walk candidate by candidate
         self._graphs = 0
         self._stamp: tuple[str, str] | None = None
         self._warned = False
@@ -263,7 +267,13 @@ class PdlkitBackend:
         index = self._graphs
         self._graphs += 1
         traced, report = run_pass(
-            gm, example_inputs, plan, verify=opts.verify, index=index, keep_text=self.explain_only
+            gm,
+            example_inputs,
+            plan,
+            verify=opts.verify,
+            index=index,
+            keep_text=self.explain_only,
+            why=self.why,
         )
         if report.skipped and not self._warned and not self.explain_only:
             self._warned = True
@@ -333,9 +343,14 @@ def explain(
     kernels: config.PathArg = None,
     target: Any = None,
     no_grad: bool = True,
+    why: str | tuple[str, ...] = (),
     **_ignored: Any,
 ) -> Report:
     """What ``optimize`` would substitute for these inputs, and why other candidates were not.
+
+    ``why="linear_gelu"`` (or a tuple of names) walks that pattern against each candidate
+    root and reports the closest partial match and its first failing op, operand or
+    constraint (``report.graphs[i].why``; printed by ``str(report)``).
 
     Nothing is compiled and no kernel runs (so a foreign ``target`` such as ``"yitian"``
     works on any host); the model runs eagerly once under Dynamo to capture its graphs.
@@ -348,7 +363,12 @@ def explain(
         plans.append(plan)
 
     backend = PdlkitBackend(
-        patterns=patterns, kernels=kernels, target=target, on_report=sink, explain_only=True
+        patterns=patterns,
+        kernels=kernels,
+        target=target,
+        on_report=sink,
+        explain_only=True,
+        why=(why,) if isinstance(why, str) else tuple(why),
     )
     plan = load_plan(backend.options)
     compiled = _compile(model, backend)

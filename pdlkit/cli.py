@@ -4,6 +4,7 @@ pdlkit demo                                   # compile a small model with the s
 pdlkit check patterns/ kernels/ my.yaml       # validate without running a model
 pdlkit explain examples/mlp.py:example        # what would be substituted, and why not
 pdlkit explain mypkg.models:bert --target yitian
+pdlkit explain mypkg.models:bert --why qlinear_gelu   # why that pattern did not match
 pdlkit kernels                                # the kernels pdlkit can choose from
 pdlkit bisect mypkg.models:factory            # which substitution makes the output diverge
 """
@@ -61,7 +62,12 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     model, inputs = _load_example(args.model)
     report = pdlkit.explain(
-        model, *inputs, patterns=args.patterns, kernels=args.kernels, target=args.target
+        model,
+        *inputs,
+        patterns=args.patterns,
+        kernels=args.kernels,
+        target=args.target,
+        why=tuple(args.why or ()),
     )
     print(report)
     if args.graphs:
@@ -223,6 +229,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--patterns", action="append", default=None)
     p.add_argument("--kernels", action="append", default=None)
     p.add_argument("--graphs", action="store_true", help="print the rewritten graphs")
+    p.add_argument(
+        "--why",
+        action="append",
+        metavar="PATTERN",
+        help="for each candidate root of PATTERN, the closest match and its first failure",
+    )
     p.set_defaults(fn=cmd_explain)
 
     p = sub.add_parser(
