@@ -130,15 +130,19 @@ def _untransposed(w: fx.Node) -> fx.Node | None:
 # -- building nodes -----------------------------------------------------------------------------
 
 
-def _call(graph: fx.Graph, target: Any, args: tuple[Any, ...], like: fx.Node) -> fx.Node:
-    """A new node before ``like`` with ``like``'s user-facing meta and a fake value."""
+def _call(
+    graph: fx.Graph, target: Any, args: tuple[Any, ...], like: fx.Node, same: bool = False
+) -> fx.Node:
+    """A new node before ``like`` with ``like``'s user-facing meta and a fake value
+    (``like``'s own when ``same``: it computes the same tensor, and fake dispatch is slow)."""
     with graph.inserting_before(like):
         n = graph.create_node("call_function", target, args, name=target.overloadpacket.__name__)
     for k in ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node"):
         if k in like.meta:
             n.meta[k] = like.meta[k]
-    vals = fx.map_arg(args, _val)
-    n.meta["val"] = target(*vals)
+    n.meta["val"] = (
+        like.meta["val"] if same and "val" in like.meta else target(*fx.map_arg(args, _val))
+    )
     return n
 
 
@@ -158,7 +162,8 @@ def _weight_of(graph: fx.Graph, mat2: fx.Node, like: fx.Node) -> fx.Node | None:
 
 
 def _linear(graph: fx.Graph, x: Any, w: Any, b: Any, like: fx.Node) -> fx.Node:
-    return _call(graph, aten.linear.default, (x, w, b), like)
+    """``linear(x, w, b)`` standing for ``like``, which computes the same tensor."""
+    return _call(graph, aten.linear.default, (x, w, b), like, same=True)
 
 
 # -- the rules ----------------------------------------------------------------------------------
@@ -239,7 +244,7 @@ def _reshape_as_view(graph: fx.Graph, n: fx.Node) -> Applied:
     xv = _val(n.args[0])
     if not isinstance(xv, torch.Tensor) or not xv.is_contiguous():
         return None  # reshape copies here: not a view
-    return _call(graph, aten.view.default, tuple(n.args[:2]), n), True
+    return _call(graph, aten.view.default, tuple(n.args[:2]), n, same=True), True
 
 
 def _spell_defaults(graph: fx.Graph, n: fx.Node) -> Applied:
@@ -374,7 +379,7 @@ def restore(gm: fx.GraphModule) -> int:
             continue
         x, w, b = node.args[:3]
         prod = _linear(graph, x, w, None, node)
-        add = _call(graph, aten.add.Tensor, (prod, b), node)
+        add = _call(graph, aten.add.Tensor, (prod, b), node, same=True)
         node.replace_all_uses_with(add)
         graph.erase_node(node)
         n_restored += 1
