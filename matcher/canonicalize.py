@@ -75,6 +75,13 @@ def _shape_is(t: Any, shape: tuple[Any, ...]) -> bool:
     )
 
 
+def _contiguous(t: torch.Tensor) -> bool:
+    """Provably contiguous, without adding a guard on symbolic sizes."""
+    from torch._prims_common import is_contiguous_or_false
+
+    return bool(is_contiguous_or_false(t))
+
+
 def _bias_ok(b: Any, out: Any) -> bool:
     """``b`` is a 1-D bias of the output's last dim and dtype (what ``linear`` adds)."""
     bv, ov = _val(b), _val(out)
@@ -208,7 +215,7 @@ def _add_bias(graph: fx.Graph, n: fx.Node) -> Applied:
     x, w = a.args[:2]
     if _arg(a, 2, "bias") is not None or not _bias_ok(b, n):
         return None
-    if _val(n).shape != _val(a).shape:  # the add must not broadcast the product
+    if not _shape_is(_val(n), tuple(_val(a).shape)):  # the add must not broadcast the product
         return None
     lin = _linear(graph, x, w, b, n)
     lin.meta[_NOTE] = "add_bias"
@@ -235,14 +242,14 @@ def _flatten_linear(graph: fx.Graph, n: fx.Node) -> Applied:
         return None
     # ATen's linear with a bias flattens a contiguous 3-D input itself (one addmm); otherwise
     # it runs matmul + add, which rounds differently: no rewrite there.
-    if b is not None and not (xv.dim() == 3 and xv.is_contiguous()):
+    if b is not None and not (xv.dim() == 3 and _contiguous(xv)):
         return None
     return _linear(graph, x, w, b, n), True
 
 
 def _reshape_as_view(graph: fx.Graph, n: fx.Node) -> Applied:
     xv = _val(n.args[0])
-    if not isinstance(xv, torch.Tensor) or not xv.is_contiguous():
+    if not isinstance(xv, torch.Tensor) or not _contiguous(xv):
         return None  # reshape copies here: not a view
     return _call(graph, aten.view.default, tuple(n.args[:2]), n, same=True), True
 

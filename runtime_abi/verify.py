@@ -157,6 +157,7 @@ class FirstCallVerifier:
             if sig in self.verified:
                 return attempt(cs, args)
             if sig in self.disabled:
+                count("fallbacks", cs.kernel.name)
                 return _fresh(cs.fallback(*args), args)
             return self._verify(cs, args, attempt, sig)
 
