@@ -20,10 +20,10 @@ from pathlib import Path
 import torch
 from dispatch_overhead import KERNEL, PATTERN, per_call_us  # benchmarks/dispatch_overhead.py
 from machine import cpu_model  # benchmarks/machine.py
+from pdlkit.matcher.canonicalize import canonicalize
 
 import pdlkit
 from pdlkit.backend import PdlkitBackend, retrace
-from pdlkit.matcher.canonicalize import canonicalize
 
 
 def substituted(folder: Path, verify: str | bool) -> torch.fx.GraphModule:
