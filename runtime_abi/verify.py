@@ -118,7 +118,8 @@ def _with_timeout(fn: Callable[[], Any], seconds: float | None) -> Any:
 
     def work() -> None:
         try:
-            box["out"] = fn()
+            with torch.no_grad():  # grad mode is per thread; kernels run below autograd
+                box["out"] = fn()
         except BaseException as e:  # handed to the caller's thread
             box["err"] = e
 

@@ -230,3 +230,19 @@ def test_bert_linears_substitute():
     # per layer: q, k, v, attention output, intermediate (+ GELU), output; then the pooler
     assert subs == ["linear"] * 11 + ["linear_gelu"] * 2
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_pre_transposed_constant_weight_under_inductor_freezing_packs_once():
+    model = Spelling(FORMS["conv1d_addmm"][0]).eval()
+    x = torch.randn(B, S, K)
+    with torch._inductor.config.patch(freezing=True), torch.no_grad():
+        compiled = pdlkit.optimize(model, patterns=LINEAR)
+        for _ in range(2):
+            compiled(x)
+        pdlkit.stats(reset=True)
+        for _ in range(3):
+            torch.testing.assert_close(compiled(x), model(x))
+    st = pdlkit.stats()
+    if not st["kernel_calls"]:
+        pytest.skip("no pre-packing kernel for linear on this host (torch without mkldnn)")
+    assert (st["kernel_calls"], st["prepack_misses"], st["prepack_hits"]) == (3, 0, 3)
