@@ -150,28 +150,42 @@ class PatternWalk:
         self.ops = [o for o in block.operations if o.operation.name != "pdl.rewrite"]
         rewrite = next(o for o in block.operations if o.operation.name == "pdl.rewrite")
         self.root_value = rewrite.operation.operands[0] if rewrite.operation.operands else None
-        try:
-            self.lines = file.read_text().splitlines() if file is not None else []
-        except OSError:
-            self.lines = []
+        self.file = str(file) if file is not None else ""
+        self._sources: dict[str, list[str]] = {}
         self.n_ops = sum(1 for o in self.ops if o.operation.name == "pdl.operation")
         self.constraints = [
             o for o in self.ops if o.operation.name == "pdl.apply_native_constraint"
         ]
 
     # names from the pattern file -----------------------------------------------------------
-    def line(self, op: Any) -> int:
-        return getattr(op.location, "start_line", 0)
+    def line(self, op: Any) -> str:
+        """``7``, or ``file.pdll:7`` when the location is in another file (PDL from PDLL)."""
+        loc = op.location
+        n, f = getattr(loc, "start_line", 0), getattr(loc, "filename", "")
+        return f"{f}:{n}" if f and self.file and f != self.file else str(n)
+
+    def _source(self, filename: str) -> list[str]:
+        lines = self._sources.get(filename)
+        if lines is None:
+            try:
+                lines = Path(filename).read_text().splitlines()
+            except OSError:
+                lines = []
+            self._sources[filename] = lines
+        return lines
 
     def name(self, value: Any) -> str:
-        """``%w`` for a pdl value, read from its defining line (MLIR keeps no SSA names)."""
-        owner = value.owner
-        n = self.line(owner)
-        if 0 < n <= len(self.lines):
-            m = re.match(r"\s*(%[\w.$-]+)\s*=", self.lines[n - 1])
-            if m:
-                return m.group(1)
-        return ""
+        """``%w`` for a pdl value, read from its defining line (MLIR keeps no SSA names);
+        for PDL compiled from PDLL, ``w`` of ``w: Value`` at the location or of ``let w``."""
+        loc = value.owner.location
+        n, col = getattr(loc, "start_line", 0), getattr(loc, "start_col", 0)
+        lines = self._source(getattr(loc, "filename", "") or self.file)
+        if not 0 < n <= len(lines):
+            return ""
+        text = lines[n - 1]
+        m = re.match(r"\s*(%[\w.$-]+)\s*=", text) or re.match(r"(\w+)\s*:", text[max(col - 1, 0) :])
+        m = m or re.match(r"\s*let\s+(\w+)", text)
+        return m.group(1) if m else ""
 
     def op_text(self, pdl_op: Any) -> str:
         nm = self.name(pdl_op.operation.results[0])
@@ -274,14 +288,27 @@ class PatternWalk:
         operands = list(pdl_op.operandValues)
         if any(_kind(v) == "pdl.operands" for v in operands):
             raise _Unexplained("unexplained: the pattern matches a variadic operand list")
-        if operands and len(operands) != len(ir_op.operands):
+        # PDLL writes an op's result as an operand as `pdl.results of %op` (all its results)
+        ranges = [i for i, v in enumerate(operands) if _is_range(v)]
+        if len(ranges) > 1:
+            raise _Unexplained("unexplained: the pattern passes several result ranges to one op")
+        width = len(ir_op.operands) - len(operands) + 1 if ranges else 1
+        if operands and (width < 1 or (not ranges and len(operands) != len(ir_op.operands))):
             raise _Mismatch(
                 f"{here} has {len(ir_op.operands)} operands; the pattern lists {len(operands)}"
             )
+        pos = 0
         for i, pv in enumerate(operands):
-            actual = ir_op.operands[i]
             src = pv.owner.operation
-            where = f"operand {i} of {here} ({ir_op.name})"
+            where = f"operand {pos} of {here} ({ir_op.name})"
+            if i in ranges:
+                self._match_results(
+                    pv, list(ir_op.operands)[pos : pos + width], where, bound, stack
+                )
+                pos += width
+                continue
+            actual = ir_op.operands[pos]
+            pos += 1
             if src.name == "pdl.operand":
                 if pv in bound and bound[pv] != actual:
                     raise _Mismatch(
@@ -292,7 +319,7 @@ class PatternWalk:
                 vt = src.opview.valueType
                 if vt is not None:
                     self._match_type(vt, actual.type, where, bound)
-            elif src.name == "pdl.result":
+            elif src.name in ("pdl.result", "pdl.results"):
                 index = src.opview.index.value
                 parent = src.opview.parent
                 if not isinstance(actual, ir.OpResult):
@@ -313,6 +340,14 @@ class PatternWalk:
             else:
                 raise _Unexplained(f"unexplained: operand {i} is defined by {src.name}")
         types = list(pdl_op.typeValues)
+        if len(types) == 1 and _kind(types[0]) == "pdl.types":
+            fixed = types[0].owner.operation.opview.constantTypes
+            have = [str(r.type) for r in ir_op.results]
+            if fixed is not None and [str(ir.TypeAttr(t).value) for t in fixed] != have:
+                raise _Mismatch(
+                    f"the results of {here} have types {have}; the pattern wants {fixed}"
+                )
+            return
         if any(_kind(t) == "pdl.types" for t in types):
             raise _Unexplained("unexplained: the pattern matches a variadic result list")
         if types and len(types) != len(ir_op.results):
@@ -321,6 +356,27 @@ class PatternWalk:
             )
         for t, r in zip(types, ir_op.results, strict=False):
             self._match_type(t, r.type, f"the result of {here}", bound)
+
+    def _match_results(
+        self, pv: Any, actual: list[Any], where: str, bound: dict[Any, Any], stack: list[Any]
+    ) -> None:
+        """``pdl.results of %op`` as operands: every result of one op, in order."""
+        parent = pv.owner.operation.opview.parent
+        owners = {ir.OpResult(a).owner.operation for a in actual if isinstance(a, ir.OpResult)}
+        if len(owners) != 1 or not all(isinstance(a, ir.OpResult) for a in actual):
+            raise _Mismatch(
+                f"{where} is not the result of one op; the pattern wants the results of "
+                f"{self.op_text(parent.owner)}"
+            )
+        owner = owners.pop()
+        numbers = [ir.OpResult(a).result_number for a in actual]
+        if numbers != list(range(len(owner.results))):
+            raise _Mismatch(
+                f"{where} is not every result of {_op_label(owner)}; the pattern wants all of "
+                f"{self.op_text(parent.owner)}"
+            )
+        bound[pv] = tuple(actual)
+        stack.append((parent.owner, owner, where))
 
     def _match_type(self, pdl_type: Any, actual: Any, where: str, bound: dict[Any, Any]) -> None:
         fixed = pdl_type.owner.operation.opview.constantType
@@ -341,6 +397,11 @@ _UNBOUND = object()
 
 def _kind(v: Any) -> str:
     return str(v.owner.operation.name)
+
+
+def _is_range(v: Any) -> bool:
+    op = v.owner.operation
+    return op.name == "pdl.results" and op.opview.index is None
 
 
 def _op_label(op: Any) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from conftest import KERNEL_HEADER, linear_act_pattern, write
 
@@ -191,3 +192,47 @@ def test_explain_why_command(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "why linear_relu did not match" in out
     assert "no candidate root: op torch.aten.relu does not occur in the graph" in out
+
+
+def test_pdl_compiled_from_pdll_is_explained_with_the_pdll_names(tmp_path):
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    pdll = shutil.which("mlir-pdll") or "/usr/lib/llvm-16/bin/mlir-pdll"
+    if not Path(pdll).exists():
+        pytest.skip("needs mlir-pdll (apt-get install mlir-16-tools)")
+    src = write(
+        tmp_path,
+        "lr.pdll",
+        """
+        Constraint is_float_tensor(x: Value);
+        Rewrite pdlkit_call(op: Attr, x: Value, w: Value, b: Value, root: Op);
+        Pattern lr with benefit(1) {
+          let lin = op<torch.aten.linear>(x: Value, w: Value, b: Value);
+          let r = op<torch.aten.relu>(lin);
+          is_float_tensor(w);
+          rewrite r with { pdlkit_call(attr<"\\"lin_relu\\"">, x, w, b, r); };
+        }
+        """,
+    )
+    pdl = subprocess.run([pdll, str(src), "-x", "mlir"], capture_output=True, text=True, check=True)
+    write(tmp_path / "p", "lr.pdl.mlir", pdl.stdout)
+    write(tmp_path / "k", "k.py", KERNEL_HEADER + LIN_RELU)
+
+    class MatmulRelu(torch.nn.Module):
+        def forward(self, x, y):
+            return torch.relu(x @ torch.tanh(y))
+
+    report = pdlkit.explain(
+        MatmulRelu(),
+        torch.randn(2, 8),
+        torch.randn(8, 8),
+        patterns=tmp_path / "p",
+        kernels=tmp_path / "k",
+        why="lr",
+    )
+    assert report.graphs[0].why["lr"] == [
+        "root relu (ops 1/2, constraints 0/1): operand 0 of relu (torch.aten.relu) is matmul "
+        f"(torch.aten.matmul); the pattern wants lin = torch.aten.linear (line {src}:4)"
+    ]
