@@ -94,7 +94,8 @@ def _bias_ok(b: Any, out: Any) -> bool:
     )
 
 
-_VIEWISH = {aten.t.default, aten.transpose.int, aten.permute.default, aten.view.default}
+_TRANSPOSES = (aten.t.default, aten.numpy_T.default, aten.mT.default)
+_VIEWISH = {*_TRANSPOSES, aten.transpose.int, aten.permute.default, aten.view.default}
 _VIEWISH |= {aten.reshape.default, aten.contiguous.default, aten.clone.default}
 
 
@@ -125,7 +126,7 @@ def _untransposed(w: fx.Node) -> fx.Node | None:
     dims: Any = (
         w.args[1:3] if w.target is aten.transpose.int else w.args[1] if len(w.args) > 1 else ()
     )
-    if w.target is aten.t.default:
+    if w.target in _TRANSPOSES:  # t(v), v.T, v.mT
         return src
     if w.target is aten.transpose.int and sorted(int(d) % 2 for d in dims) == [0, 1]:
         return src
@@ -164,7 +165,6 @@ def _weight_of(graph: fx.Graph, mat2: fx.Node, like: fx.Node) -> fx.Node | None:
     w = _untransposed(mat2)
     if w is None:
         w = _call(graph, aten.t.default, (mat2,), like)
-        w.meta[_NOTE] = "weight_view"
     return w
 
 
@@ -397,19 +397,16 @@ def restore(gm: fx.GraphModule) -> int:
 
 
 def weight_views(kernel: Any, args: list[Any]) -> tuple[int, ...]:
-    """Kernel arguments that are a canonical ``t(weight)`` of a graph input or constant and
-    that the kernel pre-packs. The call passes the weight itself and the call site takes the
-    transpose as a view of it, so the pre-pack cache sees the parameter (stable identity,
-    in-place updates noticed) where Inductor would make a fresh alias per call."""
+    """Kernel arguments that are a transpose (``t(w)``: canonical, or the user's ``w.T``) of a
+    graph input or constant and that the kernel pre-packs. The call passes the weight itself
+    and the call site takes the transpose as a view of it, so the pre-pack cache sees the
+    parameter (stable identity, in-place updates noticed) where Inductor would make a fresh
+    alias per call."""
     if kernel.prepack is None or kernel.prepack_arg not in kernel.params:
         return ()
     i = kernel.params.index(kernel.prepack_arg)
     a = args[i] if i < len(args) else None
-    if (
-        isinstance(a, fx.Node)
-        and a.meta.get(_NOTE) == "weight_view"
-        and isinstance(a.args[0], fx.Node)
-        and a.args[0].op in ("placeholder", "get_attr")
-    ):
+    src = _untransposed(a) if isinstance(a, fx.Node) else None
+    if src is not None and src.op in ("placeholder", "get_attr"):
         return (i,)
     return ()

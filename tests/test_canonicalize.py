@@ -53,6 +53,7 @@ FORMS = {
         3,
     ),
     "pre_transposed_matmul": (lambda m, x: x @ m.w_io + m.b, 3),
+    "linear_of_transposed_weight": (lambda m, x: F.linear(x, m.w_io.T, m.b), 3),
 }
 
 
@@ -164,8 +165,9 @@ def test_rule_table_is_documented():
         assert r.name in text and f"{r.before}" in text and r.after in text
 
 
-def test_pre_transposed_weight_is_packed_once_and_again_after_an_update():
-    model = Spelling(FORMS["conv1d_addmm"][0]).eval()
+@pytest.mark.parametrize("form", ["conv1d_addmm", "linear_of_transposed_weight"])
+def test_pre_transposed_weight_is_packed_once_and_again_after_an_update(form):
+    model = Spelling(FORMS[form][0]).eval()
     x = torch.randn(B, S, K)
     backend = PdlkitBackend(patterns=LINEAR)  # Inductor: it aliases t(w) afresh per call
     with torch.no_grad():
