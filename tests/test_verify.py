@@ -258,3 +258,9 @@ def test_bisect_command(tmp_path, capsys, monkeypatch):
     assert rc == 1
     assert "pdlkit bisect: 3 substitution(s)" in out
     assert "diverging: kernel 'k_wrong_for_16' at call site relu_1" in out
+
+
+def test_bad_tolerance_in_a_manifest_names_file_and_line(tmp_path):
+    p, _ = folders(tmp_path, GOOD, "    tolerance: {rtol: fast}\n")
+    with pytest.raises(pdlkit.PdlkitError, match=r"m\.yaml:3:1: 'tolerance' must be"):
+        pdlkit.optimize(Net(), patterns=p)
