@@ -581,7 +581,8 @@ def substitute(
                         n = present.get(p.root, 0) if p.root else 0
                         misses = s._near_count[p.name]
                         report.silent[p.name] = (
-                            f"{n} candidate root(s) {p.root}, {misses} near miss(es)"
+                            f"{n} candidate root(s) {p.root}, {misses} near miss(es); "
+                            f"`pdlkit explain --why {p.name}` shows where each one fails"
                             if p.root
                             else "no match"
                         )
