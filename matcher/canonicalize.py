@@ -223,7 +223,8 @@ def _add_bias(graph: fx.Graph, n: fx.Node) -> Applied:
 
 
 def _flatten_linear(graph: fx.Graph, n: fx.Node) -> Applied:
-    """view(linear(view(x, [-1, K]), w, b), [*x.shape[:-1], N]) -> linear(x, w, b)."""
+    """reshape(linear(reshape(x, [-1, K]), w, b), [*x.shape[:-1], N]) -> linear(x, w, b);
+    ``view`` in place of either ``reshape`` too."""
     lin = n.args[0]
     if not _is(lin, aten.linear.default) or len(lin.users) != 1:  # type: ignore[union-attr]
         return None
@@ -247,11 +248,9 @@ def _flatten_linear(graph: fx.Graph, n: fx.Node) -> Applied:
     return _linear(graph, x, w, b, n), True
 
 
-def _reshape_as_view(graph: fx.Graph, n: fx.Node) -> Applied:
-    xv = _val(n.args[0])
-    if not isinstance(xv, torch.Tensor) or not _contiguous(xv):
-        return None  # reshape copies here: not a view
-    return _call(graph, aten.view.default, tuple(n.args[:2]), n, same=True), True
+def _view_as_reshape(graph: fx.Graph, n: fx.Node) -> Applied:
+    # a view that is valid is exactly what reshape returns: the same alias of the same memory
+    return _call(graph, aten.reshape.default, tuple(n.args[:2]), n, same=True), True
 
 
 def _spell_defaults(graph: fx.Graph, n: fx.Node) -> Applied:
@@ -297,23 +296,23 @@ class Rule:
 RULES: tuple[Rule, ...] = (
     # spell_defaults:  gelu(x)  ->  gelu(x, approximate='none');  linear(x, w) -> linear(x, w, None)
     Rule("spell_defaults", "op(args...)", "op(all schema args)", (), _spell_defaults, "always"),
-    # reshape_as_view:  reshape(x, s)  ->  view(x, s)            (x contiguous)
-    Rule("reshape_as_view", "reshape(x, s)", "view(x, s)", (aten.reshape.default,), _reshape_as_view, "always"),
     # addmm:  addmm(b, x, t(w))  ->  linear(x, w, b);   addmm(b, x, w_io)  ->  linear(x, t(w_io), b)
     Rule("addmm", "addmm(b, x, t(w))", "linear(x, w, b)", (aten.addmm.default,), _addmm, "always"),
     # mm:  mm(x, t(w))  ->  linear(x, w, None);   mm(x, w_io)  ->  linear(x, t(w_io), None)
     Rule("mm", "mm(x, t(w))", "linear(x, w, None)", (aten.mm.default,), _mm, "always"),
     # matmul:  matmul(x, t(w))  ->  linear(x, w, None)      (x of rank >= 2, any leading dims)
     Rule("matmul", "matmul(x, t(w))", "linear(x, w, None)", (aten.matmul.default,), _matmul, "always"),
-    # flatten_linear:  view(linear(view(x, [-1, K]), w, b), [*lead, N])  ->  linear(x, w, b)
+    # flatten_linear:  reshape(linear(reshape(x, [-1, K]), w, b), [*lead, N])  ->  linear(x, w, b)
     Rule(
         "flatten_linear",
-        "view(linear(view(x, [-1, K]), w, b), [*lead, N])",
+        "reshape(linear(reshape(x, [-1, K]), w, b), [*lead, N])",
         "linear(x, w, b)",
         (aten.view.default, aten.reshape.default),
         _flatten_linear,
         "without bias, or a contiguous 3-D x",
     ),
+    # view_as_reshape:  view(x, s)  ->  reshape(x, s)   (after flatten_linear: it reads both)
+    Rule("view_as_reshape", "view(x, s)", "reshape(x, s)", (aten.view.default,), _view_as_reshape, "always"),
     # add_bias:  add(linear(x, w, None), b)  ->  linear(x, w, b)    (b: 1-D [N]; inexact, restored if unclaimed)
     Rule("add_bias", "add(linear(x, w, None), b)", "linear(x, w, b)", (aten.add.Tensor,), _add_bias, "never: restored unless a kernel claims it"),
 )  # fmt: skip
