@@ -194,6 +194,15 @@ class PatternWalk:
 
     # the walk ---------------------------------------------------------------------------------
     def walk(self, root: ir.Operation, describe: Describe) -> Candidate:
+        """The walk from ``root``; a construct it does not know reads "unexplained"."""
+        try:
+            return self._walk(root, describe)
+        except Exception as e:  # never let explain fail on a pattern the walk cannot read
+            name = _loc(root) or root.name
+            why = f"unexplained: the walk could not read the pattern ({type(e).__name__}: {e})"
+            return Candidate(name, (0, self.n_ops), (0, len(self.constraints)), why)
+
+    def _walk(self, root: ir.Operation, describe: Describe) -> Candidate:
         root_name = _loc(root) or root.name
         bound: dict[Any, Any] = {}
         matched = 0
