@@ -151,6 +151,8 @@ class MatchContext:
                     # the explanation reads the values now: the IR does not outlive the pass
                     why = explain_constraint(name, values, s.describe, [""] * len(values))
                     s.near_miss(at, f"constraint {name}({args}) does not hold: {why}")
+                else:
+                    s._near_count[p.name] += 1
 
         return on_fail
 
@@ -254,6 +256,7 @@ class _Session:
         self.errors: list[str] = []
         self.pattern: Pattern = cast(Pattern, None)  # set before each walk
         self.why: frozenset[str] = frozenset()  # patterns explain --why asks about
+        self.collect_near = True  # near-miss messages are built only for a report someone reads
         self._near_count: Counter[str] = Counter()
         self._meta_seen: dict[tuple[Any, ...], str] = {}
         vals = [n.meta.get("val") for n in gm.graph.nodes]
@@ -306,9 +309,12 @@ class _Session:
         return _describe_ref(r, self)
 
     def wants_near_miss(self) -> bool:
-        """False once this pattern has reported enough: saves describing the rest."""
+        """False once this pattern has reported enough, or when no report is read (a plain
+        compile): saves describing them."""
         name = self.pattern.name
-        return self._near_count[name] < _MAX_NEAR_MISSES or name in self.why
+        if name in self.why:
+            return True
+        return self.collect_near and self._near_count[name] < _MAX_NEAR_MISSES
 
     def near_miss(self, at: tuple[str, ...], reason: Any) -> None:
         p = self.pattern
@@ -528,6 +534,7 @@ def substitute(
     index: int = 0,
     rewrite_fx: bool = True,
     why: Sequence[str] = (),
+    near_misses: bool = True,
 ) -> Outcome:
     """Rewrite every subgraph of ``gm`` that a pattern matches into a kernel call, in place.
 
@@ -549,6 +556,7 @@ def substitute(
         t1 = time.perf_counter()
         s = _Session(gm, imported.inputs, registry, target)
         s.why = frozenset(why)
+        s.collect_near = near_misses
         walked: dict[str, list[Any]] = {}
         mc.session = s
         try:

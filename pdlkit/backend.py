@@ -178,6 +178,7 @@ def run_pass(
     rewrite_fx: bool = True,
     keep_text: bool = False,
     why: tuple[str, ...] = (),
+    near_misses: bool = True,
 ) -> tuple[fx.GraphModule, GraphReport]:
     """Re-trace ``gm`` and substitute; returns the rewritten pre-dispatch graph and a report."""
     from pdlkit.matcher.canonicalize import canonicalize, restore
@@ -208,6 +209,7 @@ def run_pass(
         index=index,
         rewrite_fx=rewrite_fx,
         why=why,
+        near_misses=near_misses,
     )
     report = outcome.report
     if rewrite_fx:
@@ -274,6 +276,7 @@ class PdlkitBackend:
             index=index,
             keep_text=self.explain_only,
             why=self.why,
+            near_misses=self.explain_only or self.on_report is not None,
         )
         if report.skipped and not self._warned and not self.explain_only:
             self._warned = True
