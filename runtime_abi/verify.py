@@ -134,7 +134,7 @@ def _with_timeout(fn: Callable[[], Any], seconds: float | None) -> Any:
 
 
 def _signature(args: Sequence[Any]) -> tuple[Any, ...]:
-    return tuple((tuple(a.shape), a.dtype) for a in args if isinstance(a, torch.Tensor))
+    return tuple([(a.shape, a.dtype) for a in args if isinstance(a, torch.Tensor)])
 
 
 @dataclass
