@@ -265,7 +265,11 @@ def _flatten_linear(graph: fx.Graph, n: fx.Node) -> Applied:
     # it runs matmul + add, which rounds differently: no rewrite there.
     if b is not None and not (xv.dim() == 3 and _contiguous(xv)):
         return None
-    return _linear(graph, x, w, b, n), True
+    new = _linear(graph, x, w, b, n)
+    if _NOTE in lin.meta:  # an inexact bias add stays inexact, whatever shape it takes
+        new.meta[_NOTE] = lin.meta[_NOTE]
+        return new, False
+    return new, True
 
 
 def _view_as_reshape(graph: fx.Graph, n: fx.Node) -> Applied:
@@ -358,8 +362,8 @@ def canonicalize(gm: fx.GraphModule) -> Counter[str]:
     """
     graph = gm.graph
     by_target: dict[Any, list[Rule]] = {}
-    for r in RULES[1:]:
-        for t in r.at:
+    for r in RULES:
+        for t in r.at:  # spell_defaults (no targets) runs on every node first
             by_target.setdefault(t, []).append(r)
     fired: Counter[str] = Counter()
     for node in list(graph.nodes):  # topological: a rule sees its inputs already canonical

@@ -43,6 +43,7 @@ FORMS = {
     "matmul_3d": (lambda m, x: torch.matmul(x, m.w.t()), 3),
     "matmul_3d_plus_bias": (lambda m, x: x @ m.w.t() + m.b, 3),
     "view_mm_view": (lambda m, x: (x.view(-1, K) @ m.w.t()).view(B, S, N), 3),
+    "view_mm_plus_bias_view": (lambda m, x: (x.view(-1, K) @ m.w.t() + m.b).view(B, S, N), 3),
     "reshape_addmm_reshape": (
         lambda m, x: torch.addmm(m.b, x.reshape(-1, K), m.w.t()).reshape(B, S, N),
         3,
@@ -98,6 +99,7 @@ def all_spellings(x, x3, w, w_io, b):
             torch.matmul(x3, w.t()),
             torch.addmm(b, x3.reshape(-1, x3.shape[-1]), w_io).view(*x3.shape[:-1], -1),
             F.gelu(F.linear(x3.reshape(-1, x3.shape[-1]), w)),
+            (x3.reshape(-1, x3.shape[-1]) @ w.t() + b).view(*x3.shape[:-1], -1),
         ]
     )
 
@@ -117,9 +119,9 @@ def test_canonical_graph_computes_bitwise_what_the_original_did():
     original = make_fx(all_spellings, pre_dispatch=True, tracing_mode="fake")(*args)
     gm = make_fx(all_spellings, pre_dispatch=True, tracing_mode="fake")(*args)
     fired = canonicalize(gm)
-    assert fired["add_bias"] == 2 and fired["addmm"] == 2 and fired["matmul"] == 2
-    assert sum(1 for nd in gm.graph.nodes if nd.target is torch.ops.aten.linear.default) == 6
-    assert restore(gm) == 2
+    assert fired["add_bias"] == 3 and fired["addmm"] == 2 and fired["matmul"] == 3
+    assert sum(1 for nd in gm.graph.nodes if nd.target is torch.ops.aten.linear.default) == 7
+    assert restore(gm) == 3
     for got, want in zip(gm(*args), original(*args), strict=True):
         assert torch.equal(got, want)
 
@@ -136,7 +138,7 @@ def test_unmatched_canonical_forms_run_bitwise_as_eager():
     with torch.no_grad():
         got = torch.compile(all_spellings, backend=backend)(*args)
         want = all_spellings(*args)
-    assert reports[0].canonicalized["add_bias"] == 2 and not reports[0].substitutions
+    assert reports[0].canonicalized["add_bias"] == 3 and not reports[0].substitutions
     assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
 
 
