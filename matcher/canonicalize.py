@@ -27,6 +27,7 @@ stays a ``mm`` / ``matmul``.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -272,6 +273,55 @@ def _flatten_linear(graph: fx.Graph, n: fx.Node) -> Applied:
     return new, True
 
 
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+def _scalar_side(n: Any, target: Any, value: float, tol: float = 0.0) -> Any:
+    """For ``n = target(a, c)`` or ``target(c, a)`` with the number ``c`` within ``tol`` of
+    ``value`` and ``n`` used once: ``(a, c)``; else None."""
+    if not _is(n, target) or len(n.users) != 1:
+        return None
+    if target is aten.add.Tensor and _arg(n, 2, "alpha") != 1:
+        return None
+    a, b = n.args[:2]
+    if isinstance(a, int | float) and not isinstance(a, bool):
+        a, b = b, a
+    if isinstance(b, int | float) and not isinstance(b, bool) and abs(b - value) <= tol:
+        return a, b
+    return None
+
+
+def _gelu_tanh(graph: fx.Graph, n: fx.Node) -> Applied:
+    """0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3))) -> gelu(x, 'tanh') (GPT-2's
+    NewGELU); either operand order of each mul and add."""
+    if len(n.args) < 2 or not all(isinstance(a, fx.Node) for a in n.args[:2]):
+        return None
+    for half, one in (n.args[:2], n.args[1::-1]):
+        h = _scalar_side(half, aten.mul.Tensor, 0.5)
+        o = _scalar_side(one, aten.add.Tensor, 1.0)
+        if h is None or o is None or not _is(o[0], aten.tanh.default) or len(o[0].users) != 1:
+            continue
+        x = h[0]
+        inner = _scalar_side(o[0].args[0], aten.mul.Tensor, _SQRT_2_OVER_PI, 1e-6)
+        if inner is None or not _is(inner[0], aten.add.Tensor) or len(inner[0].users) != 1:
+            continue
+        s = inner[0]
+        if _arg(s, 2, "alpha") != 1:
+            continue
+        cubic = s.args[1] if s.args[0] is x else s.args[0] if s.args[1] is x else None
+        c = _scalar_side(cubic, aten.mul.Tensor, 0.044715, 1e-7)
+        p = c[0] if c is not None else None
+        if not (_is(p, aten.pow.Tensor_Scalar) and p.args[0] is x and p.args[1] == 3):  # type: ignore[union-attr]
+            continue
+        if len(p.users) != 1 or not isinstance(_val(x), torch.Tensor):  # type: ignore[union-attr]
+            continue
+        gelu = _call(graph, aten.gelu.default, (x,), n, same=True)
+        gelu.kwargs = {"approximate": "tanh"}
+        gelu.meta[_NOTE] = ("gelu_tanh", inner[1], c[1])
+        return gelu, False
+    return None
+
+
 def _view_as_reshape(graph: fx.Graph, n: fx.Node) -> Applied:
     # a view that is valid is exactly what reshape returns: the same alias of the same memory
     return _call(graph, aten.reshape.default, tuple(n.args[:2]), n, same=True), True
@@ -339,6 +389,8 @@ RULES: tuple[Rule, ...] = (
     Rule("view_as_reshape", "view(x, s)", "reshape(x, s)", (aten.view.default,), _view_as_reshape, "always"),
     # add_bias:  add(linear(x, w, None), b)  ->  linear(x, w, b)    (b: 1-D [N]; inexact, restored if unclaimed)
     Rule("add_bias", "add(linear(x, w, None), b)", "linear(x, w, b)", (aten.add.Tensor,), _add_bias, "never: restored unless a kernel claims it"),
+    # gelu_tanh:  0.5*x * (1 + tanh(sqrt(2/pi) * (x + 0.044715*x**3)))  ->  gelu(x, approximate='tanh')
+    Rule("gelu_tanh", "0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x**3)))", "gelu(x, 'tanh')", (aten.mul.Tensor,), _gelu_tanh, "never: restored unless a kernel claims it"),
 )  # fmt: skip
 
 
@@ -405,18 +457,35 @@ def restore(gm: fx.GraphModule) -> int:
     graph = gm.graph
     n_restored = 0
     for node in list(graph.nodes):
-        if node.meta.get(_NOTE) != "add_bias" or node.target is not aten.linear.default:
+        note = node.meta.get(_NOTE)
+        if note == "add_bias" and node.target is aten.linear.default:
+            x, w, b = node.args[:3]
+            prod = _linear(graph, x, w, None, node)
+            out = _call(graph, aten.add.Tensor, (prod, b), node, same=True)
+        elif isinstance(note, tuple) and note[0] == "gelu_tanh":
+            out = _gelu_tanh_formula(graph, node.args[0], note[1], note[2], node)
+        else:
             continue
-        x, w, b = node.args[:3]
-        prod = _linear(graph, x, w, None, node)
-        add = _call(graph, aten.add.Tensor, (prod, b), node, same=True)
-        node.replace_all_uses_with(add)
+        node.replace_all_uses_with(out)
         graph.erase_node(node)
         n_restored += 1
     if n_restored:
         graph.lint()
         gm.recompile()
     return n_restored
+
+
+def _gelu_tanh_formula(graph: fx.Graph, x: fx.Node, k: float, c: float, like: fx.Node) -> fx.Node:
+    """0.5*x * (1 + tanh(k * (x + c * x**3))), op for op as NewGELU writes it (the same
+    numbers: each mul and add is commutative bitwise)."""
+    mul, add = aten.mul.Tensor, aten.add.Tensor
+    half = _call(graph, mul, (x, 0.5), like, same=True)
+    cube = _call(graph, aten.pow.Tensor_Scalar, (x, 3.0), like, same=True)
+    inner = _call(graph, add, (x, _call(graph, mul, (cube, c), like, same=True)), like, same=True)
+    th = _call(
+        graph, aten.tanh.default, (_call(graph, mul, (inner, k), like, same=True),), like, same=True
+    )
+    return _call(graph, mul, (half, _call(graph, add, (th, 1.0), like, same=True)), like, same=True)
 
 
 def weight_views(kernel: Any, args: list[Any]) -> tuple[int, ...]:

@@ -3,6 +3,8 @@ pattern, and canonicalization never changes the numbers of what runs without a k
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from pdlkit.matcher.canonicalize import RULES, canonicalize, describe_rules, restore
@@ -90,6 +92,13 @@ def test_product_of_two_activations_stays_a_matmul():
     assert "mm" not in reports[0].canonicalized
 
 
+def gelu_new(x):
+    """GPT-2's NewGELU, as transformers writes it."""
+    return (
+        0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+    )
+
+
 def all_spellings(x, x3, w, w_io, b):
     return tuple(
         [
@@ -100,6 +109,7 @@ def all_spellings(x, x3, w, w_io, b):
             torch.addmm(b, x3.reshape(-1, x3.shape[-1]), w_io).view(*x3.shape[:-1], -1),
             F.gelu(F.linear(x3.reshape(-1, x3.shape[-1]), w)),
             (x3.reshape(-1, x3.shape[-1]) @ w.t() + b).view(*x3.shape[:-1], -1),
+            gelu_new(torch.mm(x, w.t())),
         ]
     )
 
@@ -120,8 +130,9 @@ def test_canonical_graph_computes_bitwise_what_the_original_did():
     gm = make_fx(all_spellings, pre_dispatch=True, tracing_mode="fake")(*args)
     fired = canonicalize(gm)
     assert fired["add_bias"] == 3 and fired["addmm"] == 2 and fired["matmul"] == 3
-    assert sum(1 for nd in gm.graph.nodes if nd.target is torch.ops.aten.linear.default) == 7
-    assert restore(gm) == 3
+    assert fired["gelu_tanh"] == 1
+    assert sum(1 for nd in gm.graph.nodes if nd.target is torch.ops.aten.linear.default) == 8
+    assert restore(gm) == 4
     for got, want in zip(gm(*args), original(*args), strict=True):
         assert torch.equal(got, want)
 
@@ -139,7 +150,23 @@ def test_unmatched_canonical_forms_run_bitwise_as_eager():
         got = torch.compile(all_spellings, backend=backend)(*args)
         want = all_spellings(*args)
     assert reports[0].canonicalized["add_bias"] == 3 and not reports[0].substitutions
+    assert reports[0].canonicalized["gelu_tanh"] == 1
     assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
+
+
+def test_gpt2_gelu_formula_is_gelu_tanh_for_the_linear_gelu_pattern():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(K, N)).eval()
+    x = torch.randn(B, K)
+    fn = lambda x: gelu_new(model(x))  # noqa: E731
+    reports = []
+    backend = PdlkitBackend(default_codegen="eager", on_report=lambda r, p: reports.append(r))
+    with torch.no_grad():
+        got = torch.compile(fn, backend=backend)(x)
+        want = fn(x)
+    [sub] = reports[0].substitutions
+    assert (sub.pattern, sub.args[-1]) == ("linear_gelu", "'tanh'")
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_default_arguments_spelled_or_omitted_are_one_form():
@@ -204,10 +231,11 @@ def test_gpt2_conv1d_linears_substitute():
     backend = PdlkitBackend(default_codegen="eager", on_report=lambda r, p: reports.append(r))
     with torch.no_grad():
         got = torch.compile(model, backend=backend)(ids).last_hidden_state
-    subs = [s.pattern for r in reports for s in r.substitutions]
-    # c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj per layer: Conv1D = view -> addmm -> view
-    assert subs == ["linear"] * 8
+    subs = sorted(s.pattern for r in reports for s in r.substitutions)
+    # c_attn, attn.c_proj, mlp.c_fc (+ NewGELU), mlp.c_proj per layer; Conv1D = view -> addmm -> view
+    assert subs == ["linear"] * 6 + ["linear_gelu"] * 2
     assert sum(r.canonicalized.get("addmm", 0) for r in reports) == 8
+    assert sum(r.canonicalized.get("gelu_tanh", 0) for r in reports) == 2
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
