@@ -317,7 +317,7 @@ def _gelu_tanh(graph: fx.Graph, n: fx.Node) -> Applied:
             continue
         gelu = _call(graph, aten.gelu.default, (x,), n, same=True)
         gelu.kwargs = {"approximate": "tanh"}
-        gelu.meta[_NOTE] = ("gelu_tanh", inner[1], c[1])
+        gelu.meta[_NOTE] = ("gelu_tanh", inner[1], c[1], p.args[1])  # type: ignore[union-attr]
         return gelu, False
     return None
 
@@ -463,7 +463,8 @@ def restore(gm: fx.GraphModule) -> int:
             prod = _linear(graph, x, w, None, node)
             out = _call(graph, aten.add.Tensor, (prod, b), node, same=True)
         elif isinstance(note, tuple) and note[0] == "gelu_tanh":
-            out = _gelu_tanh_formula(graph, node.args[0], note[1], note[2], node)
+            _, k, c, three = note
+            out = _gelu_tanh_formula(graph, node.args[0], k, c, three, node)
         else:
             continue
         node.replace_all_uses_with(out)
@@ -475,12 +476,14 @@ def restore(gm: fx.GraphModule) -> int:
     return n_restored
 
 
-def _gelu_tanh_formula(graph: fx.Graph, x: fx.Node, k: float, c: float, like: fx.Node) -> fx.Node:
-    """0.5*x * (1 + tanh(k * (x + c * x**3))), op for op as NewGELU writes it (the same
-    numbers: each mul and add is commutative bitwise)."""
+def _gelu_tanh_formula(
+    graph: fx.Graph, x: fx.Node, k: float, c: float, three: float, like: fx.Node
+) -> fx.Node:
+    """0.5*x * (1 + tanh(k * (x + c * x**three))) with the original constants, op for op as
+    NewGELU writes it (the same numbers: each mul and add is commutative bitwise)."""
     mul, add = aten.mul.Tensor, aten.add.Tensor
     half = _call(graph, mul, (x, 0.5), like, same=True)
-    cube = _call(graph, aten.pow.Tensor_Scalar, (x, 3.0), like, same=True)
+    cube = _call(graph, aten.pow.Tensor_Scalar, (x, three), like, same=True)
     inner = _call(graph, add, (x, _call(graph, mul, (cube, c), like, same=True)), like, same=True)
     th = _call(
         graph, aten.tanh.default, (_call(graph, mul, (inner, k), like, same=True),), like, same=True
