@@ -264,3 +264,18 @@ def test_bad_tolerance_in_a_manifest_names_file_and_line(tmp_path):
     p, _ = folders(tmp_path, GOOD, "    tolerance: {rtol: fast}\n")
     with pytest.raises(pdlkit.PdlkitError, match=r"m\.yaml:3:1: 'tolerance' must be"):
         pdlkit.optimize(Net(), patterns=p)
+
+
+def test_verification_under_inductor_uses_the_reference_for_a_wrong_kernel(tmp_path):
+    p, k = folders(tmp_path, NO_BIAS)
+    torch.manual_seed(0)
+    model = Net().eval()
+    f = pdlkit.optimize(model, patterns=p, kernels=k, verify="first_call")  # Inductor codegen
+    x = torch.randn(2, 8)
+    pdlkit.stats(reset=True)
+    with torch.no_grad():
+        with pytest.warns(RuntimeWarning, match="k_no_bias"):
+            torch.testing.assert_close(f(x), model(x))
+        torch.testing.assert_close(f(x), model(x))
+    st = pdlkit.stats()["by_kernel"]["k_no_bias"]
+    assert (st["verifications"], st["disabled"]) == (1, 1)
