@@ -30,7 +30,7 @@ from typing import Any
 import yaml
 
 MANIFEST_VERSION = 1
-_ENTRY_KEYS = {"file", "pattern", "enabled", "benefit", "targets", "kernel"}
+_ENTRY_KEYS = {"file", "pattern", "enabled", "benefit", "targets", "kernel", "tolerance", "timeout"}
 
 
 class PatternError(ValueError):
@@ -55,6 +55,10 @@ class Pattern:
     op_names: frozenset[str] | None = None
     kernel: str | None = None  # kernel pin
     pin_source: str = ""  # "manifest.yaml:7" where the pin was written
+    # verification (verify="first_call"): (rtol, atol) overriding the per-dtype defaults, and
+    # seconds a kernel may take on its verified call
+    tolerance: tuple[float | None, float | None] | None = None
+    timeout: float | None = None
 
     @property
     def where(self) -> str:
@@ -318,6 +322,15 @@ def load_manifest(path: Path, ctx: Any | None = None) -> list[Pattern]:
             _check_type(path, line, "kernel", entry["kernel"], str)
             changes["kernel"] = entry["kernel"]
             changes["pin_source"] = f"{path}:{line}"
+        if "tolerance" in entry:
+            changes["tolerance"] = _tolerance(path, line, entry["tolerance"])
+        if "timeout" in entry:
+            t = entry["timeout"]
+            if isinstance(t, bool) or not isinstance(t, int | float) or t <= 0:
+                raise PatternError(
+                    f"{path}:{line}:1: 'timeout' must be a positive number of seconds"
+                )
+            changes["timeout"] = float(t)
         names = [p.name for p in by_file[file]]
         only = entry.get("pattern")
         if only is not None:
@@ -330,6 +343,29 @@ def load_manifest(path: Path, ctx: Any | None = None) -> list[Pattern]:
             replace(p, **changes) if only is None or p.name == only else p for p in by_file[file]
         ]
     return [p for f in order for p in by_file[f]]
+
+
+def _tolerance(path: Path, line: int, t: Any) -> tuple[float | None, float | None]:
+    """``tolerance: 1e-3`` (rtol) or ``tolerance: {rtol: 1e-3, atol: 1e-5}``; unset parts keep
+    the per-dtype defaults of :mod:`pdlkit.runtime_abi.verify`."""
+    num = (int, float)
+    if isinstance(t, num) and not isinstance(t, bool) and t >= 0:
+        return (float(t), None)
+    if isinstance(t, dict):
+        bad = set(t) - {"rtol", "atol", "__line__"}
+        vals = {k: v for k, v in t.items() if k != "__line__"}
+        if (
+            not bad
+            and vals
+            and all(
+                isinstance(v, num) and not isinstance(v, bool) and v >= 0 for v in vals.values()
+            )
+        ):
+            r, a = vals.get("rtol"), vals.get("atol")
+            return (None if r is None else float(r), None if a is None else float(a))
+    raise PatternError(
+        f"{path}:{line}:1: 'tolerance' must be a non-negative number or {{rtol: ..., atol: ...}}, got {t!r}"
+    )
 
 
 # -- folders ------------------------------------------------------------------------------------

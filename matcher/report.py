@@ -66,6 +66,8 @@ class GraphReport:
     near_misses: list[NearMiss] = field(default_factory=list)
     silent: dict[str, str] = field(default_factory=dict)  # pattern -> why it matched nothing
     skipped: str = ""  # why the whole graph was left alone
+    canonicalized: dict[str, int] = field(default_factory=dict)  # canonicalize rule -> count
+    why: dict[str, list[str]] = field(default_factory=dict)  # explain --why: pattern -> lines
     timings: dict[str, float] = field(
         default_factory=dict
     )  # seconds: retrace, import, apply, rewrite
@@ -156,6 +158,11 @@ class Report:
             for s in g.substitutions:
                 for why in s.passed_over:
                     lines.append(f"    {s.root}: passed over {why}")
+            canon = {k: n for k, n in g.canonicalized.items() if k != "spell_defaults"}
+            if canon:
+                lines.append(
+                    "  canonical forms: " + ", ".join(f"{k} x{n}" for k, n in canon.items())
+                )
             if g.timings:
                 lines.append(
                     "  pass time: "
@@ -169,7 +176,36 @@ class Report:
         if silent:
             lines.append("patterns that matched nothing:")
             lines.extend(f"  {name}: {why}" for name, why in silent.items())
+        lines.extend(self._zero_fire())
+        for name in dict.fromkeys(n for g in self.graphs for n in g.why):
+            lines.append(f"why {name} did not match (closest candidates first):")
+            for g in self.graphs:
+                if name in g.why:
+                    lines.append(f"  graph {g.index}:")
+                    lines.extend(f"    {line}" for line in g.why[name] or ["no candidate"])
         return "\n".join(lines)
+
+    def silent_files(self) -> list[str]:
+        """Pattern files none of whose active patterns fired in this model."""
+        fired = {s.pattern for s in self.substitutions}
+        files: dict[str, bool] = {}
+        for p in self.patterns:
+            if p.active:
+                f = p.where.rsplit(":", 1)[0]
+                files[f] = files.get(f, False) or p.name in fired
+        return [f for f, any_fired in files.items() if not any_fired]
+
+    def _zero_fire(self) -> list[str]:
+        active = [p for p in self.patterns if p.active]
+        if not active or not self.graphs or any(g.skipped for g in self.graphs):
+            return []
+        if not self.substitutions:
+            return [
+                f"NO SUBSTITUTION: none of the {len(active)} active pattern(s) fired in this "
+                "model; see the near misses above, or `pdlkit explain --why PATTERN`"
+            ]
+        files = self.silent_files()
+        return [f"pattern file fired 0 times in this model: {f}" for f in files]
 
 
 def _table(rows: Sequence[tuple[str, ...]], indent: str) -> list[str]:

@@ -25,13 +25,16 @@ from typing import Any, cast
 import torch
 import torch.fx as fx
 from pdlkit.matcher import natives
+from pdlkit.matcher.canonicalize import weight_views
 from pdlkit.matcher.patterns import Pattern, PatternSet, read_pdl_module
 from pdlkit.matcher.report import GraphReport, NearMiss, Substitution, describe_value
 from pdlkit.matcher.to_mlir import import_graph, new_context
+from pdlkit.matcher.why import PatternWalk, explain_constraint
 from pdlkit.runtime_abi.binding import CallSite, bind, needs_guard, new_site
 from pdlkit.runtime_abi.capability import Target
 from pdlkit.runtime_abi.kernel import KernelDecl
 from pdlkit.runtime_abi.registry import KernelRegistry
+from pdlkit.runtime_abi.verify import FirstCallVerifier, resolve_mode
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch_mlir import ir, rewrite
 
@@ -145,7 +148,11 @@ class MatchContext:
                 if s.wants_near_miss():
                     at = tuple(s.describe(v) for v in values if isinstance(v, ir.Value))
                     args = ", ".join(s.describe(v) for v in values)
-                    s.near_miss(at, lambda: f"constraint {name}({args}) does not hold")
+                    # the explanation reads the values now: the IR does not outlive the pass
+                    why = explain_constraint(name, values, s.describe, [""] * len(values))
+                    s.near_miss(at, f"constraint {name}({args}) does not hold: {why}")
+                else:
+                    s._near_count[p.name] += 1
 
         return on_fail
 
@@ -248,6 +255,8 @@ class _Session:
         self.near: list[NearMiss] = []
         self.errors: list[str] = []
         self.pattern: Pattern = cast(Pattern, None)  # set before each walk
+        self.why: frozenset[str] = frozenset()  # patterns explain --why asks about
+        self.collect_near = True  # near-miss messages are built only for a report someone reads
         self._near_count: Counter[str] = Counter()
         self._meta_seen: dict[tuple[Any, ...], str] = {}
         vals = [n.meta.get("val") for n in gm.graph.nodes]
@@ -300,8 +309,12 @@ class _Session:
         return _describe_ref(r, self)
 
     def wants_near_miss(self) -> bool:
-        """False once this pattern has reported enough: saves describing the rest."""
-        return self._near_count[self.pattern.name] < _MAX_NEAR_MISSES
+        """False once this pattern has reported enough, or when no report is read (a plain
+        compile): saves describing them."""
+        name = self.pattern.name
+        if name in self.why:
+            return True
+        return self.collect_near and self._near_count[name] < _MAX_NEAR_MISSES
 
     def near_miss(self, at: tuple[str, ...], reason: Any) -> None:
         p = self.pattern
@@ -517,9 +530,11 @@ def substitute(
     registry: KernelRegistry,
     target: Target,
     *,
-    verify: bool = False,
+    verify: bool | str = False,
     index: int = 0,
     rewrite_fx: bool = True,
+    why: Sequence[str] = (),
+    near_misses: bool = True,
 ) -> Outcome:
     """Rewrite every subgraph of ``gm`` that a pattern matches into a kernel call, in place.
 
@@ -540,6 +555,9 @@ def substitute(
         imported = import_graph(gm, mc.ctx)
         t1 = time.perf_counter()
         s = _Session(gm, imported.inputs, registry, target)
+        s.why = frozenset(why)
+        s.collect_near = near_misses
+        walked: dict[str, list[Any]] = {}
         mc.session = s
         try:
             present = _root_ops(imported.func)
@@ -558,6 +576,9 @@ def substitute(
                 if not run:
                     continue
                 s.pattern = run[0]
+                for p in run:  # explain --why: the IR exactly as this pattern meets it
+                    if p.name in s.why:
+                        walked[p.name] = _walk(p, imported.func, mc, s)
                 before = len(s.records)
                 rewrite.walk_and_apply_patterns(imported.func, mc.frozen(run))
                 if len(s.records) > before:
@@ -568,10 +589,13 @@ def substitute(
                         n = present.get(p.root, 0) if p.root else 0
                         misses = s._near_count[p.name]
                         report.silent[p.name] = (
-                            f"{n} candidate root(s) {p.root}, {misses} near miss(es)"
+                            f"{n} candidate root(s) {p.root}, {misses} near miss(es); "
+                            f"`pdlkit explain --why {p.name}` shows where each one fails"
                             if p.root
                             else "no match"
                         )
+            for name in why:
+                report.why[name] = _why(name, imported.func, mc, patterns, s, walked.get(name))
         finally:
             mc.session = None
         t2 = time.perf_counter()
@@ -590,6 +614,81 @@ def substitute(
         fx_codegen=time.perf_counter() - t3,
     )
     return Outcome(gm, report, s.records)
+
+
+_MAX_WHY = 50  # candidate roots walked per pattern
+
+
+def _mlir_name(node: fx.Node) -> str:
+    schema = getattr(node.target, "_schema", None)
+    return "torch." + schema.name.replace("::", ".") if schema is not None else ""
+
+
+def _walk(p: Pattern, func: ir.Operation, mc: MatchContext, s: _Session) -> list[Any]:
+    """Walk pattern ``p`` from each of its candidate roots (at most ``_MAX_WHY``)."""
+    if p.root is None:
+        return []
+    walk = PatternWalk(mc._ops[p.name], p.file)
+    ops = func.regions[0].blocks[0].operations
+    roots = [op.operation for op in ops if op.operation.name == p.root]
+    return [walk.walk(op, s.describe) for op in roots[:_MAX_WHY]] + (
+        [f"... and {len(roots) - _MAX_WHY} more candidate root(s)"] if len(roots) > _MAX_WHY else []
+    )
+
+
+def _why(
+    name: str,
+    func: ir.Operation,
+    mc: MatchContext,
+    patterns: PatternSet,
+    s: _Session,
+    walked: list[Any] | None,
+) -> list[str]:
+    """For ``explain --why``: each candidate root of pattern ``name`` with its first mismatch,
+    closest matches first. ``walked`` is the walk made just before the pattern was applied
+    (None when it was not applied: then the final IR is walked)."""
+    p = next((q for q in patterns.patterns if q.name == name), None)
+    if p is None:
+        known = ", ".join(q.name for q in patterns.patterns)
+        return [f"no pattern named {name!r} is loaded (loaded: {known})"]
+    lines = []
+    if not p.active_on(s.target):
+        why = (
+            "it is disabled"
+            if not p.enabled
+            else f"its targets {list(p.targets)} exclude {s.target.name}"
+        )
+        lines.append(f"not applied: {why}")
+    if p.root is None:
+        return [*lines, "unexplained: the pattern's root op has no fixed name"]
+    fired = {r.outputs[-1].name: r for r in s.records if r.pattern.name == name}
+    for r in s.records:
+        if r.pattern.name != name:
+            for n in r.slice:
+                if _mlir_name(n) == p.root:
+                    lines.append(
+                        f"root {n.name}: claimed first by pattern {r.pattern.name} "
+                        f"(benefit {r.pattern.benefit}) -> kernel {r.kernel.name}"
+                    )
+    found = walked if walked is not None else _walk(p, func, mc, s)
+    cands = [c for c in found if not isinstance(c, str)]
+    if not cands and not lines:
+        lines.append(f"no candidate root: op {p.root} does not occur in the graph")
+    for c in sorted(cands, key=lambda c: -c.progress):
+        if c.root in fired:
+            lines.append(f"root {c.root}: matched -> kernel {fired[c.root].kernel.name}")
+            continue
+        if not c.failure:
+            near = [m for m in s.near if m.pattern == name and c.root in m.at]
+            c.failure = (
+                near[0].reason
+                if near
+                else "unexplained: every op and constraint pdlkit can check holds, yet MLIR's "
+                "PDL interpreter did not match here"
+            )
+        lines.append(str(c))
+    lines.extend(c for c in found if isinstance(c, str))
+    return lines
 
 
 class _LazyModule:
@@ -711,11 +810,13 @@ def _user_line(node: fx.Node) -> str:
         return last
 
 
-def _rewrite_fx(gm: fx.GraphModule, s: _Session, verify: bool) -> list[Substitution]:
+def _rewrite_fx(gm: fx.GraphModule, s: _Session, verify: bool | str) -> list[Substitution]:
     graph = gm.graph
+    mode = resolve_mode(verify)
     fallbacks = [_fallback_module(gm, s, rec) for rec in s.records]  # before any edit
     outs_of: dict[int, list[fx.Node]] = {}
     subs: list[Substitution] = []
+    views: list[fx.Node] = []  # canonical t(weight) nodes that call sites took over
 
     def arg(r: Ref) -> Any:
         if isinstance(r, Const):
@@ -730,14 +831,22 @@ def _rewrite_fx(gm: fx.GraphModule, s: _Session, verify: bool) -> list[Substitut
         anchor = max(rec.outputs, key=lambda n: s.order.get(n, -1))
         root = cast(fx.Node, anchor.args[0]) if anchor.target is operator.getitem else anchor
         args = [arg(r) for r in rec.args]
+        transposed = weight_views(rec.kernel, args)
+        for i in transposed:
+            views.append(cast(fx.Node, args[i]))
+            args[i] = views[-1].args[0]  # the parameter; the site transposes it
         site = CallSite(
             kernel=rec.kernel,
             pattern=f"{rec.pattern.name} ({rec.pattern.where})",
             node=root.name,
             user_line=_user_line(root),
             fallback=fallbacks[k],
-            verify=verify,
+            verify=mode == "strict",
+            intercept=FirstCallVerifier(rec.pattern.tolerance, rec.pattern.timeout)
+            if mode == "first_call"
+            else None,
             guard=needs_guard(rec.kernel, [s.example(r) for r in rec.args]),
+            transposed=transposed,
         )
         op = bind(rec.kernel)
         with graph.inserting_before(root):
@@ -779,6 +888,9 @@ def _rewrite_fx(gm: fx.GraphModule, s: _Session, verify: bool) -> list[Substitut
         {n for rec in s.records for n in rec.slice}, key=s.order.__getitem__, reverse=True
     ):
         if not n.users and not n.is_impure():
+            graph.erase_node(n)
+    for n in dict.fromkeys(views):
+        if not n.users:
             graph.erase_node(n)
     alive = set(graph.nodes)
     for rec, sub in zip(s.records, subs, strict=True):

@@ -10,6 +10,7 @@ Importing pdlkit registers the ``"pdlkit"`` Dynamo backend.
 from __future__ import annotations
 
 from pdlkit.backend import PdlkitBackend, PdlkitError, explain, optimize, pdlkit_backend
+from pdlkit.bisection import bisect
 from pdlkit.runtime_abi.binding import KernelCallError
 from pdlkit.runtime_abi.binding_stats import stats
 from pdlkit.runtime_abi.kernel import KernelDeclarationError, KernelUnsupported, kernel
@@ -23,6 +24,7 @@ __all__ = [
     "KernelUnsupported",
     "PdlkitBackend",
     "PdlkitError",
+    "bisect",
     "explain",
     "kernel",
     "optimize",

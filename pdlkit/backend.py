@@ -53,13 +53,16 @@ class Options:
     kernels: config.PathArg = None
     target: Any = None
     default_codegen: str = "inductor"
-    verify: bool = False
+    verify: bool | str = False
 
     def __post_init__(self) -> None:
         if self.default_codegen not in _CODEGENS:
             raise ValueError(
                 f"default_codegen must be one of {_CODEGENS}, got {self.default_codegen!r}"
             )
+        from pdlkit.runtime_abi.verify import resolve_mode
+
+        resolve_mode(self.verify)  # a bad value fails here, not at the first compile
 
     def with_(self, extra: Mapping[str, Any] | None) -> Options:
         if not extra:
@@ -170,12 +173,15 @@ def run_pass(
     example_inputs: list[Any],
     plan: Plan,
     *,
-    verify: bool = False,
+    verify: bool | str = False,
     index: int = 0,
     rewrite_fx: bool = True,
     keep_text: bool = False,
+    why: tuple[str, ...] = (),
+    near_misses: bool = True,
 ) -> tuple[fx.GraphModule, GraphReport]:
     """Re-trace ``gm`` and substitute; returns the rewritten pre-dispatch graph and a report."""
+    from pdlkit.matcher.canonicalize import canonicalize, restore
     from pdlkit.matcher.cse import eliminate_common_subexpressions
     from pdlkit.matcher.html_report import node_infos
     from pdlkit.matcher.substitute import substitute
@@ -196,6 +202,8 @@ def run_pass(
         )
         report.timings["retrace"] = t1 - t0
         return traced, report
+    canonical = canonicalize(traced)
+    t_canon = time.perf_counter() - t1
     outcome = substitute(
         traced,
         plan.patterns,
@@ -204,9 +212,14 @@ def run_pass(
         verify=verify,
         index=index,
         rewrite_fx=rewrite_fx,
+        why=why,
+        near_misses=near_misses,
     )
     report = outcome.report
-    report.timings = {"retrace": t1 - t0, **report.timings}
+    if rewrite_fx:
+        restore(outcome.graph)  # inexact canonical spellings no kernel claimed
+    report.canonicalized = dict(canonical)
+    report.timings = {"retrace": t1 - t0, "canonicalize": t_canon, **report.timings}
     if keep_text:
         report.graph_before = before
         report.fx_nodes = nodes
@@ -224,13 +237,15 @@ class PdlkitBackend:
         kernels: config.PathArg = None,
         target: Any = None,
         default_codegen: str = "inductor",
-        verify: bool = False,
+        verify: bool | str = False,
         on_report: Callable[[GraphReport, Plan], None] | None = None,
         explain_only: bool = False,
+        why: tuple[str, ...] = (),
     ):
         self.options = Options(patterns, kernels, target, default_codegen, verify)
         self.on_report = on_report
         self.explain_only = explain_only
+        self.why = why  # explain --why: patterns to walk candidate by candidate
         self._graphs = 0
         self._stamp: tuple[str, str] | None = None
         self._warned = False
@@ -265,7 +280,14 @@ class PdlkitBackend:
         index = self._graphs
         self._graphs += 1
         traced, report = run_pass(
-            gm, example_inputs, plan, verify=opts.verify, index=index, keep_text=self.explain_only
+            gm,
+            example_inputs,
+            plan,
+            verify=opts.verify,
+            index=index,
+            keep_text=self.explain_only,
+            why=self.why,
+            near_misses=self.explain_only or self.on_report is not None,
         )
         if report.skipped and not self._warned and not self.explain_only:
             self._warned = True
@@ -302,7 +324,7 @@ def optimize(
     kernels: config.PathArg = None,
     target: Any = None,
     default_codegen: str = "inductor",
-    verify: bool = False,
+    verify: bool | str = False,
     dynamic: bool | None = None,
 ) -> Callable[..., Any]:
     """Compile ``model`` with pattern substitution; everything unmatched goes to Inductor.
@@ -312,8 +334,10 @@ def optimize(
         fast = pdlkit.optimize(model, patterns="my/patterns", kernels="my/kernels")
         y = fast(x)   # linear+gelu is one call of the kernel that implements "linear_gelu"
 
-    ``target`` names the machine to plan for (default: this host); ``verify=True`` checks
-    the first call of every substituted kernel against the subgraph it replaced.
+    ``target`` names the machine to plan for (default: this host). ``verify="first_call"``
+    (or ``PDLKIT_VERIFY=1``) runs, for the first call of each shape at each site, the kernel
+    and the subgraph it replaced, and switches off (with a warning) a substitution whose
+    result disagrees; ``verify=True`` makes such a disagreement an error instead.
     """
     backend = PdlkitBackend(
         patterns=patterns,
@@ -333,9 +357,14 @@ def explain(
     kernels: config.PathArg = None,
     target: Any = None,
     no_grad: bool = True,
+    why: str | tuple[str, ...] = (),
     **_ignored: Any,
 ) -> Report:
     """What ``optimize`` would substitute for these inputs, and why other candidates were not.
+
+    ``why="linear_gelu"`` (or a tuple of names) walks that pattern against each candidate
+    root and reports the closest partial match and its first failing op, operand or
+    constraint (``report.graphs[i].why``; printed by ``str(report)``).
 
     Nothing is compiled and no kernel runs (so a foreign ``target`` such as ``"yitian"``
     works on any host); the model runs eagerly once under Dynamo to capture its graphs.
@@ -348,7 +377,12 @@ def explain(
         plans.append(plan)
 
     backend = PdlkitBackend(
-        patterns=patterns, kernels=kernels, target=target, on_report=sink, explain_only=True
+        patterns=patterns,
+        kernels=kernels,
+        target=target,
+        on_report=sink,
+        explain_only=True,
+        why=(why,) if isinstance(why, str) else tuple(why),
     )
     plan = load_plan(backend.options)
     compiled = _compile(model, backend)

@@ -9,6 +9,8 @@ pdlkit kernels                                # the kernels pdlkit can choose fr
 pdlkit gen-pattern mymod:linear_relu --example-shapes 4x8,6x8,6 --op linear_relu -o lr.pdl.mlir
 pdlkit lint patterns/ kernels/                # overlapping, shadowed or dangling patterns
 pdlkit build-kernels --arch aarch64           # build the AArch64 kernel library (cross on x86)
+pdlkit explain mypkg.models:bert --why qlinear_gelu   # why that pattern did not match
+pdlkit bisect mypkg.models:factory            # which substitution makes the output diverge
 """
 
 from __future__ import annotations
@@ -64,7 +66,12 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     model, inputs = _load_example(args.model)
     report = pdlkit.explain(
-        model, *inputs, patterns=args.patterns, kernels=args.kernels, target=args.target
+        model,
+        *inputs,
+        patterns=args.patterns,
+        kernels=args.kernels,
+        target=args.target,
+        why=tuple(args.why or ()),
     )
     print(report)
     if args.html:
@@ -106,6 +113,22 @@ def cmd_lint(args: argparse.Namespace) -> int:
     errors = sum(1 for f in findings if f.severity == "error")
     print(f"{errors} error(s), {len(findings) - errors} warning(s)", file=sys.stderr)
     return 1 if errors else 0
+
+
+def cmd_bisect(args: argparse.Namespace) -> int:
+    import pdlkit
+
+    model, inputs = _load_example(args.model)
+    result = pdlkit.bisect(
+        model,
+        *inputs,
+        patterns=args.patterns,
+        kernels=args.kernels,
+        target=args.target,
+        default_codegen=args.codegen,
+    )
+    print(result)
+    return 1 if result.culprits else 0
 
 
 def cmd_abi_check(args: argparse.Namespace) -> int:
@@ -262,6 +285,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kernels", action="append", default=None)
     p.add_argument("--graphs", action="store_true", help="print the rewritten graphs")
     p.add_argument("--html", default=None, help="also write the report as one HTML page")
+    p.add_argument(
+        "--why",
+        action="append",
+        metavar="PATTERN",
+        help="for each candidate root of PATTERN, the closest match and its first failure",
+    )
     p.set_defaults(fn=cmd_explain)
 
     p = sub.add_parser("gen-pattern", help="write the PDL pattern of a Python reference function")
@@ -282,6 +311,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("paths", nargs="*", help="pattern/kernel files or folders (default: configured)")
     p.add_argument("--kernels", action="append", default=None, help="kernel folders")
     p.set_defaults(fn=cmd_lint)
+
+    p = sub.add_parser(
+        "bisect", help="find the substitution that makes a model's output diverge from eager"
+    )
+    p.add_argument("model", help="module:function or file.py[:function] returning (model, inputs)")
+    p.add_argument("--target", default=None)
+    p.add_argument("--patterns", action="append", default=None)
+    p.add_argument("--kernels", action="append", default=None)
+    p.add_argument("--codegen", choices=("eager", "inductor"), default="eager")
+    p.set_defaults(fn=cmd_bisect)
 
     p = sub.add_parser("abi-check", help="check kernels against their declaration and reference")
     p.add_argument("paths", nargs="+", help="kernel files (.py, .so) or folders")

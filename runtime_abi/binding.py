@@ -9,7 +9,9 @@ the pattern, the FX node and the replaced subgraph, so that
   replaced subgraph (per-call fallback),
 * outputs whose shape or dtype disagree with the kernel's meta function are an error,
   never a silently wrong number,
-* ``verify=True`` compares the first call of every site against the replaced subgraph.
+* ``verify=True`` compares the first call of every site against the replaced subgraph
+  (a mismatch is an error); ``verify="first_call"`` does it per shape and switches a
+  failing substitution off for that shape instead (:mod:`pdlkit.runtime_abi.verify`).
 """
 
 from __future__ import annotations
@@ -53,6 +55,12 @@ class CallSite:
     calls: int = 0
     guard: bool = True  # False when the shape rules were proven at compile time
     attrs_key: tuple[Any, ...] | None = None
+    # arguments the graph passes un-transposed (a canonical ``t(weight)``), transposed here as
+    # a view of the parameter so that pre-packing keys a stable tensor (see canonicalize.py)
+    transposed: tuple[int, ...] = ()
+    # wraps each call as intercept(site, args, attempt) where attempt(site, args) runs the
+    # kernel: first-call verification (runtime_abi/verify.py) and bisect use it
+    intercept: Callable[..., Any] | None = None
     _expected: dict[tuple[Any, ...], list[tuple[torch.Size, torch.dtype]]] = field(
         default_factory=dict, repr=False
     )
@@ -171,6 +179,10 @@ def _fresh(out: Any, args: Sequence[Any]) -> Any:
     return tuple(outs) if isinstance(out, tuple | list) else outs[0]
 
 
+def transpose_args(args: Sequence[Any], which: tuple[int, ...]) -> tuple[Any, ...]:
+    return tuple(a.t() if i in which else a for i, a in enumerate(args))
+
+
 def needs_guard(decl: KernelDecl, args: Sequence[Any]) -> bool:
     """Whether a call site must check the shape rules per call: contiguity and alignment
     are properties of each call's tensors, and symbolic dims are only known per call."""
@@ -233,6 +245,15 @@ def _runner(decl: KernelDecl) -> Any:
 
     def run(*args: Any) -> Any:
         kargs, cs = args[:-1], sites.get(args[-1])
+        if cs is None:
+            return attempt(cs, kargs)
+        if cs.transposed:
+            kargs = transpose_args(kargs, cs.transposed)
+        if cs.intercept is not None:  # verification, or a site bisect switched off
+            return cs.intercept(cs, kargs, attempt)
+        return attempt(cs, kargs)
+
+    def attempt(cs: CallSite | None, kargs: tuple[Any, ...]) -> Any:
         if shapes and cs is not None and cs.guard and _guard(decl, kargs) is not None:
             return fall_back(cs, kargs)  # outside the kernel's shape rules
         try:
@@ -302,6 +323,9 @@ def bind(decl: KernelDecl) -> Any:
         impl = _runner(decl)
 
         def fake(*args: Any) -> Any:
+            cs = site(args[-1])
+            if cs is not None and cs.transposed:
+                return decl.meta(*transpose_args(args[:-1], cs.transposed))
             return decl.meta(*args[:-1])
 
         # The low-level torch.library API: a CompositeExplicitAutograd kernel is one Python

@@ -15,6 +15,8 @@ _TOTALS = (
     "substitutions",
     "kernel_calls",
     "fallbacks",
+    "verifications",
+    "disabled",
     "prepack_hits",
     "prepack_misses",
     "prepack_evictions",
@@ -45,7 +47,8 @@ def count(event: str, kernel: str, n: int = 1) -> None:
 
 
 def stats(reset: bool = False) -> dict[str, Any]:
-    """Counts of substitutions, kernel calls, fallbacks and pre-pack cache events, in total and per kernel."""
+    """Counts of substitutions, kernel calls, fallbacks, first-call verifications and
+    substitutions they disabled (per shape), and pre-pack cache events; in total and per kernel."""
     snapshot: Counter[tuple[str, str]] = Counter()
     with _STATS_LOCK:
         for c in _COUNTERS:

@@ -66,7 +66,12 @@ class PrepackCache:
         a caller whose attributes never change, such as a call site."""
         if attrs_key is None:
             attrs_key = attrs_key_of(attrs)
-        key = (kernel, id(weight), weight._version, attrs_key)
+        # A view (a weight canonicalized to ``t(w)``, made afresh by each call) is keyed by
+        # its base parameter and its geometry, so it packs once like the parameter would.
+        base = weight._base
+        owner = weight if base is None else base
+        shape = None if base is None else (weight.shape, weight.stride(), weight.storage_offset())
+        key = (kernel, id(owner), shape, weight._version, attrs_key)
         with self._lock:
             hit = self._entries.get(key)
             if hit is not None:
@@ -77,11 +82,12 @@ class PrepackCache:
         size = _nbytes(packed)
         with self._lock:
             count("prepack_misses", kernel)
-            self._drop(lambda k: k[0] == kernel and k[1] == id(weight), kernel)  # older versions
+            # older versions of the same tensor (or the same view of it)
+            self._drop(lambda k: k[:3] == key[:3], kernel)
             if size <= self.max_bytes:
                 self._entries[key] = (packed, size)
                 self._bytes += size
-                self._watch(weight)
+                self._watch(owner)
                 while self._bytes > self.max_bytes:
                     old, (_, n) = self._entries.popitem(last=False)
                     self._bytes -= n
