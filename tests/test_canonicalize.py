@@ -149,7 +149,9 @@ def test_unmatched_canonical_forms_run_bitwise_as_eager():
     with torch.no_grad():
         got = torch.compile(all_spellings, backend=backend)(*args)
         want = all_spellings(*args)
-    assert reports[0].canonicalized["add_bias"] == 3 and not reports[0].substitutions
+    # the pass merges the two identical mm(x, w.t()) and the two x3 @ w.t() before
+    # canonicalizing (matcher/cse.py), so only the third bias add folds into its GEMM
+    assert reports[0].canonicalized["add_bias"] == 1 and not reports[0].substitutions
     assert reports[0].canonicalized["gelu_tanh"] == 1
     assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
 

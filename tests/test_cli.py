@@ -58,3 +58,13 @@ def test_demo_runs_end_to_end():
     assert "linear_relu -> linear_relu_onednn: 2x" in r.stdout
     assert "linear -> linear_onednn: 2x" in r.stdout
     assert "max abs error vs eager" in r.stdout
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+    root = Path(__file__).resolve().parents[1]
+    ci = [
+        line
+        for line in (root / ".ci" / "run").read_text().splitlines()
+        if line and not line.startswith(("#", "set ", "cd "))
+    ]
+    assert len(ci) == 1 and ci[0] in (root / "README.md").read_text()
