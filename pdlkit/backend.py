@@ -159,12 +159,6 @@ def retrace(gm: fx.GraphModule, example_inputs: list[Any]) -> fx.GraphModule:
             mode.allow_non_fake_inputs = allow
 
 
-def _needs_grad(example_inputs: list[Any]) -> int:
-    if not torch.is_grad_enabled():
-        return 0
-    return sum(1 for v in example_inputs if isinstance(v, torch.Tensor) and v.requires_grad)
-
-
 def run_pass(
     gm: fx.GraphModule,
     example_inputs: list[Any],
@@ -177,30 +171,24 @@ def run_pass(
 ) -> tuple[fx.GraphModule, GraphReport]:
     """Re-trace ``gm`` and substitute; returns the rewritten pre-dispatch graph and a report."""
     from pdlkit.matcher.substitute import substitute
+    from pdlkit.runtime_abi.autograd import grad_inputs, mark_requires_grad
 
     t0 = time.perf_counter()
     traced = retrace(gm, example_inputs)
     t1 = time.perf_counter()
     before = traced.print_readable(print_output=False) if keep_text else ""
-    n_grad = _needs_grad(example_inputs)
-    if n_grad:
-        report = GraphReport(index=index, nodes=len(traced.graph.nodes))
-        report.skipped = (
-            f"the graph needs gradients ({n_grad} inputs require grad and grad mode is on); "
-            "kernels have no backward, so nothing is substituted. Run under torch.no_grad() "
-            "or torch.inference_mode() for inference."
+    # In a graph that needs gradients only kernels with a backward are eligible for
+    # arguments that require grad; the registry reads requires_grad off the fake values.
+    with mark_requires_grad(traced, grad_inputs(example_inputs)):
+        outcome = substitute(
+            traced,
+            plan.patterns,
+            plan.registry,
+            plan.target,
+            verify=verify,
+            index=index,
+            rewrite_fx=rewrite_fx,
         )
-        report.timings["retrace"] = t1 - t0
-        return traced, report
-    outcome = substitute(
-        traced,
-        plan.patterns,
-        plan.registry,
-        plan.target,
-        verify=verify,
-        index=index,
-        rewrite_fx=rewrite_fx,
-    )
     report = outcome.report
     report.timings = {"retrace": t1 - t0, **report.timings}
     if keep_text:
@@ -266,10 +254,12 @@ class PdlkitBackend:
         for sub in report.substitutions:
             count("substitutions", sub.kernel)
         if opts.default_codegen == "eager":
-            return traced
+            return traced if report.substitutions else gm
         from torch._inductor.compile_fx import compile_fx
 
-        return cast(Callable[..., Any], compile_fx(traced, example_inputs))
+        # Nothing substituted: Dynamo's own graph, so the result is exactly Inductor's.
+        chosen = traced if report.substitutions else gm
+        return cast(Callable[..., Any], compile_fx(chosen, example_inputs))
 
     # Dynamo reuses a compiled frame while the backend compares equal. Comparing unequal once
     # a pattern or kernel file changed makes the next torch.compile(...) recompile with it.

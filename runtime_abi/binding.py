@@ -310,6 +310,10 @@ def bind(decl: KernelDecl) -> Any:
         _LIB.define(f"{name}{schema}")
         _LIB.impl(name, impl, "CompositeExplicitAutograd")
         torch.library.register_fake(f"pdlkit::{name}", fake, lib=_LIB)
+        if decl.backward is not None:
+            from pdlkit.runtime_abi.autograd import register
+
+            register(decl, f"pdlkit::{name}", _LIB)
         _TAKEN.add(name)
         op = getattr(torch.ops.pdlkit, name).default
         _BOUND[key] = op

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pdlkit.runtime_abi.autograd import needs_backward
 from pdlkit.runtime_abi.capability import Target
 from pdlkit.runtime_abi.kernel import KernelDecl
 
@@ -169,6 +170,9 @@ def _ineligible(k: KernelDecl, args: Sequence[Any], target: Target, pin: str | N
     missing = k.requires - target.features
     if missing:
         return f"needs {', '.join(sorted(missing))}, which target {target.name} lacks"
+    no_grad = needs_backward(k, args, k.params)
+    if no_grad:
+        return no_grad
     for name, arg in zip(k.params, args, strict=True):
         rule = k.shapes.get(name)
         if rule is not None and isinstance(arg, torch.Tensor):
