@@ -40,7 +40,14 @@ def _compile(model: Callable[..., Any], backend: Any, **kw: Any) -> Callable[...
     return torch.compile(model, backend=backend, **kw)
 
 
-_OPTION_KEYS = {"patterns", "kernels", "target", "default_codegen", "verify"}
+_OPTION_KEYS = {
+    "patterns",
+    "kernels",
+    "target",
+    "default_codegen",
+    "verify",
+    "allow_world_writable",
+}
 
 
 class PdlkitError(RuntimeError):
@@ -54,6 +61,7 @@ class Options:
     target: Any = None
     default_codegen: str = "inductor"
     verify: bool = False
+    allow_world_writable: bool | None = None  # None: PDLKIT_ALLOW_WORLD_WRITABLE decides
 
     def __post_init__(self) -> None:
         if self.default_codegen not in _CODEGENS:
@@ -98,11 +106,13 @@ def load_plan(opts: Options) -> Plan:
     """Load (or reuse, when no file changed) the pattern set and kernel registry."""
     from pdlkit.matcher.patterns import PatternError, load_patterns
     from pdlkit.runtime_abi.registry import KernelLoadError, KernelRegistry
+    from pdlkit.runtime_abi.trust import TrustError, check_writable
 
     target = resolve(opts.target)
-    ppaths = config.pattern_paths(opts.patterns)
-    kpaths = config.kernel_paths(opts.kernels)
     try:
+        ppaths = config.pattern_paths(opts.patterns)
+        kpaths = config.kernel_paths(opts.kernels)
+        check_writable(ppaths, "patterns", opts.allow_world_writable)
         key = "|".join(map(str, ppaths)) + "|" + config.stat_fingerprint(ppaths)
         with _PLAN_LOCK:
             patterns = _PATTERN_CACHE.get(key)
@@ -111,8 +121,10 @@ def load_plan(opts: Options) -> Plan:
                 if len(_PATTERN_CACHE) > 32:
                     _PATTERN_CACHE.clear()
                 _PATTERN_CACHE[key] = patterns
-        registry = KernelRegistry.from_folders(kpaths)
-    except (PatternError, KernelLoadError) as e:
+        registry = KernelRegistry.from_folders(
+            kpaths, allow_world_writable=opts.allow_world_writable
+        )
+    except (PatternError, KernelLoadError, TrustError, config.PathError) as e:
         raise PdlkitError(str(e)) from None
     for p in patterns.patterns:
         if p.kernel is not None and registry.get(p.kernel) is None:
@@ -210,8 +222,11 @@ class PdlkitBackend:
         verify: bool = False,
         on_report: Callable[[GraphReport, Plan], None] | None = None,
         explain_only: bool = False,
+        allow_world_writable: bool | None = None,
     ):
-        self.options = Options(patterns, kernels, target, default_codegen, verify)
+        self.options = Options(
+            patterns, kernels, target, default_codegen, verify, allow_world_writable
+        )
         self.on_report = on_report
         self.explain_only = explain_only
         self._graphs = 0
@@ -221,7 +236,10 @@ class PdlkitBackend:
     def _current_stamp(self, opts: Options) -> tuple[str, str]:
         import os
 
-        paths = config.pattern_paths(opts.patterns) + config.kernel_paths(opts.kernels)
+        try:
+            paths = config.pattern_paths(opts.patterns) + config.kernel_paths(opts.kernels)
+        except config.PathError as e:  # never raise inside Dynamo's guard check
+            return "invalid", str(e)
         env = (
             os.environ.get(config.PATTERN_ENV, "")
             + os.pathsep
@@ -283,6 +301,7 @@ def optimize(
     default_codegen: str = "inductor",
     verify: bool = False,
     dynamic: bool | None = None,
+    allow_world_writable: bool | None = None,
 ) -> Callable[..., Any]:
     """Compile ``model`` with pattern substitution; everything unmatched goes to Inductor.
 
@@ -293,6 +312,8 @@ def optimize(
 
     ``target`` names the machine to plan for (default: this host); ``verify=True`` checks
     the first call of every substituted kernel against the subgraph it replaced.
+    World-writable pattern or kernel folders are refused unless ``allow_world_writable``
+    (or ``PDLKIT_ALLOW_WORLD_WRITABLE=1``); see :mod:`pdlkit.runtime_abi.trust` for pins.
     """
     backend = PdlkitBackend(
         patterns=patterns,
@@ -300,6 +321,7 @@ def optimize(
         target=target,
         default_codegen=default_codegen,
         verify=verify,
+        allow_world_writable=allow_world_writable,
     )
     load_plan(backend.options)  # bad files fail here, not at the first call
     return _compile(model, backend, dynamic=dynamic)

@@ -52,9 +52,7 @@ def grad_inputs(example_inputs: Sequence[Any]) -> list[int]:
     if not torch.is_grad_enabled():
         return []
     return [
-        i
-        for i, v in enumerate(example_inputs)
-        if isinstance(v, torch.Tensor) and v.requires_grad
+        i for i, v in enumerate(example_inputs) if isinstance(v, torch.Tensor) and v.requires_grad
     ]
 
 

@@ -244,7 +244,9 @@ def declare(
     if backward is not None and not callable(backward):
         problems.append("backward must be a function (ctx, *grad_outputs) -> gradients")
     if setup_context is not None and (backward is None or not callable(setup_context)):
-        problems.append("setup_context must be a function (ctx, inputs, output), used with backward")
+        problems.append(
+            "setup_context must be a function (ctx, inputs, output), used with backward"
+        )
     if callable(meta):
         try:
             meta_params = inspect.signature(meta).parameters.values()

@@ -23,6 +23,13 @@ import torch
 from pdlkit.runtime_abi.autograd import needs_backward
 from pdlkit.runtime_abi.capability import Target
 from pdlkit.runtime_abi.kernel import KernelDecl
+from pdlkit.runtime_abi.trust import (
+    TrustError,
+    check_pin,
+    check_writable,
+    pins_folder,
+    read_pins,
+)
 
 
 class KernelLoadError(RuntimeError):
@@ -50,7 +57,7 @@ def _kernel_files(folder: Path) -> list[Path]:
     )
 
 
-def _exec_file(path: Path, digest: str) -> tuple[KernelDecl, ...]:
+def _exec_file(path: Path, digest: str, data: bytes) -> tuple[KernelDecl, ...]:
     mod_name = f"pdlkit_plugin_{digest[:12]}_{path.stem}"
     spec = importlib.util.spec_from_file_location(mod_name, path)
     if spec is None or spec.loader is None:
@@ -58,7 +65,8 @@ def _exec_file(path: Path, digest: str) -> tuple[KernelDecl, ...]:
     module = importlib.util.module_from_spec(spec)
     sys.modules[mod_name] = module
     try:
-        spec.loader.exec_module(module)
+        # run the bytes that were hashed (and checked against a pin), not a second read
+        exec(compile(data, str(path), "exec"), module.__dict__)
     except SyntaxError as e:
         sys.modules.pop(mod_name, None)
         raise KernelLoadError(f"{path}:{e.lineno}:{e.offset or 0}: syntax error: {e.msg}") from None
@@ -70,10 +78,19 @@ def _exec_file(path: Path, digest: str) -> tuple[KernelDecl, ...]:
     return tuple(v for v in vars(module).values() if isinstance(v, KernelDecl))
 
 
-def load_kernel_file(path: Path) -> tuple[KernelDecl, ...]:
-    """The kernels declared in one file (executed again only if its bytes changed)."""
+def load_kernel_file(
+    path: Path, pins: dict[Path, str] | None = None, folder: Path | None = None
+) -> tuple[KernelDecl, ...]:
+    """The kernels declared in one file (executed again only if its bytes changed).
+
+    ``pins`` (a folder's ``kernels.yaml``, see :mod:`pdlkit.runtime_abi.trust`) must
+    allow the file's bytes before anything in it runs."""
     path = path.resolve()
     data = path.read_bytes()
+    try:
+        check_pin(path, data, pins, folder or path.parent)
+    except TrustError as e:
+        raise KernelLoadError(str(e)) from None
     digest = hashlib.sha256(data).hexdigest()
     with _LOCK:
         cached = _FILE_CACHE.get(path)
@@ -84,7 +101,7 @@ def load_kernel_file(path: Path) -> tuple[KernelDecl, ...]:
 
             kernels = load_native_library(path, digest)
         else:
-            kernels = _exec_file(path, digest)
+            kernels = _exec_file(path, digest, data)
         _FILE_CACHE[path] = _LoadedFile(digest, kernels)
         return kernels
 
@@ -105,13 +122,25 @@ class KernelRegistry:
     folders: tuple[Path, ...] = ()
 
     @classmethod
-    def from_folders(cls, folders: Sequence[Path]) -> KernelRegistry:
+    def from_folders(
+        cls, folders: Sequence[Path], *, allow_world_writable: bool | None = None
+    ) -> KernelRegistry:
+        """Load every kernel file; a folder's ``kernels.yaml`` pins must match, and a
+        world-writable folder is refused unless allowed (see :mod:`pdlkit.runtime_abi.trust`)."""
         reg = cls(folders=tuple(folders))
+        try:
+            check_writable(folders, "kernels", allow_world_writable)
+        except TrustError as e:
+            raise KernelLoadError(str(e)) from None
         for folder in folders:
             if not folder.exists():
                 raise KernelLoadError(f"{folder}: kernel folder does not exist")
+            try:
+                pins = read_pins(folder)
+            except TrustError as e:
+                raise KernelLoadError(str(e)) from None
             for path in _kernel_files(folder):
-                for decl in load_kernel_file(path):
+                for decl in load_kernel_file(path, pins, pins_folder(folder)):
                     reg.add(decl)
         return reg
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import KERNEL_HEADER, MLP, linear_act_pattern, write
+from conftest import KERNEL_HEADER, linear_act_pattern, write
+from pdlkit.matcher.to_mlir import import_graph, new_context
 
 import pdlkit
 from pdlkit.backend import retrace
-from pdlkit.matcher.to_mlir import import_graph, new_context
 
 
 class Counting:

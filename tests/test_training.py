@@ -92,7 +92,7 @@ def test_user_kernel_backward_is_used_in_training(tmp_path):
         k,
         "sig.py",
         KERNEL_HEADER
-        + '''
+        + """
 def save(ctx, inputs, out):
     ctx.save_for_backward(inputs[0], inputs[1], out)
 
@@ -104,7 +104,7 @@ def backward(ctx, grad):
 @pdlkit.kernel(op="lin_sigmoid", meta=meta, backward=backward, setup_context=save)
 def k_lin_sigmoid(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
     return torch.sigmoid(torch.addmm(b, x, w.t()))
-''',
+""",
     )
     torch.manual_seed(0)
     eager = MLP()
