@@ -183,7 +183,7 @@ def run_pass(
 ) -> tuple[fx.GraphModule, GraphReport]:
     """Re-trace ``gm`` and substitute; returns the rewritten pre-dispatch graph and a report."""
     from pdlkit.matcher.substitute import substitute
-    from pdlkit.runtime_abi.autograd import grad_inputs, mark_requires_grad
+    from pdlkit.runtime_abi.autograd import grad_inputs, training_graph
 
     t0 = time.perf_counter()
     traced = retrace(gm, example_inputs)
@@ -191,7 +191,7 @@ def run_pass(
     before = traced.print_readable(print_output=False) if keep_text else ""
     # In a graph that needs gradients only kernels with a backward are eligible for
     # arguments that require grad; the registry reads requires_grad off the fake values.
-    with mark_requires_grad(traced, grad_inputs(example_inputs)):
+    with training_graph(traced, grad_inputs(example_inputs)):
         outcome = substitute(
             traced,
             plan.patterns,
@@ -207,6 +207,28 @@ def run_pass(
         report.graph_before = before
         report.graph_after = outcome.graph.print_readable(print_output=False)
     return outcome.graph, report
+
+
+_IN_USE: dict[str, tuple[str, set[str]]] = {}  # folders -> (their fingerprint, kernels used)
+
+
+def _kernels_in_use(opts: Options) -> set[str]:
+    """The set to record this compilation's kernels in. When the files of the same folders
+    changed since the last compilation, the kernels used before lose their packed weights:
+    the next compilation is the one that matters, and a graph from before packs again."""
+    from pdlkit.runtime_abi.prepack import CACHE
+
+    paths = config.pattern_paths(opts.patterns) + config.kernel_paths(opts.kernels)
+    folders, fingerprint = "|".join(map(str, paths)), config.stat_fingerprint(paths)
+    with _PLAN_LOCK:
+        last = _IN_USE.get(folders)
+        if last is not None and last[0] == fingerprint:
+            return last[1]
+        if last is not None:
+            CACHE.release(last[1])
+        used: set[str] = set()
+        _IN_USE[folders] = (fingerprint, used)
+        return used
 
 
 class PdlkitBackend:
@@ -257,6 +279,7 @@ class PdlkitBackend:
         opts = self.options.with_(options)
         self._stamp = self._current_stamp(opts)
         plan = load_plan(opts)
+        used = _kernels_in_use(opts)
         index = self._graphs
         self._graphs += 1
         traced, report = run_pass(
@@ -271,6 +294,7 @@ class PdlkitBackend:
             return gm.forward
         for sub in report.substitutions:
             count("substitutions", sub.kernel)
+            used.add(sub.kernel)
         if opts.default_codegen == "eager":
             return traced if report.substitutions else gm
         from torch._inductor.compile_fx import compile_fx

@@ -1,7 +1,9 @@
 """Gradients for kernels that declare a ``backward``, and which graphs need them.
 
-A kernel declared with ``backward=`` is registered with ``torch.library.register_autograd``
-when it is bound, so AOT autograd traces its backward into the backward graph. In a graph
+A kernel declared with ``backward=`` is bound a second time, as ``<name>_grad`` with its
+backward registered through ``torch.library.register_autograd``, for graphs that need
+gradients: AOT autograd traces that backward into the backward graph. Inference graphs
+call the plain op, which has no Python autograd layer (about 20 us per call less). In a graph
 that needs gradients, a kernel without one is not eligible for any call whose tensor
 arguments require grad (the registry says so in ``explain``); a graph where nothing is
 eligible compiles exactly as under Inductor.
@@ -12,6 +14,7 @@ eligible compiles exactly as under Inductor.
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -19,6 +22,13 @@ from typing import Any
 import torch
 import torch.fx as fx
 from pdlkit.runtime_abi.kernel import KernelDecl
+
+_TRAINING: contextvars.ContextVar[bool] = contextvars.ContextVar("pdlkit_training", default=False)
+
+
+def training() -> bool:
+    """Whether the graph being substituted now needs gradients (see :func:`training_graph`)."""
+    return _TRAINING.get()
 
 
 def register(decl: KernelDecl, qualname: str, lib: Any) -> None:
@@ -57,10 +67,11 @@ def grad_inputs(example_inputs: Sequence[Any]) -> list[int]:
 
 
 @contextmanager
-def mark_requires_grad(gm: fx.GraphModule, positions: Sequence[int]) -> Iterator[int]:
+def training_graph(gm: fx.GraphModule, positions: Sequence[int]) -> Iterator[int]:
     """While active, every node's ``meta["val"]`` that depends on a grad-requiring input
     requires grad, so that kernel selection sees which arguments need a gradient (the
-    re-trace's fake values do not carry it). Yields how many nodes were marked."""
+    re-trace's fake values do not carry it), and kernels bind with their backward when
+    any input needs a gradient. Yields how many nodes were marked."""
     want = set(positions)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     needs: set[fx.Node] = {n for i, n in enumerate(placeholders) if i in want}
@@ -79,9 +90,11 @@ def mark_requires_grad(gm: fx.GraphModule, positions: Sequence[int]) -> Iterator
             ):
                 v.requires_grad_(True)
                 marked.append(v)
+    token = _TRAINING.set(bool(want))
     try:
         yield len(marked)
     finally:
+        _TRAINING.reset(token)
         for v in marked:
             v.requires_grad_(False)
 

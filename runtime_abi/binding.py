@@ -80,7 +80,8 @@ def site(sid: int) -> CallSite | None:
 
 # -- binding ------------------------------------------------------------------------------------
 
-_BOUND: dict[tuple[str, int, str, str, str], Any] = {}  # (name, version, op, schema, digest) -> op
+# (name, version, op, schema, digest, with backward) -> op
+_BOUND: dict[tuple[str, int, str, str, str, bool], Any] = {}
 _TAKEN: set[str] = set()
 _LIB = torch.library.Library("pdlkit", "FRAGMENT")  # must live as long as the process
 _BIND_LOCK = threading.Lock()
@@ -284,12 +285,16 @@ def bind(decl: KernelDecl) -> Any:
     before the change keeps calling the code it was compiled with; unchanged code (the same
     file bytes, wherever loaded from) reuses its op.
     """
-    key = (decl.name, decl.version, decl.op, decl.schema, decl.digest)
+    from pdlkit.runtime_abi.autograd import register, training
+
+    grad = decl.backward is not None and training()  # inference ops skip autograd
+    key = (decl.name, decl.version, decl.op, decl.schema, decl.digest, grad)
     with _BIND_LOCK:
         op = _BOUND.get(key)
         if op is not None:
             return op
         base = decl.name if decl.version == 1 else f"{decl.name}_v{decl.version}"
+        base += "_grad" if grad else ""
         name = base
         n = 1
         while name in _TAKEN:
@@ -310,9 +315,7 @@ def bind(decl: KernelDecl) -> Any:
         _LIB.define(f"{name}{schema}")
         _LIB.impl(name, impl, "CompositeExplicitAutograd")
         torch.library.register_fake(f"pdlkit::{name}", fake, lib=_LIB)
-        if decl.backward is not None:
-            from pdlkit.runtime_abi.autograd import register
-
+        if grad:
             register(decl, f"pdlkit::{name}", _LIB)
         _TAKEN.add(name)
         op = getattr(torch.ops.pdlkit, name).default

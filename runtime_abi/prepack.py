@@ -118,6 +118,19 @@ class PrepackCache:
             _, n = self._entries.pop(k)
             self._bytes -= n
 
+    def release(self, kernels: set[str]) -> int:
+        """Free the packed weights of ``kernels`` (a recompilation no longer uses them);
+        returns how many entries were freed. A graph still calling one packs again."""
+        with self._lock:
+            before = len(self._entries)
+            self._drop(lambda k: k[0] in kernels, None)
+            return before - len(self._entries)
+
+    def kernels(self) -> set[str]:
+        """The kernels that hold packed weights now."""
+        with self._lock:
+            return {k[0] for k in self._entries}
+
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
