@@ -217,8 +217,14 @@ def _root_name(pattern_op: Any) -> str | None:
 
 def _yaml_with_lines(path: Path) -> Any:
     """YAML -> Python, where every mapping carries ``__line__`` (1-based) for messages."""
+    data = path.read_bytes()
     try:
-        node = yaml.compose(path.read_text())
+        node = yaml.compose(data.decode())
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise PatternError(
+            f"{path}:{line}:1: not UTF-8 text: {e.reason} at byte {e.start}"
+        ) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{mark.line + 1}:{mark.column + 1}" if mark else "1:1"
