@@ -105,9 +105,11 @@ _PATTERN_CACHE: dict[str, Any] = {}
 def load_plan(opts: Options) -> Plan:
     """Load (or reuse, when no file changed) the pattern set and kernel registry."""
     from pdlkit.matcher.patterns import PatternError, load_patterns
+    from pdlkit.optional import require_matcher
     from pdlkit.runtime_abi.registry import KernelLoadError, KernelRegistry
     from pdlkit.runtime_abi.trust import TrustError, check_writable
 
+    require_matcher()  # MissingDependency: the backend degrades to Inductor, saying why
     target = resolve(opts.target)
     try:
         ppaths = config.pattern_paths(opts.patterns)
@@ -209,6 +211,15 @@ def run_pass(
     return outcome.graph, report
 
 
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        warnings.warn(message, stacklevel=3)
+
+
 _IN_USE: dict[str, tuple[str, set[str]]] = {}  # folders -> (their fingerprint, kernels used)
 
 
@@ -276,9 +287,21 @@ class PdlkitBackend:
         mode: str | None = None,
         options: Mapping[str, Any] | None = None,
     ) -> Callable[..., Any]:
+        from pdlkit.optional import MissingDependency
+
         opts = self.options.with_(options)
         self._stamp = self._current_stamp(opts)
-        plan = load_plan(opts)
+        try:
+            plan = load_plan(opts)
+        except MissingDependency as e:
+            if self.explain_only:
+                raise PdlkitError(str(e)) from None
+            _warn_once(f"pdlkit: {e}; compiling with Inductor alone, nothing is substituted")
+            if opts.default_codegen == "eager":
+                return gm
+            from torch._inductor.compile_fx import compile_fx
+
+            return cast(Callable[..., Any], compile_fx(gm, example_inputs))
         used = _kernels_in_use(opts)
         index = self._graphs
         self._graphs += 1
@@ -347,7 +370,12 @@ def optimize(
         verify=verify,
         allow_world_writable=allow_world_writable,
     )
-    load_plan(backend.options)  # bad files fail here, not at the first call
+    from pdlkit.optional import MissingDependency
+
+    try:
+        load_plan(backend.options)  # bad files fail here, not at the first call
+    except MissingDependency:
+        pass  # the backend says so once, and compiles with Inductor alone
     return _compile(model, backend, dynamic=dynamic)
 
 
@@ -372,10 +400,15 @@ def explain(
         reports.append(r)
         plans.append(plan)
 
+    from pdlkit.optional import MissingDependency
+
     backend = PdlkitBackend(
         patterns=patterns, kernels=kernels, target=target, on_report=sink, explain_only=True
     )
-    plan = load_plan(backend.options)
+    try:
+        plan = load_plan(backend.options)
+    except MissingDependency as e:
+        raise PdlkitError(str(e)) from None
     compiled = _compile(model, backend)
     with torch.no_grad() if no_grad else torch.enable_grad():
         compiled(*example_inputs)

@@ -63,6 +63,13 @@ def check_paths(
                 registry.add(k)
         except (KernelLoadError, KernelDeclarationError) as e:
             problems.append(str(e))
+    from pdlkit.optional import MissingDependency, require_matcher
+
+    try:
+        require_matcher()
+    except MissingDependency as e:
+        problems.append(f"{e}; pattern files cannot be checked")
+        pattern_srcs = []
     n_patterns = 0
     pattern_sets = []
     manifests = [f for f in pattern_srcs if f.suffix in (".yaml", ".yml")]

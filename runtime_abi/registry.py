@@ -14,6 +14,7 @@ import importlib.util
 import sys
 import threading
 import traceback
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,10 +37,16 @@ class KernelLoadError(RuntimeError):
     """A kernel file could not be loaded; the message starts with ``file:line:``."""
 
 
+class KernelDependencyMissing(KernelLoadError):
+    """A kernel file imports an optional package that is not installed: its kernels are
+    skipped (one warning), the other files' kernels still load."""
+
+
 @dataclass
 class _LoadedFile:
     digest: str
     kernels: tuple[KernelDecl, ...]
+    missing: str = ""  # why the file was skipped: an optional dependency is not installed
 
 
 _FILE_CACHE: dict[Path, _LoadedFile] = {}
@@ -74,6 +81,13 @@ def _exec_file(path: Path, digest: str, data: bytes) -> tuple[KernelDecl, ...]:
         sys.modules.pop(mod_name, None)
         frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == str(path)]
         line = frames[-1].lineno if frames else 1
+        if isinstance(e, ImportError):
+            from pdlkit.optional import MissingDependency, missing_module
+
+            top = missing_module(e)
+            if top is not None:
+                why = MissingDependency(top, "its kernels")
+                raise KernelDependencyMissing(f"{path}:{line}: skipped: {why}") from None
         raise KernelLoadError(f"{path}:{line}: {type(e).__name__}: {e}") from e
     return tuple(v for v in vars(module).values() if isinstance(v, KernelDecl))
 
@@ -95,13 +109,20 @@ def load_kernel_file(
     with _LOCK:
         cached = _FILE_CACHE.get(path)
         if cached is not None and cached.digest == digest:
+            if cached.missing:
+                raise KernelDependencyMissing(cached.missing)
             return cached.kernels
         if path.suffix == ".so":
             from pdlkit.runtime_abi.native import load_native_library  # imports this module
 
             kernels = load_native_library(path, digest)
         else:
-            kernels = _exec_file(path, digest, data)
+            try:
+                kernels = _exec_file(path, digest, data)
+            except KernelDependencyMissing as e:
+                _FILE_CACHE[path] = _LoadedFile(digest, (), str(e))
+                warnings.warn(f"pdlkit: {e}", stacklevel=2)  # once per file version
+                raise
         _FILE_CACHE[path] = _LoadedFile(digest, kernels)
         return kernels
 
@@ -120,6 +141,7 @@ class KernelRegistry:
 
     kernels: dict[tuple[str, int], KernelDecl] = field(default_factory=dict)  # (name, version)
     folders: tuple[Path, ...] = ()
+    skipped: list[str] = field(default_factory=list)  # files whose optional deps are missing
 
     @classmethod
     def from_folders(
@@ -140,7 +162,12 @@ class KernelRegistry:
             except TrustError as e:
                 raise KernelLoadError(str(e)) from None
             for path in _kernel_files(folder):
-                for decl in load_kernel_file(path, pins, pins_folder(folder)):
+                try:
+                    decls = load_kernel_file(path, pins, pins_folder(folder))
+                except KernelDependencyMissing as e:
+                    reg.skipped.append(str(e))
+                    continue
+                for decl in decls:
                     reg.add(decl)
         return reg
 
