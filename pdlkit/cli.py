@@ -5,6 +5,7 @@ pdlkit check patterns/ kernels/ my.yaml       # validate without running a model
 pdlkit explain examples/mlp.py:example        # what would be substituted, and why not
 pdlkit explain mypkg.models:bert --target yitian
 pdlkit kernels                                # the kernels pdlkit can choose from
+pdlkit pin my/kernels                         # pin its kernel files' sha256 (kernels.yaml)
 """
 
 from __future__ import annotations
@@ -182,6 +183,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_pin(args: argparse.Namespace) -> int:
+    from pdlkit.runtime_abi.registry import kernel_files
+    from pdlkit.runtime_abi.trust import write_pins
+
+    folder = Path(args.folder).resolve()
+    files = kernel_files([folder]) if folder.is_dir() else []
+    if not files:
+        print(f"pdlkit pin: {folder}: no kernel files (*.py, *.so) in it", file=sys.stderr)
+        return 1
+    print(f"{write_pins(folder, files)}: pinned {len(files)} kernel file(s)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="pdlkit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -216,6 +230,10 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("kernels", help="list the kernels found in the kernel folders")
     p.add_argument("--kernels", action="append", default=None)
     p.set_defaults(fn=cmd_kernels)
+
+    p = sub.add_parser("pin", help="pin a kernel folder's files by sha256 (writes kernels.yaml)")
+    p.add_argument("folder")
+    p.set_defaults(fn=cmd_pin)
 
     args = parser.parse_args(argv)
     from pdlkit.backend import PdlkitError

@@ -128,3 +128,12 @@ def test_check_reports_pins_relative_paths_and_world_writable(tmp_path, monkeypa
     assert f"{open_}: folder is world-writable (mode 777)" in out
     assert "PDLKIT_PATTERN_PATH entry 'rel/patterns' is a relative path" in out
     assert not kf.with_suffix(".ran").exists()
+
+
+def test_pin_command_pins_every_kernel_file(folders, mlp, capsys):
+    p, k, kf = folders
+    assert main(["pin", str(k)]) == 0
+    assert f"{k / 'kernels.yaml'}: pinned 1 kernel file(s)" in capsys.readouterr().out
+    assert main(["check", str(k)]) == 0
+    kf.write_text(kf.read_text() + "# changed\n")
+    assert main(["check", str(k)]) == 1
