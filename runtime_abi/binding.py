@@ -221,18 +221,46 @@ def _packed_args(decl: KernelDecl, args: Sequence[Any], cs: CallSite | None) -> 
     return args
 
 
+class _Threads:
+    """Whether kernels have run on more than one thread. Compiling a fallback traces, and
+    tracing patches ``torch.nn.Module.__call__`` process-wide, so fallbacks are compiled
+    only while one thread runs kernels (see ``_LazyModule``)."""
+
+    __slots__ = ("first", "many")
+
+    def __init__(self) -> None:
+        self.first: int | None = None
+        self.many = False
+
+    def note(self, ident: int) -> None:
+        if self.first is None:
+            self.first = ident
+        elif ident != self.first:
+            self.many = True
+
+
+THREADS = _Threads()
+
+
+def many_threads() -> bool:
+    return THREADS.many
+
+
 def _runner(decl: KernelDecl) -> Any:
     """The Python body of ``torch.ops.pdlkit.<kernel>``: every call goes through it, so what
     it reads from the declaration is bound once here."""
     fn, name, shapes, prepack = decl.fn, decl.name, decl.shapes, decl.prepack
     calls_key = ("kernel_calls", name)
     sites, check_first, check_every = _SITES, _CHECK_FIRST, CHECK_EVERY
+    threads, get_ident = THREADS, threading.get_ident
 
     def fall_back(cs: CallSite, kargs: tuple[Any, ...]) -> Any:
         count("fallbacks", name)  # this call only: the next one tries the kernel again
         return _fresh(cs.fallback(*kargs), kargs)
 
     def run(*args: Any) -> Any:
+        if not threads.many and get_ident() != threads.first:
+            threads.note(get_ident())
         kargs, cs = args[:-1], sites.get(args[-1])
         if shapes and cs is not None and cs.guard and _guard(decl, kargs) is not None:
             return fall_back(cs, kargs)  # outside the kernel's shape rules

@@ -6,9 +6,10 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 import torch
 from conftest import KERNEL_HEADER, MLP, linear_act_pattern, write
-from pdlkit.runtime_abi import binding_stats
+from pdlkit.runtime_abi import binding, binding_stats
 from pdlkit.runtime_abi.binding import bind
 from pdlkit.runtime_abi.prepack import PrepackCache
 from pdlkit.runtime_abi.registry import KernelRegistry
@@ -16,6 +17,14 @@ from pdlkit.runtime_abi.registry import KernelRegistry
 import pdlkit
 
 THREADS = 8
+
+
+@pytest.fixture(autouse=True)
+def _one_thread_again():
+    """Kernels running on several threads turn fallback compilation off for the process;
+    later tests in this process start single-threaded again."""
+    yield
+    binding.THREADS.first, binding.THREADS.many = None, False
 
 
 def _run_threads(fn, n: int = THREADS) -> list:
@@ -175,3 +184,39 @@ def test_counters_of_finished_threads_are_kept_and_folded():
     time.sleep(0.05)
     assert pdlkit.stats()["by_kernel"]["k_fold"]["kernel_calls"] == 5 * 20 * 10 + 1 + 10
     assert len(binding_stats._COUNTERS) <= 22  # finished threads were folded, not kept
+
+
+def test_threads_falling_back_concurrently_get_the_replaced_subgraphs_numbers(tmp_path):
+    p, k = tmp_path / "p", tmp_path / "k"
+    write(p, "ls.pdl.mlir", linear_act_pattern("lin_sigmoid", "sigmoid", "lin_sigmoid"))
+    write(
+        k,
+        "declines.py",
+        KERNEL_HEADER
+        + """
+@pdlkit.kernel(op="lin_sigmoid", meta=meta)
+def k_declines(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
+    raise pdlkit.KernelUnsupported("never")  # every call runs the replaced subgraph
+""",
+    )
+    torch.manual_seed(0)
+    model = MLP().eval()
+    inputs = [torch.randn(4, 16) for _ in range(4)]
+    with torch.no_grad():
+        want = [model(x) for x in inputs]
+        f = pdlkit.optimize(model, patterns=p, kernels=k, default_codegen="eager")
+        f(inputs[0])
+    pdlkit.stats(reset=True)
+
+    def work(t: int) -> int:
+        bad = 0
+        with torch.no_grad():
+            for i in range(40):  # the fallback is compiled by Inductor while threads call it
+                j = (t + i) % len(inputs)
+                got = f(inputs[j])
+                bad += not torch.allclose(got, want[j], rtol=1e-5, atol=1e-6)
+        return bad
+
+    assert _run_threads(work) == [0] * THREADS
+    assert pdlkit.stats()["fallbacks"] == THREADS * 40
+    assert binding.many_threads()  # so the fallbacks ran op by op, never compiled mid-run
