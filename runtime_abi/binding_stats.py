@@ -61,7 +61,9 @@ def stats(reset: bool = False) -> dict[str, Any]:
         if reset:
             _RETIRED.clear()
         for _, c in _COUNTERS:
-            snapshot.update(c)  # a read racing an increment sees it now or at the next read
+            # dict.copy is one C call, atomic under the GIL: iterating a counter while its
+            # thread adds a key would raise "dictionary changed size during iteration"
+            snapshot.update(dict.copy(c))  # an increment racing this read shows up next time
             if reset:
                 c.clear()
     totals = dict.fromkeys(_TOTALS, 0)

@@ -220,3 +220,27 @@ def k_declines(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
     assert _run_threads(work) == [0] * THREADS
     assert pdlkit.stats()["fallbacks"] == THREADS * 40
     assert binding.many_threads()  # so the fallbacks ran op by op, never compiled mid-run
+
+
+def test_stats_counters_lose_nothing_while_read_concurrently():
+    pdlkit.stats(reset=True)
+    done = threading.Event()
+    reads = []
+
+    def reader():
+        while not done.is_set():
+            reads.append(pdlkit.stats()["kernel_calls"])
+
+    r = threading.Thread(target=reader)
+    r.start()
+
+    def work(t: int) -> None:
+        key = ("kernel_calls", "k_hammer")
+        for _ in range(5000):
+            binding_stats.bump(key)
+
+    _run_threads(work)
+    done.set()
+    r.join()
+    assert pdlkit.stats()["by_kernel"]["k_hammer"]["kernel_calls"] == THREADS * 5000
+    assert reads == sorted(reads)  # a reader never sees a count go backwards
