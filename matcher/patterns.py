@@ -103,12 +103,26 @@ def _diag_text(err: Exception, path: Path) -> str:
     return "\n".join(out) or f"{path}:1:1: {err}"
 
 
+def _check_utf8(path: Path) -> bytes:
+    data = path.read_bytes()
+    try:
+        data.decode()
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise PatternError(
+            f"{path}:{line}:{col}: not UTF-8 text: {e.reason} at byte {e.start}"
+        ) from None
+    return data
+
+
 def read_pdl_module(path: Path, ctx: Any) -> Any:
     """The PDL module of a pattern file: parsed ``*.pdl.mlir``, or ``*.pdll`` compiled to PDL."""
     from torch_mlir import ir
 
     if not path.is_file():
         raise PatternError(f"{path}:1:1: pattern file does not exist")
+    _check_utf8(path)  # MLIR accepts other bytes in strings, which Python cannot read back
     try:
         if path.suffix == ".pdll":
             from pdlkit.matcher.pdll import PdllError, compile_pdll
@@ -236,8 +250,9 @@ def _root_name(pattern_op: Any) -> str | None:
 
 def _yaml_with_lines(path: Path) -> Any:
     """YAML -> Python, where every mapping carries ``__line__`` (1-based) for messages."""
+    data = _check_utf8(path)
     try:
-        node = yaml.compose(path.read_text())
+        node = yaml.compose(data.decode())
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{mark.line + 1}:{mark.column + 1}" if mark else "1:1"
@@ -250,9 +265,18 @@ def _yaml_with_lines(path: Path) -> Any:
             return d
         if isinstance(n, yaml.SequenceNode):
             return [conv(v) for v in n.value]
-        return yaml.safe_load(yaml.serialize(n)) if n is not None else None
+        try:
+            return yaml.safe_load(yaml.serialize(n)) if n is not None else None
+        except yaml.YAMLError as e:  # e.g. a tag safe_load refuses
+            raise PatternError(
+                f"{path}:{n.start_mark.line + 1}:{n.start_mark.column + 1}: invalid YAML value: "
+                f"{getattr(e, 'problem', e)}"
+            ) from None
 
-    return conv(node) if node is not None else None
+    try:
+        return conv(node) if node is not None else None
+    except TypeError as e:  # a mapping or list used as a key
+        raise PatternError(f"{path}:1:1: invalid manifest structure: {e}") from None
 
 
 def _check_type(path: Path, line: int, key: str, value: Any, kind: type | tuple[type, ...]) -> None:

@@ -30,7 +30,7 @@ from pdlkit.matcher.patterns import Pattern, PatternSet, read_pdl_module
 from pdlkit.matcher.report import GraphReport, NearMiss, Substitution, describe_value
 from pdlkit.matcher.to_mlir import import_graph, new_context
 from pdlkit.matcher.why import PatternWalk, explain_constraint
-from pdlkit.runtime_abi.binding import CallSite, bind, needs_guard, new_site
+from pdlkit.runtime_abi.binding import CallSite, bind, many_threads, needs_guard, new_site
 from pdlkit.runtime_abi.capability import Target
 from pdlkit.runtime_abi.kernel import KernelDecl
 from pdlkit.runtime_abi.registry import KernelRegistry
@@ -696,7 +696,8 @@ class _LazyModule:
 
     Tiered like a JIT: the first fallback for an input signature runs the subgraph op by op
     (most sites never fall back, or once); from the second one on it runs code compiled by
-    Inductor for that signature (up to ``_MAX_COMPILED`` signatures per site).
+    Inductor for that signature (up to ``_MAX_COMPILED`` signatures per site), unless
+    kernels have run on several threads: then it keeps running op by op.
     """
 
     def __init__(self, root: fx.GraphModule, spec: _SubgraphSpec):
@@ -718,7 +719,14 @@ class _LazyModule:
         if fn is not None:
             return fn(*[a for a in args if isinstance(a, torch.Tensor)])
         self._seen[sig] += 1
-        if self._seen[sig] >= 2 and len(self._compiled) < _MAX_COMPILED and not self.compile_error:
+        if (
+            self._seen[sig] >= 2
+            and len(self._compiled) < _MAX_COMPILED
+            and not self.compile_error
+            # tracing patches torch.nn.Module.__call__ process-wide: once kernels run on
+            # several threads, keep interpreting (same numbers, no compile under their feet)
+            and not many_threads()
+        ):
             fn = self._compile(args)
             if fn is not None:
                 self._compiled[sig] = fn

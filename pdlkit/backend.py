@@ -40,7 +40,14 @@ def _compile(model: Callable[..., Any], backend: Any, **kw: Any) -> Callable[...
     return torch.compile(model, backend=backend, **kw)
 
 
-_OPTION_KEYS = {"patterns", "kernels", "target", "default_codegen", "verify"}
+_OPTION_KEYS = {
+    "patterns",
+    "kernels",
+    "target",
+    "default_codegen",
+    "verify",
+    "allow_world_writable",
+}
 
 
 class PdlkitError(RuntimeError):
@@ -54,6 +61,7 @@ class Options:
     target: Any = None
     default_codegen: str = "inductor"
     verify: bool | str = False
+    allow_world_writable: bool | None = None  # None: PDLKIT_ALLOW_WORLD_WRITABLE decides
 
     def __post_init__(self) -> None:
         if self.default_codegen not in _CODEGENS:
@@ -100,12 +108,16 @@ _PATTERN_CACHE: dict[str, Any] = {}
 def load_plan(opts: Options) -> Plan:
     """Load (or reuse, when no file changed) the pattern set and kernel registry."""
     from pdlkit.matcher.patterns import PatternError, load_patterns
+    from pdlkit.optional import require_matcher
     from pdlkit.runtime_abi.registry import KernelLoadError, KernelRegistry
+    from pdlkit.runtime_abi.trust import TrustError, check_writable
 
+    require_matcher()  # MissingDependency: the backend degrades to Inductor, saying why
     target = resolve(opts.target)
-    ppaths = config.pattern_paths(opts.patterns)
-    kpaths = config.kernel_paths(opts.kernels)
     try:
+        ppaths = config.pattern_paths(opts.patterns)
+        kpaths = config.kernel_paths(opts.kernels)
+        check_writable(ppaths, "patterns", opts.allow_world_writable)
         key = "|".join(map(str, ppaths)) + "|" + config.stat_fingerprint(ppaths)
         with _PLAN_LOCK:
             patterns = _PATTERN_CACHE.get(key)
@@ -114,8 +126,10 @@ def load_plan(opts: Options) -> Plan:
                 if len(_PATTERN_CACHE) > 32:
                     _PATTERN_CACHE.clear()
                 _PATTERN_CACHE[key] = patterns
-        registry = KernelRegistry.from_folders(kpaths)
-    except (PatternError, KernelLoadError) as e:
+        registry = KernelRegistry.from_folders(
+            kpaths, allow_world_writable=opts.allow_world_writable
+        )
+    except (PatternError, KernelLoadError, TrustError, config.PathError) as e:
         raise PdlkitError(str(e)) from None
     for p in patterns.patterns:
         if p.kernel is not None and registry.get(p.kernel) is None:
@@ -162,12 +176,6 @@ def retrace(gm: fx.GraphModule, example_inputs: list[Any]) -> fx.GraphModule:
             mode.allow_non_fake_inputs = allow
 
 
-def _needs_grad(example_inputs: list[Any]) -> int:
-    if not torch.is_grad_enabled():
-        return 0
-    return sum(1 for v in example_inputs if isinstance(v, torch.Tensor) and v.requires_grad)
-
-
 def run_pass(
     gm: fx.GraphModule,
     example_inputs: list[Any],
@@ -185,6 +193,7 @@ def run_pass(
     from pdlkit.matcher.cse import eliminate_common_subexpressions
     from pdlkit.matcher.html_report import node_infos
     from pdlkit.matcher.substitute import substitute
+    from pdlkit.runtime_abi.autograd import grad_inputs, training_graph
 
     t0 = time.perf_counter()
     traced = retrace(gm, example_inputs)
@@ -192,29 +201,22 @@ def run_pass(
     t1 = time.perf_counter()
     before = traced.print_readable(print_output=False) if keep_text else ""
     nodes = node_infos(traced) if keep_text else []
-    n_grad = _needs_grad(example_inputs)
-    if n_grad:
-        report = GraphReport(index=index, nodes=len(traced.graph.nodes))
-        report.skipped = (
-            f"the graph needs gradients ({n_grad} inputs require grad and grad mode is on); "
-            "kernels have no backward, so nothing is substituted. Run under torch.no_grad() "
-            "or torch.inference_mode() for inference."
-        )
-        report.timings["retrace"] = t1 - t0
-        return traced, report
     canonical = canonicalize(traced)
     t_canon = time.perf_counter() - t1
-    outcome = substitute(
-        traced,
-        plan.patterns,
-        plan.registry,
-        plan.target,
-        verify=verify,
-        index=index,
-        rewrite_fx=rewrite_fx,
-        why=why,
-        near_misses=near_misses,
-    )
+    # In a graph that needs gradients only kernels with a backward are eligible for
+    # arguments that require grad; the registry reads requires_grad off the fake values.
+    with training_graph(traced, grad_inputs(example_inputs)):
+        outcome = substitute(
+            traced,
+            plan.patterns,
+            plan.registry,
+            plan.target,
+            verify=verify,
+            index=index,
+            rewrite_fx=rewrite_fx,
+            why=why,
+            near_misses=near_misses,
+        )
     report = outcome.report
     if rewrite_fx:
         restore(outcome.graph)  # inexact canonical spellings no kernel claimed
@@ -225,6 +227,37 @@ def run_pass(
         report.fx_nodes = nodes
         report.graph_after = outcome.graph.print_readable(print_output=False)
     return outcome.graph, report
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        warnings.warn(message, stacklevel=3)
+
+
+_IN_USE: dict[str, tuple[str, set[str]]] = {}  # folders -> (their fingerprint, kernels used)
+
+
+def _kernels_in_use(opts: Options) -> set[str]:
+    """The set to record this compilation's kernels in. When the files of the same folders
+    changed since the last compilation, the kernels used before lose their packed weights:
+    the next compilation is the one that matters, and a graph from before packs again."""
+    from pdlkit.runtime_abi.prepack import CACHE
+
+    paths = config.pattern_paths(opts.patterns) + config.kernel_paths(opts.kernels)
+    folders, fingerprint = "|".join(map(str, paths)), config.stat_fingerprint(paths)
+    with _PLAN_LOCK:
+        last = _IN_USE.get(folders)
+        if last is not None and last[0] == fingerprint:
+            return last[1]
+        if last is not None:
+            CACHE.release(last[1])
+        used: set[str] = set()
+        _IN_USE[folders] = (fingerprint, used)
+        return used
 
 
 class PdlkitBackend:
@@ -241,8 +274,11 @@ class PdlkitBackend:
         on_report: Callable[[GraphReport, Plan], None] | None = None,
         explain_only: bool = False,
         why: tuple[str, ...] = (),
+        allow_world_writable: bool | None = None,
     ):
-        self.options = Options(patterns, kernels, target, default_codegen, verify)
+        self.options = Options(
+            patterns, kernels, target, default_codegen, verify, allow_world_writable
+        )
         self.on_report = on_report
         self.explain_only = explain_only
         self.why = why  # explain --why: patterns to walk candidate by candidate
@@ -253,7 +289,10 @@ class PdlkitBackend:
     def _current_stamp(self, opts: Options) -> tuple[str, str]:
         import os
 
-        paths = config.pattern_paths(opts.patterns) + config.kernel_paths(opts.kernels)
+        try:
+            paths = config.pattern_paths(opts.patterns) + config.kernel_paths(opts.kernels)
+        except config.PathError as e:  # never raise inside Dynamo's guard check
+            return "invalid", str(e)
         env = (
             os.environ.get(config.PATTERN_ENV, "")
             + os.pathsep
@@ -268,15 +307,28 @@ class PdlkitBackend:
         mode: str | None = None,
         options: Mapping[str, Any] | None = None,
     ) -> Callable[..., Any]:
+        from pdlkit.optional import MissingDependency
+
         opts = self.options.with_(options)
         self._stamp = self._current_stamp(opts)
-        plan = load_plan(opts)
+        try:
+            plan = load_plan(opts)
+        except MissingDependency as e:
+            if self.explain_only:
+                raise PdlkitError(str(e)) from None
+            _warn_once(f"pdlkit: {e}; compiling with Inductor alone, nothing is substituted")
+            if opts.default_codegen == "eager":
+                return gm
+            from torch._inductor.compile_fx import compile_fx
+
+            return cast(Callable[..., Any], compile_fx(gm, example_inputs))
         on = plan.target.models_on
         if on and not self.explain_only and on not in host().devices:
             raise PdlkitError(
                 f"target {plan.target.name} plans for tensors on {on}, which this host lacks; "
                 f"use it with pdlkit.explain / `pdlkit explain --target {plan.target.name}`"
             )
+        used = _kernels_in_use(opts)
         index = self._graphs
         self._graphs += 1
         traced, report = run_pass(
@@ -298,11 +350,14 @@ class PdlkitBackend:
             return gm.forward
         for sub in report.substitutions:
             count("substitutions", sub.kernel)
+            used.add(sub.kernel)
         if opts.default_codegen == "eager":
-            return traced
+            return traced if report.substitutions else gm
         from torch._inductor.compile_fx import compile_fx
 
-        return cast(Callable[..., Any], compile_fx(traced, example_inputs))
+        # Nothing substituted: Dynamo's own graph, so the result is exactly Inductor's.
+        chosen = traced if report.substitutions else gm
+        return cast(Callable[..., Any], compile_fx(chosen, example_inputs))
 
     # Dynamo reuses a compiled frame while the backend compares equal. Comparing unequal once
     # a pattern or kernel file changed makes the next torch.compile(...) recompile with it.
@@ -326,6 +381,7 @@ def optimize(
     default_codegen: str = "inductor",
     verify: bool | str = False,
     dynamic: bool | None = None,
+    allow_world_writable: bool | None = None,
 ) -> Callable[..., Any]:
     """Compile ``model`` with pattern substitution; everything unmatched goes to Inductor.
 
@@ -338,6 +394,8 @@ def optimize(
     (or ``PDLKIT_VERIFY=1``) runs, for the first call of each shape at each site, the kernel
     and the subgraph it replaced, and switches off (with a warning) a substitution whose
     result disagrees; ``verify=True`` makes such a disagreement an error instead.
+    World-writable pattern or kernel folders are refused unless ``allow_world_writable``
+    (or ``PDLKIT_ALLOW_WORLD_WRITABLE=1``); see :mod:`pdlkit.runtime_abi.trust` for pins.
     """
     backend = PdlkitBackend(
         patterns=patterns,
@@ -345,8 +403,14 @@ def optimize(
         target=target,
         default_codegen=default_codegen,
         verify=verify,
+        allow_world_writable=allow_world_writable,
     )
-    load_plan(backend.options)  # bad files fail here, not at the first call
+    from pdlkit.optional import MissingDependency
+
+    try:
+        load_plan(backend.options)  # bad files fail here, not at the first call
+    except MissingDependency:
+        pass  # the backend says so once, and compiles with Inductor alone
     return _compile(model, backend, dynamic=dynamic)
 
 
@@ -376,6 +440,8 @@ def explain(
         reports.append(r)
         plans.append(plan)
 
+    from pdlkit.optional import MissingDependency
+
     backend = PdlkitBackend(
         patterns=patterns,
         kernels=kernels,
@@ -384,7 +450,10 @@ def explain(
         explain_only=True,
         why=(why,) if isinstance(why, str) else tuple(why),
     )
-    plan = load_plan(backend.options)
+    try:
+        plan = load_plan(backend.options)
+    except MissingDependency as e:
+        raise PdlkitError(str(e)) from None
     compiled = _compile(model, backend)
     with torch.no_grad() if no_grad else torch.enable_grad():
         compiled(*example_inputs)

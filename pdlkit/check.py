@@ -16,27 +16,62 @@ def check_paths(
     from pdlkit.matcher.pdll import INSTALL_HINT, find_mlir_pdll
     from pdlkit.runtime_abi.kernel import KernelDeclarationError
     from pdlkit.runtime_abi.registry import KernelLoadError, KernelRegistry, load_kernel_file
+    from pdlkit.runtime_abi.trust import (
+        PINS_FILE,
+        TrustError,
+        check_writable,
+        missing_pinned,
+        pins_folder,
+        read_pins,
+    )
 
     problems: list[str] = []
     notes: list[str] = []  # what could not be checked here, and why
     pattern_srcs: list[Path] = []
-    kernel_files: list[Path] = []
+    kernel_files: list[tuple[Path, dict[Path, str] | None, Path]] = []  # file, pins, folder
+    for env_paths in (config.pattern_paths, config.kernel_paths):
+        try:
+            env_paths(None)
+        except config.PathError as e:
+            problems.append(str(e))
     for p in paths:
         p = p.resolve()
         if not p.exists():
             problems.append(f"{p}:1:1: no such file or folder")
             continue
-        for f in config.files_under([p]):
-            if f.name.startswith("_"):
-                continue
-            (kernel_files if f.suffix in (".py", ".so") else pattern_srcs).append(f)
-    registry = KernelRegistry()
-    for f in kernel_files:
         try:
-            for k in load_kernel_file(f):
+            check_writable([p], "patterns or kernels")
+        except TrustError as e:
+            problems.append(str(e))
+            continue  # its files could change under us: do not run them
+        try:
+            pins = read_pins(p)
+        except TrustError as e:
+            problems.append(str(e))
+            pins = None
+        if pins is not None:
+            problems.extend(missing_pinned(pins, pins_folder(p)))
+        for f in config.files_under([p]):
+            if f.name.startswith("_") or f.name == PINS_FILE:
+                continue
+            if f.suffix in (".py", ".so"):
+                kernel_files.append((f, pins, pins_folder(p)))
+            else:
+                pattern_srcs.append(f)
+    registry = KernelRegistry()
+    for f, pins, folder in kernel_files:
+        try:
+            for k in load_kernel_file(f, pins, folder):
                 registry.add(k)
         except (KernelLoadError, KernelDeclarationError) as e:
             problems.append(str(e))
+    from pdlkit.optional import MissingDependency, require_matcher
+
+    try:
+        require_matcher()
+    except MissingDependency as e:
+        problems.append(f"{e}; pattern files cannot be checked")
+        pattern_srcs = []
     n_patterns = 0
     pattern_sets = []
     manifests = [f for f in pattern_srcs if f.suffix in (".yaml", ".yml")]
@@ -60,7 +95,7 @@ def check_paths(
         known = KernelRegistry.from_folders(config.kernel_paths(kernels))
         for key, k in known.kernels.items():
             registry.kernels.setdefault(key, k)
-    except (KernelLoadError, KernelDeclarationError) as e:
+    except (KernelLoadError, KernelDeclarationError, config.PathError) as e:
         problems.append(str(e))
     ops = registry.ops()
     for ps in pattern_sets:
@@ -75,5 +110,6 @@ def check_paths(
                         f"{pat.where}:{pat.col}: pattern {pat.name!r} calls logical op "
                         f"{op!r}, which no known kernel implements"
                     )
+    problems = list(dict.fromkeys(problems))
     summary = f"ok: {n_patterns} pattern(s), {len(kernel_files)} kernel file(s) ({len(registry.kernels)} kernels known)"
     return problems, "\n".join([summary, *notes])

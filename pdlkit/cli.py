@@ -11,6 +11,7 @@ pdlkit lint patterns/ kernels/                # overlapping, shadowed or danglin
 pdlkit build-kernels --arch aarch64           # build the AArch64 kernel library (cross on x86)
 pdlkit explain mypkg.models:bert --why qlinear_gelu   # why that pattern did not match
 pdlkit bisect mypkg.models:factory            # which substitution makes the output diverge
+pdlkit pin my/kernels                         # pin its kernel files' sha256 (kernels.yaml)
 """
 
 from __future__ import annotations
@@ -260,6 +261,19 @@ def cmd_build_kernels(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_pin(args: argparse.Namespace) -> int:
+    from pdlkit.runtime_abi.registry import kernel_files
+    from pdlkit.runtime_abi.trust import write_pins
+
+    folder = Path(args.folder).resolve()
+    files = kernel_files([folder]) if folder.is_dir() else []
+    if not files:
+        print(f"pdlkit pin: {folder}: no kernel files (*.py, *.so) in it", file=sys.stderr)
+        return 1
+    print(f"{write_pins(folder, files)}: pinned {len(files)} kernel file(s)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="pdlkit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -338,6 +352,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="folder (default: PDLKIT_BUILD_DIR or ~/.cache)")
     p.add_argument("--driver", action="store_true", help="also build the qemu ABI driver")
     p.set_defaults(fn=cmd_build_kernels)
+
+    p = sub.add_parser("pin", help="pin a kernel folder's files by sha256 (writes kernels.yaml)")
+    p.add_argument("folder")
+    p.set_defaults(fn=cmd_pin)
 
     args = parser.parse_args(argv)
     from pdlkit.backend import PdlkitError

@@ -4,7 +4,8 @@ Precedence, first that is set wins: the ``patterns=`` / ``kernels=`` arguments, 
 ``PDLKIT_PATTERN_PATH`` / ``PDLKIT_KERNEL_PATH`` (``os.pathsep``-separated), then the
 shipped folders. In any list the entry ``@shipped`` stands for the shipped folder, so a
 user folder can be added to the shipped one: ``PDLKIT_PATTERN_PATH=/my/patterns:@shipped``.
-Relative paths are resolved against the current directory only when given explicitly.
+Relative paths are resolved against the current directory only when given explicitly as
+arguments: a relative entry in the environment is refused, since loading a kernel runs it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ KERNEL_ENV = "PDLKIT_KERNEL_PATH"
 SHIPPED = "@shipped"
 
 PathArg = str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None
+
+
+class PathError(ValueError):
+    """A configured pattern or kernel path is not acceptable (e.g. relative in the environment)."""
 
 
 def _shipped(package: str) -> Path:
@@ -42,6 +47,12 @@ def _paths(arg: PathArg, env: str, shipped: Path) -> list[Path]:
         entries: Iterable[str | os.PathLike[str]] = [e for e in raw.split(os.pathsep) if e] or [
             SHIPPED
         ]
+        for e in entries:
+            if str(e) != SHIPPED and not Path(e).expanduser().is_absolute():
+                raise PathError(
+                    f"{env} entry {str(e)!r} is a relative path; pdlkit loads nothing from the "
+                    "current directory implicitly: give an absolute path"
+                )
     elif isinstance(arg, str | os.PathLike):
         entries = [arg]
     else:

@@ -88,7 +88,8 @@ def site(sid: int) -> CallSite | None:
 
 # -- binding ------------------------------------------------------------------------------------
 
-_BOUND: dict[tuple[str, int, str, str, str], Any] = {}  # (name, version, op, schema, digest) -> op
+# (name, version, op, schema, digest, with backward) -> op
+_BOUND: dict[tuple[str, int, str, str, str, bool], Any] = {}
 _TAKEN: set[str] = set()
 _LIB = torch.library.Library("pdlkit", "FRAGMENT")  # must live as long as the process
 _BIND_LOCK = threading.Lock()
@@ -232,18 +233,46 @@ def _packed_args(decl: KernelDecl, args: Sequence[Any], cs: CallSite | None) -> 
     return args
 
 
+class _Threads:
+    """Whether kernels have run on more than one thread. Compiling a fallback traces, and
+    tracing patches ``torch.nn.Module.__call__`` process-wide, so fallbacks are compiled
+    only while one thread runs kernels (see ``_LazyModule``)."""
+
+    __slots__ = ("first", "many")
+
+    def __init__(self) -> None:
+        self.first: int | None = None
+        self.many = False
+
+    def note(self, ident: int) -> None:
+        if self.first is None:
+            self.first = ident
+        elif ident != self.first:
+            self.many = True
+
+
+THREADS = _Threads()
+
+
+def many_threads() -> bool:
+    return THREADS.many
+
+
 def _runner(decl: KernelDecl) -> Any:
     """The Python body of ``torch.ops.pdlkit.<kernel>``: every call goes through it, so what
     it reads from the declaration is bound once here."""
     fn, name, shapes, prepack = decl.fn, decl.name, decl.shapes, decl.prepack
     calls_key = ("kernel_calls", name)
     sites, check_first, check_every = _SITES, _CHECK_FIRST, CHECK_EVERY
+    threads, get_ident = THREADS, threading.get_ident
 
     def fall_back(cs: CallSite, kargs: tuple[Any, ...]) -> Any:
         count("fallbacks", name)  # this call only: the next one tries the kernel again
         return _fresh(cs.fallback(*kargs), kargs)
 
     def run(*args: Any) -> Any:
+        if not threads.many and get_ident() != threads.first:
+            threads.note(get_ident())
         kargs, cs = args[:-1], sites.get(args[-1])
         if cs is None:
             return attempt(cs, kargs)
@@ -305,12 +334,16 @@ def bind(decl: KernelDecl) -> Any:
     before the change keeps calling the code it was compiled with; unchanged code (the same
     file bytes, wherever loaded from) reuses its op.
     """
-    key = (decl.name, decl.version, decl.op, decl.schema, decl.digest)
+    from pdlkit.runtime_abi.autograd import register, training
+
+    grad = decl.backward is not None and training()  # inference ops skip autograd
+    key = (decl.name, decl.version, decl.op, decl.schema, decl.digest, grad)
     with _BIND_LOCK:
         op = _BOUND.get(key)
         if op is not None:
             return op
         base = decl.name if decl.version == 1 else f"{decl.name}_v{decl.version}"
+        base += "_grad" if grad else ""
         name = base
         n = 1
         while name in _TAKEN:
@@ -334,6 +367,8 @@ def bind(decl: KernelDecl) -> Any:
         _LIB.define(f"{name}{schema}")
         _LIB.impl(name, impl, "CompositeExplicitAutograd")
         torch.library.register_fake(f"pdlkit::{name}", fake, lib=_LIB)
+        if grad:
+            register(decl, f"pdlkit::{name}", _LIB)
         _TAKEN.add(name)
         op = getattr(torch.ops.pdlkit, name).default
         _BOUND[key] = op

@@ -7,9 +7,11 @@ from collections import Counter
 from typing import Any
 
 # One counter per thread, summed when read: counting on the hot path takes no lock and
-# loses no increment when threads call kernels concurrently.
+# loses no increment when threads call kernels concurrently. A finished thread's counts
+# are folded into _RETIRED, so a server that starts a thread per request stays bounded.
 _STATS_LOCK = threading.Lock()
-_COUNTERS: list[Counter[tuple[str, str]]] = []
+_COUNTERS: list[tuple[threading.Thread, Counter[tuple[str, str]]]] = []
+_RETIRED: Counter[tuple[str, str]] = Counter()
 _LOCAL = threading.local()
 _TOTALS = (
     "substitutions",
@@ -26,7 +28,14 @@ _TOTALS = (
 def _mine() -> Counter[tuple[str, str]]:
     c: Counter[tuple[str, str]] = Counter()
     with _STATS_LOCK:
-        _COUNTERS.append(c)
+        alive = []
+        for t, old in _COUNTERS:
+            if t.is_alive():
+                alive.append((t, old))
+            else:
+                _RETIRED.update(old)
+        _COUNTERS[:] = alive
+        _COUNTERS.append((threading.current_thread(), c))
     _LOCAL.c = c
     return c
 
@@ -51,8 +60,13 @@ def stats(reset: bool = False) -> dict[str, Any]:
     substitutions they disabled (per shape), and pre-pack cache events; in total and per kernel."""
     snapshot: Counter[tuple[str, str]] = Counter()
     with _STATS_LOCK:
-        for c in _COUNTERS:
-            snapshot.update(c)  # a read racing an increment sees it now or at the next read
+        snapshot.update(_RETIRED)
+        if reset:
+            _RETIRED.clear()
+        for _, c in _COUNTERS:
+            # dict.copy is one C call, atomic under the GIL: iterating a counter while its
+            # thread adds a key would raise "dictionary changed size during iteration"
+            snapshot.update(dict.copy(c))  # an increment racing this read shows up next time
             if reset:
                 c.clear()
     totals = dict.fromkeys(_TOTALS, 0)

@@ -120,6 +120,10 @@ class KernelDecl:
     prepack_arg: str | None = None  # the parameter whose (constant) tensor is pre-packed
     reference: Callable[..., Any] | None = None  # the semantics, for abi-check
     examples: Callable[[torch.dtype], Iterable[tuple[Any, ...]]] | None = None  # abi-check inputs
+    # the gradient: backward(ctx, *grad_outputs) -> one gradient (or None) per parameter;
+    # setup_context(ctx, inputs, output) saves what it needs (default: ctx.inputs, ctx.output)
+    backward: Callable[..., Any] | None = None
+    setup_context: Callable[..., Any] | None = None
     doc: str = field(default="", repr=False)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -174,6 +178,8 @@ def declare(
     prepack_arg: str | None = None,
     reference: Callable[..., Any] | None = None,
     examples: Callable[[torch.dtype], Iterable[tuple[Any, ...]]] | None = None,
+    backward: Callable[..., Any] | None = None,
+    setup_context: Callable[..., Any] | None = None,
     source: str | None = None,
     digest: str | None = None,
 ) -> KernelDecl:
@@ -243,6 +249,12 @@ def declare(
             problems.append("prepack must be a function (weight, attrs) -> packed weight")
         if prepack_arg not in params:
             problems.append(f"prepack_arg must name the packed parameter, got {prepack_arg!r}")
+    if backward is not None and not callable(backward):
+        problems.append("backward must be a function (ctx, *grad_outputs) -> gradients")
+    if setup_context is not None and (backward is None or not callable(setup_context)):
+        problems.append(
+            "setup_context must be a function (ctx, inputs, output), used with backward"
+        )
     if callable(meta):
         try:
             meta_params = inspect.signature(meta).parameters.values()
@@ -277,6 +289,8 @@ def declare(
         prepack_arg=prepack_arg if prepack is not None else None,
         reference=reference,
         examples=examples,
+        backward=backward,
+        setup_context=setup_context,
         doc=inspect.getdoc(fn) or "",
     )
 
@@ -298,6 +312,8 @@ def kernel(
     prepack_arg: str | None = None,
     reference: Callable[..., Any] | None = None,
     examples: Callable[[torch.dtype], Iterable[tuple[Any, ...]]] | None = None,
+    backward: Callable[..., Any] | None = None,
+    setup_context: Callable[..., Any] | None = None,
 ) -> Callable[[Callable[..., Any]], KernelDecl]:
     """Declare a kernel implementing the logical op ``op``.
 
@@ -309,6 +325,9 @@ def kernel(
     :data:`TRAITS`; ``prepack(weight, attrs)`` packs the constant tensor passed as
     ``prepack_arg`` once (the kernel then receives the packed tensor in its place);
     ``reference`` and ``examples(dtype)`` feed ``pdlkit abi-check``.
+    ``backward(ctx, grad)`` returns one gradient (or None) per parameter and makes the
+    kernel eligible in graphs that need gradients; ``setup_context(ctx, inputs, output)``
+    saves what it needs (by default ``ctx.inputs`` and ``ctx.output`` are set).
     Raise :class:`KernelUnsupported` inside the kernel to decline one call.
     """
 
@@ -330,6 +349,8 @@ def kernel(
             prepack_arg=prepack_arg,
             reference=reference,
             examples=examples,
+            backward=backward,
+            setup_context=setup_context,
         )
 
     return wrap

@@ -471,10 +471,7 @@ def _register(path: Path, lib: ctypes.CDLL) -> tuple[_Spec, ...]:
     specs = []
     seen: set[tuple[str, int]] = set()
     for i in range(reg.num_kernels):
-        try:
-            spec = _read_kernel(reg.kernels[i] or 0, i, reg.abi_minor)
-        except ValueError as e:
-            raise KernelLoadError(f"{path}: {e}") from None
+        spec = read_descriptor(path, reg.kernels[i] or 0, i, reg.abi_minor)
         if (spec.name, spec.version) in seen:
             raise KernelLoadError(
                 f"{path}: kernel {spec.name!r} version {spec.version} is declared twice"
@@ -482,6 +479,23 @@ def _register(path: Path, lib: ctypes.CDLL) -> tuple[_Spec, ...]:
         seen.add((spec.name, spec.version))
         specs.append(spec)
     return tuple(specs)
+
+
+def read_descriptor(path: Path, addr: int, i: int, lib_minor: int) -> _Spec:
+    """The validated kernel descriptor at ``addr``; a bad one is a KernelLoadError naming ``path``."""
+    try:
+        return _read_kernel(addr, i, lib_minor)
+    except ValueError as e:
+        raise KernelLoadError(f"{path}: {e}") from None
+
+
+def declare_spec(path: Path, digest: str, spec: _Spec) -> KernelDecl:
+    """The declaration for a validated descriptor; what ``declare`` refuses is a KernelLoadError."""
+    try:
+        return _declare(path, digest, spec)
+    except (KernelDeclarationError, ValueError, TypeError) as e:
+        msg = str(e)
+        raise KernelLoadError(msg if str(path) in msg else f"{path}: {msg}") from None
 
 
 def load_native_library(path: Path, digest: str | None = None) -> tuple[KernelDecl, ...]:
@@ -492,7 +506,7 @@ def load_native_library(path: Path, digest: str | None = None) -> tuple[KernelDe
         specs = _SPECS.get(digest)
         if specs is None:
             specs = _SPECS[digest] = _register(path, _open(path, digest))
-    return tuple(_declare(path, digest, spec) for spec in specs)
+    return tuple(declare_spec(path, digest, spec) for spec in specs)
 
 
 def _declare(path: Path, digest: str, spec: _Spec) -> KernelDecl:

@@ -4,7 +4,8 @@ Keyed by the weight tensor's identity *and* its version counter, so an in-place 
 (``weight.add_(...)``, ``load_state_dict``) makes the next call pack again. Entries die
 with their tensor (weakref) and are evicted least-recently-used beyond ``max_bytes``
 (``PDLKIT_PREPACK_BYTES``, default 1 GiB). Hits, misses and evictions are counted in
-``pdlkit.stats()``.
+``pdlkit.stats()``. Threads that miss on the same key at once pack it once: the others
+wait for that result (a weight is never packed twice concurrently).
 """
 
 from __future__ import annotations
@@ -42,7 +43,10 @@ class PrepackCache:
     def __init__(self, max_bytes: int | None = None):
         env = os.environ.get("PDLKIT_PREPACK_BYTES")
         self.max_bytes = max_bytes if max_bytes is not None else int(env) if env else _DEFAULT_BYTES
-        self._lock = threading.Lock()
+        # re-entrant: a weight's finalizer may run (garbage collection) while this thread
+        # holds the lock
+        self._lock = threading.RLock()
+        self._inflight: dict[tuple[Any, ...], threading.Event] = {}
         self._entries: OrderedDict[tuple[Any, ...], tuple[Any, int]] = OrderedDict()
         self._bytes = 0
         self._finalizers: dict[int, Any] = {}
@@ -72,26 +76,37 @@ class PrepackCache:
         owner = weight if base is None else base
         shape = None if base is None else (weight.shape, weight.stride(), weight.storage_offset())
         key = (kernel, id(owner), shape, weight._version, attrs_key)
-        with self._lock:
-            hit = self._entries.get(key)
-            if hit is not None:
-                self._entries.move_to_end(key)
-                count("prepack_hits", kernel)
-                return hit[0]
-        packed = pack(weight, attrs)  # outside the lock: packing can be slow
-        size = _nbytes(packed)
-        with self._lock:
-            count("prepack_misses", kernel)
-            # older versions of the same tensor (or the same view of it)
-            self._drop(lambda k: k[:3] == key[:3], kernel)
-            if size <= self.max_bytes:
-                self._entries[key] = (packed, size)
-                self._bytes += size
-                self._watch(owner)
-                while self._bytes > self.max_bytes:
-                    old, (_, n) = self._entries.popitem(last=False)
-                    self._bytes -= n
-                    count("prepack_evictions", old[0])
+        while True:
+            with self._lock:
+                hit = self._entries.get(key)
+                if hit is not None:
+                    self._entries.move_to_end(key)
+                    count("prepack_hits", kernel)
+                    return hit[0]
+                busy = self._inflight.get(key)
+                if busy is None:
+                    mine = self._inflight[key] = threading.Event()
+                    break
+            busy.wait()  # another thread packs this key; then look again
+        try:
+            packed = pack(weight, attrs)  # outside the lock: packing can be slow
+            size = _nbytes(packed)
+            with self._lock:
+                count("prepack_misses", kernel)
+                # older versions of the same tensor (or the same view of it)
+                self._drop(lambda k: k[:3] == key[:3], kernel)
+                if size <= self.max_bytes:
+                    self._entries[key] = (packed, size)
+                    self._bytes += size
+                    self._watch(owner)
+                    while self._bytes > self.max_bytes:
+                        old, (_, n) = self._entries.popitem(last=False)
+                        self._bytes -= n
+                        count("prepack_evictions", old[0])
+        finally:  # cached (or failed) before the waiters look again
+            with self._lock:
+                del self._inflight[key]
+            mine.set()
         return packed
 
     def _watch(self, weight: torch.Tensor) -> None:
@@ -108,6 +123,19 @@ class PrepackCache:
         for k in [k for k in self._entries if pred(k)]:
             _, n = self._entries.pop(k)
             self._bytes -= n
+
+    def release(self, kernels: set[str]) -> int:
+        """Free the packed weights of ``kernels`` (a recompilation no longer uses them);
+        returns how many entries were freed. A graph still calling one packs again."""
+        with self._lock:
+            before = len(self._entries)
+            self._drop(lambda k: k[0] in kernels, None)
+            return before - len(self._entries)
+
+    def kernels(self) -> set[str]:
+        """The kernels that hold packed weights now."""
+        with self._lock:
+            return {k[0] for k in self._entries}
 
     def clear(self) -> None:
         with self._lock:

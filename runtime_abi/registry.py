@@ -14,24 +14,39 @@ import importlib.util
 import sys
 import threading
 import traceback
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+from pdlkit.runtime_abi.autograd import needs_backward
 from pdlkit.runtime_abi.capability import FEATURE_ARCH, Target
 from pdlkit.runtime_abi.kernel import KernelDecl
+from pdlkit.runtime_abi.trust import (
+    TrustError,
+    check_pin,
+    check_writable,
+    pins_folder,
+    read_pins,
+)
 
 
 class KernelLoadError(RuntimeError):
     """A kernel file could not be loaded; the message starts with ``file:line:``."""
 
 
+class KernelDependencyMissing(KernelLoadError):
+    """A kernel file imports an optional package that is not installed: its kernels are
+    skipped (one warning), the other files' kernels still load."""
+
+
 @dataclass
 class _LoadedFile:
     digest: str
     kernels: tuple[KernelDecl, ...]
+    missing: str = ""  # why the file was skipped: an optional dependency is not installed
 
 
 _FILE_CACHE: dict[Path, _LoadedFile] = {}
@@ -49,7 +64,7 @@ def _kernel_files(folder: Path) -> list[Path]:
     )
 
 
-def _exec_file(path: Path, digest: str) -> tuple[KernelDecl, ...]:
+def _exec_file(path: Path, digest: str, data: bytes) -> tuple[KernelDecl, ...]:
     mod_name = f"pdlkit_plugin_{digest[:12]}_{path.stem}"
     spec = importlib.util.spec_from_file_location(mod_name, path)
     if spec is None or spec.loader is None:
@@ -57,7 +72,8 @@ def _exec_file(path: Path, digest: str) -> tuple[KernelDecl, ...]:
     module = importlib.util.module_from_spec(spec)
     sys.modules[mod_name] = module
     try:
-        spec.loader.exec_module(module)
+        # run the bytes that were hashed (and checked against a pin), not a second read
+        exec(compile(data, str(path), "exec"), module.__dict__)
     except SyntaxError as e:
         sys.modules.pop(mod_name, None)
         raise KernelLoadError(f"{path}:{e.lineno}:{e.offset or 0}: syntax error: {e.msg}") from None
@@ -65,25 +81,48 @@ def _exec_file(path: Path, digest: str) -> tuple[KernelDecl, ...]:
         sys.modules.pop(mod_name, None)
         frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == str(path)]
         line = frames[-1].lineno if frames else 1
+        if isinstance(e, ImportError):
+            from pdlkit.optional import MissingDependency, missing_module
+
+            top = missing_module(e)
+            if top is not None:
+                why = MissingDependency(top, "its kernels")
+                raise KernelDependencyMissing(f"{path}:{line}: skipped: {why}") from None
         raise KernelLoadError(f"{path}:{line}: {type(e).__name__}: {e}") from e
     return tuple(v for v in vars(module).values() if isinstance(v, KernelDecl))
 
 
-def load_kernel_file(path: Path) -> tuple[KernelDecl, ...]:
-    """The kernels declared in one file (executed again only if its bytes changed)."""
+def load_kernel_file(
+    path: Path, pins: dict[Path, str] | None = None, folder: Path | None = None
+) -> tuple[KernelDecl, ...]:
+    """The kernels declared in one file (executed again only if its bytes changed).
+
+    ``pins`` (a folder's ``kernels.yaml``, see :mod:`pdlkit.runtime_abi.trust`) must
+    allow the file's bytes before anything in it runs."""
     path = path.resolve()
     data = path.read_bytes()
+    try:
+        check_pin(path, data, pins, folder or path.parent)
+    except TrustError as e:
+        raise KernelLoadError(str(e)) from None
     digest = hashlib.sha256(data).hexdigest()
     with _LOCK:
         cached = _FILE_CACHE.get(path)
         if cached is not None and cached.digest == digest:
+            if cached.missing:
+                raise KernelDependencyMissing(cached.missing)
             return cached.kernels
         if path.suffix == ".so":
             from pdlkit.runtime_abi.native import load_native_library  # imports this module
 
             kernels = load_native_library(path, digest)
         else:
-            kernels = _exec_file(path, digest)
+            try:
+                kernels = _exec_file(path, digest, data)
+            except KernelDependencyMissing as e:
+                _FILE_CACHE[path] = _LoadedFile(digest, (), str(e))
+                warnings.warn(f"pdlkit: {e}", stacklevel=2)  # once per file version
+                raise
         _FILE_CACHE[path] = _LoadedFile(digest, kernels)
         return kernels
 
@@ -102,15 +141,33 @@ class KernelRegistry:
 
     kernels: dict[tuple[str, int], KernelDecl] = field(default_factory=dict)  # (name, version)
     folders: tuple[Path, ...] = ()
+    skipped: list[str] = field(default_factory=list)  # files whose optional deps are missing
 
     @classmethod
-    def from_folders(cls, folders: Sequence[Path]) -> KernelRegistry:
+    def from_folders(
+        cls, folders: Sequence[Path], *, allow_world_writable: bool | None = None
+    ) -> KernelRegistry:
+        """Load every kernel file; a folder's ``kernels.yaml`` pins must match, and a
+        world-writable folder is refused unless allowed (see :mod:`pdlkit.runtime_abi.trust`)."""
         reg = cls(folders=tuple(folders))
+        try:
+            check_writable(folders, "kernels", allow_world_writable)
+        except TrustError as e:
+            raise KernelLoadError(str(e)) from None
         for folder in folders:
             if not folder.exists():
                 raise KernelLoadError(f"{folder}: kernel folder does not exist")
+            try:
+                pins = read_pins(folder)
+            except TrustError as e:
+                raise KernelLoadError(str(e)) from None
             for path in _kernel_files(folder):
-                for decl in load_kernel_file(path):
+                try:
+                    decls = load_kernel_file(path, pins, pins_folder(folder))
+                except KernelDependencyMissing as e:
+                    reg.skipped.append(str(e))
+                    continue
+                for decl in decls:
                     reg.add(decl)
         return reg
 
@@ -179,6 +236,9 @@ def _ineligible(k: KernelDecl, args: Sequence[Any], target: Target, pin: str | N
     missing = k.requires - target.features
     if missing:
         return f"needs {', '.join(sorted(missing))}, which target {target.name} lacks"
+    no_grad = needs_backward(k, args, k.params)
+    if no_grad:
+        return no_grad
     for name, arg in zip(k.params, args, strict=True):
         rule = k.shapes.get(name)
         if rule is not None and isinstance(arg, torch.Tensor):

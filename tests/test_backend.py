@@ -107,16 +107,6 @@ def test_changed_pattern_file_takes_effect_in_next_compile(mlp, user_folders, mo
     )  # the new pattern matches nothing: kernel not called again
 
 
-def test_graph_needing_gradients_is_left_to_inductor(mlp):
-    model, x = mlp
-    pdlkit.stats(reset=True)
-    with pytest.warns(UserWarning, match="needs gradients"):
-        y = torch.compile(model, backend="pdlkit")(x)
-    y.sum().backward()
-    assert pdlkit.stats()["substitutions"] == 0
-    assert model.fc1.weight.grad is not None
-
-
 def test_dynamic_batch_keeps_substitution(mlp):
     model, _ = mlp
     pdlkit.stats(reset=True)

@@ -4,9 +4,12 @@ The GEMM is one BLAS call (``torch.addmm``: oneDNN / MKL) and the activation the
 place on its output with ATen's vectorized kernel: no second output tensor is allocated
 and the activation reads the GEMM result while it is still in cache. Measured on one
 thread, [512, 256] x [256, 1024]: 3.39 ms against 3.61 ms for eager linear + gelu.
+linear and linear_relu declare a backward, so they are also substituted in training graphs.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -27,6 +30,45 @@ def _meta(x: Tensor, weight: Tensor, bias: Tensor | None, *rest: object) -> Tens
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
+# -- gradients: linear and linear_relu may run in graphs that train -----------------------------
+
+
+def _save_inputs(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+    x, weight, bias = inputs[:3]
+    ctx.has_bias = bias is not None
+    ctx.save_for_backward(x, weight)
+
+
+def _save_inputs_and_output(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+    x, weight, bias = inputs[:3]
+    ctx.has_bias = bias is not None
+    ctx.save_for_backward(x, weight, output)
+
+
+def _linear_grads(ctx: Any, g: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+    """Gradients of x @ weight.T + bias for the gradient ``g`` at its output."""
+    x, weight = ctx.saved_tensors[:2]
+    g2, x2 = g.reshape(-1, g.shape[-1]), x.reshape(-1, x.shape[-1])
+    need = ctx.needs_input_grad
+    gx = (g2 @ weight).reshape(x.shape) if need[0] else None
+    gw = g2.t() @ x2 if need[1] else None
+    gb = g2.sum(0) if ctx.has_bias and need[2] else None
+    return gx, gw, gb
+
+
+def _linear_backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+    return _linear_grads(ctx, grad)
+
+
+def _linear_relu_backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+    out = ctx.saved_tensors[2]
+    return _linear_grads(ctx, grad * (out > 0))  # relu passes the gradient where it was positive
+
+
+_LINEAR_GRAD = {"backward": _linear_backward, "setup_context": _save_inputs}
+_RELU_GRAD = {"backward": _linear_relu_backward, "setup_context": _save_inputs_and_output}
+
+
 @pdlkit.kernel(op="linear_gelu", device="cpu", dtypes={"x": _FLOATS, "weight": _FLOATS}, meta=_meta)
 def linear_gelu_addmm(x: Tensor, weight: Tensor, bias: Tensor | None, approximate: str) -> Tensor:
     """gelu(x @ weight.T + bias, approximate): addmm, then GELU in place on its output."""
@@ -36,7 +78,13 @@ def linear_gelu_addmm(x: Tensor, weight: Tensor, bias: Tensor | None, approximat
     return out.reshape(*x.shape[:-1], weight.shape[0])
 
 
-@pdlkit.kernel(op="linear_relu", device="cpu", dtypes={"x": _FLOATS, "weight": _FLOATS}, meta=_meta)
+@pdlkit.kernel(
+    op="linear_relu",
+    device="cpu",
+    dtypes={"x": _FLOATS, "weight": _FLOATS},
+    meta=_meta,
+    **_RELU_GRAD,  # type: ignore[arg-type]
+)
 def linear_relu_addmm(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     """relu(x @ weight.T + bias): addmm, then ReLU in place on its output."""
     return _linear(x, weight, bias).relu_().reshape(*x.shape[:-1], weight.shape[0])
@@ -78,7 +126,11 @@ if torch.backends.mkldnn.is_available():
         return _onednn(x, weight, bias, "gelu", approximate)
 
     @pdlkit.kernel(
-        op="linear_relu", dtypes={"x": _FLOATS, "weight": _FLOATS}, meta=_meta, **_PACKED
+        op="linear_relu",
+        dtypes={"x": _FLOATS, "weight": _FLOATS},
+        meta=_meta,
+        **_PACKED,
+        **_RELU_GRAD,
     )  # type: ignore[arg-type]
     def linear_relu_onednn(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         """relu(x @ weight.T + bias) as one oneDNN matmul with a ReLU post-op; weight pre-packed."""
@@ -86,7 +138,13 @@ if torch.backends.mkldnn.is_available():
             raise pdlkit.KernelUnsupported(f"{x.dtype} x {weight.dtype}")
         return _onednn(x, weight, bias, "relu", "")
 
-    @pdlkit.kernel(op="linear", dtypes={"x": _FLOATS, "weight": _FLOATS}, meta=_meta, **_PACKED)  # type: ignore[arg-type]
+    @pdlkit.kernel(
+        op="linear",
+        dtypes={"x": _FLOATS, "weight": _FLOATS},
+        meta=_meta,
+        **_PACKED,
+        **_LINEAR_GRAD,
+    )  # type: ignore[arg-type]
     def linear_onednn(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         """x @ weight.T + bias as one oneDNN matmul; weight pre-packed."""
         if x.dtype != weight.dtype:
