@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import torch
+from pdlkit.kernels._qlinear_meta import qlinear_meta, qlinear_q_meta
 from pdlkit.runtime_abi.kernel import KernelDecl, KernelUnsupported, declare
 from pdlkit.runtime_abi.native_build import host_arch
 
@@ -69,35 +70,24 @@ _Q_SHAPES = {"x_q": {"contiguous": True}, "w_q": {"rank": 2}}
 _BF16_SHAPES = {"x": {"contiguous": True}, "weight": {"rank": 2}}
 
 
-def _meta_f32(x_q: Any, *args: Any) -> Any:
-    w = args[2]  # x_scale, x_zp, w_q
-    return x_q.new_empty((*x_q.shape[:-1], w.shape[0]), dtype=torch.float32)
-
-
-def _meta_q(x_q: Any, *args: Any) -> Any:
-    w, out_qmin = args[2], args[8]  # ..., out_scale, out_zp, out_qmin
-    dtype = torch.uint8 if out_qmin >= 0 else torch.int8
-    return x_q.new_empty((*x_q.shape[:-1], w.shape[0]), dtype=dtype)
-
-
 def _meta_linear(x: Any, weight: Any, *args: Any) -> Any:
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
 # name, op, priority, ISA, parameters, dtypes, shape rules, prepack argument, meta
 KERNELS: list[tuple[Any, ...]] = [
-    ("a64_qlinear_i8mm", "qlinear", 20, ("i8mm",), _QLINEAR, _Q_DTYPES, _Q_SHAPES, "w_q", _meta_f32),
-    ("a64_qlinear_q_i8mm", "qlinear_q", 20, ("i8mm",), _QLINEAR_Q, _Q_DTYPES, _Q_SHAPES, "w_q", _meta_q),
-    ("a64_qlinear_dynamic_i8mm", "qlinear_dynamic", 20, ("i8mm",), _QLINEAR_DYN, _DYN_DTYPES, _Q_SHAPES, "w_q", _meta_f32),
-    ("a64_qlinear_sdot", "qlinear", 10, ("asimddp",), _QLINEAR, _Q_DTYPES, _Q_SHAPES, "w_q", _meta_f32),
-    ("a64_qlinear_q_sdot", "qlinear_q", 10, ("asimddp",), _QLINEAR_Q, _Q_DTYPES, _Q_SHAPES, "w_q", _meta_q),
-    ("a64_qlinear_dynamic_sdot", "qlinear_dynamic", 10, ("asimddp",), _QLINEAR_DYN, _DYN_DTYPES, _Q_SHAPES, "w_q", _meta_f32),
-    ("a64_qlinear_pt_i8mm", "qlinear_pt", 20, ("i8mm",), _QLINEAR_PT, _Q_DTYPES, _Q_SHAPES, "w_q", _meta_f32),
-    ("a64_qlinear_q_pt_i8mm", "qlinear_q_pt", 20, ("i8mm",), _QLINEAR_Q_PT, _Q_DTYPES, _Q_SHAPES, "w_q", _meta_q),
-    ("a64_qlinear_dynamic_pt_i8mm", "qlinear_dynamic_pt", 20, ("i8mm",), _QLINEAR_DYN_PT, _DYN_DTYPES, _Q_SHAPES, "w_q", _meta_f32),
-    ("a64_qlinear_pt_sdot", "qlinear_pt", 10, ("asimddp",), _QLINEAR_PT, _Q_DTYPES, _Q_SHAPES, "w_q", _meta_f32),
-    ("a64_qlinear_q_pt_sdot", "qlinear_q_pt", 10, ("asimddp",), _QLINEAR_Q_PT, _Q_DTYPES, _Q_SHAPES, "w_q", _meta_q),
-    ("a64_qlinear_dynamic_pt_sdot", "qlinear_dynamic_pt", 10, ("asimddp",), _QLINEAR_DYN_PT, _DYN_DTYPES, _Q_SHAPES, "w_q", _meta_f32),
+    ("a64_qlinear_i8mm", "qlinear", 20, ("i8mm",), _QLINEAR, _Q_DTYPES, _Q_SHAPES, "w_q", qlinear_meta),
+    ("a64_qlinear_q_i8mm", "qlinear_q", 20, ("i8mm",), _QLINEAR_Q, _Q_DTYPES, _Q_SHAPES, "w_q", qlinear_q_meta),
+    ("a64_qlinear_dynamic_i8mm", "qlinear_dynamic", 20, ("i8mm",), _QLINEAR_DYN, _DYN_DTYPES, _Q_SHAPES, "w_q", qlinear_meta),
+    ("a64_qlinear_sdot", "qlinear", 10, ("asimddp",), _QLINEAR, _Q_DTYPES, _Q_SHAPES, "w_q", qlinear_meta),
+    ("a64_qlinear_q_sdot", "qlinear_q", 10, ("asimddp",), _QLINEAR_Q, _Q_DTYPES, _Q_SHAPES, "w_q", qlinear_q_meta),
+    ("a64_qlinear_dynamic_sdot", "qlinear_dynamic", 10, ("asimddp",), _QLINEAR_DYN, _DYN_DTYPES, _Q_SHAPES, "w_q", qlinear_meta),
+    ("a64_qlinear_pt_i8mm", "qlinear_pt", 20, ("i8mm",), _QLINEAR_PT, _Q_DTYPES, _Q_SHAPES, "w_q", qlinear_meta),
+    ("a64_qlinear_q_pt_i8mm", "qlinear_q_pt", 20, ("i8mm",), _QLINEAR_Q_PT, _Q_DTYPES, _Q_SHAPES, "w_q", qlinear_q_meta),
+    ("a64_qlinear_dynamic_pt_i8mm", "qlinear_dynamic_pt", 20, ("i8mm",), _QLINEAR_DYN_PT, _DYN_DTYPES, _Q_SHAPES, "w_q", qlinear_meta),
+    ("a64_qlinear_pt_sdot", "qlinear_pt", 10, ("asimddp",), _QLINEAR_PT, _Q_DTYPES, _Q_SHAPES, "w_q", qlinear_meta),
+    ("a64_qlinear_q_pt_sdot", "qlinear_q_pt", 10, ("asimddp",), _QLINEAR_Q_PT, _Q_DTYPES, _Q_SHAPES, "w_q", qlinear_q_meta),
+    ("a64_qlinear_dynamic_pt_sdot", "qlinear_dynamic_pt", 10, ("asimddp",), _QLINEAR_DYN_PT, _DYN_DTYPES, _Q_SHAPES, "w_q", qlinear_meta),
     ("a64_linear_bf16", "linear", 20, ("bf16",), _LINEAR, _BF16_DTYPES, _BF16_SHAPES, "weight", _meta_linear),
     ("a64_linear_relu_bf16", "linear_relu", 20, ("bf16",), _LINEAR, _BF16_DTYPES, _BF16_SHAPES, "weight", _meta_linear),
     ("a64_linear_gelu_bf16", "linear_gelu", 20, ("bf16",), _LINEAR_GELU, _BF16_DTYPES, _BF16_SHAPES, "weight", _meta_linear),

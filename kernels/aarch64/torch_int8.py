@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from pdlkit.kernels._qlinear_meta import qlinear_meta, qlinear_q_meta, quantized_dtype
 from torch import Tensor
 
 import pdlkit
@@ -56,15 +57,6 @@ def _float_out(
     return y.reshape(*x_q.shape[:-1], w_t.shape[1])
 
 
-def _meta_f(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm):  # type: ignore[no-untyped-def]
-    return x_q.new_empty((*x_q.shape[:-1], w_q.shape[0]), dtype=torch.float32)
-
-
-def _meta_q(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, out_scale, out_zp, out_qmin, out_qmax, post_op, algorithm):  # type: ignore[no-untyped-def]  # fmt: skip
-    dtype = torch.uint8 if out_qmin >= 0 else torch.int8
-    return x_q.new_empty((*x_q.shape[:-1], w_q.shape[0]), dtype=dtype)
-
-
 _COMMON: dict[str, Any] = {
     "device": "cpu",
     "dtypes": {"x_q": [torch.uint8, torch.int8], "w_q": [torch.int8]},
@@ -77,7 +69,7 @@ _COMMON: dict[str, Any] = {
 
 if hasattr(torch, "_int_mm"):
 
-    @pdlkit.kernel(op="qlinear", meta=_meta_f, **_COMMON)
+    @pdlkit.kernel(op="qlinear", meta=qlinear_meta, **_COMMON)
     def torch_qlinear_aarch64(
         x_q: Tensor, x_scale: float, x_zp: int, w_q: Tensor, w_scale: Tensor, w_zp: Tensor,
         bias: Tensor | None, post_op: str, algorithm: str,
@@ -85,7 +77,7 @@ if hasattr(torch, "_int_mm"):
         """act(dequantize(x_q) @ dequantize(w_q).T + bias): torch._int_mm (oneDNN + ACL) + torch epilogue."""
         return _float_out(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
 
-    @pdlkit.kernel(op="qlinear_dynamic", meta=_meta_f, **_COMMON)
+    @pdlkit.kernel(op="qlinear_dynamic", meta=qlinear_meta, **_COMMON)
     def torch_qlinear_dynamic_aarch64(
         x_q: Tensor, x_scale: Tensor, x_zp: Tensor, w_q: Tensor, w_scale: Tensor, w_zp: Tensor,
         bias: Tensor | None, post_op: str, algorithm: str,
@@ -93,7 +85,7 @@ if hasattr(torch, "_int_mm"):
         """qlinear with the activation's scale and zero point as tensors (dynamic quantization)."""
         return _float_out(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
 
-    @pdlkit.kernel(op="qlinear_q", meta=_meta_q, **_COMMON)
+    @pdlkit.kernel(op="qlinear_q", meta=qlinear_q_meta, **_COMMON)
     def torch_qlinear_q_aarch64(
         x_q: Tensor, x_scale: float, x_zp: int, w_q: Tensor, w_scale: Tensor, w_zp: Tensor,
         bias: Tensor | None, out_scale: float, out_zp: int, out_qmin: int, out_qmax: int,
@@ -101,13 +93,13 @@ if hasattr(torch, "_int_mm"):
     ) -> Tensor:  # fmt: skip
         """quantize_per_tensor(qlinear(...)): torch._int_mm + torch epilogue, u8 or s8 out."""
         y = _float_out(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
-        dtype = torch.uint8 if out_qmin >= 0 else torch.int8
+        dtype = quantized_dtype(out_qmin)
         q = torch.round(y * (1.0 / out_scale)) + out_zp
         return q.clamp_(out_qmin, out_qmax).to(dtype)
 
     # the weight quantized per tensor (ArmInductorQuantizer graphs): scale and zero point are numbers
 
-    @pdlkit.kernel(op="qlinear_pt", meta=_meta_f, **_COMMON)
+    @pdlkit.kernel(op="qlinear_pt", meta=qlinear_meta, **_COMMON)
     def torch_qlinear_pt_aarch64(
         x_q: Tensor, x_scale: float, x_zp: int, w_q: Tensor, w_scale: float, w_zp: int,
         bias: Tensor | None, post_op: str, algorithm: str,
@@ -115,7 +107,7 @@ if hasattr(torch, "_int_mm"):
         """qlinear with a per-tensor weight scale: torch._int_mm (oneDNN + ACL) + torch epilogue."""
         return _float_out(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
 
-    @pdlkit.kernel(op="qlinear_dynamic_pt", meta=_meta_f, **_COMMON)
+    @pdlkit.kernel(op="qlinear_dynamic_pt", meta=qlinear_meta, **_COMMON)
     def torch_qlinear_dynamic_pt_aarch64(
         x_q: Tensor, x_scale: Tensor, x_zp: Tensor, w_q: Tensor, w_scale: float, w_zp: int,
         bias: Tensor | None, post_op: str, algorithm: str,
@@ -123,7 +115,7 @@ if hasattr(torch, "_int_mm"):
         """qlinear_dynamic with a per-tensor weight scale."""
         return _float_out(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
 
-    @pdlkit.kernel(op="qlinear_q_pt", meta=_meta_q, **_COMMON)
+    @pdlkit.kernel(op="qlinear_q_pt", meta=qlinear_q_meta, **_COMMON)
     def torch_qlinear_q_pt_aarch64(
         x_q: Tensor, x_scale: float, x_zp: int, w_q: Tensor, w_scale: float, w_zp: int,
         bias: Tensor | None, out_scale: float, out_zp: int, out_qmin: int, out_qmax: int,
@@ -131,6 +123,6 @@ if hasattr(torch, "_int_mm"):
     ) -> Tensor:  # fmt: skip
         """qlinear_q with a per-tensor weight scale, u8 or s8 out."""
         y = _float_out(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
-        dtype = torch.uint8 if out_qmin >= 0 else torch.int8
+        dtype = quantized_dtype(out_qmin)
         q = torch.round(y * (1.0 / out_scale)) + out_zp
         return q.clamp_(out_qmin, out_qmax).to(dtype)

@@ -25,6 +25,7 @@ import weakref
 from typing import Any, cast
 
 import torch
+from pdlkit.kernels._qlinear_meta import qlinear_meta, qlinear_q_meta, quantized_dtype
 from pdlkit.kernels.cuda._common import _ON, _dtype, _triton
 from torch import Tensor
 
@@ -229,17 +230,6 @@ def _pt2e(
     return out
 
 
-def _meta_qf(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm):  # type: ignore[no-untyped-def]
-    return x_q.new_empty((*x_q.shape[:-1], w_q.shape[0]), dtype=torch.float32)
-
-
-def _meta_qq(  # type: ignore[no-untyped-def]
-    x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, out_scale, out_zp, qmin, qmax, post_op, algorithm
-):
-    dtype = torch.uint8 if qmin >= 0 else torch.int8
-    return x_q.new_empty((*x_q.shape[:-1], w_q.shape[0]), dtype=dtype)
-
-
 # Not declared graph-capture safe: the first call per weight reads its zero points on the
 # host, and no capture test covers these yet (tests/test_cuda.py does for the others).
 _PT2E_KW: dict[str, Any] = {
@@ -252,7 +242,7 @@ _PT2E_KW: dict[str, Any] = {
 }
 
 
-@pdlkit.kernel(op="qlinear", meta=_meta_qf, traits=["deterministic"], **_PT2E_KW)
+@pdlkit.kernel(op="qlinear", meta=qlinear_meta, traits=["deterministic"], **_PT2E_KW)
 def qlinear_triton(
     x_q: Tensor,
     x_scale: float,
@@ -271,7 +261,7 @@ def qlinear_triton(
     return _pt2e(x_q, x_scale, x_zp, _packed(w_q), w_scale, w_zp, bias, (post_op, algorithm), out)
 
 
-@pdlkit.kernel(op="qlinear_q", meta=_meta_qq, traits=["deterministic"], **_PT2E_KW)
+@pdlkit.kernel(op="qlinear_q", meta=qlinear_q_meta, traits=["deterministic"], **_PT2E_KW)
 def qlinear_q_triton(
     x_q: Tensor,
     x_scale: float,
@@ -288,7 +278,7 @@ def qlinear_q_triton(
     algorithm: str,
 ) -> Tensor:
     """quantize(act(dequantize(x_q) @ dequantize(w_q).T + bias)), requantized in registers."""
-    dtype = torch.uint8 if out_qmin >= 0 else torch.int8
+    dtype = quantized_dtype(out_qmin)
     out = torch.empty((*x_q.shape[:-1], _packed(w_q)[0].shape[0]), dtype=dtype, device=x_q.device)
     req = (float(out_scale), int(out_zp), int(out_qmin), int(out_qmax))
     return _pt2e(
@@ -296,7 +286,7 @@ def qlinear_q_triton(
     )
 
 
-@pdlkit.kernel(op="qlinear_dynamic", meta=_meta_qf, traits=["deterministic"], **_PT2E_KW)
+@pdlkit.kernel(op="qlinear_dynamic", meta=qlinear_meta, traits=["deterministic"], **_PT2E_KW)
 def qlinear_dynamic_triton(
     x_q: Tensor,
     x_scale: Tensor,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from pdlkit.kernels._qlinear_meta import quantized_dtype
 
 import pdlkit
 
@@ -117,7 +118,7 @@ def qlinear_q(
     algorithm,
 ):
     y = _qlinear_ref(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
-    dtype = torch.uint8 if out_qmin >= 0 else torch.int8
+    dtype = quantized_dtype(out_qmin)
     return _qd().quantize_per_tensor(y, out_scale, out_zp, out_qmin, out_qmax, dtype)
 
 
@@ -248,7 +249,7 @@ def qlinear_q_pt(
     post_op, algorithm,
 ):  # fmt: skip
     y = qlinear_pt(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
-    dtype = torch.uint8 if out_qmin >= 0 else torch.int8
+    dtype = quantized_dtype(out_qmin)
     return _qd().quantize_per_tensor(y, out_scale, out_zp, out_qmin, out_qmax, dtype)
 
 

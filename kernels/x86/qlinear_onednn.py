@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from pdlkit.kernels._qlinear_meta import qlinear_meta, qlinear_q_meta, quantized_dtype
 from torch import Tensor
 
 import pdlkit
@@ -69,32 +70,6 @@ def _call(
     return y.reshape(*x_q.shape[:-1], y.shape[-1])
 
 
-def _out_dtype(qmin: int) -> torch.dtype:
-    return torch.uint8 if qmin >= 0 else torch.int8
-
-
-def _meta_q(
-    x_q,
-    x_scale,
-    x_zp,
-    w_q,
-    w_scale,
-    w_zp,
-    bias,
-    out_scale,
-    out_zp,
-    out_qmin,
-    out_qmax,
-    post_op,
-    algorithm,
-):  # type: ignore[no-untyped-def]
-    return x_q.new_empty((*x_q.shape[:-1], w_q.shape[0]), dtype=_out_dtype(out_qmin))
-
-
-def _meta_f(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm):  # type: ignore[no-untyped-def]
-    return x_q.new_empty((*x_q.shape[:-1], w_q.shape[0]), dtype=torch.float32)
-
-
 _INT8 = {"x_q": [torch.uint8], "w_q": [torch.int8]}
 _SHAPES = {"w_q": {"rank": 2}}
 
@@ -105,7 +80,7 @@ _SHAPES = {"w_q": {"rank": 2}}
     dtypes=_INT8,
     shapes=_SHAPES,
     requires=["avx512_vnni"],
-    meta=_meta_q,
+    meta=qlinear_q_meta,
     prepack=_pack,
     prepack_arg="w_q",
     traits=["deterministic"],
@@ -138,7 +113,7 @@ def qlinear_q_onednn(
         bias,
         out_scale,
         out_zp,
-        _out_dtype(out_qmin),
+        quantized_dtype(out_qmin),
         _post(post_op, algorithm),
     )
 
@@ -149,7 +124,7 @@ def qlinear_q_onednn(
     dtypes=_INT8,
     shapes=_SHAPES,
     requires=["avx512_vnni"],
-    meta=_meta_f,
+    meta=qlinear_meta,
     prepack=_pack,
     prepack_arg="w_q",
     traits=["deterministic"],
@@ -187,7 +162,7 @@ def qlinear_onednn(
     dtypes=_INT8,
     shapes=_SHAPES,
     requires=["avx512_vnni"],
-    meta=_meta_f,
+    meta=qlinear_meta,
     prepack=_pack,
     prepack_arg="w_q",
     traits=["deterministic"],
@@ -210,17 +185,13 @@ def qlinear_dynamic_onednn(
     )  # fmt: skip
 
 
-def _meta_add(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, other):  # type: ignore[no-untyped-def]
-    return x_q.new_empty((*x_q.shape[:-1], w_q.shape[0]), dtype=torch.float32)
-
-
 @pdlkit.kernel(
     op="qlinear_add",
     device="cpu",
     dtypes={**_INT8, "other": [torch.float32]},
     shapes={**_SHAPES, "other": {"contiguous": True}},
     requires=["avx512_vnni"],
-    meta=_meta_add,
+    meta=qlinear_meta,
     prepack=_pack,
     prepack_arg="w_q",
     traits=["deterministic"],
