@@ -19,15 +19,16 @@ from torch import Tensor, nn
 _EPS = 1e-8
 
 
-def quantize_per_token(x: Tensor) -> tuple[Tensor, Tensor]:
+def quantize_per_token(x: Tensor, eps: float = _EPS, qmax: float = 127.0) -> tuple[Tensor, Tensor]:
     """Symmetric int8 quantization of each row of a 2-D tensor: (int8 values, float32 [M, 1] scales).
 
     ``x ~= q * scale``; the pattern ``patterns/cuda/int8_dynamic.pdl.mlir`` matches exactly
-    these ops, so keep them in step.
+    these ops, so keep them in step. This is also the reference semantics of the logical op
+    ``quantize_per_token`` (``kernels/reference/logical_ops.py``).
     """
     xf = x.to(torch.float32)
-    scale = xf.abs().amax(dim=-1, keepdim=True).clamp(min=_EPS) / 127.0
-    q = torch.clamp(torch.round(xf / scale), -127.0, 127.0).to(torch.int8)
+    scale = xf.abs().amax(dim=-1, keepdim=True).clamp(min=eps) / qmax
+    q = torch.clamp(torch.round(xf / scale), -qmax, qmax).to(torch.int8)
     return q, scale
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from pdlkit.kernels._qlinear_meta import quantized_dtype
+from pdlkit.quantization.int8_dynamic import quantize_per_token as per_token
 
 import pdlkit
 
@@ -176,9 +177,7 @@ def _per_token_examples(dtype: torch.dtype) -> list[tuple]:
 
 @pdlkit.reference("quantize_per_token", examples=_per_token_examples)
 def quantize_per_token(x, eps, qmax):
-    xf = x.to(torch.float32)
-    scale = xf.abs().amax(dim=-1, keepdim=True).clamp(min=eps) / qmax
-    return torch.clamp(torch.round(xf / scale), -qmax, qmax).to(torch.int8), scale
+    return per_token(x, eps, qmax)
 
 
 def _int8_examples(dtype: torch.dtype, gated: bool = False) -> list[tuple]:
