@@ -182,10 +182,6 @@ def _pack_pt2e(w_q: Tensor, attrs: Any) -> tuple[Tensor, Tensor]:
     return w_q.contiguous(), w_q.to(torch.int32).sum(dim=1, dtype=torch.int32)
 
 
-def _packed(w_q: Any) -> tuple[Tensor, Tensor]:
-    return cast(tuple[Tensor, Tensor], w_q)
-
-
 _ZP_ZERO: dict[int, bool] = {}  # id(weight zero points) -> all zero
 _POST = {("none", ""): "none", ("relu", ""): "relu", ("gelu", "none"): "gelu"}
 _POST[("gelu", "tanh")] = "gelu_tanh"
@@ -195,23 +191,28 @@ def _pt2e(
     x_q: Tensor,
     x_scale: float,
     x_zp: int,
-    packed: tuple[Tensor, Tensor],
+    w_q: Any,
     w_scale: Tensor,
     w_zp: Tensor,
     bias: Tensor | None,
-    post: tuple[str, str],
-    out: Tensor,
+    post_op: str,
+    algorithm: str,
     requant: tuple[float, int, int, int] | None = None,
 ) -> Tensor:
-    if (post[0], post[1]) not in _POST:
-        raise pdlkit.KernelUnsupported(f"post op {post}")
+    """One Triton GEMM for a PT2E int8 linear; ``w_q`` is the packed (weight, column sums).
+    The output is float32, or uint8 / int8 when ``requant`` = (scale, zp, qmin, qmax)."""
+    post = _POST.get((post_op, algorithm))
+    if post is None:
+        raise pdlkit.KernelUnsupported(f"post op {(post_op, algorithm)}")
     zero = _ZP_ZERO.get(id(w_zp))
     if zero is None:  # once per weight tensor: the check reads the GPU
         zero = _ZP_ZERO[id(w_zp)] = not bool(w_zp.any())
         weakref.finalize(w_zp, _ZP_ZERO.pop, id(w_zp), None)
     if not zero:
         raise pdlkit.KernelUnsupported("asymmetric int8 weights (a non-zero weight zero point)")
-    w, wsum = packed
+    w, wsum = cast(tuple[Tensor, Tensor], w_q)
+    dtype = torch.float32 if requant is None else quantized_dtype(requant[2])
+    out = torch.empty((*x_q.shape[:-1], w.shape[0]), dtype=dtype, device=x_q.device)
     x2 = x_q.reshape(-1, x_q.shape[-1])
     if x2.stride(-1) != 1:
         x2 = x2.contiguous()
@@ -224,7 +225,7 @@ def _pt2e(
         bias=bias,
         wsum=wsum,
         a_zp=int(x_zp),
-        act=_POST[post],
+        act=post,
         requant=requant,
     )
     return out
@@ -255,10 +256,7 @@ def qlinear_triton(
     algorithm: str,
 ) -> Tensor:
     """act(dequantize(x_q) @ dequantize(w_q).T + bias) in float32, one Triton GEMM."""
-    out = torch.empty(
-        (*x_q.shape[:-1], _packed(w_q)[0].shape[0]), dtype=torch.float32, device=x_q.device
-    )
-    return _pt2e(x_q, x_scale, x_zp, _packed(w_q), w_scale, w_zp, bias, (post_op, algorithm), out)
+    return _pt2e(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
 
 
 @pdlkit.kernel(op="qlinear_q", meta=qlinear_q_meta, traits=["deterministic"], **_PT2E_KW)
@@ -278,12 +276,8 @@ def qlinear_q_triton(
     algorithm: str,
 ) -> Tensor:
     """quantize(act(dequantize(x_q) @ dequantize(w_q).T + bias)), requantized in registers."""
-    dtype = quantized_dtype(out_qmin)
-    out = torch.empty((*x_q.shape[:-1], _packed(w_q)[0].shape[0]), dtype=dtype, device=x_q.device)
     req = (float(out_scale), int(out_zp), int(out_qmin), int(out_qmax))
-    return _pt2e(
-        x_q, x_scale, x_zp, _packed(w_q), w_scale, w_zp, bias, (post_op, algorithm), out, req
-    )
+    return _pt2e(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm, req)
 
 
 @pdlkit.kernel(op="qlinear_dynamic", meta=qlinear_meta, traits=["deterministic"], **_PT2E_KW)
@@ -300,8 +294,5 @@ def qlinear_dynamic_triton(
 ) -> Tensor:
     """Dynamic PT2E: the activation's scale and zero point are one-element tensors (read once
     on the host, so this kernel is not graph-capture safe)."""
-    out = torch.empty(
-        (*x_q.shape[:-1], _packed(w_q)[0].shape[0]), dtype=torch.float32, device=x_q.device
-    )
     scale, zp = float(x_scale.reshape(-1)[0]), int(x_zp.reshape(-1)[0])
-    return _pt2e(x_q, scale, zp, _packed(w_q), w_scale, w_zp, bias, (post_op, algorithm), out)
+    return _pt2e(x_q, scale, zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
