@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, cast
 
 import torch
+from pdlkit.matcher.to_mlir import dtype_from_code
 
 import pdlkit
 
@@ -15,7 +16,7 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 _ON: dict[str, Any] = (
     {"device": "cpu", "requires": []} if INTERPRET else {"device": "cuda", "requires": ["sm_80"]}
 )
-_DTYPES = {5: torch.float16, 6: torch.float32, 15: torch.bfloat16}
+_OUT_DTYPES = (torch.float16, torch.float32, torch.bfloat16)  # what the epilogues store
 
 
 def _triton() -> Any:
@@ -27,6 +28,11 @@ def _triton() -> Any:
 
 
 def _dtype(code: int) -> torch.dtype:
-    if code not in _DTYPES:
+    """A dtype operand (the importer's integer code) as one of the dtypes the kernels write."""
+    try:
+        dtype = dtype_from_code(code)
+    except ValueError:
+        dtype = None
+    if dtype not in _OUT_DTYPES:
         raise pdlkit.KernelUnsupported(f"output dtype code {code} (float16/32 and bfloat16 only)")
-    return _DTYPES[code]
+    return cast(torch.dtype, dtype)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from pdlkit.kernels._qlinear_meta import quantized_dtype
+from pdlkit.matcher.to_mlir import dtype_from_code
 from pdlkit.quantization.int8_dynamic import quantize_per_token as per_token
 
 import pdlkit
@@ -165,7 +166,6 @@ def qlinear_add(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, other):
 
 
 # int8 dynamic per-token (pdlkit.quantization.int8_dynamic): what patterns/cuda/ rewrites.
-_DTYPE_CODES = {5: torch.float16, 6: torch.float32, 15: torch.bfloat16}
 
 
 def _per_token_examples(dtype: torch.dtype) -> list[tuple]:
@@ -202,7 +202,7 @@ def int8_linear(q, x_scale, w, w_scale, bias, dtype):
     y = (q.to(torch.int32) @ w.to(torch.int32).T).to(torch.float32) * x_scale * w_scale
     if bias is not None:
         y = y + bias
-    return y.to(_DTYPE_CODES[dtype])
+    return y.to(dtype_from_code(dtype))
 
 
 @pdlkit.reference("int8_gated_silu", examples=lambda dtype: _int8_examples(dtype, gated=True))
