@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -380,7 +379,6 @@ def main() -> None:
         f"{m['inductor_int8_naive']['ms']:.3f} ms, pdlkit {m['pdlkit_int8']['ms']:.3f} ms "
         f"({m['pdlkit_int8']['speedup_vs_bf16_inductor']:.2f}x), cos {m['pdlkit_int8']['cosine_vs_fp32']:.4f}"
     )
-    _ = statistics  # medians come from do_bench
 
 
 if __name__ == "__main__":
