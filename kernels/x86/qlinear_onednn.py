@@ -72,19 +72,19 @@ def _call(
 
 _INT8 = {"x_q": [torch.uint8], "w_q": [torch.int8]}
 _SHAPES = {"w_q": {"rank": 2}}
+# what every kernel here declares besides its op and meta: VNNI, weights packed by oneDNN
+_ONEDNN: dict[str, Any] = {
+    "device": "cpu",
+    "dtypes": _INT8,
+    "shapes": _SHAPES,
+    "requires": ["avx512_vnni"],
+    "prepack": _pack,
+    "prepack_arg": "w_q",
+    "traits": ["deterministic"],
+}
 
 
-@pdlkit.kernel(
-    op="qlinear_q",
-    device="cpu",
-    dtypes=_INT8,
-    shapes=_SHAPES,
-    requires=["avx512_vnni"],
-    meta=qlinear_q_meta,
-    prepack=_pack,
-    prepack_arg="w_q",
-    traits=["deterministic"],
-)
+@pdlkit.kernel(op="qlinear_q", meta=qlinear_q_meta, **_ONEDNN)
 def qlinear_q_onednn(
     x_q: Tensor,
     x_scale: float,
@@ -118,17 +118,7 @@ def qlinear_q_onednn(
     )
 
 
-@pdlkit.kernel(
-    op="qlinear",
-    device="cpu",
-    dtypes=_INT8,
-    shapes=_SHAPES,
-    requires=["avx512_vnni"],
-    meta=qlinear_meta,
-    prepack=_pack,
-    prepack_arg="w_q",
-    traits=["deterministic"],
-)
+@pdlkit.kernel(op="qlinear", meta=qlinear_meta, **_ONEDNN)
 def qlinear_onednn(
     x_q: Tensor,
     x_scale: float,
@@ -156,17 +146,7 @@ def qlinear_onednn(
     )
 
 
-@pdlkit.kernel(
-    op="qlinear_dynamic",
-    device="cpu",
-    dtypes=_INT8,
-    shapes=_SHAPES,
-    requires=["avx512_vnni"],
-    meta=qlinear_meta,
-    prepack=_pack,
-    prepack_arg="w_q",
-    traits=["deterministic"],
-)
+@pdlkit.kernel(op="qlinear_dynamic", meta=qlinear_meta, **_ONEDNN)
 def qlinear_dynamic_onednn(
     x_q: Tensor,
     x_scale: Tensor,
@@ -187,14 +167,12 @@ def qlinear_dynamic_onednn(
 
 @pdlkit.kernel(
     op="qlinear_add",
-    device="cpu",
-    dtypes={**_INT8, "other": [torch.float32]},
-    shapes={**_SHAPES, "other": {"contiguous": True}},
-    requires=["avx512_vnni"],
     meta=qlinear_meta,
-    prepack=_pack,
-    prepack_arg="w_q",
-    traits=["deterministic"],
+    **{
+        **_ONEDNN,
+        "dtypes": {**_INT8, "other": [torch.float32]},
+        "shapes": {**_SHAPES, "other": {"contiguous": True}},
+    },
 )
 def qlinear_add_onednn(
     x_q: Tensor,
