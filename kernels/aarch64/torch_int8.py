@@ -57,6 +57,12 @@ def _float_out(
     return y.reshape(*x_q.shape[:-1], w_t.shape[1])
 
 
+def _requantize(y: Tensor, scale: float, zp: int, qmin: int, qmax: int) -> Tensor:
+    """quantize_per_tensor's arithmetic: round(y / scale) + zp, clamped, as uint8 or int8."""
+    q = torch.round(y * (1.0 / scale)) + zp
+    return q.clamp_(qmin, qmax).to(quantized_dtype(qmin))
+
+
 _COMMON: dict[str, Any] = {
     "device": "cpu",
     "dtypes": {"x_q": [torch.uint8, torch.int8], "w_q": [torch.int8]},
@@ -93,9 +99,7 @@ if hasattr(torch, "_int_mm"):
     ) -> Tensor:  # fmt: skip
         """quantize_per_tensor(qlinear(...)): torch._int_mm + torch epilogue, u8 or s8 out."""
         y = _float_out(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
-        dtype = quantized_dtype(out_qmin)
-        q = torch.round(y * (1.0 / out_scale)) + out_zp
-        return q.clamp_(out_qmin, out_qmax).to(dtype)
+        return _requantize(y, out_scale, out_zp, out_qmin, out_qmax)
 
     # the weight quantized per tensor (ArmInductorQuantizer graphs): scale and zero point are numbers
 
@@ -123,6 +127,4 @@ if hasattr(torch, "_int_mm"):
     ) -> Tensor:  # fmt: skip
         """qlinear_q with a per-tensor weight scale, u8 or s8 out."""
         y = _float_out(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
-        dtype = quantized_dtype(out_qmin)
-        q = torch.round(y * (1.0 / out_scale)) + out_zp
-        return q.clamp_(out_qmin, out_qmax).to(dtype)
+        return _requantize(y, out_scale, out_zp, out_qmin, out_qmax)
