@@ -35,6 +35,7 @@ from pdlkit.matcher.patterns import (
     PatternError,
     _yaml_with_lines,
     load_patterns,
+    nested_ops,
     pattern_sources,
     read_pdl_module,
 )
@@ -329,7 +330,7 @@ def _unused_natives(file: Path, module: Any) -> list[Finding]:
                 )
         return out
     for pattern_op in module.body.operations:
-        for op in _walk(pattern_op.operation):
+        for op in nested_ops(pattern_op.operation):
             if op.name == "pdl.attribute" and not any(True for _ in op.results[0].uses):
                 loc = op.location
                 line = loc.start_line if hasattr(loc, "start_line") else 1
@@ -344,11 +345,3 @@ def _unused_natives(file: Path, module: Any) -> list[Finding]:
                     )
                 )
     return out
-
-
-def _walk(op: Any) -> Any:
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.operations:
-                yield inner.operation
-                yield from _walk(inner.operation)

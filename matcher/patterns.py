@@ -178,7 +178,7 @@ def _check_natives(path: Path, pattern_op: Any) -> None:
     """Every native a pattern calls must exist: MLIR would only find out while matching."""
     from pdlkit.matcher.natives import CONSTRAINTS
 
-    for op in _nested(pattern_op):
+    for op in nested_ops(pattern_op):
         if op.name == "pdl.apply_native_constraint":
             known, kind = set(CONSTRAINTS), "constraint"
         elif op.name == "pdl.apply_native_rewrite" or (
@@ -207,18 +207,19 @@ def _matched_op_names(pattern_op: Any) -> frozenset[str] | None:
     return frozenset(names)
 
 
-def _nested(op: Any) -> Any:
+def nested_ops(op: Any) -> Any:
+    """Every operation inside ``op``'s regions, depth first (a pattern's ops, its rewrite's)."""
     for region in op.regions:
         for block in region.blocks:
             for inner in block.operations:
                 yield inner.operation
-                yield from _nested(inner.operation)
+                yield from nested_ops(inner.operation)
 
 
 def _called_ops(pattern_op: Any) -> tuple[str, ...]:
     """The logical op names passed to pdlkit_call (as a constant pdl.attribute)."""
     out = []
-    for op in _nested(pattern_op):
+    for op in nested_ops(pattern_op):
         if "name" not in op.attributes or op.attributes["name"].value != "pdlkit_call":
             continue
         if op.name == "pdl.apply_native_rewrite":

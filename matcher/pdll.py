@@ -39,6 +39,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from pdlkit.matcher.patterns import nested_ops
+
 ENV = "PDLKIT_MLIR_PDLL"
 INSTALL_HINT = (
     "install mlir-pdll (Debian/Ubuntu: apt-get install mlir-16-tools; any LLVM build with MLIR "
@@ -140,21 +142,11 @@ def _flatten_calls(pdl_text: str, path: Path) -> str:
         module = ir.Module.parse(pdl_text, ctx)
     except ir.MLIRError as e:
         raise PdllError(f"{path}:1:1: mlir-pdll's output does not parse: {e}") from None
-    calls: list[Any] = []
-
-    def walk(op: Any) -> None:
-        for region in op.regions:
-            for block in region.blocks:
-                for inner in block.operations:
-                    o = inner.operation
-                    if (
-                        o.name == "pdl.apply_native_rewrite"
-                        and o.attributes["name"].value in _CALL_FORMS
-                    ):
-                        calls.append(o)
-                    walk(o)
-
-    walk(module.operation)
+    calls = [
+        o
+        for o in nested_ops(module.operation)
+        if o.name == "pdl.apply_native_rewrite" and o.attributes["name"].value in _CALL_FORMS
+    ]
     attr_type = ir.Type.parse("!pdl.attribute", ctx)
     for call in calls:
         ops = list(call.operands)

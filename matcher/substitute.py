@@ -26,7 +26,7 @@ import torch
 import torch.fx as fx
 from pdlkit.matcher import natives
 from pdlkit.matcher.canonicalize import weight_views
-from pdlkit.matcher.patterns import Pattern, PatternSet, read_pdl_module
+from pdlkit.matcher.patterns import Pattern, PatternSet, nested_ops, read_pdl_module
 from pdlkit.matcher.report import GraphReport, NearMiss, Substitution, describe_value
 from pdlkit.matcher.to_mlir import import_graph, new_context
 from pdlkit.matcher.why import PatternWalk, explain_constraint
@@ -122,7 +122,7 @@ class MatchContext:
             module = ir.Module.create()
             for i, p in enumerate(batch):
                 op = self._ops[p.name].clone(ip=ir.InsertionPoint(module.body))
-                for inner in _nested(op.operation):
+                for inner in nested_ops(op.operation):
                     if inner.name in _NATIVE_OPS and "name" in inner.attributes:
                         inner.attributes["name"] = ir.StringAttr.get(
                             f"{inner.attributes['name'].value}@{i}"
@@ -185,14 +185,6 @@ class MatchContext:
 
 
 _NATIVE_OPS = {"pdl.apply_native_constraint", "pdl.apply_native_rewrite", "pdl.rewrite"}
-
-
-def _nested(op: Any) -> Any:
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.operations:
-                yield inner.operation
-                yield from _nested(inner.operation)
 
 
 def _batches(active: list[Pattern]) -> list[list[Pattern]]:
