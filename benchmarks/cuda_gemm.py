@@ -46,6 +46,24 @@ def ceilings() -> dict[str, float]:
     return {"copy_TBps": copy_tbs, "bf16_mm_8192_TFLOPs": 2 * 8192**3 / ms / 1e9}
 
 
+def fastest(label: str, run, configs: list, ops: int, verbose: bool = True) -> tuple[float, str]:
+    """(median ms, config) of the fastest tile config of ``run(config)``; None is the default
+    choice. Configs that do not fit (shared memory) are reported and skipped."""
+    best: tuple[float, str] | None = None
+    for cfg in configs:
+        try:
+            ms = bench(lambda cfg=cfg: run(cfg))
+        except Exception as e:
+            print(f"  {label} {cfg}: {type(e).__name__}: {str(e)[:80]}")
+            continue
+        if verbose:
+            print(f"  {label} {cfg or 'default'}: {ops / ms / 1e9:.0f} TOP/s {ms:.3f} ms")
+        if best is None or ms < best[0]:
+            best = (ms, str(cfg or "default"))
+    assert best is not None, f"no tile config of {label} ran"
+    return best
+
+
 def gemm_table(shapes, sweep: bool) -> list[dict]:
     return [gemm_row(m, n, k, sweep) for m, n, k in shapes]
 
@@ -73,18 +91,13 @@ def gemm_row(m: int, n: int, k: int, sweep: bool) -> dict:
                 (256, 128, 128, 8, 3),
             ]
         ]
-    best = None
-    for cfg in configs:
-        try:
-            ms = bench(lambda cfg=cfg: T.gemm(q, w, out, a_scale=xs, b_scale=ws, config=cfg))
-        except Exception as e:  # a config that does not fit (shared memory)
-            print(f"  config {cfg}: {type(e).__name__}: {str(e)[:80]}")
-            continue
-        if sweep:
-            print(f"  {m}x{n}x{k} {cfg or 'default'}: {2 * m * n * k / ms / 1e9:.0f} TOP/s")
-        if best is None or ms < best[0]:
-            best = (ms, cfg)
-    assert best is not None
+    best = fastest(
+        f"{m}x{n}x{k}",
+        lambda cfg: T.gemm(q, w, out, a_scale=xs, b_scale=ws, config=cfg),
+        configs,
+        2 * m * n * k,
+        verbose=sweep,
+    )
     wt = w.t()
     ms_int = bench(lambda: torch._int_mm(q, wt))
     ms_int_rescale = bench(
@@ -98,7 +111,7 @@ def gemm_row(m: int, n: int, k: int, sweep: bool) -> dict:
         "shape": [m, n, k],
         "rel_err": err,
         "pdlkit_ms": best[0],
-        "best_config": str(best[1] or "default"),
+        "best_config": best[1],
         "pdlkit_TOPs": flop / best[0] / 1e9,
         "int_mm_TOPs": flop / ms_int / 1e9,
         "int_mm_rescale_TOPs": flop / ms_int_rescale / 1e9,
@@ -177,19 +190,12 @@ def mlp_kernels(tokens: int, sweep: bool) -> dict:
             for c in [(128, 128, 128, 8, 3), (128, 128, 128, 8, 4), (128, 128, 64, 8, 4),
                       (64, 128, 128, 4, 4), (128, 64, 128, 4, 4), (256, 128, 64, 8, 3)]
         ]  # fmt: skip
-    best = None
-    for cfg in configs:
-        try:
-            ms = bench(lambda cfg=cfg: T.gated(q, s.view(-1), wg, sg, wu, su, out_h, config=cfg))
-        except Exception as e:
-            print(f"  gated {cfg}: {type(e).__name__}: {str(e)[:80]}")
-            continue
-        print(
-            f"  gated {cfg or 'default'}: {2 * 2 * tokens * i * h / ms / 1e9:.0f} TOP/s {ms:.3f} ms"
-        )
-        if best is None or ms < best[0]:
-            best = (ms, str(cfg or "default"))
-    assert best is not None
+    best = fastest(
+        "gated",
+        lambda cfg: T.gated(q, s.view(-1), wg, sg, wu, su, out_h, config=cfg),
+        configs,
+        4 * tokens * i * h,
+    )
     res["gated_ms"], res["gated_config"] = best
     res["gated_TOPs"] = 4 * tokens * i * h / best[0] / 1e9
     res["sum_ms"] = res["quant_x_ms"] + res["gated_ms"] + res["quant_h_ms"] + res["down_ms"]
