@@ -21,10 +21,11 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
-from pdlkit.runtime_abi.binding_stats import bump, count
+from pdlkit.runtime_abi import binding_stats
+from pdlkit.runtime_abi.binding_stats import count
 from pdlkit.runtime_abi.kernel import KernelDecl, KernelUnsupported
 from pdlkit.runtime_abi.prepack import CACHE as PREPACK
 from pdlkit.runtime_abi.prepack import attrs_key_of
@@ -258,31 +259,53 @@ def many_threads() -> bool:
     return THREADS.many
 
 
-def _runner(decl: KernelDecl) -> Any:
-    """The Python body of ``torch.ops.pdlkit.<kernel>``: every call goes through it, so what
-    it reads from the declaration is bound once here."""
+def _kernel_counts() -> dict[tuple[str, str], int]:
+    """This thread's counters, fetched on its first kernel call, which is also when the
+    thread is noted: later calls find them in ``LOCAL.k`` and pay nothing for the noting."""
+    THREADS.note(threading.get_ident())
+    counts = getattr(binding_stats.LOCAL, "c", None)
+    if counts is None:
+        counts = binding_stats.new_counter()
+    binding_stats.LOCAL.k = counts
+    return counts
+
+
+def forget_threads() -> None:
+    """Start over as if no kernel had run on any thread (for tests; threads that already
+    ran kernels and are still alive are not noted again)."""
+    THREADS.first, THREADS.many = None, False
+    binding_stats.LOCAL.__dict__.pop("k", None)
+
+
+def _runner(decl: KernelDecl) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """The Python body of ``torch.ops.pdlkit.<kernel>``, as ``(run, enter)``: ``run(*args,
+    site)`` is what the dispatcher calls; ``enter(call_site, args)`` is the same call for a
+    caller that already found the site (the direct path). Every call goes through them, so
+    what they read from the declaration is bound once here."""
     fn, name, shapes, prepack = decl.fn, decl.name, decl.shapes, decl.prepack
     calls_key = ("kernel_calls", name)
     sites, check_first, check_every = _SITES, _CHECK_FIRST, CHECK_EVERY
-    threads, get_ident = THREADS, threading.get_ident
+    threads, get_ident, local = THREADS, threading.get_ident, binding_stats.LOCAL
 
     def fall_back(cs: CallSite, kargs: tuple[Any, ...]) -> Any:
+        threads.note(get_ident())  # before the fallback may compile (see _Threads)
         count("fallbacks", name)  # this call only: the next one tries the kernel again
         return _fresh(cs.fallback(*kargs), kargs)
 
     def run(*args: Any) -> Any:
-        if not threads.many and get_ident() != threads.first:
-            threads.note(get_ident())
-        kargs, cs = args[:-1], sites.get(args[-1])
-        if cs is None:
-            return attempt(cs, kargs)
-        if cs.transposed:
-            kargs = transpose_args(kargs, cs.transposed)
-        if cs.intercept is not None:  # verification, or a site bisect switched off
-            return cs.intercept(cs, kargs, attempt)
-        return attempt(cs, kargs)
+        return enter(sites.get(args[-1]), args[:-1])
 
     def attempt(cs: CallSite | None, kargs: tuple[Any, ...]) -> Any:
+        return enter(cs, kargs, False)  # what an intercept calls to run the kernel
+
+    # one frame for the common call: the prologue and the kernel call are one function
+    def enter(cs: CallSite | None, kargs: tuple[Any, ...], prologue: bool = True) -> Any:
+        if prologue and cs is not None:
+            if cs.transposed:
+                kargs = transpose_args(kargs, cs.transposed)
+            if cs.intercept is not None:  # verification, or a site bisect switched off
+                threads.note(get_ident())  # the intercept may compile the replaced subgraph
+                return cs.intercept(cs, kargs, attempt)
         if shapes and cs is not None and cs.guard and _guard(decl, kargs) is not None:
             return fall_back(cs, kargs)  # outside the kernel's shape rules
         try:
@@ -296,7 +319,11 @@ def _runner(decl: KernelDecl) -> Any:
             raise KernelCallError(
                 f"pdlkit kernel {name!r} ({decl.source}) failed at {where}: {type(e).__name__}: {e}"
             ) from e
-        bump(calls_key)
+        try:  # binding_stats.count, inlined
+            counts = local.k
+        except AttributeError:
+            counts = _kernel_counts()
+        counts[calls_key] = counts.get(calls_key, 0) + 1
         if cs is None:
             _check_outputs(decl, cs, kargs, out)
             return out
@@ -310,7 +337,7 @@ def _runner(decl: KernelDecl) -> Any:
                 _verify(decl, cs, kargs, out)
         return out
 
-    return run
+    return run, enter
 
 
 def _verify(decl: KernelDecl, cs: CallSite, args: Sequence[Any], out: Any) -> None:
@@ -353,7 +380,7 @@ def bind(decl: KernelDecl) -> Any:
         sep = ", " if params != "(" else ""
         schema = f"{params}{sep}int {_SITE_ARG}) -> {ret}"
 
-        impl = _runner(decl)
+        impl, enter = _runner(decl)
 
         def fake(*args: Any) -> Any:
             cs = site(args[-1])
@@ -371,5 +398,82 @@ def bind(decl: KernelDecl) -> Any:
             register(decl, f"pdlkit::{name}", _LIB)
         _TAKEN.add(name)
         op = getattr(torch.ops.pdlkit, name).default
+        _call_sites_directly(op, enter)
         _BOUND[key] = op
         return op
+
+
+# -- the direct path ------------------------------------------------------------------------------
+#
+# The dispatcher's call into a Python kernel (argument parsing against the schema, a boxed
+# call, conversion of the result) costs 4-6 us per call on the CPU, more than the runner and
+# many small kernels together. Inductor's generated code and FX graphs call a substituted
+# kernel as ``torch.ops.pdlkit.<name>.default(..., site)``, with real tensors whose types the
+# schema was already checked against when the graph was traced. When nothing could observe
+# or redirect the dispatch (no dispatch or torch-function mode, no functorch transform, no
+# profiler, no tensor subclass or meta tensor, no autograd to record), the call goes straight
+# to the runner; every other call, and every call with a site this process did not create,
+# goes through the dispatcher exactly as before.
+
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_function_modes = torch._C._is_torch_function_mode_enabled
+_functorch_level = torch._C._functorch.peek_interpreter_stack
+_profiling = torch._C._autograd._profiler_enabled
+_grad_enabled = torch.is_grad_enabled
+# nn.Parameter is a subclass only in name: it overrides neither __torch_function__ nor
+# __torch_dispatch__ (Inductor passes parameters to kernels unless weights are frozen)
+_PLAIN = frozenset({torch.Tensor, torch.nn.Parameter})
+
+
+class _SiteOp(torch._ops.OpOverload):
+    """A ``torch.ops.pdlkit`` overload whose compiled call sites may skip the dispatcher."""
+
+    _pdlkit_enter: Callable[..., Any]
+    _pdlkit_nargs: int
+    _pdlkit_tensors: tuple[int, ...]  # positions of Tensor and Tensor? parameters
+    _pdlkit_lists: tuple[int, ...]  # positions of Tensor[] and Tensor?[] parameters
+
+    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
+        if (
+            kwargs
+            or len(args) != self._pdlkit_nargs
+            or _dispatch_modes()
+            or _function_modes()
+            or _profiling()
+            or _functorch_level() is not None
+        ):
+            return self._op(*args, **kwargs)
+        sid = args[-1]
+        cs = _SITES.get(sid) if type(sid) is int else None
+        if cs is None:
+            return self._op(*args)
+        grad = _grad_enabled()
+        for i in self._pdlkit_tensors:
+            a = args[i]
+            if type(a) in _PLAIN:
+                if a.is_meta or (grad and a.requires_grad):
+                    return self._op(*args)
+            elif a is not None:  # a subclass, or something the schema would refuse
+                return self._op(*args)
+        for i in self._pdlkit_lists:
+            if type(args[i]) is not list or any(
+                type(a) not in _PLAIN or a.is_meta or (grad and a.requires_grad)
+                for a in args[i]
+                if a is not None
+            ):
+                return self._op(*args)
+        return self._pdlkit_enter(cs, args[:-1])
+
+
+def _call_sites_directly(op: Any, enter: Callable[..., Any]) -> None:
+    # torch itself specialises overloads by subclass (TorchBindOpOverload); a torch whose
+    # OpOverload changed shape keeps the plain dispatcher path
+    if type(op) is not torch._ops.OpOverload:
+        return
+    kinds = [str(arg.type) for arg in op._schema.arguments]
+    op.__class__ = _SiteOp
+    site_op = cast(_SiteOp, op)
+    site_op._pdlkit_enter = enter
+    site_op._pdlkit_nargs = len(kinds)
+    site_op._pdlkit_tensors = tuple(i for i, k in enumerate(kinds) if k in ("Tensor", "Tensor?"))
+    site_op._pdlkit_lists = tuple(i for i, k in enumerate(kinds) if k in ("Tensor[]", "Tensor?[]"))

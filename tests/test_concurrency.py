@@ -24,7 +24,7 @@ def _one_thread_again():
     """Kernels running on several threads turn fallback compilation off for the process;
     later tests in this process start single-threaded again."""
     yield
-    binding.THREADS.first, binding.THREADS.many = None, False
+    binding.forget_threads()
 
 
 def _run_threads(fn, n: int = THREADS) -> list:
@@ -235,9 +235,8 @@ def test_stats_counters_lose_nothing_while_read_concurrently():
     r.start()
 
     def work(t: int) -> None:
-        key = ("kernel_calls", "k_hammer")
         for _ in range(5000):
-            binding_stats.bump(key)
+            binding_stats.count("kernel_calls", "k_hammer")
 
     _run_threads(work)
     done.set()

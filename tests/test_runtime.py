@@ -326,3 +326,85 @@ def k_never(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
     (site,) = [s for s in binding._SITES.values() if s.kernel.name == "k_never"]
     assert site.fallback.compiled_signatures == 1 and not site.fallback.compile_error
     assert pdlkit.stats()["by_kernel"]["k_never"]["fallbacks"] == 3
+
+
+_DIRECT_KERNEL = """
+@pdlkit.kernel(op="lin_relu", meta=meta)
+def k_direct(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
+    return torch.relu(x @ w.t() + b)
+"""
+
+
+class _CountDispatcher:
+    """Counts the calls of one op that went through the dispatcher (its ``_op``)."""
+
+    def __init__(self, op):
+        self.op, self.real, self.calls = op, op._op, 0
+
+    def __enter__(self):
+        def counted(*args, **kwargs):
+            self.calls += 1
+            return self.real(*args, **kwargs)
+
+        self.op._op = counted
+        return self
+
+    def __exit__(self, *exc):
+        self.op._op = self.real
+
+
+def test_compiled_kernel_calls_skip_the_dispatcher(tmp_path):
+    model, f = compile_with(tmp_path, _DIRECT_KERNEL)
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        f(x)  # compiles
+        pdlkit.stats(reset=True)
+        with _CountDispatcher(torch.ops.pdlkit.k_direct.default) as d:
+            for _ in range(5):
+                torch.testing.assert_close(f(x), model(x))
+    assert (d.calls, pdlkit.stats()["by_kernel"]["k_direct"]["kernel_calls"]) == (0, 5)
+
+
+def test_dispatch_modes_profiler_and_autograd_still_see_the_kernel_op(tmp_path):
+    from pdlkit.runtime_abi import binding
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Log(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    compile_with(tmp_path, _DIRECT_KERNEL)[1](torch.randn(2, 8))
+    op = torch.ops.pdlkit.k_direct.default
+    site = next(i for i, s in binding._SITES.items() if s.kernel.name == "k_direct")
+    x, w, b = torch.randn(2, 8), torch.randn(8, 8), torch.randn(8)
+    want = torch.relu(x @ w.t() + b)
+    with torch.no_grad(), _CountDispatcher(op) as d:
+        torch.testing.assert_close(op(x, w, b, site), want)
+        with Log() as log:
+            got = op(x, w, b, site)
+        torch.testing.assert_close(got, want)
+        with torch.profiler.profile() as prof:
+            op(x, w, b, site)
+    assert log.ops[0] == "pdlkit.k_direct.default"  # then the kernel's own aten ops
+    assert "pdlkit::k_direct" in {e.key for e in prof.key_averages()}
+    assert d.calls == 2  # the mode's call and the profiled one
+    # autograd must see a call whose inputs require grad
+    with _CountDispatcher(op) as d:
+        op(x, w.requires_grad_(), b, site)
+    assert d.calls == 1
+
+
+def test_kernel_op_called_by_hand_is_checked_by_the_dispatcher(tmp_path):
+    compile_with(tmp_path, _DIRECT_KERNEL)[1](torch.randn(2, 8))  # binds the op
+    op = torch.ops.pdlkit.k_direct.default
+    x, w, b = torch.randn(2, 8), torch.randn(8, 8), torch.randn(8)
+    with torch.no_grad(), _CountDispatcher(op) as d:
+        torch.testing.assert_close(op(x, w, b, 10**9), torch.relu(x @ w.t() + b))  # no such site
+        with pytest.raises(RuntimeError, match="pdlkit_site"):
+            op(x, w, b, "not a site")
+    assert d.calls == 2
