@@ -111,6 +111,7 @@ def main() -> None:
     paired = sorted(a - b for a, b in zip(via, direct, strict=True))
     added_graph = statistics.median(paired)
     added_graph_fast = min(via) - min(direct)
+
     def added(path: str) -> float:
         return statistics.median(
             a - b for a, b in zip(times[path], times["kernel function alone"], strict=True)
