@@ -215,23 +215,26 @@ def _guard(decl: KernelDecl, args: Sequence[Any]) -> str | None:
     return None
 
 
-def _packed_args(decl: KernelDecl, args: Sequence[Any], cs: CallSite | None) -> Sequence[Any]:
-    assert decl.prepack is not None and decl.prepack_arg is not None
-    i = decl.params.index(decl.prepack_arg)
-    w = args[i]
-    if isinstance(w, torch.Tensor):
-        attrs = {
-            n: a for n, a in zip(decl.params, args, strict=False) if not isinstance(a, torch.Tensor)
-        }
-        # a site's non-tensor arguments are compile-time constants: key them once
-        key = cs.attrs_key if cs is not None else None
-        if key is None:
-            key = attrs_key_of(attrs)
-            if cs is not None:
-                cs.attrs_key = key
-        args = list(args)
-        args[i] = PREPACK.get(decl.name, decl.prepack, w, attrs, key)
-    return args
+def _attrs(decl: KernelDecl, args: Sequence[Any]) -> dict[str, Any]:
+    return {n: a for n, a in zip(decl.params, args, strict=False) if not isinstance(a, torch.Tensor)}
+
+
+def _packed_args(
+    decl: KernelDecl, at: int, args: tuple[Any, ...], cs: CallSite | None
+) -> tuple[Any, ...]:
+    """``args`` with the weight at position ``at`` replaced by its packed form."""
+    assert decl.prepack is not None
+    w = args[at]
+    if not isinstance(w, torch.Tensor):
+        return args
+    # a site's non-tensor arguments are compile-time constants: key them once
+    key = cs.attrs_key if cs is not None else None
+    if key is None:
+        key = attrs_key_of(_attrs(decl, args))
+        if cs is not None:
+            cs.attrs_key = key
+    packed = PREPACK.get(decl.name, decl.prepack, w, lambda: _attrs(decl, args), key)
+    return (*args[:at], packed, *args[at + 1 :])
 
 
 class _Threads:
@@ -286,6 +289,7 @@ def _runner(decl: KernelDecl) -> tuple[Callable[..., Any], Callable[..., Any]]:
     calls_key = ("kernel_calls", name)
     sites, check_first, check_every = _SITES, _CHECK_FIRST, CHECK_EVERY
     threads, get_ident, local = THREADS, threading.get_ident, binding_stats.LOCAL
+    pack_at = decl.params.index(decl.prepack_arg) if decl.prepack_arg is not None else -1
 
     def fall_back(cs: CallSite, kargs: tuple[Any, ...]) -> Any:
         threads.note(get_ident())  # before the fallback may compile (see _Threads)
@@ -309,7 +313,7 @@ def _runner(decl: KernelDecl) -> tuple[Callable[..., Any], Callable[..., Any]]:
         if shapes and cs is not None and cs.guard and _guard(decl, kargs) is not None:
             return fall_back(cs, kargs)  # outside the kernel's shape rules
         try:
-            out = fn(*_packed_args(decl, kargs, cs)) if prepack is not None else fn(*kargs)
+            out = fn(*_packed_args(decl, pack_at, kargs, cs)) if prepack is not None else fn(*kargs)
         except KernelUnsupported:
             if cs is None:
                 raise

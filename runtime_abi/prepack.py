@@ -63,13 +63,14 @@ class PrepackCache:
         kernel: str,
         pack: Callable[[Any, Mapping[str, Any]], Any],
         weight: torch.Tensor,
-        attrs: Mapping[str, Any],
+        attrs: Mapping[str, Any] | Callable[[], Mapping[str, Any]],
         attrs_key: tuple[Any, ...] | None = None,
     ) -> Any:
         """The packed weight; ``attrs_key`` (see :func:`attrs_key`) may be computed once by
-        a caller whose attributes never change, such as a call site."""
+        a caller whose attributes never change, such as a call site, which may then pass
+        ``attrs`` as a function that builds them (only a miss needs them)."""
         if attrs_key is None:
-            attrs_key = attrs_key_of(attrs)
+            attrs_key = attrs_key_of(attrs() if callable(attrs) else attrs)
         # A view (a weight canonicalized to ``t(w)``, made afresh by each call) is keyed by
         # its base parameter and its geometry, so it packs once like the parameter would.
         base = weight._base
@@ -89,7 +90,8 @@ class PrepackCache:
                     break
             busy.wait()  # another thread packs this key; then look again
         try:
-            packed = pack(weight, attrs)  # outside the lock: packing can be slow
+            # outside the lock: packing can be slow
+            packed = pack(weight, attrs() if callable(attrs) else attrs)
             size = _nbytes(packed)
             with self._lock:
                 count("prepack_misses", kernel)

@@ -48,12 +48,10 @@ def _call(
     post: tuple[str, str],
     op: Any = None,
 ) -> Tensor:
-    """One oneDNN call on the 2-D view of x_q; ``op`` is the overload (tensor scales: ``.tensor``)."""
-    x2 = x_q.reshape(-1, x_q.shape[-1])
-    if not x2.is_contiguous():
-        x2 = x2.contiguous()
-    y = (op or torch.ops.onednn.qlinear_pointwise.default)(
-        x2,
+    """One oneDNN call; ``op`` is the overload (tensor scales: ``.tensor``). oneDNN takes any
+    leading dims and strides itself: reshaping here would cost two views per call (~6 us)."""
+    return (op or torch.ops.onednn.qlinear_pointwise.default)(
+        x_q,
         x_scale,
         x_zp,
         w_packed,
@@ -67,7 +65,6 @@ def _call(
         [],
         post[1],
     )
-    return y.reshape(*x_q.shape[:-1], y.shape[-1])
 
 
 _INT8 = {"x_q": [torch.uint8], "w_q": [torch.int8]}
