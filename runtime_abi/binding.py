@@ -216,7 +216,9 @@ def _guard(decl: KernelDecl, args: Sequence[Any]) -> str | None:
 
 
 def _attrs(decl: KernelDecl, args: Sequence[Any]) -> dict[str, Any]:
-    return {n: a for n, a in zip(decl.params, args, strict=False) if not isinstance(a, torch.Tensor)}
+    return {
+        n: a for n, a in zip(decl.params, args, strict=False) if not isinstance(a, torch.Tensor)
+    }
 
 
 def _packed_args(
@@ -415,14 +417,15 @@ def bind(decl: KernelDecl) -> Any:
 # kernel as ``torch.ops.pdlkit.<name>.default(..., site)``, with real tensors whose types the
 # schema was already checked against when the graph was traced. When nothing could observe
 # or redirect the dispatch (no dispatch or torch-function mode, no functorch transform, no
-# profiler, no tensor subclass or meta tensor, no autograd to record), the call goes straight
-# to the runner; every other call, and every call with a site this process did not create,
-# goes through the dispatcher exactly as before.
+# profiler or JIT tracer, no tensor subclass or meta tensor, no autograd to record), the call
+# goes straight to the runner; every other call, and every call with a site this process did
+# not create, goes through the dispatcher exactly as before.
 
 _dispatch_modes = torch._C._len_torch_dispatch_stack
 _function_modes = torch._C._is_torch_function_mode_enabled
 _functorch_level = torch._C._functorch.peek_interpreter_stack
 _profiling = torch._C._autograd._profiler_enabled
+_jit_tracing = torch._C._get_tracing_state
 _grad_enabled = torch.is_grad_enabled
 # nn.Parameter is a subclass only in name: it overrides neither __torch_function__ nor
 # __torch_dispatch__ (Inductor passes parameters to kernels unless weights are frozen)
@@ -445,6 +448,7 @@ class _SiteOp(torch._ops.OpOverload):
             or _function_modes()
             or _profiling()
             or _functorch_level() is not None
+            or _jit_tracing() is not None
         ):
             return self._op(*args, **kwargs)
         sid = args[-1]

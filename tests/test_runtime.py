@@ -378,7 +378,8 @@ def test_dispatch_modes_profiler_and_autograd_still_see_the_kernel_op(tmp_path):
             self.ops.append(str(func))
             return func(*args, **(kwargs or {}))
 
-    compile_with(tmp_path, _DIRECT_KERNEL)[1](torch.randn(2, 8))
+    with torch.no_grad():  # an inference graph: the op binds without autograd
+        compile_with(tmp_path, _DIRECT_KERNEL)[1](torch.randn(2, 8))
     op = torch.ops.pdlkit.k_direct.default
     site = next(i for i, s in binding._SITES.items() if s.kernel.name == "k_direct")
     x, w, b = torch.randn(2, 8), torch.randn(8, 8), torch.randn(8)
@@ -390,9 +391,11 @@ def test_dispatch_modes_profiler_and_autograd_still_see_the_kernel_op(tmp_path):
         torch.testing.assert_close(got, want)
         with torch.profiler.profile() as prof:
             op(x, w, b, site)
+        traced = torch.jit.trace(lambda x, w, b: op(x, w, b, site), (x, w, b), check_trace=False)
     assert log.ops[0] == "pdlkit.k_direct.default"  # then the kernel's own aten ops
     assert "pdlkit::k_direct" in {e.key for e in prof.key_averages()}
-    assert d.calls == 2  # the mode's call and the profiled one
+    assert "pdlkit::k_direct" in str(traced.graph)
+    assert d.calls == 3  # the mode's call, the profiled one and the traced one
     # autograd must see a call whose inputs require grad
     with _CountDispatcher(op) as d:
         op(x, w.requires_grad_(), b, site)
@@ -400,7 +403,8 @@ def test_dispatch_modes_profiler_and_autograd_still_see_the_kernel_op(tmp_path):
 
 
 def test_kernel_op_called_by_hand_is_checked_by_the_dispatcher(tmp_path):
-    compile_with(tmp_path, _DIRECT_KERNEL)[1](torch.randn(2, 8))  # binds the op
+    with torch.no_grad():
+        compile_with(tmp_path, _DIRECT_KERNEL)[1](torch.randn(2, 8))  # binds the op
     op = torch.ops.pdlkit.k_direct.default
     x, w, b = torch.randn(2, 8), torch.randn(8, 8), torch.randn(8)
     with torch.no_grad(), _CountDispatcher(op) as d:
