@@ -237,6 +237,33 @@ def test_prepack_packs_once_and_repacks_after_an_inplace_update(tmp_path):
     assert (st["prepack_misses"], st["prepack_hits"]) == (2, 2)
 
 
+def test_direct_calls_reuse_the_packed_weight_until_it_changes_or_is_evicted(tmp_path):
+    from pdlkit.runtime_abi.prepack import CACHE
+
+    model, f = compile_with(tmp_path, PREPACK_KERNEL)
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        f(x)
+        pdlkit.stats(reset=True)
+        lookups = []
+        get = CACHE.get
+        CACHE.get = lambda *a, **k: lookups.append(1) or get(*a, **k)  # type: ignore[method-assign]
+        try:
+            for _ in range(20):  # past the first calls, which take the checked path
+                torch.testing.assert_close(f(x), model(x))
+        finally:
+            del CACHE.get
+        assert len(lookups) < 12  # the others found the packed weight in the site's memo
+        model.fc.weight.mul_(2)
+        for _ in range(3):
+            torch.testing.assert_close(f(x), model(x))
+        st = pdlkit.stats()
+        assert (st["prepack_misses"], st["prepack_hits"]) == (1, 22)
+        CACHE.release({"k_packed"})  # an eviction: the site's weak memo must not keep it
+        torch.testing.assert_close(f(x), model(x))
+    assert pdlkit.stats()["prepack_misses"] == 2
+
+
 def test_prepack_cache_is_bounded():
     from pdlkit.runtime_abi.prepack import PrepackCache
 
