@@ -136,6 +136,8 @@ class CaseResult:
     timings: dict[str, Timing] = field(default_factory=dict)
     gemms: dict[str, GemmInfo] = field(default_factory=dict)  # "int8", "bf16"
     stats: dict[str, Any] = field(default_factory=dict)  # pdlkit.stats() per pdlkit config
+    # PyTorch's int8 path and pdlkit int8 timed in alternating windows of one process
+    paired: dict[str, list[float]] = field(default_factory=dict)
 
 
 # -- models ---------------------------------------------------------------------------------------
@@ -311,6 +313,9 @@ def run_case(case: Case, args: argparse.Namespace) -> CaseResult:
                 flush=True,
             )
     torch._dynamo.reset()
+    if args.paired and PEER in wanted and "pdlkit-int8" in wanted:
+        res.paired = paired_int8(converted, ids, args.paired)
+        torch._dynamo.reset()
     if "pdlkit-int8" in wanted:
         res.gemms["int8"] = gemm_info(converted, ids, converted)
     if "pdlkit-bf16" in wanted:
@@ -322,6 +327,45 @@ def run_case(case: Case, args: argparse.Namespace) -> CaseResult:
             flush=True,
         )
     return res
+
+
+def paired_int8(
+    converted: torch.nn.Module, ids: torch.Tensor, windows: int
+) -> dict[str, list[float]]:
+    """PyTorch's int8 path and pdlkit int8, compiled side by side and timed in alternating
+    windows of 3 calls: load from other users of the machine lands on both alike, so the
+    per-window ratio is steadier than ratios of medians taken minutes apart."""
+    import torch._inductor.config as ic
+
+    import pdlkit
+
+    ic.freezing = True
+    try:
+        with torch.no_grad():
+            fns = {PEER: torch.compile(converted), "pdlkit-int8": pdlkit.optimize(converted)}
+            for _ in range(3):  # compile, then warm both (each backend keeps its own entry)
+                for f in fns.values():
+                    f(ids)
+            times: dict[str, list[float]] = {k: [] for k in fns}
+            for _ in range(windows):
+                for k, f in fns.items():
+                    t = time.perf_counter()
+                    for _ in range(3):
+                        f(ids)
+                    times[k].append((time.perf_counter() - t) / 3 * 1e3)
+    finally:
+        ic.freezing = False
+    print(
+        f"   paired: PyTorch int8 {statistics.median(times[PEER]):.2f} ms, pdlkit int8 "
+        f"{statistics.median(times['pdlkit-int8']):.2f} ms, ratio "
+        f"{statistics.median(paired_ratios(times)):.3f}",
+        flush=True,
+    )
+    return times
+
+
+def paired_ratios(times: dict[str, list[float]]) -> list[float]:
+    return [a / b for a, b in zip(times["pdlkit-int8"], times[PEER], strict=True)]
 
 
 # -- report -----------------------------------------------------------------------------------------
@@ -428,6 +472,12 @@ def targets(results: list[CaseResult]) -> list[str]:
                 f"({b.median:.2f} ms); p10 {a.p10:.2f} / {b.p10:.2f} ms = {r10:.2f}x; target <= "
                 f"{INT8_TARGET}x: **{verdict(rm <= INT8_TARGET, r10 <= INT8_TARGET)}**"
             )
+        if r.paired:
+            rp = statistics.median(paired_ratios(r.paired))
+            out.append(
+                f"- {r.case.name}: pdlkit int8 / PyTorch's int8 path in alternating windows "
+                f"{rp:.2f}x; target <= {INT8_TARGET}x: **{'met' if rp <= INT8_TARGET else 'NOT met'}**"
+            )
         if "pdlkit-int8" in t and "fp32-eager" in t:
             a, b = t["pdlkit-int8"], t["fp32-eager"]
             sm, s10 = b.median / a.median, b.p10 / a.p10
@@ -469,6 +519,23 @@ def details(results: list[CaseResult]) -> list[str]:
                 f"| {' / '.join(f'{x:.2f}' for x in t.load_avg)} |"
             )
     return rows
+
+
+def paired_rows(results: list[CaseResult]) -> list[str]:
+    rows = [
+        "| case | windows | PyTorch int8 median / p10 ms | pdlkit int8 median / p10 ms | ratio (median of windows) |",
+        "|---|---|---|---|---|",
+    ]
+    for r in results:
+        if not r.paired:
+            continue
+        peer, mine = sorted(r.paired[PEER]), sorted(r.paired["pdlkit-int8"])
+        rows.append(
+            f"| {r.case.name} | {len(peer)} | {statistics.median(peer):.2f} / {peer[len(peer) // 10]:.2f} "
+            f"| {statistics.median(mine):.2f} / {mine[len(mine) // 10]:.2f} "
+            f"| {fmt_ratio(statistics.median(paired_ratios(r.paired)))} |"
+        )
+    return rows if len(rows) > 2 else ["(not run: `--paired 0`)"]
 
 
 def render(
@@ -520,6 +587,14 @@ def render(
             "",
             *gemm_rows(results),
             "",
+            "## Paired: PyTorch's int8 path and pdlkit int8 in alternating windows",
+            "",
+            "Both compiled in one process (freezing on) and timed in alternating windows of 3 "
+            "calls (`--paired N` windows each): the ratio is the median of per-window ratios "
+            "(pdlkit / PyTorch; lower is faster).",
+            "",
+            *paired_rows(results),
+            "",
             "## Targets (issue 4)",
             "",
             *targets(results),
@@ -557,6 +632,12 @@ def main() -> int:
         "--configs",
         default=",".join(c for c, _ in CONFIGS),
         help="comma-separated subset of " + ", ".join(c for c, _ in CONFIGS),
+    )
+    ap.add_argument(
+        "--paired",
+        type=int,
+        default=30,
+        help="alternating windows of PyTorch's int8 path and pdlkit int8 (0: skip)",
     )
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
