@@ -11,7 +11,9 @@ the pattern, the FX node and the replaced subgraph, so that
   never a silently wrong number,
 * ``verify=True`` compares the first call of every site against the replaced subgraph
   (a mismatch is an error); ``verify="first_call"`` does it per shape and switches a
-  failing substitution off for that shape instead (:mod:`pdlkit.runtime_abi.verify`).
+  failing substitution off for that shape instead (:mod:`pdlkit.runtime_abi.verify`),
+* a call from compiled code skips the dispatcher when nothing could observe the dispatch
+  (``_SiteOp``, at the end of this file); every other call goes through it.
 """
 
 from __future__ import annotations
