@@ -115,10 +115,14 @@ class Timing:
 
     @property
     def p10(self) -> float:
-        """10th percentile: the latency when no other job shared the core (see the notes)."""
-        if len(self.runs_ms) < 10:
-            return min(self.runs_ms)
-        return statistics.quantiles(self.runs_ms, n=10)[0]
+        return p10(self.runs_ms)
+
+
+def p10(values: list[float]) -> float:
+    """10th percentile: the latency when no other job shared the core (see the notes)."""
+    if len(values) < 10:
+        return min(values)
+    return statistics.quantiles(values, n=10)[0]
 
 
 @dataclass
@@ -529,10 +533,10 @@ def paired_rows(results: list[CaseResult]) -> list[str]:
     for r in results:
         if not r.paired:
             continue
-        peer, mine = sorted(r.paired[PEER]), sorted(r.paired["pdlkit-int8"])
+        peer, mine = r.paired[PEER], r.paired["pdlkit-int8"]
         rows.append(
-            f"| {r.case.name} | {len(peer)} | {statistics.median(peer):.2f} / {peer[len(peer) // 10]:.2f} "
-            f"| {statistics.median(mine):.2f} / {mine[len(mine) // 10]:.2f} "
+            f"| {r.case.name} | {len(peer)} | {statistics.median(peer):.2f} / {p10(peer):.2f} "
+            f"| {statistics.median(mine):.2f} / {p10(mine):.2f} "
             f"| {fmt_ratio(statistics.median(paired_ratios(r.paired)))} |"
         )
     return rows if len(rows) > 2 else ["(not run: `--paired 0`)"]

@@ -414,7 +414,10 @@ def _runner(
                 w, memo = kargs[pack_at], cs.packed
                 packed = (
                     memo[2]()
-                    if memo is not None and memo[0]() is w and memo[1] == w._version
+                    if memo is not None
+                    and w is not None
+                    and memo[0]() is w
+                    and memo[1] == w._version
                     else None
                 )
                 if packed is None:
