@@ -135,6 +135,22 @@ class GemmInfo:
 
 
 @dataclass
+class GemmRate:
+    """One GEMM kernel at one shape inside the compiled model, from the profiler."""
+
+    kernel: str
+    m: int
+    k: int
+    n: int
+    calls: int
+    us: float  # total time in the kernel op over all calls
+
+    @property
+    def gops(self) -> float:
+        return 2 * self.m * self.k * self.n * self.calls / (self.us * 1e3)
+
+
+@dataclass
 class CaseResult:
     case: Case
     timings: dict[str, Timing] = field(default_factory=dict)
@@ -142,6 +158,8 @@ class CaseResult:
     stats: dict[str, Any] = field(default_factory=dict)  # pdlkit.stats() per pdlkit config
     # PyTorch's int8 path and pdlkit int8 timed in alternating windows of one process
     paired: dict[str, list[float]] = field(default_factory=dict)
+    limits: dict[str, float] = field(default_factory=dict)  # "int8" / "bf16": GOP/s of a large GEMM
+    rates: dict[str, list[GemmRate]] = field(default_factory=dict)  # per pdlkit config
 
 
 # -- models ---------------------------------------------------------------------------------------
@@ -317,6 +335,29 @@ def run_case(case: Case, args: argparse.Namespace) -> CaseResult:
                 flush=True,
             )
     torch._dynamo.reset()
+    if args.gemm_rates:
+        res.limits = gemm_limits()
+        print(
+            f"   single-core limit ({case.threads} thread(s), {GEMM_LIMIT_SIZE}^3 through oneDNN): "
+            + ", ".join(f"{k} {v:.0f} GOP/s" for k, v in res.limits.items()),
+            flush=True,
+        )
+        for cfg in ("pdlkit-int8", "pdlkit-bf16"):
+            if cfg not in wanted:
+                continue
+            torch._dynamo.reset()
+            ic.freezing = cfg == "pdlkit-int8"
+            try:
+                fn, _ = make(cfg)
+                res.rates[cfg] = gemm_rates(fn)
+            finally:
+                ic.freezing = False
+            rates = res.rates[cfg]
+            total = sum(2 * r.m * r.k * r.n * r.calls for r in rates) / (
+                sum(r.us for r in rates) * 1e3 or 1
+            )
+            print(f"   {cfg}: GEMM kernels at {total:.0f} GOP/s in the model", flush=True)
+        torch._dynamo.reset()
     if args.paired and PEER in wanted and "pdlkit-int8" in wanted:
         res.paired = paired_int8(converted, ids, args.paired)
         torch._dynamo.reset()
@@ -331,6 +372,90 @@ def run_case(case: Case, args: argparse.Namespace) -> CaseResult:
             flush=True,
         )
     return res
+
+
+GEMM_LIMIT_SIZE = 2048  # the large GEMM whose rate is "the single-core limit" (per case threads)
+
+
+def gemm_limits(repeats: int = 5) -> dict[str, float]:
+    """GOP/s of one large GEMM through oneDNN, int8 and BF16: the limit the model's GEMMs are
+    judged against. int8: the faster of ``torch._int_mm`` (s8 x s8 -> s32) and oneDNN's
+    qlinear (u8 x s8 -> f32, pre-packed) at 2048^3; BF16: ``F.linear`` in bfloat16."""
+    n = GEMM_LIMIT_SIZE
+    g = torch.Generator().manual_seed(0)
+    a = torch.randint(-128, 128, (n, n), generator=g, dtype=torch.int8)
+    w = torch.randint(-127, 128, (n, n), generator=g, dtype=torch.int8)
+    packed = torch.ops.onednn.qlinear_prepack(w, None)
+    scales, zps = torch.full((n,), 0.01), torch.zeros(n, dtype=torch.int64)
+    au = (a.view(torch.uint8) ^ 0x80).contiguous()
+    xb, wb = torch.randn(n, n, generator=g).bfloat16(), torch.randn(n, n, generator=g).bfloat16()
+    cands = {
+        "int8": [
+            lambda: torch._int_mm(a, w.t()),
+            lambda: torch.ops.onednn.qlinear_pointwise.default(
+                au, 0.02, 128, packed, scales, zps, None, 1.0, 0, torch.float32, "none", [], ""
+            ),
+        ],
+        "bf16": [lambda: torch.nn.functional.linear(xb, wb)],
+    }
+    out = {}
+    with torch.no_grad():
+        for kind, fns in cands.items():
+            best = 0.0
+            for fn in fns:
+                fn()
+                times = []
+                for _ in range(repeats):
+                    t = time.perf_counter()
+                    fn()
+                    times.append(time.perf_counter() - t)
+                best = max(best, 2 * n**3 / statistics.median(times) / 1e9)
+            out[kind] = best
+    return out
+
+
+def _gemm_ops() -> dict[str, str]:
+    """``pdlkit::<op name>`` -> kernel name, for the bound kernels whose logical op is a linear."""
+    from pdlkit.runtime_abi import binding
+
+    return {
+        str(op._schema.name): key[0]
+        for key, op in binding._BOUND.items()
+        if "linear" in key[2] or key[2] == "int_mm"
+    }
+
+
+def gemm_rates(fn: Callable[[], Any], calls: int = 10) -> list[GemmRate]:
+    """Time in each substituted GEMM kernel per shape, from ``torch.profiler`` over ``calls``
+    forwards (the profiler sends kernel calls through the dispatcher: a few us each more)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with torch.no_grad():
+        fn()
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            for _ in range(calls):
+                fn()
+    ops = _gemm_ops()
+    acc: dict[tuple[str, int, int, int], list[float]] = {}
+    for ev in prof.events():
+        kernel = ops.get(ev.name)
+        if kernel is None:
+            continue
+        shapes = [list(s) for s in ev.input_shapes if s]
+        x = next((s for s in shapes if len(s) >= 2), None)
+        if x is None:
+            continue
+        k = x[-1]
+        w = next((s for s in shapes[shapes.index(x) + 1 :] if len(s) == 2 and s[1] == k), None)
+        if w is None:
+            continue
+        m = 1
+        for d in x[:-1]:
+            m *= d
+        slot = acc.setdefault((kernel, m, k, w[0]), [0, 0.0])
+        slot[0] += 1
+        slot[1] += ev.cpu_time_total
+    return [GemmRate(kn, m, k, n, int(c), us) for (kn, m, k, n), (c, us) in sorted(acc.items())]
 
 
 def paired_int8(
@@ -455,6 +580,35 @@ def gemm_rows(results: list[CaseResult]) -> list[str]:
     return rows
 
 
+GEMM_TARGET = 0.85  # in-model GEMM rate / single-core limit (issue 4: within 15%)
+_KIND = {"pdlkit-int8": "int8", "pdlkit-bf16": "bf16"}
+
+
+def overall_rate(rates: list[GemmRate]) -> float:
+    us = sum(r.us for r in rates)
+    return sum(2 * r.m * r.k * r.n * r.calls for r in rates) / (us * 1e3) if us else float("nan")
+
+
+def rate_rows(results: list[CaseResult]) -> list[str]:
+    head = (
+        "| case | configuration | kernel | M x K x N | calls | us per call | GOP/s | of the limit |"
+    )
+    rows = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in results:
+        for cfg, rates in r.rates.items():
+            limit = r.limits.get(_KIND[cfg], float("nan"))
+            for g in rates:
+                rows.append(
+                    f"| {r.case.name} | {cfg} | {g.kernel} | {g.m} x {g.k} x {g.n} | {g.calls} "
+                    f"| {g.us / g.calls:.0f} | {g.gops:.0f} | {g.gops / limit:.0%} |"
+                )
+            tot = overall_rate(rates)
+            rows.append(
+                f"| {r.case.name} | {cfg} | **all GEMMs** | | | | **{tot:.0f}** | **{tot / limit:.0%}** |"
+            )
+    return rows if len(rows) > 2 else ["(not run: `--no-gemm-rates`)"]
+
+
 def targets(results: list[CaseResult]) -> list[str]:
     """Issue 4's latency targets, judged on medians and, apart, on 10th percentiles."""
 
@@ -495,6 +649,14 @@ def targets(results: list[CaseResult]) -> list[str]:
             out.append(
                 f"- {r.case.name}: pdlkit BF16 {rm:.2f}x BF16 Inductor's latency (p10 {r10:.2f}x); "
                 f"target <= 1.0x: **{verdict(rm <= 1.0, r10 <= 1.0)}**"
+            )
+        for cfg, rates in r.rates.items():
+            kind = _KIND[cfg]
+            share = overall_rate(rates) / r.limits.get(kind, float("nan"))
+            out.append(
+                f"- {r.case.name}: {cfg} GEMM kernels at {share:.0%} of the single-core {kind} "
+                f"limit ({r.limits[kind]:.0f} GOP/s); target >= {GEMM_TARGET:.0%}: "
+                f"**{'met' if share >= GEMM_TARGET else 'NOT met'}**"
             )
         for cfg in ("pdlkit-int8", "pdlkit-bf16"):
             if cfg in t:
@@ -591,6 +753,16 @@ def render(
             "",
             *gemm_rows(results),
             "",
+            "## GEMM rates against the single-core limit",
+            "",
+            f"The limit: the faster of `torch._int_mm` and oneDNN's pre-packed qlinear (int8), and "
+            f"`F.linear` (BF16), at {GEMM_LIMIT_SIZE}^3 with the case's threads. In the model: "
+            "`torch.profiler` over 10 forwards of the compiled model, time in each substituted GEMM "
+            "kernel (the whole op: activation handling, GEMM, fused epilogue; under the profiler the "
+            "op is entered through the dispatcher), 2*M*K*N per call.",
+            "",
+            *rate_rows(results),
+            "",
             "## Paired: PyTorch's int8 path and pdlkit int8 in alternating windows",
             "",
             "Both compiled in one process (freezing on) and timed in alternating windows of 3 "
@@ -642,6 +814,12 @@ def main() -> int:
         type=int,
         default=30,
         help="alternating windows of PyTorch's int8 path and pdlkit int8 (0: skip)",
+    )
+    ap.add_argument(
+        "--no-gemm-rates",
+        dest="gemm_rates",
+        action="store_false",
+        help="skip the single-core GEMM limit and the per-kernel GEMM rates in the model",
     )
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
