@@ -205,6 +205,23 @@ def single_use(v: ir.Value) -> bool:
     return sum(1 for _ in v.uses) == 1
 
 
+_DEQUANTIZE = "torch.quantized_decomposed.dequantize"
+
+
+def not_dequantized(v: ir.Value) -> bool:
+    """``"not_dequantized"(%w)``: %w is not the result of a ``quantized_decomposed.dequantize*``
+    op. Float patterns use it so that a quantized GEMM no int8 pattern claimed (an unsupported
+    scheme, e.g. per-group weights) stays with the default code generator instead of becoming
+    a float kernel on the dequantized tensor."""
+    op = defining_op(v)
+    if op is None:
+        return True
+    name = op.name
+    if name == "torch.operator":  # ops the importer has no registered form for
+        name = str(py_attr(op.attributes["name"]))
+    return not name.startswith(_DEQUANTIZE)
+
+
 CONSTRAINTS: dict[str, Callable[..., bool]] = {
     f.__name__: f
     for f in (
@@ -221,6 +238,7 @@ CONSTRAINTS: dict[str, Callable[..., bool]] = {
         is_not_none,
         constant_equals,
         single_use,
+        not_dequantized,
     )
 }
 

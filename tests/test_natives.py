@@ -99,3 +99,36 @@ def test_adapter_inverts_and_reports():
     assert ok(None, None, []) is None  # MLIR: None = success
     assert no(None, None, []) is True and fails == ["c"]
     assert boom(None, None, []) is True and errors == ["c"]
+
+
+def test_not_dequantized_tells_dequantized_weights_from_plain_ones():
+    import torch
+    import torch.ao.quantization.fx._decomposed  # noqa: F401 (registers quantized_decomposed)
+    from pdlkit.matcher.to_mlir import import_graph
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    qd = torch.ops.quantized_decomposed
+
+    def f(wq, ws, wz, w):
+        per_channel = qd.dequantize_per_channel(wq, ws[:, 0], wz[:, 0], 0, -127, 127, torch.int8)
+        per_group = qd.dequantize_per_channel_group(wq, ws, wz, -8, 7, torch.int8, 8, torch.float32)
+        # tensor qparams: imported as a generic torch.operator
+        per_tensor = qd.dequantize_per_tensor.tensor(wq, ws[0, 0], wz[0, 0], -127, 127, torch.int8)
+        return per_channel + 1, per_group + 1, per_tensor + 1, w + 1
+
+    args = (
+        torch.zeros(4, 16, dtype=torch.int8),
+        torch.ones(4, 2),
+        torch.zeros(4, 2, dtype=torch.int64),
+        torch.ones(4, 16),
+    )
+    ctx = new_context()
+    imported = import_graph(make_fx(f, tracing_mode="fake")(*args), ctx)
+    block = imported.func.regions[0].blocks[0]
+    adds = [o.operation for o in block.operations if o.operation.name == "torch.aten.add.Scalar"]
+    per_channel, per_group, per_tensor, plain = (op.operands[0] for op in adds)
+    assert not natives.not_dequantized(per_channel)
+    assert not natives.not_dequantized(per_group)
+    assert natives.defining_op(per_tensor).name == "torch.operator"
+    assert not natives.not_dequantized(per_tensor)
+    assert natives.not_dequantized(plain)  # a graph input

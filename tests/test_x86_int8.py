@@ -116,3 +116,54 @@ def test_residual_add_through_eval_dropout_is_a_binary_post_op(tmp_path):
         torch.testing.assert_close(
             pdlkit.optimize(q, patterns=tmp_path)(x), q(x), rtol=1e-4, atol=1e-4
         )
+
+
+class PerGroup(torch.nn.Module):
+    """A linear whose int4-range weights are quantized per group of 32 input channels."""
+
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.register_buffer("wq", torch.randint(-8, 8, (16, 64), generator=g, dtype=torch.int8))
+        self.register_buffer("ws", torch.rand(16, 2, generator=g) * 0.1)
+        self.register_buffer("wz", torch.zeros(16, 2, dtype=torch.int64))
+        self.b = torch.nn.Parameter(torch.randn(16, generator=g))
+
+    def forward(self, x):
+        qd = torch.ops.quantized_decomposed
+        w = qd.dequantize_per_channel_group(
+            self.wq, self.ws, self.wz, -8, 7, torch.int8, 32, torch.float32
+        )
+        xq = qd.quantize_per_tensor(x, 0.05, 128, 0, 255, torch.uint8)
+        xd = qd.dequantize_per_tensor(xq, 0.05, 128, 0, 255, torch.uint8)
+        return torch.nn.functional.linear(xd, w, self.b)
+
+
+def test_per_group_weights_are_a_near_miss_left_to_inductor():
+    x = torch.randn(4, 64)
+    model = PerGroup().eval()
+    report = pdlkit.explain(model, x)
+    assert report.substitutions == []  # neither an int8 kernel nor a float one on the dequantized w
+    reasons = {m.pattern: str(m.reason) for m in report.near_misses}
+    assert reasons["qlinear_per_group"] == (
+        "no eligible kernel for 'qlinear_per_group': no kernel implements logical op "
+        "'qlinear_per_group'"
+    )
+    assert reasons["linear"].startswith("constraint not_dequantized(")
+    with torch.no_grad():
+        torch.testing.assert_close(pdlkit.optimize(model)(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+def test_float_model_is_left_to_inductor_by_the_int8_patterns():
+    from pdlkit.config import shipped_patterns
+
+    torch.manual_seed(0)
+    x = torch.randn(4, 16)
+    model = Net(16, 32, "gelu").eval()
+    x86 = shipped_patterns() / "x86"
+    assert pdlkit.explain(model, x, patterns=x86).substitutions == []
+    with torch.no_grad():
+        torch._dynamo.reset()
+        inductor = torch.compile(model)(x)
+        torch._dynamo.reset()
+        assert torch.equal(pdlkit.optimize(model, patterns=x86)(x), inductor)

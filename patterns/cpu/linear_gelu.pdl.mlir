@@ -10,6 +10,7 @@ pdl.pattern @linear_gelu : benefit(2) {
   %approximate = pdl.operand
   %gelu = pdl.operation "torch.aten.gelu"(%y, %approximate : !pdl.value, !pdl.value) -> (%t : !pdl.type)
   pdl.apply_native_constraint "is_float_tensor"(%x : !pdl.value)
+  pdl.apply_native_constraint "not_dequantized"(%w : !pdl.value)  // quantized GEMMs are the int8 patterns' or Inductor's
   pdl.apply_native_constraint "single_use"(%y : !pdl.value)
   pdl.apply_native_constraint "is_constant"(%approximate : !pdl.value)
   pdl.rewrite %gelu {

@@ -8,6 +8,7 @@ pdl.pattern @linear_relu : benefit(2) {
   %y = pdl.result 0 of %linear
   %relu = pdl.operation "torch.aten.relu"(%y : !pdl.value) -> (%t : !pdl.type)
   pdl.apply_native_constraint "is_float_tensor"(%x : !pdl.value)
+  pdl.apply_native_constraint "not_dequantized"(%w : !pdl.value)  // quantized GEMMs are the int8 patterns' or Inductor's
   pdl.apply_native_constraint "single_use"(%y : !pdl.value)
   pdl.rewrite %relu {
     %op = pdl.attribute = "linear_relu"

@@ -1,0 +1,37 @@
+"""Reference semantics of ``qlinear_per_group``: a linear whose weight is quantized per group
+of input channels (``quantized_decomposed.dequantize_per_channel_group``, e.g. int4-range
+weight-only quantization).
+
+``patterns/x86/qlinear_unsupported.pdl.mlir`` routes such linears to this op, which no
+shipped kernel implements: every match is reported as a near miss and the GEMM stays with
+the default code generator. A kernel declaring ``op="qlinear_per_group"`` (same parameters)
+takes them over, and ``pdlkit abi-check`` checks it against this function.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.ao.quantization.fx._decomposed  # noqa: F401 (registers quantized_decomposed)
+import torch.nn.functional as F
+
+import pdlkit
+
+
+def _examples(dtype: torch.dtype) -> list[tuple]:
+    g = torch.Generator().manual_seed(0)
+    out = []
+    for m, k, n, group in ((1, 32, 3, 32), (5, 64, 8, 16)):
+        x = torch.randn(m, k, generator=g).to(dtype)
+        wq = torch.randint(-8, 8, (n, k), generator=g, dtype=torch.int8)
+        ws = torch.rand(n, k // group, generator=g) * 0.1
+        wzp = torch.zeros(n, k // group, dtype=torch.int64)
+        out.append((x, wq, ws, wzp, -8, 7, group, torch.randn(n, generator=g).to(dtype)))
+    return out
+
+
+@pdlkit.reference("qlinear_per_group", examples=_examples)
+def qlinear_per_group(x, wq, w_scales, w_zps, w_qmin, w_qmax, group_size, bias):
+    w = torch.ops.quantized_decomposed.dequantize_per_channel_group(
+        wq, w_scales, w_zps, w_qmin, w_qmax, wq.dtype, group_size, x.dtype
+    )
+    return F.linear(x, w, bias)
