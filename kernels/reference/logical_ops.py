@@ -263,3 +263,70 @@ def _qlinear_dynamic_pt_examples(dtype: torch.dtype) -> list[tuple]:
 def qlinear_dynamic_pt(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm):
     x = _qd().dequantize_per_tensor.tensor(x_q, x_scale, x_zp, *_x_range(x_q))
     return _qlinear_pt_ref(x, w_q, w_scale, w_zp, bias, post_op, algorithm)
+
+
+# -- attention + quantize_per_tensor (PT2E int8 attention: patterns/x86/attention.pdl.mlir)
+
+
+def _attention_examples(dtype: torch.dtype) -> list[tuple]:
+    """Edge shapes: odd Sq / Sk, D not a multiple of 16 (and odd), Sk != Sq, D up to 256;
+    bool (broadcast over heads and rows, stride 0), float and no masks, fully masked rows,
+    causal, q / k / v as head views of [B, S, H * D] activations, u8 and s8 outputs, scale None
+    (0.0). out_scale is calibrated on the output (as PT2E's observers do), so one code is 1/255
+    of the output's range."""
+    g = torch.Generator().manual_seed(0)
+    cases = [  # B, H, Sq, Sk, D, mask, causal, scale, strided, signed
+        (1, 1, 1, 1, 1, "none", 0, 0.5, False, False),
+        (2, 3, 7, 9, 5, "bool", 0, 0.0, False, False),
+        (2, 2, 17, 33, 19, "float", 0, 0.2, True, False),
+        (1, 2, 13, 13, 40, "none", 1, 0.0, True, True),
+        (2, 4, 16, 16, 64, "bool_rows", 0, 0.125, True, False),
+        (1, 2, 5, 70, 256, "float", 0, 0.0, False, True),
+    ]
+
+    def make(b: int, h: int, s: int, d: int, strided: bool) -> torch.Tensor:
+        if strided:  # a head view of a [B, S, H * D] linear output
+            return torch.randn(b, s, h * d, generator=g).view(b, s, h, d).transpose(1, 2)
+        return torch.randn(b, h, s, d, generator=g)
+
+    out = []
+    for b, h, sq, sk, d, mask, causal, scale, strided, signed in cases:
+        q, k, v = (make(b, h, s, d, strided) for s in (sq, sk, sk))
+        m = None
+        if mask == "bool":  # HF BERT: [B, 1, 1, Sk] expanded over the query rows
+            m = (torch.rand(b, 1, 1, sk, generator=g) > 0.3).expand(b, 1, sq, sk)
+        elif mask == "bool_rows":  # every mask element its own, a fully masked row
+            m = torch.rand(b, h, sq, sk, generator=g) > 0.5
+            m[0, 0, 1] = False
+        elif mask == "float":
+            m = torch.randn(b, 1, sq, sk, generator=g)
+            m[:, :, 0] = float("-inf")  # fully masked rows: zeros, as torch gives
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=m, is_causal=bool(causal), scale=scale or None
+        )
+        lo, hi = y.min().item(), y.max().item()
+        o_scale = max(hi - lo, 1e-6) / 255
+        qmin, qmax = (-128, 127) if signed else (0, 255)
+        zp = max(qmin, min(qmax, qmin - round(lo / o_scale)))
+        out.append((q, k, v, m, causal, scale, o_scale, zp, qmin, qmax))
+    return out
+
+
+@pdlkit.reference("attention_q", examples=_attention_examples)
+def attention_q(q, k, v, attn_mask, is_causal, scale, out_scale, out_zp, out_qmin, out_qmax):
+    """quantize_per_tensor(scaled_dot_product_attention(...)); ``scale <= 0`` means None."""
+    y = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=attn_mask, is_causal=bool(is_causal), scale=scale if scale > 0 else None
+    )
+    dtype = quantized_dtype(out_qmin)
+    return _qd().quantize_per_tensor(y, out_scale, out_zp, out_qmin, out_qmax, dtype)
+
+
+@pdlkit.reference("attention_q_merged", examples=_attention_examples)
+def attention_q_merged(
+    q, k, v, attn_mask, is_causal, scale, out_scale, out_zp, out_qmin, out_qmax
+):  # fmt: skip
+    """attention_q with the heads merged: [B, H, Sq, D] -> [B, Sq, H * D] (PT2E BERT)."""
+    y = attention_q(q, k, v, attn_mask, is_causal, scale, out_scale, out_zp, out_qmin, out_qmax)
+    b, h, s, d = y.shape
+    return y.transpose(1, 2).reshape(b, s, h * d)
