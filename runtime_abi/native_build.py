@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from pdlkit.runtime_abi.native import HEADER
 
@@ -119,6 +120,22 @@ def build_library(
     )
     cmd = library_command(source, Path("@OUT"), arch)
     return _build([source], stem, ".so", cmd, arch, out_dir)
+
+
+def build_and_load(source: Path, arch: str, what: str) -> dict[str, Any]:
+    """The kernels (by name) of the library built from ``source`` for ``arch``: what a kernel
+    folder's ``.py`` beside a C source declares. Without a working compiler it warns once,
+    naming ``what``, and declares nothing, so the rest of the registry stays usable."""
+    import warnings
+
+    from pdlkit.runtime_abi.native import load_native_library
+
+    try:
+        lib = build_library(source, arch)
+    except BuildError as e:
+        warnings.warn(f"{source}: {what} not available: {e}", stacklevel=2)
+        return {}
+    return {k.name: k for k in load_native_library(lib)}
 
 
 def build_driver(arch: str = "aarch64", out_dir: Path | None = None) -> Path:

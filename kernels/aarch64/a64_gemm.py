@@ -20,7 +20,6 @@ registry loads from this folder, and it does one of two things:
 from __future__ import annotations
 
 import inspect
-import warnings
 from pathlib import Path
 from typing import Any, Optional
 
@@ -134,15 +133,9 @@ def _plan_only(spec: tuple[Any, ...]) -> KernelDecl:
 
 def _load() -> dict[str, KernelDecl]:
     if host_arch() == "aarch64":
-        from pdlkit.runtime_abi.native import load_native_library
-        from pdlkit.runtime_abi.native_build import BuildError, build_library
+        from pdlkit.runtime_abi.native_build import build_and_load
 
-        try:
-            lib = build_library(SOURCE, "aarch64")
-        except BuildError as e:  # the rest of the registry stays usable
-            warnings.warn(f"{SOURCE}: AArch64 kernels not available: {e}", stacklevel=1)
-            return {}
-        return {k.name: k for k in load_native_library(lib)}
+        return build_and_load(SOURCE, "aarch64", "AArch64 kernels")
     return {spec[0]: _plan_only(spec) for spec in KERNELS}
 
 

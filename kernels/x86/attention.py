@@ -18,7 +18,6 @@ a C compiler it warns once and declares nothing (the pattern's sites then keep e
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 from pdlkit.runtime_abi.kernel import KernelDecl
@@ -30,15 +29,9 @@ SOURCE = Path(__file__).resolve().with_suffix(".c")
 def _load() -> dict[str, KernelDecl]:
     if host_arch() != "x86_64":
         return {}
-    from pdlkit.runtime_abi.native import load_native_library
-    from pdlkit.runtime_abi.native_build import BuildError, build_library
+    from pdlkit.runtime_abi.native_build import build_and_load
 
-    try:
-        lib = build_library(SOURCE, "x86_64")
-    except BuildError as e:  # the rest of the registry stays usable
-        warnings.warn(f"{SOURCE}: x86 attention kernel not available: {e}", stacklevel=1)
-        return {}
-    return {k.name: k for k in load_native_library(lib)}
+    return build_and_load(SOURCE, "x86_64", "the x86 attention kernel")
 
 
 globals().update(_load())
