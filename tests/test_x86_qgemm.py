@@ -1,4 +1,5 @@
-"""qlinear_q_intmm (kernels/x86/qlinear_intmm.py): x ^ 0x80 -> torch._int_mm -> C epilogue."""
+"""qlinear_q_vnni / qlinear_vnni (kernels/x86/qlinear_vnni.py): one AVX-512 VNNI GEMM with the
+epilogue fused (kernels/x86/qgemm_vnni.c)."""
 
 from __future__ import annotations
 
@@ -21,25 +22,34 @@ ROOT = Path(__file__).resolve().parents[1]
 
 if host_arch() != "x86_64" or "avx512_vnni" not in host().features:
     pytest.skip(
-        "qlinear_q_intmm is declared for x86-64 hosts with avx512_vnni", allow_module_level=True
+        "qlinear_q_vnni is declared for x86-64 hosts with avx512_vnni", allow_module_level=True
     )
 if shutil.which(os.environ.get("CC", "cc")) is None:
-    pytest.skip("no C compiler (cc / $CC) to build int8_epilogue.c", allow_module_level=True)
+    pytest.skip("no C compiler (cc / $CC) to build qgemm_vnni.c", allow_module_level=True)
 pytest.importorskip(
     "torchao", reason="the qlinear_q reference needs torchao (pip install -e '.[quant]')"
 )
 
 
 @pytest.fixture(scope="module")
-def kernel():
-    decls = {k.name: k for k in load_kernel_file(ROOT / "kernels" / "x86" / "qlinear_intmm.py")}
-    return decls["qlinear_q_intmm"]
+def decls():
+    return {k.name: k for k in load_kernel_file(ROOT / "kernels" / "x86" / "qlinear_vnni.py")}
+
+
+@pytest.fixture(scope="module")
+def kernel(decls):
+    return decls["qlinear_q_vnni"]
 
 
 def _reference(*args):
     from pdlkit.kernels.reference.logical_ops import qlinear_q
 
     return qlinear_q(*args)
+
+
+def _call_f32(kernel, x_q, xs, xzp, w_q, ws, wz, b, post, algo):
+    packed = kernel.prepack(w_q, {"x_scale": xs, "x_zp": xzp, "post_op": post, "algorithm": algo})
+    return kernel.fn(x_q, xs, xzp, packed, ws, wz, b, post, algo)
 
 
 def _call(kernel, args):
@@ -61,7 +71,22 @@ def _call(kernel, args):
 
 
 POSTS = [("none", ""), ("relu", ""), ("gelu", "none"), ("gelu", "tanh")]
+# M = 1 and M % 6 tails, K % 4 and K < 4, N % 16 / N % 64 tails, N > 64 (several panels)
 SHAPES = [((1, 7), 5), ((5, 33), 17), ((2, 3, 70), 9), ((17, 64), 63), ((4, 1), 1), ((3, 256), 130)]
+
+
+def _operands(g, x_shape, n, w_zp_nonzero):
+    k = x_shape[-1]
+    x_q = torch.randint(0, 256, x_shape, generator=g, dtype=torch.uint8)
+    w_q = torch.randint(-127, 128, (n, k), generator=g, dtype=torch.int8)
+    ws = torch.rand(n, generator=g) * 0.01 + 1e-3
+    wz = (
+        torch.randint(-4, 5, (n,), generator=g)
+        if w_zp_nonzero
+        else torch.zeros(n, dtype=torch.int64)
+    )
+    b = torch.randn(n, generator=g) if n % 2 else None
+    return x_q, w_q, ws, wz, b
 
 
 @pytest.mark.parametrize(("post", "algo"), POSTS)
@@ -71,32 +96,13 @@ def test_matches_the_reference_within_one_code(kernel, post, algo, signed_out):
     for x_shape, n in SHAPES:
         for w_zp_nonzero in (False, True):
             k = x_shape[-1]
-            x_q = torch.randint(0, 256, x_shape, generator=g, dtype=torch.uint8)
-            w_q = torch.randint(-127, 128, (n, k), generator=g, dtype=torch.int8)
-            ws = torch.rand(n, generator=g) * 0.01 + 1e-3
-            wz = (
-                torch.randint(-4, 5, (n,), generator=g)
-                if w_zp_nonzero
-                else torch.zeros(n, dtype=torch.int64)
-            )
-            b = torch.randn(n, generator=g) if n % 2 else None
+            x_q, w_q, ws, wz, b = _operands(g, x_shape, n, w_zp_nonzero)
             qrange = (-128, 127, -5) if signed_out else (0, 255, 3)
             # out_scale small enough for the outputs to span (and saturate) the code range
             args = (
-                x_q,
-                0.02,
-                117,
-                w_q,
-                ws,
-                wz,
-                b,
-                0.01 * math.sqrt(k),
-                qrange[2],
-                qrange[0],
-                qrange[1],
-                post,
-                algo,
-            )
+                x_q, 0.02, 117, w_q, ws, wz, b, 0.01 * math.sqrt(k), qrange[2], qrange[0],
+                qrange[1], post, algo,
+            )  # fmt: skip
             want, got = _reference(*args), _call(kernel, args)
             assert got.dtype == want.dtype and got.shape == want.shape
             diff = (got.int() - want.int()).abs()
@@ -106,7 +112,21 @@ def test_matches_the_reference_within_one_code(kernel, post, algo, signed_out):
                 assert want.int().unique().numel() > 20  # not all clamped
 
 
-def test_non_contiguous_activations_and_no_rows(kernel):
+@pytest.mark.parametrize(("post", "algo"), POSTS)
+def test_float32_output_matches_the_reference(decls, post, algo):
+    from pdlkit.kernels.reference.logical_ops import qlinear
+
+    g = torch.Generator().manual_seed(3)
+    for x_shape, n in SHAPES:
+        for w_zp_nonzero in (False, True):
+            x_q, w_q, ws, wz, b = _operands(g, x_shape, n, w_zp_nonzero)
+            args = (x_q, 0.02, 117, w_q, ws, wz, b, post, algo)
+            got, want = _call_f32(decls["qlinear_vnni"], *args), qlinear(*args)
+            assert got.dtype == torch.float32 and got.shape == want.shape
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+
+
+def test_non_contiguous_activations_strided_rows_and_no_rows(kernel):
     g = torch.Generator().manual_seed(1)
     w_q = torch.randint(-127, 128, (12, 40), generator=g, dtype=torch.int8)
     ws, wz, b = (
@@ -114,90 +134,83 @@ def test_non_contiguous_activations_and_no_rows(kernel):
         torch.zeros(12, dtype=torch.int64),
         torch.randn(12),
     )
-    x_q = torch.randint(0, 256, (40, 6), generator=g, dtype=torch.uint8).t()  # strided
+    x_q = torch.randint(0, 256, (40, 6), generator=g, dtype=torch.uint8).t()  # transposed
     args = (x_q, 0.02, 128, w_q, ws, wz, b, 0.05, 3, 0, 255, "gelu", "none")
+    assert (_call(kernel, args).int() - _reference(*args).int()).abs().max() <= 1
+    # BERT's pooler: x[:, 0] of [B, S, K], rows S * K bytes apart, read in place
+    rows = torch.randint(0, 256, (3, 5, 40), generator=g, dtype=torch.uint8)[:, 0]
+    args = (rows, *args[1:])
     assert (_call(kernel, args).int() - _reference(*args).int()).abs().max() <= 1
     empty = (torch.empty(0, 40, dtype=torch.uint8), *args[1:])
     assert _call(kernel, empty).shape == (0, 12)
 
 
-@pytest.mark.parametrize("why", ["large weight", "threads"])
-def test_where_onednn_is_faster_the_kernel_calls_it(kernel, monkeypatch, why):
+@pytest.mark.parametrize("threads", [1, 2])
+def test_large_outputs_go_to_onednn_only_with_several_threads(kernel, monkeypatch, threads):
     g = kernel.fn.__globals__
-    if why == "large weight":
-        monkeypatch.setitem(g, "INTMM_MAX_WEIGHT", 100)
-    else:
-        monkeypatch.setitem(g, "SERIAL_MAX_OUTPUT", 10)
-        monkeypatch.setitem(g, "_threads", lambda: 2)
+    monkeypatch.setitem(g, "SERIAL_MAX_OUTPUT", 10)
+    monkeypatch.setitem(g, "_threads", lambda: threads)
     calls = []
+    onednn = g["_onednn"]
 
-    def int_mm(*a):
+    def counted(*a):
         calls.append(1)
-        return torch._int_mm(*a)
+        return onednn(*a)
 
-    monkeypatch.setitem(g, "_int_mm", int_mm)
+    monkeypatch.setitem(g, "_onednn", counted)
     gen = torch.Generator().manual_seed(2)
-    w_q = torch.randint(-127, 128, (24, 40), generator=gen, dtype=torch.int8)
-    ws, wz, b = (
-        torch.rand(24, generator=gen) * 0.01,
-        torch.zeros(24, dtype=torch.int64),
-        torch.randn(24),
-    )
-    x_q = torch.randint(0, 256, (2, 5, 40), generator=gen, dtype=torch.uint8)
+    x_q, w_q, ws, wz, b = _operands(gen, (2, 5, 40), 24, False)
     for post, algo in POSTS:
         args = (x_q, 0.02, 120, w_q, ws, wz, b, 0.05, 3, 0, 255, post, algo)
         assert (_call(kernel, args).int() - _reference(*args).int()).abs().max() <= 1
-    assert not calls
+    assert len(calls) == (len(POSTS) if threads > 1 else 0)
 
 
-def _epilogue_f32(
-    kernel, acc: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor, act: int, scalar: bool
-) -> torch.Tensor:
-    """The epilogue alone in float32-output mode: act(acc * scale + bias), x_zp = 128."""
-    g = kernel.fn.__globals__
+def _run_c(decls, x_q, w_q, ws, act, scalar, x_scale=1.0, x_zp=0):
+    """Both C paths directly, float32 output: act(x_scale * ws[n] * (x - x_zp) . w[n])."""
+    g = decls["qlinear_vnni"].fn.__globals__
     lib, params_t = g["_LIB"], g["_Params"]
-    m, n = acc.shape
-    colcorr = torch.zeros(n, dtype=torch.int32)
+    (m, k), n = x_q.shape, w_q.shape[0]
+    packed = torch.empty(lib.pdlkit_qgemm_packed_size(n, k), dtype=torch.int8)
+    lib.pdlkit_qgemm_pack(w_q.data_ptr(), k, n, k, packed.data_ptr())
+    colcorr = (w_q.sum(1, dtype=torch.int32) * -x_zp).to(torch.int32)
     p = params_t(
-        n=n,
-        k=1,
-        colcorr=colcorr.data_ptr(),
-        x_scale=1.0,
-        inv_out_scale=1.0,
-        x_zp=128,
-        act=act,
-        out_kind=2,
-    )
+        n=n, k=k, packed=packed.data_ptr(), colcorr=colcorr.data_ptr(), x_scale=x_scale,
+        inv_out_scale=1.0, x_zp=x_zp, act=act, out_kind=2,
+    )  # fmt: skip
     out = torch.empty(m, n)
-    run = lib.pdlkit_qepi_run_scalar if scalar else lib.pdlkit_qepi_run
-    acc = acc.clone()
-    run(
-        acc.data_ptr(),
-        m,
-        out.data_ptr(),
-        n,
-        scale.data_ptr(),
-        bias.data_ptr(),
-        None,
-        None,
-        0,
-        ctypes.addressof(p),
+    run = lib.pdlkit_qgemm_run_scalar if scalar else lib.pdlkit_qgemm_run
+    assert (
+        run(x_q.data_ptr(), m, k, out.data_ptr(), n, ws.data_ptr(), None, None, ctypes.addressof(p))
+        == 0
     )
     return out
 
 
+def test_vnni_path_equals_the_plain_c_path(decls):
+    g = torch.Generator().manual_seed(4)
+    for (m, k), n in [((13, 131), 70), ((6, 4), 64), ((1, 1030), 3)]:
+        x_q, w_q, ws, _, _ = _operands(g, (m, k), n, False)
+        for act in (0, 1):
+            fast, plain = (_run_c(decls, x_q, w_q, ws, act, s, 0.02, 100) for s in (False, True))
+            torch.testing.assert_close(fast, plain, rtol=1e-6, atol=1e-6)
+
+
 @pytest.mark.parametrize(("act", "approximate"), [(2, "none"), (3, "tanh")])
-def test_vectorised_gelu_accuracy(kernel, act, approximate):
-    """The AVX-512 GELU (piecewise degree-4 tables) against float64 GELU, y in [-12, 12]."""
-    n = 37  # a masked tail
-    acc = torch.arange(-1_200_000, 1_200_000, 7, dtype=torch.int32)
-    acc = acc[: acc.numel() // n * n].reshape(-1, n)
-    scale, bias = torch.full((n,), 1e-5), torch.zeros(n)
-    y = acc.double() * 1e-5
+def test_vectorised_gelu_accuracy(decls, act, approximate):
+    """The AVX-512 GELU (piecewise degree-4 tables) against float64 GELU, y in [-12, 12]:
+    K = 1, so y = x_scale * w_scale * x[m] * w[n] over every u8 x s8 product."""
+    x_q = torch.arange(256, dtype=torch.uint8).reshape(256, 1)
+    w_q = torch.arange(-127, 128, dtype=torch.int8).reshape(255, 1)
+    s = 12.0 / (255 * 127)
+    ws = torch.full((255,), s, dtype=torch.float32)
+    y = (x_q.double() @ w_q.double().t()) * float(torch.tensor(s, dtype=torch.float32))
     want = F.gelu(y, approximate=approximate)
-    assert kernel.fn.__globals__["_LIB"].pdlkit_qepi_init() == 1  # this host runs AVX-512
+    assert (
+        decls["qlinear_vnni"].fn.__globals__["_LIB"].pdlkit_qgemm_init() == 1
+    )  # AVX-512 VNNI here
     for scalar in (False, True):
-        got = _epilogue_f32(kernel, acc, scale, bias, act, scalar).double()
+        got = _run_c(decls, x_q, w_q, ws, act, scalar).double()
         err = (got - want).abs() / want.abs().clamp(min=1.0)
         assert err.max().item() < 2e-6, (scalar, err.max().item())
 
@@ -239,7 +252,7 @@ def test_weight_changed_in_place_after_compilation_is_packed_again():
         w.copy_(torch.randint(-127, 128, w.shape, dtype=torch.int8))  # bumps its version
         ref = q(x)
         torch.testing.assert_close(f(x), ref, rtol=0, atol=0.02)
-    st = pdlkit.stats()["by_kernel"]["qlinear_q_intmm"]
+    st = pdlkit.stats()["by_kernel"]["qlinear_q_vnni"]
     assert st["kernel_calls"] == 4 and st["prepack_misses"] == 2
     assert pdlkit.stats()["fallbacks"] == 0
 
@@ -260,7 +273,9 @@ def test_quantized_bert_ffn_gemms_use_the_kernel():
         ref = q(ids).last_hidden_state
         out = pdlkit.optimize(q)(ids).last_hidden_state
     st = pdlkit.stats()
-    assert st["by_kernel"]["qlinear_q_intmm"]["kernel_calls"] == config.num_hidden_layers
+    assert st["by_kernel"]["qlinear_q_vnni"]["kernel_calls"] == config.num_hidden_layers
+    # Q, K, V, attention output, FFN down per layer, and the pooler: float32 outputs
+    assert st["by_kernel"]["qlinear_vnni"]["kernel_calls"] == 5 * config.num_hidden_layers + 1
     assert st["fallbacks"] == 0
     assert cosine_similarity(ref, out) >= 0.999
     torch.testing.assert_close(out, ref, rtol=0, atol=0.1)

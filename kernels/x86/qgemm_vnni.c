@@ -1,0 +1,516 @@
+/* int8 GEMM with a fused epilogue for PT2E qlinear on x86 (AVX-512 VNNI):
+ *
+ *   out[m, n] = quantize(act((x[m, :] - x_zp) . (w[n, :] - w_zp[n]) * x_scale * w_scale[n]
+ *                            + bias[n]))                            (or float32, unquantized)
+ *
+ * with x uint8 [M, K] (rows ldx bytes apart), w int8 [N, K], per-channel w_scale / w_zp,
+ * ReLU / GELU (erf, tanh) and a uint8 / int8 / float32 output. Not a pdlkit ABI library (no
+ * pdlkit_register): plain C functions that kernels/x86/qlinear_vnni.py calls through ctypes.
+ *
+ * GEMM. vpdpbusd multiplies unsigned by signed bytes, which is PT2E's u8 activation x s8
+ * weight as is: no shift of the activations. Per output column, the zero-point terms are
+ *
+ *   sum_k (x - x_zp)(w - w_zp) = acc + colcorr[n] - w_zp[n] * (rowsum_x[m] - K x_zp),
+ *   acc = sum_k x w,  colcorr[n] = -x_zp sum_k w[n, k]            (exact in int32),
+ *
+ * the last term only when some w_zp[n] != 0 (X86InductorQuantizer's weights are symmetric).
+ * The weight is packed once (pdlkit_qgemm_pack) into panels of 64 columns, K in groups of
+ * four bytes: panel[q][c][i] = w[n0 + c, 4q + i], zero padded, so each group of 4 k is four
+ * 64-byte loads. The micro-kernel keeps a 6 x 64 int32 tile in 24 zmm registers, broadcasts
+ * four activation bytes per row and issues 24 vpdpbusd per 10 loads; the tile then goes
+ * through the epilogue in registers (the accumulators never reach memory as a [M, N]
+ * matrix). Loop order: panels outside, 6-row blocks inside, full K per tile (a K = 1024
+ * panel is 64 KB and streams from L2). Single-threaded: the Python side hands large outputs
+ * to oneDNN when torch runs several threads.
+ *
+ * Epilogue. y = (acc + colcorr) * S[n] + B[n] with S, B folded per call
+ * (S = x_scale * w_scale * c, B = bias * c; c = inv_out_scale, or the GELU table's index
+ * scale), the activation, then q = clamp(round_half_even(y') + out_zp, qmin, qmax) as torch's
+ * quantize_per_tensor computes it (inv_out_scale = (float)(1.0 / out_scale)); the clamp is
+ * applied in float before the rounding (same result for integer bounds, no overflow of the
+ * float -> int32 conversion). vcvtps2dq rounds to nearest even, like torch.round.
+ *
+ * GELU (both forms) is 0.5 y (1 + G(y)) with G odd: erf(y / sqrt 2), or
+ * tanh(sqrt(2/pi) (y + 0.044715 y^3)). G(|y|) on [0, 4 sqrt 2) is 16 degree-4 polynomials,
+ * one per interval of width 4 sqrt 2 / 15.5 ~ 0.365 (Chebyshev interpolants computed in
+ * double at load time by gelu_tables_init, no magic constants), selected per lane with
+ * vpermps: 5 permutes and 4 FMAs per 16 values, no division, no exp. Beyond 4 sqrt 2,
+ * |1 - G| < 1.6e-8. Accuracy (float32, against double precision): |G - erf(y / sqrt 2)| and
+ * |G - tanh(...)| <= 2.7e-7 over all y; the whole GELU is within 5.1e-7 absolute for
+ * |y| <= 4 and 1.2e-6 (about one float32 ulp of y) up to |y| = 12. The requantized outputs
+ * are within one code of PT2E's reference chain (which rounds its float GEMM differently),
+ * as oneDNN's are.
+ *
+ * Measured on one Zen 4 core (benchmarks/x86_qlinear.py): 427-442 GOP/s on bert-mini's
+ * GEMMs, where the single-core limit (2048^3 through oneDNN or _int_mm) is about 435, and
+ * 0.80-0.89x oneDNN qlinear's time; GELU costs about 130 us more per 512 x 1024 output.
+ *
+ * Portability: the compute functions carry target("avx512f,avx512bw,avx512vl,avx512vnni")
+ * attributes and run only where __builtin_cpu_supports says so; elsewhere pdlkit_qgemm_run
+ * returns 1 (the Python side declares the kernel for VNNI hosts only). A plain C path
+ * (pdlkit_qgemm_run_scalar, libm erff / tanhf / nearbyintf) is the reference the tests
+ * compare with.
+ *
+ * Build (what pdlkit.runtime_abi.native_build.build_library(path, "x86_64") runs; no -m flags
+ * needed):
+ *   cc -O3 -shared -fPIC -Wall kernels/x86/qgemm_vnni.c -lm -o libpdlkit_qgemm_vnni.so
+ */
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef M_PI
+#define M_PI 3.14159265358979323846
+#endif
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#define PDLKIT_X86 1
+#else
+#define PDLKIT_X86 0
+#endif
+
+enum { ACT_NONE = 0, ACT_RELU = 1, ACT_GELU_ERF = 2, ACT_GELU_TANH = 3 };
+enum { OUT_U8 = 0, OUT_S8 = 1, OUT_F32 = 2 };
+
+/* What stays fixed for one call site and weight (built once, at pre-pack time). */
+typedef struct {
+    int64_t n;              /* output columns (weight rows) */
+    int64_t k;              /* reduction length */
+    const int8_t *packed;   /* the weight, pdlkit_qgemm_pack's layout */
+    const int32_t *colcorr; /* [n]: -x_zp * sum_k w[n, k] */
+    double x_scale;
+    float inv_out_scale; /* (float)(1.0 / out_scale); unused for float32 output */
+    int32_t x_zp;
+    int32_t out_zp;
+    int32_t qmin;
+    int32_t qmax;
+    int32_t act;      /* ACT_* */
+    int32_t out_kind; /* OUT_* */
+    int32_t pad_;
+} pdlkit_qgemm_params;
+
+int pdlkit_qgemm_params_size(void) { return (int)sizeof(pdlkit_qgemm_params); }
+
+enum { NR = 64, MR = 6 };
+
+/* Bytes of the packed weight: ceil(N / 64) panels of ceil(K / 4) groups of 64 x 4 bytes. */
+int64_t pdlkit_qgemm_packed_size(int64_t n, int64_t k) {
+    return ((n + NR - 1) / NR) * ((k + 3) / 4) * NR * 4;
+}
+
+/* out (pdlkit_qgemm_packed_size bytes) = w [n, k] (rows ldw bytes apart) in panels. */
+void pdlkit_qgemm_pack(const int8_t *w, int64_t ldw, int64_t n, int64_t k, int8_t *out) {
+    const int64_t k4 = (k + 3) / 4, panels = (n + NR - 1) / NR;
+    for (int64_t p = 0; p < panels; p++)
+        for (int64_t q = 0; q < k4; q++)
+            for (int64_t c = 0; c < NR; c++)
+                for (int64_t i = 0; i < 4; i++) {
+                    const int64_t row = p * NR + c, col = 4 * q + i;
+                    out[((p * k4 + q) * NR + c) * 4 + i] =
+                        (row < n && col < k) ? w[row * ldw + col] : 0;
+                }
+}
+
+static inline int8_t packed_at(const pdlkit_qgemm_params *p, int64_t row, int64_t col) {
+    const int64_t k4 = (p->k + 3) / 4;
+    return p->packed[(((row / NR) * k4 + col / 4) * NR + row % NR) * 4 + col % 4];
+}
+
+/* ---------------------------------------------------------------- scalar reference path */
+
+static float gelu_erf_scalar(float y) { return 0.5f * y * (1.0f + erff(y * 0.70710678118654752f)); }
+
+static float gelu_tanh_scalar(float y) {
+    float u = 0.7978845608028654f * (y + 0.044715f * y * y * y);
+    return 0.5f * y * (1.0f + tanhf(u));
+}
+
+static float act_scalar(float y, int act) {
+    switch (act) {
+    case ACT_RELU: return y > 0.0f ? y : 0.0f;
+    case ACT_GELU_ERF: return gelu_erf_scalar(y);
+    case ACT_GELU_TANH: return gelu_tanh_scalar(y);
+    default: return y;
+    }
+}
+
+static void row_scalar(const int32_t *acc, int64_t n, const pdlkit_qgemm_params *p,
+                       const float *w_scale, const float *bias, void *out) {
+    const float lo = (float)(p->qmin - p->out_zp), hi = (float)(p->qmax - p->out_zp);
+    for (int64_t j = 0; j < n; j++) {
+        float s = (float)p->x_scale * w_scale[j];
+        float y = (float)(acc[j] + p->colcorr[j]) * s + (bias ? bias[j] : 0.0f);
+        y = act_scalar(y, p->act);
+        if (p->out_kind == OUT_F32) {
+            ((float *)out)[j] = y;
+            continue;
+        }
+        float v = y * p->inv_out_scale;
+        v = v < lo ? lo : (v > hi ? hi : v); /* NaN stays NaN: torch's clamp keeps it too */
+        int32_t q = (int32_t)nearbyintf(v) + p->out_zp; /* default rounding: half to even */
+        if (p->out_kind == OUT_U8)
+            ((uint8_t *)out)[j] = (uint8_t)q;
+        else
+            ((int8_t *)out)[j] = (int8_t)q;
+    }
+}
+
+/* ---------------------------------------------------------------- AVX-512 path */
+
+#if PDLKIT_X86
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+/* GELU as 0.5 y (1 + G(y)), G odd: G(y) = erf(y / sqrt 2) (erf GELU) or
+ * tanh(sqrt(2/pi) (y + 0.044715 y^3)) (tanh GELU). G(|y|) on [0, YMAX) is 16 degree-4
+ * polynomials in v = |y| * VSCALE, one per interval [i - 1/2, i + 1/2) of v, i = 0..15, in the
+ * local variable t = v - i (Chebyshev interpolants, built by gelu_tables_init below). Beyond
+ * YMAX = 4 sqrt 2, |1 - G| < 1.6e-8. The interval index is round(v) (the magic-number trick);
+ * the 16 coefficients of each degree fill one zmm register, selected with vpermps. */
+#define GELU_DEG 4
+#define GELU_YMAX 5.6568542494923802
+#define GELU_VMAX 15.49f
+static const double GELU_VSCALE = 15.5 / GELU_YMAX;
+static float gelu_tab[2][GELU_DEG + 1][16] __attribute__((aligned(64)));
+static volatile int gelu_ready;
+
+static double g_erf(double y) { return erf(y * 0.70710678118654752440); }
+static double g_tanh(double y) { return tanh(0.79788456080286535588 * (y + 0.044715 * y * y * y)); }
+
+/* Chebyshev interpolation at DEG + 1 nodes per interval, converted to monomials in t. */
+static void gelu_tables_init(void) {
+    if (gelu_ready) return;
+    enum { D = GELU_DEG, NP = GELU_DEG + 1 };
+    for (int which = 0; which < 2; which++) {
+        for (int i = 0; i < 16; i++) {
+            double f[NP], a[NP], mono[NP] = {0}, tk[NP][NP] = {{0}};
+            for (int j = 0; j < NP; j++) {
+                const double t = 0.5 * cos(M_PI * (j + 0.5) / NP); /* s = 2t in [-1, 1] */
+                const double y = (i + t) / GELU_VSCALE;
+                f[j] = which ? g_tanh(y) : g_erf(y);
+            }
+            for (int k = 0; k < NP; k++) {
+                double sum = 0;
+                for (int j = 0; j < NP; j++) sum += f[j] * cos(M_PI * k * (j + 0.5) / NP);
+                a[k] = sum * 2.0 / NP;
+            }
+            a[0] *= 0.5;
+            /* tk[k] = monomial coefficients (in s) of T_k(s) */
+            tk[0][0] = 1;
+            tk[1][1] = 1;
+            for (int k = 2; k < NP; k++)
+                for (int e = 0; e < NP; e++)
+                    tk[k][e] = (e ? 2 * tk[k - 1][e - 1] : 0) - tk[k - 2][e];
+            for (int k = 0; k < NP; k++)
+                for (int e = 0; e < NP; e++) mono[e] += a[k] * tk[k][e];
+            for (int e = 0; e < NP; e++) gelu_tab[which][e][i] = (float)(mono[e] * ldexp(1.0, e));
+        }
+    }
+    gelu_ready = 1; /* racing initializers write the same values */
+}
+
+/* G(y) for yv = y * GELU_VSCALE, sign included */
+AVX512 static inline __m512 gelu_g16(__m512 yv, const float (*tab)[16]) {
+    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
+    const __m512 v = _mm512_min_ps(_mm512_abs_ps(yv), _mm512_set1_ps(GELU_VMAX));
+    const __m512 w = _mm512_add_ps(v, _mm512_set1_ps(12582912.0f)); /* 1.5 * 2^23 */
+    const __m512i idx = _mm512_castps_si512(w);                      /* low bits: round(v) */
+    const __m512 t = _mm512_sub_ps(v, _mm512_sub_ps(w, _mm512_set1_ps(12582912.0f)));
+    __m512 p = _mm512_permutexvar_ps(idx, _mm512_load_ps(tab[4]));
+    p = _mm512_fmadd_ps(p, t, _mm512_permutexvar_ps(idx, _mm512_load_ps(tab[3])));
+    p = _mm512_fmadd_ps(p, t, _mm512_permutexvar_ps(idx, _mm512_load_ps(tab[2])));
+    p = _mm512_fmadd_ps(p, t, _mm512_permutexvar_ps(idx, _mm512_load_ps(tab[1])));
+    p = _mm512_fmadd_ps(p, t, _mm512_permutexvar_ps(idx, _mm512_load_ps(tab[0])));
+    /* p ^ (yv & sign): the sign of y */
+    return _mm512_castsi512_ps(
+        _mm512_ternarylogic_epi32(_mm512_castps_si512(p), _mm512_castps_si512(yv), sign, 0x78));
+}
+
+/* 16 columns: y' = (acc + colcorr) * S + B with S, B pre-scaled per column (see
+ * pdlkit_qepi_run), then the activation; the result is already multiplied by inv_out_scale
+ * (quantized output) or not (float32). */
+AVX512 static inline __m512 y16(__m512i acc, __m512i cc, __m512 s, __m512 b, int act, __m512 hk,
+                                const float (*tab)[16]) {
+    __m512 y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc, cc)), s, b);
+    if (act == ACT_RELU) return _mm512_max_ps(y, _mm512_setzero_ps());
+    if (act == ACT_GELU_ERF || act == ACT_GELU_TANH) {
+        const __m512 h = _mm512_mul_ps(y, hk);
+        return _mm512_fmadd_ps(h, gelu_g16(y, tab), h);
+    }
+    return y;
+}
+
+/* round half to even, clamp to [qmin, qmax] (in float: no overflow), as int32 */
+AVX512 static inline __m512i q16(__m512 y, __m512 lo, __m512 hi, __m512i zp) {
+    const __m512 v = _mm512_min_ps(_mm512_max_ps(y, lo), hi);
+    return _mm512_add_epi32(
+        _mm512_cvt_roundps_epi32(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zp);
+}
+
+#define VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+
+/* GCC 12 copies and spills the accumulator of _mm512_dpbusd_epi32 on every iteration (half
+ * the speed); the bare instruction keeps the 24 accumulators in place. */
+#define DPBUSD(c, a, b) __asm__("vpdpbusd %2, %1, %0" : "+v"(c) : "v"(a), "v"(b))
+
+static inline int32_t quad_tail(const uint8_t *x, int64_t left) {
+    int32_t v = 0; /* bytes past K meet the packed weight's zero padding */
+    memcpy(&v, x, (size_t)left);
+    return v;
+}
+
+/* The micro-kernel for mr = 1..6 rows (one function each, so that every accumulator is a
+ * register): acc[r * 64 + c] = sum_k x[r, k] * w[n0 + c, k] over one packed panel. */
+#define ROWS6(X) X(0) X(1) X(2) X(3) X(4) X(5)
+#define DECL(r) __m512i c##r##0 = _mm512_setzero_si512(), c##r##1 = c##r##0, c##r##2 = c##r##0, c##r##3 = c##r##0;
+#define STEP(r)                                  \
+    if (ROWS > r) {                              \
+        const __m512i av = _mm512_set1_epi32(QUAD(r)); \
+        DPBUSD(c##r##0, av, b0);                 \
+        DPBUSD(c##r##1, av, b1);                 \
+        DPBUSD(c##r##2, av, b2);                 \
+        DPBUSD(c##r##3, av, b3);                 \
+    }
+#define SAVE(r)                                               \
+    if (ROWS > r) {                                           \
+        _mm512_store_si512(acc + r * NR, c##r##0);            \
+        _mm512_store_si512(acc + r * NR + 16, c##r##1);       \
+        _mm512_store_si512(acc + r * NR + 32, c##r##2);       \
+        _mm512_store_si512(acc + r * NR + 48, c##r##3);       \
+    }
+#define LOAD_B                                                                                   \
+    const int8_t *g = panel + q * NR;                                                            \
+    const __m512i b0 = _mm512_loadu_si512(g), b1 = _mm512_loadu_si512(g + 64);                   \
+    const __m512i b2 = _mm512_loadu_si512(g + 128), b3 = _mm512_loadu_si512(g + 192);
+#define KLOOP(R)                                                                                 \
+    VNNI __attribute__((noinline)) static void kloop##R(const uint8_t *x, int64_t ldx, int64_t k,  \
+                                                        const int8_t *panel, int32_t *acc) {      \
+        enum { ROWS = R };                                                                       \
+        ROWS6(DECL)                                                                              \
+        int64_t q = 0;                                                                           \
+        for (; q + 4 <= k; q += 4) {                                                             \
+            LOAD_B                                                                               \
+            ROWS6(STEP)                                                                          \
+        }                                                                                        \
+        if (q < k) {                                                                             \
+            LOAD_B                                                                               \
+            ROWS6(STEP_TAIL)                                                                     \
+        }                                                                                        \
+        ROWS6(SAVE)                                                                              \
+    }
+#define QUAD(r) (*(const int32_t *)(x + (r) * ldx + q))
+#define STEP_TAIL(r)                                                    \
+    if (ROWS > r) {                                                     \
+        const __m512i av = _mm512_set1_epi32(quad_tail(x + (r) * ldx + q, k - q)); \
+        DPBUSD(c##r##0, av, b0);                                        \
+        DPBUSD(c##r##1, av, b1);                                        \
+        DPBUSD(c##r##2, av, b2);                                        \
+        DPBUSD(c##r##3, av, b3);                                        \
+    }
+KLOOP(1)
+KLOOP(2)
+KLOOP(3)
+KLOOP(4)
+KLOOP(5)
+KLOOP(6)
+#undef QUAD
+
+/* Per call: what the epilogue of every tile reads. */
+typedef struct {
+    const float *S, *B;    /* [n] folded scales and biases */
+    const int32_t *wzp;    /* [n] or NULL: asymmetric weights */
+    const int32_t *rowcorr; /* [m] rowsum_x - K x_zp, with wzp */
+    float lo, hi, hk;       /* clamp bounds (minus out_zp), GELU's half scale */
+    int32_t zp;
+} epi_t;
+
+/* mr rows x nc columns of output from the tile's accumulators; act and kind are constants
+ * after inlining. */
+VNNI static inline __attribute__((always_inline)) void tile_out(
+    const int32_t *acc, int mr, int64_t nc, const int32_t *cc, const epi_t *e, int64_t n0,
+    int64_t m0, void *out, int64_t ldo, int act, int kind) {
+    const float(*tab)[16] = gelu_tab[act == ACT_GELU_TANH];
+    const __m512 lo = _mm512_set1_ps(e->lo), hi = _mm512_set1_ps(e->hi), hk = _mm512_set1_ps(e->hk);
+    const __m512i zp = _mm512_set1_epi32(e->zp);
+    for (int j = 0; j < NR / 16; j++) {
+        const int64_t left = nc - 16 * j;
+        if (left <= 0) break;
+        const __mmask16 m = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+        const int64_t col = n0 + 16 * j;
+        const __m512i ccj = _mm512_maskz_loadu_epi32(m, cc + col);
+        const __m512 s = _mm512_maskz_loadu_ps(m, e->S + col), b = _mm512_maskz_loadu_ps(m, e->B + col);
+        const __m512i wz = e->wzp ? _mm512_maskz_loadu_epi32(m, e->wzp + col) : _mm512_setzero_si512();
+        for (int r = 0; r < mr; r++) {
+            __m512i a = _mm512_load_si512(acc + r * NR + 16 * j);
+            if (e->wzp)
+                a = _mm512_sub_epi32(a, _mm512_mullo_epi32(wz, _mm512_set1_epi32(e->rowcorr[m0 + r])));
+            const __m512 y = y16(a, ccj, s, b, act, hk, tab);
+            if (kind == OUT_F32)
+                _mm512_mask_storeu_ps((float *)out + r * ldo + col, m, y);
+            else
+                _mm_mask_storeu_epi8((int8_t *)out + r * ldo + col, m,
+                                     _mm512_cvtepi32_epi8(q16(y, lo, hi, zp)));
+        }
+    }
+}
+
+VNNI static inline __attribute__((always_inline)) void gemm_vnni(
+    const uint8_t *x, int64_t m, int64_t ldx, void *out, int64_t ldo,
+    const pdlkit_qgemm_params *p, const epi_t *e, int act, int kind) {
+    const int64_t n = p->n, k = p->k, k4 = (k + 3) / 4, esize = kind == OUT_F32 ? 4 : 1;
+    int32_t acc[MR * NR] __attribute__((aligned(64)));
+    for (int64_t n0 = 0; n0 < n; n0 += NR) {
+        const int8_t *panel = p->packed + (n0 / NR) * k4 * NR * 4;
+        const int64_t nc = n - n0 < NR ? n - n0 : NR;
+        for (int64_t i = 0; i < m; i += MR) {
+            const uint8_t *xi = x + i * ldx;
+            const int mr = m - i < MR ? (int)(m - i) : MR;
+            switch (mr) {
+            case 6: kloop6(xi, ldx, k, panel, acc); break;
+            case 5: kloop5(xi, ldx, k, panel, acc); break;
+            case 4: kloop4(xi, ldx, k, panel, acc); break;
+            case 3: kloop3(xi, ldx, k, panel, acc); break;
+            case 2: kloop2(xi, ldx, k, panel, acc); break;
+            default: kloop1(xi, ldx, k, panel, acc); break;
+            }
+            tile_out(acc, mr, nc, p->colcorr, e, n0, i, (char *)out + i * ldo * esize, ldo, act, kind);
+        }
+    }
+}
+
+#define GEMM(ACT, KIND) gemm_vnni(x, m, ldx, out, ldo, p, e, ACT, KIND)
+VNNI static void gemm_dispatch(const uint8_t *x, int64_t m, int64_t ldx, void *out, int64_t ldo,
+                               const pdlkit_qgemm_params *p, const epi_t *e) {
+    const int kind = p->out_kind;
+    switch (p->act * 3 + kind) {
+    case ACT_NONE * 3 + OUT_U8: GEMM(ACT_NONE, OUT_U8); break;
+    case ACT_NONE * 3 + OUT_S8: GEMM(ACT_NONE, OUT_S8); break;
+    case ACT_NONE * 3 + OUT_F32: GEMM(ACT_NONE, OUT_F32); break;
+    case ACT_RELU * 3 + OUT_U8: GEMM(ACT_RELU, OUT_U8); break;
+    case ACT_RELU * 3 + OUT_S8: GEMM(ACT_RELU, OUT_S8); break;
+    case ACT_RELU * 3 + OUT_F32: GEMM(ACT_RELU, OUT_F32); break;
+    case ACT_GELU_ERF * 3 + OUT_U8: GEMM(ACT_GELU_ERF, OUT_U8); break;
+    case ACT_GELU_ERF * 3 + OUT_S8: GEMM(ACT_GELU_ERF, OUT_S8); break;
+    case ACT_GELU_ERF * 3 + OUT_F32: GEMM(ACT_GELU_ERF, OUT_F32); break;
+    case ACT_GELU_TANH * 3 + OUT_U8: GEMM(ACT_GELU_TANH, OUT_U8); break;
+    case ACT_GELU_TANH * 3 + OUT_S8: GEMM(ACT_GELU_TANH, OUT_S8); break;
+    default: GEMM(ACT_GELU_TANH, OUT_F32); break;
+    }
+}
+
+static int has_vnni(void) {
+    static int cached = -1;
+    if (cached < 0) {
+        __builtin_cpu_init();
+        cached = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+    }
+    return cached;
+}
+#else
+static int has_vnni(void) { return 0; }
+#endif
+
+/* ---------------------------------------------------------------- entry points */
+
+/* Builds the GELU tables (call once before using the library from several threads);
+ * returns 1 when the VNNI path runs on this CPU, 0 otherwise. */
+int pdlkit_qgemm_init(void) {
+#if PDLKIT_X86
+    gelu_tables_init();
+#endif
+    return has_vnni();
+}
+
+/* The weight zero-point terms, when some w_zp[n] != 0: wzp[n] as int32 and
+ * rowcorr[m] = rowsum_x[m] - K x_zp; returns 0 (nothing to do) or 1, -1 without memory. */
+static int weight_zp_terms(const int64_t *w_zp, const uint8_t *x, int64_t m, int64_t ldx,
+                           const pdlkit_qgemm_params *p, int32_t **wzp, int32_t **rowcorr) {
+    int64_t any = 0;
+    for (int64_t j = 0; w_zp && j < p->n; j++) any |= w_zp[j];
+    *wzp = *rowcorr = NULL;
+    if (!any) return 0;
+    *wzp = (int32_t *)malloc(sizeof(int32_t) * (size_t)(p->n + m + 1));
+    if (!*wzp) return -1;
+    *rowcorr = *wzp + p->n;
+    for (int64_t j = 0; j < p->n; j++) (*wzp)[j] = (int32_t)w_zp[j];
+    for (int64_t i = 0; i < m; i++) {
+        int64_t rs = 0;
+        for (int64_t t = 0; t < p->k; t++) rs += x[i * ldx + t];
+        (*rowcorr)[i] = (int32_t)(rs - p->k * (int64_t)p->x_zp);
+    }
+    return 1;
+}
+
+/* out[m, n] (rows ldo elements apart; uint8, int8 or float32 by p->out_kind) from x [m, k]
+ * (uint8, rows ldx bytes apart). w_scale: float32 [n]; bias: float32 [n] or NULL; w_zp:
+ * int64 [n] or NULL (= all zero). Returns 0; 1 where this CPU lacks AVX-512 VNNI; -1 when
+ * out of memory. */
+int pdlkit_qgemm_run(const uint8_t *x, int64_t m, int64_t ldx, void *out, int64_t ldo,
+                     const float *w_scale, const float *bias, const int64_t *w_zp,
+                     const pdlkit_qgemm_params *p) {
+#if PDLKIT_X86
+    if (!has_vnni()) return 1;
+    if (m <= 0 || p->n <= 0) return 0;
+    const int gelu = p->act == ACT_GELU_ERF || p->act == ACT_GELU_TANH;
+    const float inv = p->out_kind == OUT_F32 ? 1.0f : p->inv_out_scale;
+    const float cs = gelu ? (float)GELU_VSCALE : inv;
+    float local[2 * 4096];
+    float *S = p->n <= 4096 ? local : (float *)malloc(sizeof(float) * 2 * (size_t)p->n);
+    if (!S) return -1;
+    float *B = S + p->n;
+    for (int64_t j = 0; j < p->n; j++) {
+        S[j] = (float)p->x_scale * w_scale[j] * cs;
+        B[j] = bias ? bias[j] * cs : 0.0f;
+    }
+    int32_t *wzp, *rowcorr;
+    if (weight_zp_terms(w_zp, x, m, ldx, p, &wzp, &rowcorr) < 0) {
+        if (S != local) free(S);
+        return -1;
+    }
+    if (gelu && !gelu_ready) gelu_tables_init();
+    epi_t e;
+    e.S = S;
+    e.B = B;
+    e.wzp = wzp;
+    e.rowcorr = rowcorr;
+    e.lo = (float)(p->qmin - p->out_zp);
+    e.hi = (float)(p->qmax - p->out_zp);
+    e.hk = gelu ? 0.5f * inv / (float)GELU_VSCALE : 1.0f;
+    e.zp = p->out_zp;
+    gemm_dispatch(x, m, ldx, out, ldo, p, &e);
+    free(wzp);
+    if (S != local) free(S);
+    return 0;
+#else
+    (void)x, (void)m, (void)ldx, (void)out, (void)ldo, (void)w_scale, (void)bias, (void)w_zp, (void)p;
+    return 1;
+#endif
+}
+
+/* The same in plain C, from the packed weight (what the tests compare the VNNI path with). */
+int pdlkit_qgemm_run_scalar(const uint8_t *x, int64_t m, int64_t ldx, void *out, int64_t ldo,
+                            const float *w_scale, const float *bias, const int64_t *w_zp,
+                            const pdlkit_qgemm_params *p) {
+    int32_t *wzp, *rowcorr;
+    int32_t *acc = (int32_t *)malloc(sizeof(int32_t) * (size_t)(p->n > 0 ? p->n : 1));
+    if (!acc || weight_zp_terms(w_zp, x, m, ldx, p, &wzp, &rowcorr) < 0) {
+        free(acc);
+        return -1;
+    }
+    const int64_t esize = p->out_kind == OUT_F32 ? 4 : 1;
+    for (int64_t i = 0; i < m; i++) {
+        for (int64_t j = 0; j < p->n; j++) {
+            int32_t s = 0;
+            for (int64_t t = 0; t < p->k; t++) s += (int32_t)x[i * ldx + t] * packed_at(p, j, t);
+            acc[j] = s - (wzp ? wzp[j] * rowcorr[i] : 0);
+        }
+        row_scalar(acc, p->n, p, w_scale, bias, (char *)out + i * ldo * esize);
+    }
+    free(wzp);
+    free(acc);
+    return 0;
+}
