@@ -105,7 +105,7 @@ class _Packed:
 
     __slots__ = (
         "__weakref__", "colcorr", "n", "k", "onednn", "out_dtype", "packed", "params",
-        "params_addr", "post", "w",
+        "params_addr", "post", "w", "vectors", "vector_ptrs",
     )  # fmt: skip
 
     def __init__(self, w_q: Tensor, attrs: Mapping[str, Any], out_dtype: torch.dtype):
@@ -142,6 +142,24 @@ class _Packed:
             out_kind=_OUT_KIND[out_dtype],
         )
         self.params_addr = ctypes.addressof(self.params)
+        # the last (w_scale, bias, w_zp) seen and their data pointers: a compiled graph passes
+        # the same constant tensors in every call, and three .contiguous().data_ptr() cost
+        # about 2.5 us per call
+        self.vectors: tuple[Any, ...] = ()
+        self.vector_ptrs: tuple[int | None, ...] = ()
+
+    def pointers(self, w_scale: Tensor, bias: Tensor | None, w_zp: Tensor) -> tuple[Any, ...]:
+        v = self.vectors
+        if v and v[0] is w_scale and v[1] is bias and v[2] is w_zp:
+            return self.vector_ptrs
+        vs = (w_scale.contiguous(), None if bias is None else bias.contiguous(), w_zp.contiguous())
+        ptrs = tuple(None if t is None else t.data_ptr() for t in vs)
+        if all(t is None or t.is_contiguous() for t in (w_scale, bias, w_zp)):
+            self.vectors, self.vector_ptrs = (w_scale, bias, w_zp), ptrs
+        else:  # pointers into temporary copies: keep the copies alive with them
+            self.vectors, self.vector_ptrs = (), ()
+            return (*ptrs, vs)
+        return ptrs
 
     def onednn_weight(self) -> Tensor:
         if self.onednn is None:  # racing threads pack the same thing; one of them is kept
@@ -212,11 +230,10 @@ if _LIB is not None:
         out = _empty((*x_q.shape[:-1], n), dtype=p.out_dtype)
         if m == 0:
             return out
+        ptrs = p.pointers(w_scale, bias, w_zp)  # a 4th item keeps temporary copies alive
         rc = _run(
-            x_q.data_ptr(), m, ldx, out.data_ptr(), n, w_scale.contiguous().data_ptr(),
-            None if bias is None else bias.contiguous().data_ptr(),
-            w_zp.contiguous().data_ptr(), p.params_addr,
-        )  # fmt: skip
+            x_q.data_ptr(), m, ldx, out.data_ptr(), n, ptrs[0], ptrs[1], ptrs[2], p.params_addr
+        )
         if rc:
             if rc > 0:
                 raise pdlkit.KernelUnsupported("this CPU has no AVX-512 VNNI")
