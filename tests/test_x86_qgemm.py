@@ -146,9 +146,9 @@ def test_non_contiguous_activations_strided_rows_and_no_rows(kernel):
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_large_outputs_go_to_onednn_only_with_several_threads(kernel, monkeypatch, threads):
+def test_large_gemms_go_to_onednn_only_with_several_threads(kernel, monkeypatch, threads):
     g = kernel.fn.__globals__
-    monkeypatch.setitem(g, "SERIAL_MAX_OUTPUT", 10)
+    monkeypatch.setitem(g, "PARALLEL_MIN_MACS", 100)
     monkeypatch.setitem(g, "_threads", lambda: threads)
     calls = []
     onednn = g["_onednn"]

@@ -14,9 +14,9 @@ bert-mini's GEMMs (427-442 GOP/s against a single-core limit of about 435), 0.15
 (the pooler), where oneDNN's per-call cost (~25 us) dominates.
 
 Where oneDNN wins, the kernel makes oneDNN's call itself, from a oneDNN-packed weight made
-on first need: the GEMM here is single-threaded, so when torch runs several threads, outputs
-of ``SERIAL_MAX_OUTPUT`` elements or more go to oneDNN's parallel GEMM (a declaration's shape
-rules cannot say "M * N at most" at compile time).
+on first need: the GEMM here is single-threaded, so when torch runs several threads, GEMMs
+of ``PARALLEL_MIN_MACS`` multiply-adds or more go to oneDNN's parallel GEMM (a declaration's
+shape rules cannot say "M * N * K at most" at compile time).
 
 The library is built on first load with the host's C compiler
 (:func:`pdlkit.runtime_abi.native_build.build_library`, cached by hash); on a host that is not
@@ -44,8 +44,10 @@ _ACTS.update({("gelu", "none"): 2, ("gelu", ""): 2, ("gelu", "tanh"): 3})
 _POSTS = (("none", ""), ("relu", ""), ("gelu", "none"), ("gelu", "tanh"))  # by act code
 _OUT_KIND = {torch.uint8: 0, torch.int8: 1, torch.float32: 2}
 
-# With several torch threads, outputs this large go to oneDNN's parallel GEMM.
-SERIAL_MAX_OUTPUT = 1 << 18  # M * N
+# With several torch threads, GEMMs of this many multiply-adds or more go to oneDNN's parallel
+# GEMM: one core here takes M N K / 2.2e11 s, oneDNN on two about 25 us + M N K / 3.5e11 s,
+# even at about 1.4e7 (bert-mini's 512 x 256 x 256 is 3.4e7).
+PARALLEL_MIN_MACS = 1 << 24
 
 
 class _Params(ctypes.Structure):
@@ -214,7 +216,7 @@ if _LIB is not None:
         """One call of either op (the pre-pack fixed the output kind)."""
         k, n = p.k, p.n
         m = x_q.numel() // k if k else 0
-        if m * n >= SERIAL_MAX_OUTPUT and _threads() > 1:
+        if m * n * k >= PARALLEL_MIN_MACS and _threads() > 1:
             return _onednn(
                 x_q, x_scale, x_zp, p.onednn_weight(), w_scale, w_zp, bias, out_scale, out_zp,
                 p.out_dtype, p.post[0], [], p.post[1],
