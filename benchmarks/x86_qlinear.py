@@ -1,4 +1,5 @@
-"""qlinear_q and qlinear on x86: the fused VNNI GEMM kernels against oneDNN's, per shape.
+"""qlinear_q and qlinear on x86: the fused VNNI GEMM kernels against oneDNN's, per shape; and
+the BF16 linear kernels (``linear_bf16.py``) against oneDNN's BF16 matmul.
 
     python benchmarks/x86_qlinear.py                 # one thread, the shapes below
     python benchmarks/x86_qlinear.py --rounds 9 --repeats 20 --threads 1
@@ -12,8 +13,10 @@ machine falls on all; reported are the medians over all calls, GOP/s (2 M N K pe
 the ratio vnni / oneDNN (< 1: the VNNI kernel is faster), for the requantized output
 (``qlinear_q``) and the float32 one (``qlinear``), and the largest difference in quantization
 codes between the two kernels. ``torch._int_mm`` on the same operands (s8 x s8 -> s32, no
-epilogue) is timed beside them as the GEMM alone. Writes ``benchmarks/results/x86_qlinear.md``
-(``--out``).
+epilogue) is timed beside them as the GEMM alone. The BF16 part compares ``linear_bf16`` /
+``linear_gelu_bf16`` with ``linear_onednn`` / ``linear_gelu_onednn`` (oneDNN's matmul with a
+pre-packed weight and a GELU post-op), bf16 in and out, with ``F.linear`` in bf16 beside them.
+Writes ``benchmarks/results/x86_qlinear.md`` (``--out``).
 """
 
 from __future__ import annotations
@@ -51,8 +54,9 @@ SHAPES: list[tuple[int, int, int, str, str]] = [
 
 def _kernels() -> dict[str, Any]:
     found = {}
-    for f in ("qlinear_vnni.py", "qlinear_onednn.py"):
-        found.update({k.name: k for k in load_kernel_file(ROOT / "kernels" / "x86" / f)})
+    for f in ("x86/qlinear_vnni.py", "x86/qlinear_onednn.py", "x86/linear_bf16.py"):
+        found.update({k.name: k for k in load_kernel_file(ROOT / "kernels" / f)})
+    found.update({k.name: k for k in load_kernel_file(ROOT / "kernels/cpu/linear_epilogue.py")})
     return found
 
 
@@ -103,6 +107,8 @@ def main() -> None:
             )
             print(line, flush=True)
             lines.append(line)
+    if "linear_bf16" in ks:
+        lines += ["", *_bf16(ks, g, args)]
     load = " ".join(f"{v:.2f}" for v in os.getloadavg())
     when = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     text = [
@@ -114,7 +120,11 @@ def main() -> None:
         "Per shape, medians of the timed calls (interleaved rounds); `out`: uint8 (`qlinear_q`) or "
         "float32 (`qlinear`) output; ratio = VNNI kernel / oneDNN (< 1: faster); GOP/s of the VNNI "
         "kernel (2 M N K per call); `_int_mm`: the GEMM alone (s8 x s8 -> s32, no epilogue); codes: "
-        "largest difference between the two kernels' uint8 outputs.",
+        "largest difference between the two kernels' uint8 outputs. Second table: the BF16 "
+        "kernels (`linear_bf16`, `linear_gelu_bf16`) against oneDNN's BF16 matmul "
+        "(`linear_onednn`, `linear_gelu_onednn`), GFLOP/s of the BF16 kernel, `F.linear` in "
+        "bf16 (GEMM and bias, no activation), and the largest difference between the two "
+        "kernels' outputs.",
         "",
         "```",
         *lines,
@@ -123,6 +133,54 @@ def main() -> None:
     ]
     args.out.write_text("\n".join(text))
     print(f"wrote {args.out}")
+
+
+BF16_SHAPES = [(m, k, n, post, algo) for m, k, n, post, algo in SHAPES if post in ("none", "gelu")]
+
+
+def _interleaved(cases: dict[str, Callable[[], Any]], args: argparse.Namespace) -> dict[str, float]:
+    times: dict[str, list[float]] = {c: [] for c in cases}
+    for f in cases.values():  # warm up
+        _time(f, 3)
+    for r in range(args.rounds):
+        for c in list(cases) if r % 2 == 0 else list(reversed(cases)):
+            times[c] += _time(cases[c], args.repeats)
+    return {c: statistics.median(t) for c, t in times.items()}
+
+
+def _bf16(ks: dict[str, Any], g: torch.Generator, args: argparse.Namespace) -> list[str]:
+    """The BF16 kernels against oneDNN's, bf16 in and out; GFLOP/s of the fused kernel."""
+    lines = [
+        f"{'M':>5} {'K':>5} {'N':>5} {'post':>10} {'oneDNN us':>10} {'bf16 us':>9} {'ratio':>6} "
+        f"{'GFLOP/s':>7} {'F.linear us':>11} {'max diff':>8}"
+    ]
+    print(*lines, sep="\n", flush=True)
+    for m, k, n, post, algo in BF16_SHAPES:
+        x = torch.randn(m, k, generator=g).bfloat16()
+        w = (torch.randn(n, k, generator=g) / k**0.5).bfloat16()
+        b = torch.randn(n, generator=g).bfloat16()
+        gelu = post == "gelu"
+        attrs = {"approximate": algo} if gelu else {}
+        mine = ks["linear_gelu_bf16" if gelu else "linear_bf16"]
+        peer = ks["linear_gelu_onednn" if gelu else "linear_onednn"]
+        pm, po = mine.prepack(w, attrs), peer.prepack(w, attrs)
+        extra = (algo,) if gelu else ()
+        cases: dict[str, Callable[[], Any]] = {
+            "onednn": lambda peer=peer, po=po, x=x, b=b, extra=extra: peer.fn(x, po, b, *extra),
+            "bf16": lambda mine=mine, pm=pm, x=x, b=b, extra=extra: mine.fn(x, pm, b, *extra),
+            "linear": lambda x=x, w=w, b=b: torch.nn.functional.linear(x, w, b),
+        }
+        diff = (cases["onednn"]().float() - cases["bf16"]().float()).abs().max().item()
+        med = _interleaved(cases, args)
+        name = f"{post}/{algo}" if algo else post
+        line = (
+            f"{m:>5} {k:>5} {n:>5} {name:>10} {med['onednn']:>10.1f} {med['bf16']:>9.1f} "
+            f"{med['bf16'] / med['onednn']:>6.2f} {2 * m * n * k / med['bf16'] / 1e3:>7.0f} "
+            f"{med['linear']:>11.1f} {diff:>8.3g}"
+        )
+        print(line, flush=True)
+        lines.append(line)
+    return lines
 
 
 def _cases(

@@ -90,10 +90,16 @@ def cache_dir() -> Path:
 
 
 def _build(
-    sources: list[Path], stem: str, suffix: str, command: list[str], arch: str, out_dir: Path | None
+    sources: list[Path],
+    stem: str,
+    suffix: str,
+    command: list[str],
+    arch: str,
+    out_dir: Path | None,
+    headers: list[Path] | None = None,
 ) -> Path:
     h = hashlib.sha256()
-    for src in [*sources, HEADER]:
+    for src in [*sources, HEADER, *(headers or [])]:
         h.update(src.read_bytes())
     h.update(" ".join(a for a in command if a not in (str(s) for s in sources)).encode())
     folder = (out_dir or cache_dir() / arch).expanduser()
@@ -119,7 +125,10 @@ def build_library(
         "pdlkit_" + source.stem if not source.stem.startswith("pdlkit") else source.stem
     )
     cmd = library_command(source, Path("@OUT"), arch)
-    return _build([source], stem, ".so", cmd, arch, out_dir)
+    # headers beside the source (#include "x.h") are part of what is built: a change to one
+    # builds anew
+    headers = sorted(source.parent.glob("*.h"))
+    return _build([source], stem, ".so", cmd, arch, out_dir, headers)
 
 
 def build_and_load(source: Path, arch: str, what: str) -> dict[str, Any]:

@@ -73,6 +73,8 @@
 #define PDLKIT_X86 0
 #endif
 
+#include "gelu_avx512.h" /* GELU: scalar reference, tables, 16 lanes at a time */
+
 enum { ACT_NONE = 0, ACT_RELU = 1, ACT_GELU_ERF = 2, ACT_GELU_TANH = 3 };
 enum { OUT_U8 = 0, OUT_S8 = 1, OUT_F32 = 2 };
 
@@ -122,13 +124,6 @@ static inline int8_t packed_at(const pdlkit_qgemm_params *p, int64_t row, int64_
 
 /* ---------------------------------------------------------------- scalar reference path */
 
-static float gelu_erf_scalar(float y) { return 0.5f * y * (1.0f + erff(y * 0.70710678118654752f)); }
-
-static float gelu_tanh_scalar(float y) {
-    float u = 0.7978845608028654f * (y + 0.044715f * y * y * y);
-    return 0.5f * y * (1.0f + tanhf(u));
-}
-
 static float act_scalar(float y, int act) {
     switch (act) {
     case ACT_RELU: return y > 0.0f ? y : 0.0f;
@@ -162,84 +157,15 @@ static void row_scalar(const int32_t *acc, int64_t n, const pdlkit_qgemm_params 
 /* ---------------------------------------------------------------- AVX-512 path */
 
 #if PDLKIT_X86
-#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
-
-/* GELU as 0.5 y (1 + G(y)), G odd: G(y) = erf(y / sqrt 2) (erf GELU) or
- * tanh(sqrt(2/pi) (y + 0.044715 y^3)) (tanh GELU). G(|y|) on [0, YMAX) is 16 degree-4
- * polynomials in v = |y| * VSCALE, one per interval [i - 1/2, i + 1/2) of v, i = 0..15, in the
- * local variable t = v - i (Chebyshev interpolants, built by gelu_tables_init below). Beyond
- * YMAX = 4 sqrt 2, |1 - G| < 1.6e-8. The interval index is round(v) (the magic-number trick);
- * the 16 coefficients of each degree fill one zmm register, selected with vpermps. */
-#define GELU_DEG 4
-#define GELU_YMAX 5.6568542494923802
-#define GELU_VMAX 15.49f
-static const double GELU_VSCALE = 15.5 / GELU_YMAX;
-static float gelu_tab[2][GELU_DEG + 1][16] __attribute__((aligned(64)));
-static volatile int gelu_ready;
-
-static double g_erf(double y) { return erf(y * 0.70710678118654752440); }
-static double g_tanh(double y) { return tanh(0.79788456080286535588 * (y + 0.044715 * y * y * y)); }
-
-/* Chebyshev interpolation at DEG + 1 nodes per interval, converted to monomials in t. */
-static void gelu_tables_init(void) {
-    if (gelu_ready) return;
-    enum { D = GELU_DEG, NP = GELU_DEG + 1 };
-    for (int which = 0; which < 2; which++) {
-        for (int i = 0; i < 16; i++) {
-            double f[NP], a[NP], mono[NP] = {0}, tk[NP][NP] = {{0}};
-            for (int j = 0; j < NP; j++) {
-                const double t = 0.5 * cos(M_PI * (j + 0.5) / NP); /* s = 2t in [-1, 1] */
-                const double y = (i + t) / GELU_VSCALE;
-                f[j] = which ? g_tanh(y) : g_erf(y);
-            }
-            for (int k = 0; k < NP; k++) {
-                double sum = 0;
-                for (int j = 0; j < NP; j++) sum += f[j] * cos(M_PI * k * (j + 0.5) / NP);
-                a[k] = sum * 2.0 / NP;
-            }
-            a[0] *= 0.5;
-            /* tk[k] = monomial coefficients (in s) of T_k(s) */
-            tk[0][0] = 1;
-            tk[1][1] = 1;
-            for (int k = 2; k < NP; k++)
-                for (int e = 0; e < NP; e++)
-                    tk[k][e] = (e ? 2 * tk[k - 1][e - 1] : 0) - tk[k - 2][e];
-            for (int k = 0; k < NP; k++)
-                for (int e = 0; e < NP; e++) mono[e] += a[k] * tk[k][e];
-            for (int e = 0; e < NP; e++) gelu_tab[which][e][i] = (float)(mono[e] * ldexp(1.0, e));
-        }
-    }
-    gelu_ready = 1; /* racing initializers write the same values */
-}
-
-/* G(y) for yv = y * GELU_VSCALE, sign included */
-AVX512 static inline __m512 gelu_g16(__m512 yv, const float (*tab)[16]) {
-    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
-    const __m512 v = _mm512_min_ps(_mm512_abs_ps(yv), _mm512_set1_ps(GELU_VMAX));
-    const __m512 w = _mm512_add_ps(v, _mm512_set1_ps(12582912.0f)); /* 1.5 * 2^23 */
-    const __m512i idx = _mm512_castps_si512(w);                      /* low bits: round(v) */
-    const __m512 t = _mm512_sub_ps(v, _mm512_sub_ps(w, _mm512_set1_ps(12582912.0f)));
-    __m512 p = _mm512_permutexvar_ps(idx, _mm512_load_ps(tab[4]));
-    p = _mm512_fmadd_ps(p, t, _mm512_permutexvar_ps(idx, _mm512_load_ps(tab[3])));
-    p = _mm512_fmadd_ps(p, t, _mm512_permutexvar_ps(idx, _mm512_load_ps(tab[2])));
-    p = _mm512_fmadd_ps(p, t, _mm512_permutexvar_ps(idx, _mm512_load_ps(tab[1])));
-    p = _mm512_fmadd_ps(p, t, _mm512_permutexvar_ps(idx, _mm512_load_ps(tab[0])));
-    /* p ^ (yv & sign): the sign of y */
-    return _mm512_castsi512_ps(
-        _mm512_ternarylogic_epi32(_mm512_castps_si512(p), _mm512_castps_si512(yv), sign, 0x78));
-}
 
 /* 16 columns: y' = (acc + colcorr) * S + B with S, B pre-scaled per column (see
- * pdlkit_qepi_run), then the activation; the result is already multiplied by inv_out_scale
+ * pdlkit_qgemm_run), then the activation; the result is already multiplied by inv_out_scale
  * (quantized output) or not (float32). */
 AVX512 static inline __m512 y16(__m512i acc, __m512i cc, __m512 s, __m512 b, int act, __m512 hk,
                                 const float (*tab)[16]) {
     __m512 y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc, cc)), s, b);
     if (act == ACT_RELU) return _mm512_max_ps(y, _mm512_setzero_ps());
-    if (act == ACT_GELU_ERF || act == ACT_GELU_TANH) {
-        const __m512 h = _mm512_mul_ps(y, hk);
-        return _mm512_fmadd_ps(h, gelu_g16(y, tab), h);
-    }
+    if (act == ACT_GELU_ERF || act == ACT_GELU_TANH) return gelu16(y, hk, tab);
     return y;
 }
 

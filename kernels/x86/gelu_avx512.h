@@ -1,0 +1,95 @@
+/* GELU for the x86 kernels' epilogues (included by qgemm_vnni.c and gemm_bf16.c; each
+ * library gets its own copy of the tables). Needs <math.h>, <immintrin.h> and PDLKIT_X86.
+ *
+ * GELU (both forms) is 0.5 y (1 + G(y)) with G odd: G(y) = erf(y / sqrt 2) (erf GELU) or
+ * tanh(sqrt(2/pi) (y + 0.044715 y^3)) (tanh GELU). Accuracy (float32, against double
+ * precision): |G - erf(y / sqrt 2)| and |G - tanh(...)| <= 2.7e-7 over all y; the whole GELU
+ * is within 5.1e-7 absolute for |y| <= 4 and 1.2e-6 (about one float32 ulp of y) up to
+ * |y| = 12 (tests/test_x86_qgemm.py). */
+#ifndef PDLKIT_GELU_AVX512_H
+#define PDLKIT_GELU_AVX512_H
+
+/* the scalar reference paths: libm */
+static float gelu_erf_scalar(float y) { return 0.5f * y * (1.0f + erff(y * 0.70710678118654752f)); }
+
+static float gelu_tanh_scalar(float y) {
+    float u = 0.7978845608028654f * (y + 0.044715f * y * y * y);
+    return 0.5f * y * (1.0f + tanhf(u));
+}
+
+#if PDLKIT_X86
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+/* GELU as 0.5 y (1 + G(y)), G odd: G(y) = erf(y / sqrt 2) (erf GELU) or
+ * tanh(sqrt(2/pi) (y + 0.044715 y^3)) (tanh GELU). G(|y|) on [0, YMAX) is 16 degree-4
+ * polynomials in v = |y| * VSCALE, one per interval [i - 1/2, i + 1/2) of v, i = 0..15, in the
+ * local variable t = v - i (Chebyshev interpolants, built by gelu_tables_init below). Beyond
+ * YMAX = 4 sqrt 2, |1 - G| < 1.6e-8. The interval index is round(v) (the magic-number trick);
+ * the 16 coefficients of each degree fill one zmm register, selected with vpermps. */
+#define GELU_DEG 4
+#define GELU_YMAX 5.6568542494923802
+#define GELU_VMAX 15.49f
+static const double GELU_VSCALE = 15.5 / GELU_YMAX;
+static float gelu_tab[2][GELU_DEG + 1][16] __attribute__((aligned(64)));
+static volatile int gelu_ready;
+
+static double g_erf(double y) { return erf(y * 0.70710678118654752440); }
+static double g_tanh(double y) { return tanh(0.79788456080286535588 * (y + 0.044715 * y * y * y)); }
+
+/* Chebyshev interpolation at DEG + 1 nodes per interval, converted to monomials in t. */
+static void gelu_tables_init(void) {
+    if (gelu_ready) return;
+    enum { D = GELU_DEG, NP = GELU_DEG + 1 };
+    for (int which = 0; which < 2; which++) {
+        for (int i = 0; i < 16; i++) {
+            double f[NP], a[NP], mono[NP] = {0}, tk[NP][NP] = {{0}};
+            for (int j = 0; j < NP; j++) {
+                const double t = 0.5 * cos(M_PI * (j + 0.5) / NP); /* s = 2t in [-1, 1] */
+                const double y = (i + t) / GELU_VSCALE;
+                f[j] = which ? g_tanh(y) : g_erf(y);
+            }
+            for (int k = 0; k < NP; k++) {
+                double sum = 0;
+                for (int j = 0; j < NP; j++) sum += f[j] * cos(M_PI * k * (j + 0.5) / NP);
+                a[k] = sum * 2.0 / NP;
+            }
+            a[0] *= 0.5;
+            /* tk[k] = monomial coefficients (in s) of T_k(s) */
+            tk[0][0] = 1;
+            tk[1][1] = 1;
+            for (int k = 2; k < NP; k++)
+                for (int e = 0; e < NP; e++)
+                    tk[k][e] = (e ? 2 * tk[k - 1][e - 1] : 0) - tk[k - 2][e];
+            for (int k = 0; k < NP; k++)
+                for (int e = 0; e < NP; e++) mono[e] += a[k] * tk[k][e];
+            for (int e = 0; e < NP; e++) gelu_tab[which][e][i] = (float)(mono[e] * ldexp(1.0, e));
+        }
+    }
+    gelu_ready = 1; /* racing initializers write the same values */
+}
+
+/* G(y) for yv = y * GELU_VSCALE, sign included */
+AVX512 static inline __m512 gelu_g16(__m512 yv, const float (*tab)[16]) {
+    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
+    const __m512 v = _mm512_min_ps(_mm512_abs_ps(yv), _mm512_set1_ps(GELU_VMAX));
+    const __m512 w = _mm512_add_ps(v, _mm512_set1_ps(12582912.0f)); /* 1.5 * 2^23 */
+    const __m512i idx = _mm512_castps_si512(w);                      /* low bits: round(v) */
+    const __m512 t = _mm512_sub_ps(v, _mm512_sub_ps(w, _mm512_set1_ps(12582912.0f)));
+    __m512 p = _mm512_permutexvar_ps(idx, _mm512_load_ps(tab[4]));
+    p = _mm512_fmadd_ps(p, t, _mm512_permutexvar_ps(idx, _mm512_load_ps(tab[3])));
+    p = _mm512_fmadd_ps(p, t, _mm512_permutexvar_ps(idx, _mm512_load_ps(tab[2])));
+    p = _mm512_fmadd_ps(p, t, _mm512_permutexvar_ps(idx, _mm512_load_ps(tab[1])));
+    p = _mm512_fmadd_ps(p, t, _mm512_permutexvar_ps(idx, _mm512_load_ps(tab[0])));
+    /* p ^ (yv & sign): the sign of y */
+    return _mm512_castsi512_ps(
+        _mm512_ternarylogic_epi32(_mm512_castps_si512(p), _mm512_castps_si512(yv), sign, 0x78));
+}
+
+/* 0.5 y (1 + G(y)) for y = yv / GELU_VSCALE, times hk / (0.5 / GELU_VSCALE): the callers fold
+ * GELU's 0.5, the table's variable scale and any output scale into hk */
+AVX512 static inline __m512 gelu16(__m512 yv, __m512 hk, const float (*tab)[16]) {
+    const __m512 h = _mm512_mul_ps(yv, hk);
+    return _mm512_fmadd_ps(h, gelu_g16(yv, tab), h);
+}
+#endif /* PDLKIT_X86 */
+#endif /* PDLKIT_GELU_AVX512_H */

@@ -1,0 +1,289 @@
+/* BF16 linear with a fused epilogue on x86 (AVX512_BF16):
+ *
+ *   out[m, n] = bf16(act(sum_k x[m, k] w[n, k] + bias[n]))     x, w, bias, out: bfloat16
+ *
+ * with the products accumulated in float32 and act = none, ReLU or GELU (erf, tanh), the result
+ * rounded to bfloat16 once (nearest even), as oneDNN's BF16 matmul with a post-op does. Not a
+ * pdlkit ABI library (no pdlkit_register): plain C functions that
+ * kernels/x86/linear_bf16.py calls through ctypes.
+ *
+ * GEMM. vdpbf16ps multiplies pairs of bf16 and adds both products to one float32 lane. The
+ * weight is packed once (pdlkit_gbf16_pack) into panels of 64 columns, K in pairs:
+ * panel[q][c][i] = w[n0 + c, 2q + i], zero padded, so each pair of k is four 64-byte loads.
+ * The micro-kernel keeps a 6 x 64 float32 tile in 24 zmm registers, broadcasts one pair of x
+ * per row and issues 24 vdpbf16ps per 10 loads; the tile then goes through the epilogue in
+ * registers (bias, activation, conversion) and is stored as bf16. Panels outside, 6-row
+ * blocks inside, full K per tile. Single-threaded (the Python side hands large GEMMs to
+ * oneDNN when torch runs several threads). Same structure as qgemm_vnni.c's int8 GEMM.
+ *
+ * Measured on one Zen 4 core (benchmarks/x86_qlinear.py): 200-224 GFLOP/s on the bert-mini and
+ * BERT-base shapes (single-core limit about 214), 0.82-0.95x oneDNN's BF16 matmul time.
+ *
+ * Portability: the compute functions carry target("avx512f,avx512bw,avx512vl,avx512bf16")
+ * attributes and run only where __builtin_cpu_supports says so; elsewhere pdlkit_gbf16_run
+ * returns 1. pdlkit_gbf16_run_scalar is the plain C reference the tests compare with.
+ *
+ * Build (what pdlkit.runtime_abi.native_build.build_library(path, "x86_64") runs):
+ *   cc -O3 -shared -fPIC -Wall kernels/x86/gemm_bf16.c -lm -o libpdlkit_gemm_bf16.so
+ */
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#define PDLKIT_X86 1
+#else
+#define PDLKIT_X86 0
+#endif
+
+#ifndef M_PI
+#define M_PI 3.14159265358979323846
+#endif
+
+#include "gelu_avx512.h"
+
+enum { ACT_NONE = 0, ACT_RELU = 1, ACT_GELU_ERF = 2, ACT_GELU_TANH = 3 };
+enum { NR = 64, MR = 6 };
+
+typedef struct {
+    int64_t n;              /* output columns (weight rows) */
+    int64_t k;              /* reduction length */
+    const uint16_t *packed; /* the weight, pdlkit_gbf16_pack's layout */
+    int32_t act;            /* ACT_* */
+    int32_t pad_;
+} pdlkit_gbf16_params;
+
+int pdlkit_gbf16_params_size(void) { return (int)sizeof(pdlkit_gbf16_params); }
+
+/* Bytes of the packed weight: ceil(N / 64) panels of ceil(K / 2) pairs of 64 x 2 bf16. */
+int64_t pdlkit_gbf16_packed_size(int64_t n, int64_t k) {
+    return ((n + NR - 1) / NR) * ((k + 1) / 2) * NR * 2 * 2;
+}
+
+/* out = w [n, k] (bf16, rows ldw elements apart) in panels. */
+void pdlkit_gbf16_pack(const uint16_t *w, int64_t ldw, int64_t n, int64_t k, uint16_t *out) {
+    const int64_t k2 = (k + 1) / 2, panels = (n + NR - 1) / NR;
+    for (int64_t p = 0; p < panels; p++)
+        for (int64_t q = 0; q < k2; q++)
+            for (int64_t c = 0; c < NR; c++)
+                for (int64_t i = 0; i < 2; i++) {
+                    const int64_t row = p * NR + c, col = 2 * q + i;
+                    out[((p * k2 + q) * NR + c) * 2 + i] =
+                        (row < n && col < k) ? w[row * ldw + col] : 0;
+                }
+}
+
+static inline float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* round to nearest even, as torch converts; NaN stays a (quiet) NaN */
+static inline uint16_t f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static float act_scalar(float y, int act) {
+    switch (act) {
+    case ACT_RELU: return y > 0.0f ? y : 0.0f;
+    case ACT_GELU_ERF: return gelu_erf_scalar(y);
+    case ACT_GELU_TANH: return gelu_tanh_scalar(y);
+    default: return y;
+    }
+}
+
+#if PDLKIT_X86
+#define BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+/* the bare instruction, as in qgemm_vnni.c: the accumulators stay in registers */
+#define DPBF16(c, a, b) __asm__("vdpbf16ps %2, %1, %0" : "+v"(c) : "v"(a), "v"(b))
+
+static inline int32_t pair_tail(const uint16_t *x) {
+    return (int32_t)x[0]; /* k odd: the second bf16 meets the packed weight's zero padding */
+}
+
+#define ROWS6(X) X(0) X(1) X(2) X(3) X(4) X(5)
+#define DECL(r) __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = c##r##0, c##r##2 = c##r##0, c##r##3 = c##r##0;
+#define STEP(r)                                        \
+    if (ROWS > r) {                                    \
+        const __m512i av = _mm512_set1_epi32(PAIR(r)); \
+        DPBF16(c##r##0, av, b0);                       \
+        DPBF16(c##r##1, av, b1);                       \
+        DPBF16(c##r##2, av, b2);                       \
+        DPBF16(c##r##3, av, b3);                       \
+    }
+#define SAVE(r)                                    \
+    if (ROWS > r) {                                \
+        _mm512_store_ps(acc + r * NR, c##r##0);    \
+        _mm512_store_ps(acc + r * NR + 16, c##r##1); \
+        _mm512_store_ps(acc + r * NR + 32, c##r##2); \
+        _mm512_store_ps(acc + r * NR + 48, c##r##3); \
+    }
+#define LOAD_B                                                                                   \
+    const uint16_t *g = panel + q * NR;                                                          \
+    const __m512i b0 = _mm512_loadu_si512(g), b1 = _mm512_loadu_si512(g + 32);                   \
+    const __m512i b2 = _mm512_loadu_si512(g + 64), b3 = _mm512_loadu_si512(g + 96);
+/* q counts bf16 elements of k (steps of 2); the panel holds 64 x 2 bf16 per pair */
+#define KLOOP(R)                                                                               \
+    BF16 __attribute__((noinline)) static void kloop##R(const uint16_t *x, int64_t ldx, int64_t k, \
+                                                        const uint16_t *panel, float *acc) {    \
+        enum { ROWS = R };                                                                     \
+        ROWS6(DECL)                                                                            \
+        int64_t q = 0;                                                                         \
+        for (; q + 2 <= k; q += 2) {                                                           \
+            LOAD_B                                                                             \
+            ROWS6(STEP)                                                                        \
+        }                                                                                      \
+        if (q < k) {                                                                           \
+            LOAD_B                                                                             \
+            ROWS6(STEP_TAIL)                                                                   \
+        }                                                                                      \
+        ROWS6(SAVE)                                                                            \
+    }
+#define PAIR(r) (*(const int32_t *)(x + (r) * ldx + q))
+#define STEP_TAIL(r)                                                     \
+    if (ROWS > r) {                                                      \
+        const __m512i av = _mm512_set1_epi32(pair_tail(x + (r) * ldx + q)); \
+        DPBF16(c##r##0, av, b0);                                         \
+        DPBF16(c##r##1, av, b1);                                         \
+        DPBF16(c##r##2, av, b2);                                         \
+        DPBF16(c##r##3, av, b3);                                         \
+    }
+KLOOP(1)
+KLOOP(2)
+KLOOP(3)
+KLOOP(4)
+KLOOP(5)
+KLOOP(6)
+#undef PAIR
+
+/* mr rows x nc columns of bf16 output from the tile; act is a constant after inlining.
+ * B = bias * cs per column, cs = GELU_VSCALE for GELU (the table's variable), else 1. */
+BF16 static inline __attribute__((always_inline)) void tile_out(
+    const float *acc, int mr, int64_t nc, const float *B, float cs, int64_t n0, uint16_t *out,
+    int64_t ldo, int act) {
+    const float(*tab)[16] = gelu_tab[act == ACT_GELU_TANH];
+    const __m512 csv = _mm512_set1_ps(cs), hk = _mm512_set1_ps(0.5f / (float)GELU_VSCALE);
+    for (int j = 0; j < NR / 16; j++) {
+        const int64_t left = nc - 16 * j;
+        if (left <= 0) break;
+        const __mmask16 m = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+        const int64_t col = n0 + 16 * j;
+        const __m512 b = _mm512_maskz_loadu_ps(m, B + col);
+        for (int r = 0; r < mr; r++) {
+            __m512 y = _mm512_fmadd_ps(_mm512_load_ps(acc + r * NR + 16 * j), csv, b);
+            if (act == ACT_RELU) y = _mm512_max_ps(y, _mm512_setzero_ps());
+            if (act == ACT_GELU_ERF || act == ACT_GELU_TANH) y = gelu16(y, hk, tab);
+            _mm256_mask_storeu_epi16(out + r * ldo + col, m, (__m256i)_mm512_cvtneps_pbh(y));
+        }
+    }
+}
+
+BF16 static inline __attribute__((always_inline)) void gemm_bf16(
+    const uint16_t *x, int64_t m, int64_t ldx, uint16_t *out, int64_t ldo,
+    const pdlkit_gbf16_params *p, const float *B, float cs, int act) {
+    const int64_t n = p->n, k = p->k, k2 = (k + 1) / 2;
+    float acc[MR * NR] __attribute__((aligned(64)));
+    for (int64_t n0 = 0; n0 < n; n0 += NR) {
+        const uint16_t *panel = p->packed + (n0 / NR) * k2 * NR * 2;
+        const int64_t nc = n - n0 < NR ? n - n0 : NR;
+        for (int64_t i = 0; i < m; i += MR) {
+            const uint16_t *xi = x + i * ldx;
+            const int mr = m - i < MR ? (int)(m - i) : MR;
+            switch (mr) {
+            case 6: kloop6(xi, ldx, k, panel, acc); break;
+            case 5: kloop5(xi, ldx, k, panel, acc); break;
+            case 4: kloop4(xi, ldx, k, panel, acc); break;
+            case 3: kloop3(xi, ldx, k, panel, acc); break;
+            case 2: kloop2(xi, ldx, k, panel, acc); break;
+            default: kloop1(xi, ldx, k, panel, acc); break;
+            }
+            tile_out(acc, mr, nc, B, cs, n0, out + i * ldo, ldo, act);
+        }
+    }
+}
+
+BF16 static void gemm_dispatch(const uint16_t *x, int64_t m, int64_t ldx, uint16_t *out,
+                               int64_t ldo, const pdlkit_gbf16_params *p, const float *B,
+                               float cs) {
+    switch (p->act) {
+    case ACT_RELU: gemm_bf16(x, m, ldx, out, ldo, p, B, cs, ACT_RELU); break;
+    case ACT_GELU_ERF: gemm_bf16(x, m, ldx, out, ldo, p, B, cs, ACT_GELU_ERF); break;
+    case ACT_GELU_TANH: gemm_bf16(x, m, ldx, out, ldo, p, B, cs, ACT_GELU_TANH); break;
+    default: gemm_bf16(x, m, ldx, out, ldo, p, B, cs, ACT_NONE); break;
+    }
+}
+
+static int has_bf16(void) {
+    static int cached = -1;
+    if (cached < 0) {
+        __builtin_cpu_init();
+        cached = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+    }
+    return cached;
+}
+#else
+static int has_bf16(void) { return 0; }
+#endif
+
+/* ---------------------------------------------------------------- entry points */
+
+/* Builds the GELU tables (call once before using the library from several threads);
+ * returns 1 when the AVX512_BF16 path runs on this CPU, 0 otherwise. */
+int pdlkit_gbf16_init(void) {
+#if PDLKIT_X86
+    gelu_tables_init();
+#endif
+    return has_bf16();
+}
+
+/* out[m, n] (bf16, rows ldo elements apart) from x [m, k] (bf16, rows ldx elements apart, each
+ * row contiguous); bias: bf16 [n] or NULL. Returns 0; 1 where this CPU lacks AVX512_BF16;
+ * -1 when out of memory. */
+int pdlkit_gbf16_run(const uint16_t *x, int64_t m, int64_t ldx, uint16_t *out, int64_t ldo,
+                     const uint16_t *bias, const pdlkit_gbf16_params *p) {
+#if PDLKIT_X86
+    if (!has_bf16()) return 1;
+    if (m <= 0 || p->n <= 0) return 0;
+    const int gelu = p->act == ACT_GELU_ERF || p->act == ACT_GELU_TANH;
+    const float cs = gelu ? (float)GELU_VSCALE : 1.0f;
+    float local[4096];
+    float *B = p->n <= 4096 ? local : (float *)malloc(sizeof(float) * (size_t)p->n);
+    if (!B) return -1;
+    for (int64_t j = 0; j < p->n; j++) B[j] = bias ? bf16_to_f32(bias[j]) * cs : 0.0f;
+    if (gelu && !gelu_ready) gelu_tables_init();
+    gemm_dispatch(x, m, ldx, out, ldo, p, B, cs);
+    if (B != local) free(B);
+    return 0;
+#else
+    (void)x, (void)m, (void)ldx, (void)out, (void)ldo, (void)bias, (void)p;
+    return 1;
+#endif
+}
+
+/* The same in plain C, from the packed weight (what the tests compare the AVX-512 path with). */
+int pdlkit_gbf16_run_scalar(const uint16_t *x, int64_t m, int64_t ldx, uint16_t *out,
+                            int64_t ldo, const uint16_t *bias, const pdlkit_gbf16_params *p) {
+    const int64_t k2 = (p->k + 1) / 2;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < p->n; j++) {
+            float s = 0.0f;
+            for (int64_t t = 0; t < p->k; t++) {
+                const uint16_t w = p->packed[(((j / NR) * k2 + t / 2) * NR + j % NR) * 2 + t % 2];
+                s += bf16_to_f32(x[i * ldx + t]) * bf16_to_f32(w);
+            }
+            out[i * ldo + j] = f32_to_bf16(act_scalar(s + (bias ? bf16_to_f32(bias[j]) : 0.0f), p->act));
+        }
+    return 0;
+}

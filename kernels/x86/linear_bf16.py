@@ -1,0 +1,199 @@
+"""BF16 linear [+ ReLU | GELU] on x86 as one AVX512_BF16 GEMM with the epilogue fused
+(``gemm_bf16.c``): the logical ops ``linear``, ``linear_relu`` and ``linear_gelu`` of
+``patterns/cpu/`` when input, weight and bias are bfloat16 (a ``model.to(torch.bfloat16)``).
+
+Per call: one C call multiplies the bf16 activations with the weight pre-packed into
+64-column panels (``vdpbf16ps``, float32 accumulation) and finishes every 6 x 64 tile in
+registers: bias, activation (GELU as polynomials accurate to 3e-7 in float32), one rounding to
+bfloat16 (nearest even). Inference only (no backward): graphs that train keep the oneDNN /
+addmm kernels, which declare one.
+
+Measured on one Zen 4 core against oneDNN's BF16 matmul with a pre-packed weight
+(``linear_onednn`` / ``linear_gelu_onednn``; ``benchmarks/x86_qlinear.py``, second table):
+0.82-0.95x oneDNN's time on the bert-mini and BERT-base shapes, 200-224 GFLOP/s where the
+single-core limit (2048^3 through oneDNN) is about 214; 0.23-0.33x at M <= 8.
+
+Where oneDNN wins, the kernel makes oneDNN's call itself (weight packed by oneDNN on first
+need): with several torch threads, GEMMs of ``PARALLEL_MIN_MACS`` multiply-adds or more go to
+oneDNN's parallel GEMM, since the GEMM here is single-threaded.
+
+The library is built on first load with the host's C compiler
+(:func:`pdlkit.runtime_abi.native_build.build_library`, cached by hash); on a host that is not
+x86-64, or without a compiler, this file warns once and declares nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from pdlkit.runtime_abi.native_build import host_arch
+from torch import Tensor
+
+import pdlkit
+
+SOURCE = Path(__file__).resolve().with_name("gemm_bf16.c")
+_ACT = {"none": 0, "relu": 1, "gelu:none": 2, "gelu:tanh": 3}
+PARALLEL_MIN_MACS = 1 << 23  # half the int8 kernel's: a BF16 multiply-add costs twice the time
+
+
+class _Params(ctypes.Structure):
+    """``pdlkit_gbf16_params`` of gemm_bf16.c."""
+
+    _fields_ = [
+        ("n", ctypes.c_int64),
+        ("k", ctypes.c_int64),
+        ("packed", ctypes.c_void_p),
+        ("act", ctypes.c_int32),
+        ("pad_", ctypes.c_int32),
+    ]
+
+
+def _load() -> ctypes.CDLL | None:
+    if host_arch() != "x86_64":
+        return None
+    from pdlkit.runtime_abi.native_build import BuildError, build_library
+
+    try:
+        lib = ctypes.CDLL(str(build_library(SOURCE, "x86_64")))
+    except (BuildError, OSError) as e:
+        warnings.warn(
+            f"pdlkit: {SOURCE.name} could not be built, the BF16 linear kernels are not "
+            f"declared: {e}",
+            stacklevel=2,
+        )
+        return None
+    if lib.pdlkit_gbf16_params_size() != ctypes.sizeof(_Params):
+        warnings.warn(f"pdlkit: {SOURCE.name}: parameter struct size mismatch", stacklevel=2)
+        return None
+    lib.pdlkit_gbf16_init()
+    p, i64 = ctypes.c_void_p, ctypes.c_int64
+    lib.pdlkit_gbf16_packed_size.argtypes = [i64, i64]
+    lib.pdlkit_gbf16_packed_size.restype = i64
+    lib.pdlkit_gbf16_pack.argtypes = [p, i64, i64, i64, p]
+    lib.pdlkit_gbf16_pack.restype = None
+    for f in (lib.pdlkit_gbf16_run, lib.pdlkit_gbf16_run_scalar):
+        f.argtypes = [p, i64, i64, p, i64, p, p]  # x, m, ldx, out, ldo, bias, params
+        f.restype = ctypes.c_int
+    return lib
+
+
+class _Packed:
+    """One call site's weight in the GEMM's panel layout and the kernel's parameters; the
+    weight's storage (aliased) for oneDNN's packed copy, made on first need."""
+
+    __slots__ = ("__weakref__", "k", "n", "onednn", "packed", "params", "params_addr", "post", "w")
+
+    def __init__(self, weight: Tensor, act: int, post: tuple[str, str]):
+        assert _LIB is not None
+        n, k = weight.shape
+        self.w = torch.empty(0, dtype=weight.dtype).set_(
+            weight.untyped_storage(), weight.storage_offset(), tuple(weight.shape),
+            tuple(weight.stride()),
+        )  # fmt: skip
+        wc = weight.contiguous()
+        self.packed = torch.empty(_LIB.pdlkit_gbf16_packed_size(n, k) // 2, dtype=torch.bfloat16)
+        _LIB.pdlkit_gbf16_pack(wc.data_ptr(), k, n, k, self.packed.data_ptr())
+        self.n, self.k, self.post = n, k, post
+        self.onednn: Tensor | None = None
+        self.params = _Params(n=n, k=k, packed=self.packed.data_ptr(), act=act)
+        self.params_addr = ctypes.addressof(self.params)
+
+    def onednn_weight(self) -> Tensor:
+        if self.onednn is None:
+            self.onednn = torch.ops.mkldnn._reorder_linear_weight(self.w, None)
+        return self.onednn
+
+    def __sizeof__(self) -> int:
+        own = self.packed.nbytes
+        if self.onednn is not None:
+            own += self.onednn.element_size() * self.onednn.numel()
+        return own
+
+
+def _packer(act_of: Any) -> Any:
+    def pack(weight: Tensor, attrs: Mapping[str, Any]) -> _Packed:
+        if weight.shape[1] == 0:
+            raise pdlkit.KernelUnsupported("K = 0")
+        act, post = act_of(attrs)
+        return _Packed(weight, act, post)
+
+    return pack
+
+
+def _gelu_act(attrs: Mapping[str, Any]) -> tuple[int, tuple[str, str]]:
+    approximate = str(attrs["approximate"])
+    if approximate not in ("none", "tanh"):
+        raise pdlkit.KernelUnsupported(f"approximate={approximate!r}")
+    return _ACT[f"gelu:{approximate}"], ("gelu", approximate)
+
+
+def _meta(x: Tensor, weight: Tensor, bias: Tensor | None, *rest: object) -> Tensor:
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+_LIB = _load()
+
+if _LIB is not None:
+    _run = _LIB.pdlkit_gbf16_run
+    _empty = torch.empty
+    _bf16 = torch.bfloat16
+    _threads = torch.get_num_threads
+    _onednn = torch.ops.mkldnn._linear_pointwise.default
+
+    def _gemm(x: Tensor, p: _Packed, bias: Tensor | None) -> Tensor:
+        k, n = p.k, p.n
+        m = x.numel() // k
+        if m * n * k >= PARALLEL_MIN_MACS and _threads() > 1:
+            y = _onednn(x.reshape(-1, k), p.onednn_weight(), bias, p.post[0], [], p.post[1])
+            return y.reshape(*x.shape[:-1], n)
+        if x.dim() == 2 and x.stride(1) == 1 and x.stride(0) >= k:
+            ldx = x.stride(0)  # rows anywhere, each contiguous (BERT's pooler: x[:, 0])
+        else:
+            if not x.is_contiguous():
+                x = x.contiguous()
+            ldx = k
+        out = _empty((*x.shape[:-1], n), dtype=_bf16)
+        if m == 0:
+            return out
+        if bias is not None and not bias.is_contiguous():
+            bias = bias.contiguous()
+        rc = _run(
+            x.data_ptr(), m, ldx, out.data_ptr(), n,
+            None if bias is None else bias.data_ptr(), p.params_addr,
+        )  # fmt: skip
+        if rc:
+            raise pdlkit.KernelUnsupported("this CPU has no AVX512_BF16")
+        return out
+
+    _DECL: dict[str, Any] = {
+        "device": "cpu",
+        "dtypes": {"x": [torch.bfloat16], "weight": [torch.bfloat16], "bias": [torch.bfloat16]},
+        "shapes": {"weight": {"rank": 2}},
+        "requires": ["avx512f", "avx512_bf16"],
+        "priority": 10,  # before oneDNN's (1) and addmm's (0)
+        "prepack_arg": "weight",
+        "traits": ["deterministic"],
+        "meta": _meta,
+    }
+
+    @pdlkit.kernel(op="linear", prepack=_packer(lambda a: (0, ("none", ""))), **_DECL)
+    def linear_bf16(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        """x @ weight.T + bias in bf16 (float32 accumulation), one fused AVX512_BF16 GEMM."""
+        return _gemm(x, weight, bias)  # type: ignore[arg-type]
+
+    @pdlkit.kernel(op="linear_relu", prepack=_packer(lambda a: (1, ("relu", ""))), **_DECL)
+    def linear_relu_bf16(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        """relu(x @ weight.T + bias) in bf16, one fused AVX512_BF16 GEMM."""
+        return _gemm(x, weight, bias)  # type: ignore[arg-type]
+
+    @pdlkit.kernel(op="linear_gelu", prepack=_packer(_gelu_act), **_DECL)
+    def linear_gelu_bf16(
+        x: Tensor, weight: Tensor, bias: Tensor | None, approximate: str
+    ) -> Tensor:
+        """gelu(x @ weight.T + bias, approximate) in bf16, one fused AVX512_BF16 GEMM."""
+        return _gemm(x, weight, bias)  # type: ignore[arg-type]

@@ -1,0 +1,170 @@
+"""linear_bf16 / linear_relu_bf16 / linear_gelu_bf16 (kernels/x86/linear_bf16.py): one
+AVX512_BF16 GEMM with bias and activation fused (kernels/x86/gemm_bf16.c)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from pdlkit.runtime_abi.capability import host
+from pdlkit.runtime_abi.native_build import build_library, host_arch
+from pdlkit.runtime_abi.registry import load_kernel_file
+
+import pdlkit
+
+ROOT = Path(__file__).resolve().parents[1]
+
+if host_arch() != "x86_64" or "avx512_bf16" not in host().features:
+    pytest.skip(
+        "the BF16 GEMM kernels are declared for x86-64 hosts with avx512_bf16",
+        allow_module_level=True,
+    )
+if shutil.which(os.environ.get("CC", "cc")) is None:
+    pytest.skip("no C compiler (cc / $CC) to build gemm_bf16.c", allow_module_level=True)
+
+ACTS = [("linear_bf16", None), ("linear_relu_bf16", None), ("linear_gelu_bf16", "none"),
+        ("linear_gelu_bf16", "tanh")]  # fmt: skip
+# M = 1 and M % 6 tails, K odd and K = 1, N % 16 / N % 64 tails, N > 64 (several panels)
+SHAPES = [((1, 7), 5), ((5, 33), 17), ((2, 3, 70), 9), ((17, 64), 63), ((4, 1), 1), ((3, 256), 130)]
+
+
+@pytest.fixture(scope="module")
+def decls():
+    return {k.name: k for k in load_kernel_file(ROOT / "kernels" / "x86" / "linear_bf16.py")}
+
+
+def _call(decl, x, w, b, approximate):
+    packed = decl.prepack(w, {} if approximate is None else {"approximate": approximate})
+    if approximate is None:
+        return decl.fn(x, packed, b)
+    return decl.fn(x, packed, b, approximate)
+
+
+def _reference(name, x, w, b, approximate):
+    """The float32 result of the bf16 operands (what the kernel rounds once to bf16)."""
+    y = F.linear(x.float(), w.float(), None if b is None else b.float())
+    if "relu" in name:
+        y = y.relu()
+    if approximate is not None:
+        y = F.gelu(y, approximate=approximate)
+    return y
+
+
+def _operands(g, x_shape, n, bias=True):
+    k = x_shape[-1]
+    x = torch.randn(x_shape, generator=g).bfloat16()
+    w = (torch.randn(n, k, generator=g) / k**0.5).bfloat16()
+    b = torch.randn(n, generator=g).bfloat16() if bias else None
+    return x, w, b
+
+
+@pytest.mark.parametrize(("name", "approximate"), ACTS)
+def test_matches_the_float32_result_rounded_once(decls, name, approximate):
+    g = torch.Generator().manual_seed(0)
+    for x_shape, n in SHAPES:
+        for bias in (True, False):
+            x, w, b = _operands(g, x_shape, n, bias)
+            got = _call(decls[name], x, w, b, approximate)
+            want = _reference(name, x, w, b, approximate)
+            assert got.dtype == torch.bfloat16 and got.shape == want.shape
+            # one bf16 rounding of a float32 sum: 2^-8 relative, plus the summation order
+            torch.testing.assert_close(got.float(), want, rtol=2**-8, atol=1e-5 * x.shape[-1])
+
+
+def test_vector_path_equals_the_plain_c_path(decls):
+    lib, params_t = (decls["linear_bf16"].fn.__globals__[k] for k in ("_LIB", "_Params"))
+    g = torch.Generator().manual_seed(1)
+    for (m, k), n in [((13, 131), 70), ((6, 2), 64), ((1, 1031), 3)]:
+        x, w, b = _operands(g, (m, k), n)
+        packed = torch.empty(lib.pdlkit_gbf16_packed_size(n, k) // 2, dtype=torch.bfloat16)
+        lib.pdlkit_gbf16_pack(w.data_ptr(), k, n, k, packed.data_ptr())
+        for act in (0, 1, 2, 3):
+            p = params_t(n=n, k=k, packed=packed.data_ptr(), act=act)
+            outs = []
+            for run in (lib.pdlkit_gbf16_run, lib.pdlkit_gbf16_run_scalar):
+                out = torch.empty(m, n, dtype=torch.bfloat16)
+                assert (
+                    run(x.data_ptr(), m, k, out.data_ptr(), n, b.data_ptr(), ctypes.addressof(p))
+                    == 0
+                )
+                outs.append(out.float())
+            # the same float32 sums in another order: at most one bf16 step apart
+            torch.testing.assert_close(outs[0], outs[1], rtol=2**-7, atol=1e-6 * k)
+
+
+def test_strided_rows_are_read_in_place_and_other_layouts_copied(decls):
+    g = torch.Generator().manual_seed(2)
+    _, w, b = _operands(g, (1, 40), 12)
+    rows = torch.randn(3, 5, 40, generator=g).bfloat16()[:, 0]  # BERT's pooler input
+    cols = torch.randn(40, 6, generator=g).bfloat16().t()
+    for x in (rows, cols):
+        got = _call(decls["linear_bf16"], x, w, b, None)
+        torch.testing.assert_close(
+            got.float(), _reference("linear", x, w, b, None), rtol=2**-8, atol=1e-4
+        )
+    assert _call(
+        decls["linear_bf16"], torch.empty(0, 40, dtype=torch.bfloat16), w, b, None
+    ).shape == (0, 12)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_large_gemms_go_to_onednn_only_with_several_threads(decls, monkeypatch, threads):
+    decl = decls["linear_gelu_bf16"]
+    g = decl.fn.__globals__
+    monkeypatch.setitem(g, "PARALLEL_MIN_MACS", 100)
+    monkeypatch.setitem(g, "_threads", lambda: threads)
+    calls = []
+    onednn = g["_onednn"]
+
+    def counted(*a):
+        calls.append(1)
+        return onednn(*a)
+
+    monkeypatch.setitem(g, "_onednn", counted)
+    x, w, b = _operands(torch.Generator().manual_seed(3), (2, 5, 40), 24)
+    got = _call(decl, x, w, b, "tanh")
+    torch.testing.assert_close(
+        got.float(), _reference("gelu", x, w, b, "tanh"), rtol=2**-7, atol=1e-3
+    )
+    assert got.shape == (2, 5, 24) and len(calls) == (1 if threads > 1 else 0)
+
+
+def test_sibling_header_is_part_of_the_build_hash(tmp_path):
+    src = tmp_path / "k.c"
+    src.write_text('#include "k.h"\nint f(void) { return K; }\n')
+    (tmp_path / "k.h").write_text("#define K 1\n")
+    first = build_library(src, "x86_64", out_dir=tmp_path / "out")
+    (tmp_path / "k.h").write_text("#define K 2\n")
+    second = build_library(src, "x86_64", out_dir=tmp_path / "out")
+    assert first != second
+    assert ctypes.CDLL(str(first)).f() == 1 and ctypes.CDLL(str(second)).f() == 2
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(64, 256), torch.nn.Linear(256, 64)
+
+    def forward(self, x):
+        return self.down(F.gelu(self.up(x)))
+
+
+def test_bf16_model_runs_the_fused_kernels():
+    torch.manual_seed(0)
+    model = Mlp().eval().to(torch.bfloat16)
+    x = torch.randn(4, 10, 64).bfloat16()
+    pdlkit.stats(reset=True)
+    with torch.no_grad():
+        ref = model(x)
+        out = pdlkit.optimize(model)(x)
+    st = pdlkit.stats()
+    assert st["by_kernel"]["linear_gelu_bf16"]["kernel_calls"] == 1
+    assert st["by_kernel"]["linear_bf16"]["kernel_calls"] == 1
+    assert st["fallbacks"] == 0
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), ref.float(), rtol=0.02, atol=0.02)
