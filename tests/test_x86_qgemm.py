@@ -279,3 +279,21 @@ def test_quantized_bert_ffn_gemms_use_the_kernel():
     assert st["fallbacks"] == 0
     assert cosine_similarity(ref, out) >= 0.999
     torch.testing.assert_close(out, ref, rtol=0, atol=0.1)
+
+
+def test_scales_and_bias_are_read_at_every_call(kernel):
+    """The per-site pointer cache keeps tensors, not values: an in-place update shows."""
+    g = torch.Generator().manual_seed(5)
+    x_q, w_q, ws, wz, b = _operands(g, (6, 32), 7, False)
+    attrs = dict(x_scale=0.02, x_zp=120, out_scale=0.05, out_zp=3, out_qmin=0, out_qmax=255)
+    packed = kernel.prepack(w_q, {**attrs, "post_op": "none", "algorithm": ""})
+
+    def call():
+        return kernel.fn(x_q, 0.02, 120, packed, ws, wz, b, 0.05, 3, 0, 255, "none", "")
+
+    first = call()
+    ws.mul_(0.5)
+    b.add_(1.0)
+    want = _reference(x_q, 0.02, 120, w_q, ws, wz, b, 0.05, 3, 0, 255, "none", "")
+    assert (call().int() - want.int()).abs().max() <= 1
+    assert not torch.equal(first, want)
