@@ -68,11 +68,14 @@ def compiler_for(arch: str) -> str:
     return found
 
 
-def library_command(source: Path, out: Path, arch: str = "aarch64") -> list[str]:
-    """The documented build command for one kernel library."""
+def library_command(
+    source: Path, out: Path, arch: str = "aarch64", extra: tuple[str, ...] = ()
+) -> list[str]:
+    """The documented build command for one kernel library (``extra``: flags a kernel file
+    asks for, e.g. ``-fopenmp``)."""
     flags = LIBRARY_FLAGS.get(arch, ("-O3",))
     return [
-        compiler_for(arch), *flags, "-shared", "-fPIC", "-Wall", "-I", str(HEADER.parent),
+        compiler_for(arch), *flags, *extra, "-shared", "-fPIC", "-Wall", "-I", str(HEADER.parent),
         str(source), "-lm", "-o", str(out),
     ]  # fmt: skip
 
@@ -118,13 +121,17 @@ def _build(
 
 
 def build_library(
-    source: Path = A64_GEMM_SOURCE, arch: str = "aarch64", out_dir: Path | None = None
+    source: Path = A64_GEMM_SOURCE,
+    arch: str = "aarch64",
+    out_dir: Path | None = None,
+    extra: tuple[str, ...] = (),
 ) -> Path:
-    """Build (or find cached) the kernel library from ``source`` for ``arch``."""
+    """Build (or find cached) the kernel library from ``source`` for ``arch``, with the
+    ``extra`` compiler flags (part of the cache key like the rest of the command)."""
     stem = "lib" + (
         "pdlkit_" + source.stem if not source.stem.startswith("pdlkit") else source.stem
     )
-    cmd = library_command(source, Path("@OUT"), arch)
+    cmd = library_command(source, Path("@OUT"), arch, extra)
     # headers beside the source (#include "x.h") are part of what is built: a change to one
     # builds anew
     headers = sorted(source.parent.glob("*.h"))

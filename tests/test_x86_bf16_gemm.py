@@ -112,10 +112,29 @@ def test_strided_rows_are_read_in_place_and_other_layouts_copied(decls):
     ).shape == (0, 12)
 
 
+def test_the_openmp_build_splits_gemms_over_torch_threads_with_identical_results(decls):
+    decl = decls["linear_gelu_bf16"]
+    if not decl.fn.__globals__["_parallel"]:
+        pytest.skip("gemm_bf16.c was built without OpenMP (the compiler has no -fopenmp)")
+    x, w, b = _operands(torch.Generator().manual_seed(4), (301, 256), 200)  # parallel size
+    before = torch.get_num_threads()
+    try:
+        outs = []
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            outs.append(_call(decl, x, w, b, "none"))
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(outs[0], outs[1])  # tiles are independent: no reduction across threads
+
+
 @pytest.mark.parametrize("threads", [1, 2])
-def test_large_gemms_go_to_onednn_only_with_several_threads(decls, monkeypatch, threads):
+def test_a_single_threaded_build_hands_large_gemms_to_onednn_with_several_threads(
+    decls, monkeypatch, threads
+):
     decl = decls["linear_gelu_bf16"]
     g = decl.fn.__globals__
+    monkeypatch.setitem(g, "_parallel", False)  # as if built without OpenMP
     monkeypatch.setitem(g, "PARALLEL_MIN_MACS", 100)
     monkeypatch.setitem(g, "_threads", lambda: threads)
     calls = []

@@ -146,8 +146,11 @@ def test_non_contiguous_activations_strided_rows_and_no_rows(kernel):
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_large_gemms_go_to_onednn_only_with_several_threads(kernel, monkeypatch, threads):
+def test_a_single_threaded_build_hands_large_gemms_to_onednn_with_several_threads(
+    kernel, monkeypatch, threads
+):
     g = kernel.fn.__globals__
+    monkeypatch.setitem(g, "_parallel", False)  # as if built without OpenMP
     monkeypatch.setitem(g, "PARALLEL_MIN_MACS", 100)
     monkeypatch.setitem(g, "_threads", lambda: threads)
     calls = []
@@ -164,6 +167,24 @@ def test_large_gemms_go_to_onednn_only_with_several_threads(kernel, monkeypatch,
         args = (x_q, 0.02, 120, w_q, ws, wz, b, 0.05, 3, 0, 255, post, algo)
         assert (_call(kernel, args).int() - _reference(*args).int()).abs().max() <= 1
     assert len(calls) == (len(POSTS) if threads > 1 else 0)
+
+
+def test_the_openmp_build_splits_gemms_over_torch_threads_with_identical_results(kernel):
+    if not kernel.fn.__globals__["_parallel"]:
+        pytest.skip("qgemm_vnni.c was built without OpenMP (the compiler has no -fopenmp)")
+    g = torch.Generator().manual_seed(6)
+    x_q, w_q, ws, wz, b = _operands(g, (301, 256), 200, False)  # 2^24 multiply-adds: parallel
+    args = (x_q, 0.02, 117, w_q, ws, wz, b, 0.05, 3, 0, 255, "gelu", "none")
+    before = torch.get_num_threads()
+    try:
+        outs = []
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            outs.append(_call(kernel, args))
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(outs[0], outs[1])  # tiles are independent: no reduction across threads
+    assert (outs[1].int() - _reference(*args).int()).abs().max() <= 1
 
 
 def _run_c(decls, x_q, w_q, ws, act, scalar, x_scale=1.0, x_zp=0):

@@ -13,8 +13,8 @@
  * The micro-kernel keeps a 6 x 64 float32 tile in 24 zmm registers, broadcasts one pair of x
  * per row and issues 24 vdpbf16ps per 10 loads; the tile then goes through the epilogue in
  * registers (bias, activation, conversion) and is stored as bf16. Panels outside, 6-row
- * blocks inside, full K per tile. Single-threaded (the Python side hands large GEMMs to
- * oneDNN when torch runs several threads). Same structure as qgemm_vnni.c's int8 GEMM.
+ * blocks inside, full K per tile; built with -fopenmp, GEMMs of 2^20 multiply-adds or more
+ * share their tiles over torch's OpenMP threads. Same structure as qgemm_vnni.c's int8 GEMM.
  *
  * Measured on one Zen 4 core (benchmarks/x86_qlinear.py): 200-224 GFLOP/s on the bert-mini and
  * BERT-base shapes (single-core limit about 214), 0.82-0.95x oneDNN's BF16 matmul time.
@@ -23,8 +23,9 @@
  * attributes and run only where __builtin_cpu_supports says so; elsewhere pdlkit_gbf16_run
  * returns 1. pdlkit_gbf16_run_scalar is the plain C reference the tests compare with.
  *
- * Build (what pdlkit.runtime_abi.native_build.build_library(path, "x86_64") runs):
- *   cc -O3 -shared -fPIC -Wall kernels/x86/gemm_bf16.c -lm -o libpdlkit_gemm_bf16.so
+ * Build (what pdlkit.runtime_abi.native_build.build_library(path, "x86_64", extra=("-fopenmp",))
+ * runs; without -fopenmp the same source builds single-threaded):
+ *   cc -O3 -fopenmp -shared -fPIC -Wall kernels/x86/gemm_bf16.c -lm -o libpdlkit_gemm_bf16.so
  */
 
 #include <math.h>
@@ -48,6 +49,8 @@
 
 enum { ACT_NONE = 0, ACT_RELU = 1, ACT_GELU_ERF = 2, ACT_GELU_TANH = 3 };
 enum { NR = 64, MR = 6 };
+/* GEMMs smaller than this run on the calling thread: a parallel region costs a few us */
+#define PARALLEL_MIN_MACS ((int64_t)1 << 20)
 
 typedef struct {
     int64_t n;              /* output columns (weight rows) */
@@ -193,23 +196,28 @@ BF16 static inline __attribute__((always_inline)) void gemm_bf16(
     const uint16_t *x, int64_t m, int64_t ldx, uint16_t *out, int64_t ldo,
     const pdlkit_gbf16_params *p, const float *B, float cs, int act) {
     const int64_t n = p->n, k = p->k, k2 = (k + 1) / 2;
-    float acc[MR * NR] __attribute__((aligned(64)));
-    for (int64_t n0 = 0; n0 < n; n0 += NR) {
+    const int64_t blocks = (m + MR - 1) / MR, tiles = ((n + NR - 1) / NR) * blocks;
+    /* tile t = (panel t / blocks, row block t % blocks), shared over torch's OpenMP threads
+     * where built with -fopenmp, as in qgemm_vnni.c */
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(static) if (m * n * k >= PARALLEL_MIN_MACS)
+#endif
+    for (int64_t t = 0; t < tiles; t++) {
+        float acc[MR * NR] __attribute__((aligned(64)));
+        const int64_t n0 = (t / blocks) * NR, i = (t % blocks) * MR;
         const uint16_t *panel = p->packed + (n0 / NR) * k2 * NR * 2;
         const int64_t nc = n - n0 < NR ? n - n0 : NR;
-        for (int64_t i = 0; i < m; i += MR) {
-            const uint16_t *xi = x + i * ldx;
-            const int mr = m - i < MR ? (int)(m - i) : MR;
-            switch (mr) {
-            case 6: kloop6(xi, ldx, k, panel, acc); break;
-            case 5: kloop5(xi, ldx, k, panel, acc); break;
-            case 4: kloop4(xi, ldx, k, panel, acc); break;
-            case 3: kloop3(xi, ldx, k, panel, acc); break;
-            case 2: kloop2(xi, ldx, k, panel, acc); break;
-            default: kloop1(xi, ldx, k, panel, acc); break;
-            }
-            tile_out(acc, mr, nc, B, cs, n0, out + i * ldo, ldo, act);
+        const uint16_t *xi = x + i * ldx;
+        const int mr = m - i < MR ? (int)(m - i) : MR;
+        switch (mr) {
+        case 6: kloop6(xi, ldx, k, panel, acc); break;
+        case 5: kloop5(xi, ldx, k, panel, acc); break;
+        case 4: kloop4(xi, ldx, k, panel, acc); break;
+        case 3: kloop3(xi, ldx, k, panel, acc); break;
+        case 2: kloop2(xi, ldx, k, panel, acc); break;
+        default: kloop1(xi, ldx, k, panel, acc); break;
         }
+        tile_out(acc, mr, nc, B, cs, n0, out + i * ldo, ldo, act);
     }
 }
 
@@ -238,6 +246,15 @@ static int has_bf16(void) { return 0; }
 #endif
 
 /* ---------------------------------------------------------------- entry points */
+
+/* 1 when this build runs its GEMMs on torch's OpenMP threads (built with -fopenmp), else 0. */
+int pdlkit_gbf16_parallel(void) {
+#if defined(_OPENMP)
+    return 1;
+#else
+    return 0;
+#endif
+}
 
 /* Builds the GELU tables (call once before using the library from several threads);
  * returns 1 when the AVX512_BF16 path runs on this CPU, 0 otherwise. */

@@ -13,9 +13,11 @@ Measured on one Zen 4 core against oneDNN's BF16 matmul with a pre-packed weight
 0.82-0.95x oneDNN's time on the bert-mini and BERT-base shapes, 200-224 GFLOP/s where the
 single-core limit (2048^3 through oneDNN) is about 214; 0.23-0.33x at M <= 8.
 
-Where oneDNN wins, the kernel makes oneDNN's call itself (weight packed by oneDNN on first
-need): with several torch threads, GEMMs of ``PARALLEL_MIN_MACS`` multiply-adds or more go to
-oneDNN's parallel GEMM, since the GEMM here is single-threaded.
+Threads: built with ``-fopenmp`` where the compiler supports it, the library shares GEMMs of
+2^20 multiply-adds or more over torch's own OpenMP threads (as ``qlinear_vnni.py`` does).
+Built without, the GEMM is single-threaded and, with several torch threads, GEMMs of
+``PARALLEL_MIN_MACS`` multiply-adds or more go to oneDNN's parallel GEMM (the kernel makes
+oneDNN's call itself, weight packed by oneDNN on first need).
 
 The library is built on first load with the host's C compiler
 (:func:`pdlkit.runtime_abi.native_build.build_library`, cached by hash); on a host that is not
@@ -38,7 +40,9 @@ import pdlkit
 
 SOURCE = Path(__file__).resolve().with_name("gemm_bf16.c")
 _ACT = {"none": 0, "relu": 1, "gelu:none": 2, "gelu:tanh": 3}
-PARALLEL_MIN_MACS = 1 << 23  # half the int8 kernel's: a BF16 multiply-add costs twice the time
+# built without OpenMP: GEMMs handed to oneDNN with several threads (half the int8 kernel's
+# threshold: a BF16 multiply-add costs twice the time)
+PARALLEL_MIN_MACS = 1 << 23
 
 
 class _Params(ctypes.Structure):
@@ -59,7 +63,11 @@ def _load() -> ctypes.CDLL | None:
     from pdlkit.runtime_abi.native_build import BuildError, build_library
 
     try:
-        lib = ctypes.CDLL(str(build_library(SOURCE, "x86_64")))
+        try:  # on torch's OpenMP threads where the compiler has OpenMP, else single-threaded
+            path = build_library(SOURCE, "x86_64", extra=("-fopenmp",))
+        except BuildError:
+            path = build_library(SOURCE, "x86_64")
+        lib = ctypes.CDLL(str(path))
     except (BuildError, OSError) as e:
         warnings.warn(
             f"pdlkit: {SOURCE.name} could not be built, the BF16 linear kernels are not "
@@ -71,6 +79,7 @@ def _load() -> ctypes.CDLL | None:
         warnings.warn(f"pdlkit: {SOURCE.name}: parameter struct size mismatch", stacklevel=2)
         return None
     lib.pdlkit_gbf16_init()
+    lib.pdlkit_gbf16_parallel.restype = ctypes.c_int
     p, i64 = ctypes.c_void_p, ctypes.c_int64
     lib.pdlkit_gbf16_packed_size.argtypes = [i64, i64]
     lib.pdlkit_gbf16_packed_size.restype = i64
@@ -144,11 +153,12 @@ if _LIB is not None:
     _bf16 = torch.bfloat16
     _threads = torch.get_num_threads
     _onednn = torch.ops.mkldnn._linear_pointwise.default
+    _parallel = bool(_LIB.pdlkit_gbf16_parallel())  # the GEMM runs on torch's OpenMP threads
 
     def _gemm(x: Tensor, p: _Packed, bias: Tensor | None) -> Tensor:
         k, n = p.k, p.n
         m = x.numel() // k
-        if m * n * k >= PARALLEL_MIN_MACS and _threads() > 1:
+        if not _parallel and m * n * k >= PARALLEL_MIN_MACS and _threads() > 1:
             y = _onednn(x.reshape(-1, k), p.onednn_weight(), bias, p.post[0], [], p.post[1])
             return y.reshape(*x.shape[:-1], n)
         if x.dim() == 2 and x.stride(1) == 1 and x.stride(0) >= k:

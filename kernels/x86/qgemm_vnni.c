@@ -20,8 +20,8 @@
  * four activation bytes per row and issues 24 vpdpbusd per 10 loads; the tile then goes
  * through the epilogue in registers (the accumulators never reach memory as a [M, N]
  * matrix). Loop order: panels outside, 6-row blocks inside, full K per tile (a K = 1024
- * panel is 64 KB and streams from L2). Single-threaded: the Python side hands large outputs
- * to oneDNN when torch runs several threads.
+ * panel is 64 KB and streams from L2). Built with -fopenmp (qlinear_vnni.py tries that first),
+ * the tiles of GEMMs of 2^21 multiply-adds or more are shared over torch's OpenMP threads.
  *
  * Epilogue. y = (acc + colcorr) * S[n] + B[n] with S, B folded per call
  * (S = x_scale * w_scale * c, B = bias * c; c = inv_out_scale, or the GELU table's index
@@ -51,9 +51,9 @@
  * (pdlkit_qgemm_run_scalar, libm erff / tanhf / nearbyintf) is the reference the tests
  * compare with.
  *
- * Build (what pdlkit.runtime_abi.native_build.build_library(path, "x86_64") runs; no -m flags
- * needed):
- *   cc -O3 -shared -fPIC -Wall kernels/x86/qgemm_vnni.c -lm -o libpdlkit_qgemm_vnni.so
+ * Build (what pdlkit.runtime_abi.native_build.build_library(path, "x86_64", extra=("-fopenmp",))
+ * runs; no -m flags needed; without -fopenmp the same source builds single-threaded):
+ *   cc -O3 -fopenmp -shared -fPIC -Wall kernels/x86/qgemm_vnni.c -lm -o libpdlkit_qgemm_vnni.so
  */
 
 #include <math.h>
@@ -98,6 +98,8 @@ typedef struct {
 int pdlkit_qgemm_params_size(void) { return (int)sizeof(pdlkit_qgemm_params); }
 
 enum { NR = 64, MR = 6 };
+/* GEMMs smaller than this run on the calling thread: a parallel region costs a few us */
+#define PARALLEL_MIN_MACS ((int64_t)1 << 21)
 
 /* Bytes of the packed weight: ceil(N / 64) panels of ceil(K / 4) groups of 64 x 4 bytes. */
 int64_t pdlkit_qgemm_packed_size(int64_t n, int64_t k) {
@@ -287,23 +289,30 @@ VNNI static inline __attribute__((always_inline)) void gemm_vnni(
     const uint8_t *x, int64_t m, int64_t ldx, void *out, int64_t ldo,
     const pdlkit_qgemm_params *p, const epi_t *e, int act, int kind) {
     const int64_t n = p->n, k = p->k, k4 = (k + 3) / 4, esize = kind == OUT_F32 ? 4 : 1;
-    int32_t acc[MR * NR] __attribute__((aligned(64)));
-    for (int64_t n0 = 0; n0 < n; n0 += NR) {
+    const int64_t blocks = (m + MR - 1) / MR, tiles = ((n + NR - 1) / NR) * blocks;
+    /* Tile t is (panel t / blocks, row block t % blocks): a static schedule gives each thread
+     * a run of whole panels (its share of the weight stays in its core's cache). Threads come
+     * from torch's own OpenMP runtime (the library links libgomp.so.1, which torch has
+     * loaded), so torch.set_num_threads applies and no second pool competes for the cores. */
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(static) if (m * n * k >= PARALLEL_MIN_MACS)
+#endif
+    for (int64_t t = 0; t < tiles; t++) {
+        int32_t acc[MR * NR] __attribute__((aligned(64)));
+        const int64_t n0 = (t / blocks) * NR, i = (t % blocks) * MR;
         const int8_t *panel = p->packed + (n0 / NR) * k4 * NR * 4;
         const int64_t nc = n - n0 < NR ? n - n0 : NR;
-        for (int64_t i = 0; i < m; i += MR) {
-            const uint8_t *xi = x + i * ldx;
-            const int mr = m - i < MR ? (int)(m - i) : MR;
-            switch (mr) {
-            case 6: kloop6(xi, ldx, k, panel, acc); break;
-            case 5: kloop5(xi, ldx, k, panel, acc); break;
-            case 4: kloop4(xi, ldx, k, panel, acc); break;
-            case 3: kloop3(xi, ldx, k, panel, acc); break;
-            case 2: kloop2(xi, ldx, k, panel, acc); break;
-            default: kloop1(xi, ldx, k, panel, acc); break;
-            }
-            tile_out(acc, mr, nc, p->colcorr, e, n0, i, (char *)out + i * ldo * esize, ldo, act, kind);
+        const uint8_t *xi = x + i * ldx;
+        const int mr = m - i < MR ? (int)(m - i) : MR;
+        switch (mr) {
+        case 6: kloop6(xi, ldx, k, panel, acc); break;
+        case 5: kloop5(xi, ldx, k, panel, acc); break;
+        case 4: kloop4(xi, ldx, k, panel, acc); break;
+        case 3: kloop3(xi, ldx, k, panel, acc); break;
+        case 2: kloop2(xi, ldx, k, panel, acc); break;
+        default: kloop1(xi, ldx, k, panel, acc); break;
         }
+        tile_out(acc, mr, nc, p->colcorr, e, n0, i, (char *)out + i * ldo * esize, ldo, act, kind);
     }
 }
 
@@ -349,6 +358,15 @@ int pdlkit_qgemm_init(void) {
     gelu_tables_init();
 #endif
     return has_vnni();
+}
+
+/* 1 when this build runs its GEMMs on torch's OpenMP threads (built with -fopenmp), else 0. */
+int pdlkit_qgemm_parallel(void) {
+#if defined(_OPENMP)
+    return 1;
+#else
+    return 0;
+#endif
 }
 
 /* The weight zero-point terms, when some w_zp[n] != 0: wzp[n] as int32 and

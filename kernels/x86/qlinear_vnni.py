@@ -13,10 +13,13 @@ Measured on one Zen 4 core against oneDNN's ``qlinear_pointwise`` with a pre-pac
 bert-mini's GEMMs (427-442 GOP/s against a single-core limit of about 435), 0.15x at M = 8
 (the pooler), where oneDNN's per-call cost (~25 us) dominates.
 
-Where oneDNN wins, the kernel makes oneDNN's call itself, from a oneDNN-packed weight made
-on first need: the GEMM here is single-threaded, so when torch runs several threads, GEMMs
-of ``PARALLEL_MIN_MACS`` multiply-adds or more go to oneDNN's parallel GEMM (a declaration's
-shape rules cannot say "M * N * K at most" at compile time).
+Threads: the library is built with ``-fopenmp`` where the compiler supports it and then
+splits GEMMs of 2^21 multiply-adds or more over torch's own OpenMP threads (it links
+``libgomp.so.1``, the runtime torch has loaded: ``torch.set_num_threads`` applies, no second
+pool). Built without OpenMP, the GEMM is single-threaded and, when torch runs several
+threads, GEMMs of ``PARALLEL_MIN_MACS`` multiply-adds or more go to oneDNN's parallel GEMM
+instead (the kernel makes oneDNN's call itself, from a oneDNN-packed weight made on first
+need: a declaration's shape rules cannot say "M * N * K at most" at compile time).
 
 The library is built on first load with the host's C compiler
 (:func:`pdlkit.runtime_abi.native_build.build_library`, cached by hash); on a host that is not
@@ -44,9 +47,10 @@ _ACTS.update({("gelu", "none"): 2, ("gelu", ""): 2, ("gelu", "tanh"): 3})
 _POSTS = (("none", ""), ("relu", ""), ("gelu", "none"), ("gelu", "tanh"))  # by act code
 _OUT_KIND = {torch.uint8: 0, torch.int8: 1, torch.float32: 2}
 
-# With several torch threads, GEMMs of this many multiply-adds or more go to oneDNN's parallel
-# GEMM: one core here takes M N K / 2.2e11 s, oneDNN on two about 25 us + M N K / 3.5e11 s,
-# even at about 1.4e7 (bert-mini's 512 x 256 x 256 is 3.4e7).
+# Where the library was built without OpenMP and torch runs several threads, GEMMs of this many
+# multiply-adds or more go to oneDNN's parallel GEMM: one core here takes M N K / 2.2e11 s,
+# oneDNN on two about 25 us + M N K / 3.5e11 s, even at about 1.4e7 (bert-mini's
+# 512 x 256 x 256 is 3.4e7).
 PARALLEL_MIN_MACS = 1 << 24
 
 
@@ -76,7 +80,11 @@ def _load() -> ctypes.CDLL | None:
     from pdlkit.runtime_abi.native_build import BuildError, build_library
 
     try:
-        lib = ctypes.CDLL(str(build_library(SOURCE, "x86_64")))
+        try:  # on torch's OpenMP threads where the compiler has OpenMP, else single-threaded
+            path = build_library(SOURCE, "x86_64", extra=("-fopenmp",))
+        except BuildError:
+            path = build_library(SOURCE, "x86_64")
+        lib = ctypes.CDLL(str(path))
     except (BuildError, OSError) as e:
         warnings.warn(
             f"pdlkit: {SOURCE.name} could not be built, qlinear_q_vnni / qlinear_vnni are not "
@@ -88,6 +96,7 @@ def _load() -> ctypes.CDLL | None:
         warnings.warn(f"pdlkit: {SOURCE.name}: parameter struct size mismatch", stacklevel=2)
         return None
     lib.pdlkit_qgemm_init()  # the GELU tables, before any call
+    lib.pdlkit_qgemm_parallel.restype = ctypes.c_int
     p, i64 = ctypes.c_void_p, ctypes.c_int64
     lib.pdlkit_qgemm_packed_size.argtypes = [i64, i64]
     lib.pdlkit_qgemm_packed_size.restype = i64
@@ -198,6 +207,7 @@ if _LIB is not None:
     _empty = torch.empty
     _threads = torch.get_num_threads
     _onednn = torch.ops.onednn.qlinear_pointwise.default
+    _parallel = bool(_LIB.pdlkit_qgemm_parallel())  # the GEMM runs on torch's OpenMP threads
 
     def _gemm(
         x_q: Tensor,
@@ -213,7 +223,7 @@ if _LIB is not None:
         """One call of either op (the pre-pack fixed the output kind)."""
         k, n = p.k, p.n
         m = x_q.numel() // k if k else 0
-        if m * n * k >= PARALLEL_MIN_MACS and _threads() > 1:
+        if not _parallel and m * n * k >= PARALLEL_MIN_MACS and _threads() > 1:
             return _onednn(
                 x_q, x_scale, x_zp, p.onednn_weight(), w_scale, w_zp, bias, out_scale, out_zp,
                 p.out_dtype, p.post[0], [], p.post[1],
