@@ -436,7 +436,7 @@ def gemm_rates(fn: Callable[[], Any], calls: int = 10) -> list[GemmRate]:
     from pdlkit.runtime_abi import binding
 
     ops = _gemm_ops()
-    acc: dict[tuple[str, int, int, int], list[float]] = {}
+    acc: dict[tuple[str, int, int, int], list[float]] = {}  # per-call times, us
     clock = time.perf_counter
 
     def timed(kernel: str, call: Callable[..., Any]) -> Callable[..., Any]:
@@ -452,9 +452,7 @@ def gemm_rates(fn: Callable[[], Any], calls: int = 10) -> list[GemmRate]:
                     (a for a in tensors if a.dim() == 2 and a is not x and a.shape[1] == k), None
                 )
                 if w is not None:
-                    slot = acc.setdefault((kernel, x.numel() // k, k, w.shape[0]), [0, 0.0])
-                    slot[0] += 1
-                    slot[1] += dt * 1e6
+                    acc.setdefault((kernel, x.numel() // k, k, w.shape[0]), []).append(dt * 1e6)
             return out
 
         return wrapper
@@ -476,7 +474,12 @@ def gemm_rates(fn: Callable[[], Any], calls: int = 10) -> list[GemmRate]:
     finally:
         for cls, call in patched:
             cls.__call__ = call  # type: ignore[method-assign]
-    return [GemmRate(kn, m, k, n, int(c), us) for (kn, m, k, n), (c, us) in sorted(acc.items())]
+    # the median call per shape, times the calls: a burst of load from another user of the
+    # machine moves a mean over 10 forwards by 20-30%, a median hardly
+    return [
+        GemmRate(kn, m, k, n, len(ts), statistics.median(ts) * len(ts))
+        for (kn, m, k, n), ts in sorted(acc.items())
+    ]
 
 
 def paired_int8(
@@ -778,7 +781,8 @@ def render(
             "",
             f"The limit: the faster of `torch._int_mm` and oneDNN's pre-packed qlinear (int8), and "
             f"`F.linear` (BF16), at {GEMM_LIMIT_SIZE}^3 with the case's threads. In the model: "
-            "10 forwards of the compiled model with a timer around each substituted GEMM op's call "
+            "10 forwards of the compiled model with a timer around each substituted GEMM op's call, "
+            "the median call per shape "
             "(the whole op as Inductor's code calls it: pdlkit's direct path, activation handling, "
             "GEMM, fused epilogue; not torch.profiler, which sends every call through the "
             "dispatcher and records the aten ops inside the kernels: 30-45 us more per call), "
