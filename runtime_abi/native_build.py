@@ -138,16 +138,24 @@ def build_library(
     return _build([source], stem, ".so", cmd, arch, out_dir, headers)
 
 
-def build_and_load(source: Path, arch: str, what: str) -> dict[str, Any]:
+def build_and_load(
+    source: Path, arch: str, what: str, extra: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """The kernels (by name) of the library built from ``source`` for ``arch``: what a kernel
-    folder's ``.py`` beside a C source declares. Without a working compiler it warns once,
-    naming ``what``, and declares nothing, so the rest of the registry stays usable."""
+    folder's ``.py`` beside a C source declares. ``extra`` flags (e.g. ``-fopenmp``) are
+    tried first, and the plain command where they fail. Without a working compiler it warns
+    once, naming ``what``, and declares nothing, so the rest of the registry stays usable."""
     import warnings
 
     from pdlkit.runtime_abi.native import load_native_library
 
     try:
-        lib = build_library(source, arch)
+        try:
+            lib = build_library(source, arch, extra=extra)
+        except BuildError:
+            if not extra:
+                raise
+            lib = build_library(source, arch)
     except BuildError as e:
         warnings.warn(f"{source}: {what} not available: {e}", stacklevel=2)
         return {}

@@ -157,3 +157,23 @@ def test_causal_rectangular_and_large_scratch(sq, sk, d, causal):
     scale, zp = _calibrated(y, -128)
     args = (q, k, v, None, causal, 0.0, scale, zp, -128, 127)  # s8 output, scale None
     _codes_close(KERNEL(*args), ref.attention_q(*args))
+
+
+def test_heads_shared_over_torch_threads_give_identical_codes():
+    """Large calls split their heads over torch's OpenMP threads (an -fopenmp build): each
+    head is computed alone, so 1 and 2 threads give the same bytes."""
+    g = torch.Generator().manual_seed(4)
+    q, k, v = torch.randn(3, 2, 4, 64, 64, generator=g)  # 3 * 4 * 64 * 64 * 64: 2^21 MACs
+    y = F.scaled_dot_product_attention(q, k, v)
+    scale, zp = _calibrated(y)
+    args = (q, k, v, None, 0, 0.0, scale, zp, 0, 255)
+    before = torch.get_num_threads()
+    try:
+        outs = []
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            outs.append((KERNEL(*args), MERGED(*args)))
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
+    _codes_close(outs[1][0], ref.attention_q(*args))

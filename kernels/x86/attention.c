@@ -63,8 +63,9 @@
  * with an out_scale much finer than the inputs' spread (a badly calibrated quantizer) a code
  * can move by two.
  *
- * Threads: single-threaded by design (one call is small; callers run several graphs or ops in
- * parallel). Memory: about 4 Sk D bytes of packed K and V plus row buffers; the host's
+ * Threads: built with -fopenmp (attention.py tries that first), calls of 2^20 multiply-adds
+ * (B H Sq Sk D) or more share their heads over torch's OpenMP threads, each thread with its
+ * own scratch (allocated per call); otherwise, and without OpenMP, one thread. Memory: about 4 Sk D bytes of packed K and V plus row buffers; the host's
  * workspace (WORKSPACE_BYTES, 256 KiB) holds them up to Sk D of about 60000 (Sk 512 with
  * D 64, Sk 256 with D up to 200); larger calls allocate their scratch with aligned_alloc and
  * free it before returning (declining if that fails). Sk and D up to 65536.
@@ -76,6 +77,12 @@
 #include <string.h>
 
 #include "pdlkit_abi.h"
+
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+/* calls with fewer multiply-adds (B H Sq Sk D) run on the calling thread */
+#define PARALLEL_MIN_MACS ((int64_t)1 << 20)
 
 #define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
 #define INLINE static inline __attribute__((always_inline))
@@ -423,9 +430,40 @@ static BF16_TARGET void attention_head(const attn_params* p, int64_t b, int64_t 
   }
 }
 
+/* Heads one after another on this thread, with the scratch ws. */
 static BF16_TARGET void attention(const attn_params* p, const attn_layout* L, char* ws) {
   for (int64_t b = 0; b < p->B; ++b)
     for (int64_t h = 0; h < p->H; ++h) attention_head(p, b, h, L, ws);
+}
+
+/* Threads for this call: torch's OpenMP threads (the library links libgomp.so.1, which torch
+ * has loaded, so torch.set_num_threads applies) when built with -fopenmp, the call is large
+ * enough and there are several heads; else 1. */
+static int attention_threads(const attn_params* p) {
+#if defined(_OPENMP)
+  const int64_t heads = p->B * p->H;
+  if (heads < 2 || heads * p->Sq * p->Sk * p->D < PARALLEL_MIN_MACS) return 1;
+  const int t = omp_get_max_threads();
+  return t < heads ? t : (int)heads;
+#else
+  (void)p;
+  return 1;
+#endif
+}
+
+/* The heads shared over `threads` threads, each with its own scratch: thread i uses
+ * ws + i * L->total (heads write disjoint slices of the output). */
+static BF16_TARGET void attention_parallel(const attn_params* p, const attn_layout* L, char* ws,
+                                           int threads) {
+#if defined(_OPENMP)
+  const int64_t heads = p->B * p->H;
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t t = 0; t < heads; ++t)
+    attention_head(p, t / p->H, t % p->H, L, ws + (size_t)omp_get_thread_num() * L->total);
+#else
+  (void)threads;
+  attention(p, L, ws);
+#endif
 }
 
 /* ---- the pdlkit contract -------------------------------------------------------------- */
@@ -588,12 +626,21 @@ static int32_t run(const pdlkit_call_frame* f, int merged) {
   attn_layout L = layout_of(p.Sk, p.D);
   char* ws = (char*)f->workspace;
   void* own = NULL;
-  if (ws == NULL || f->workspace_size < L.total) {
-    own = aligned_alloc(64, L.total);
-    if (own == NULL) return DECLINE("no memory for %zu bytes of scratch", L.total);
-    ws = (char*)own;
+  int threads = attention_threads(&p);
+  if (threads > 1) { /* one scratch per thread (L.total is a multiple of 64) */
+    own = aligned_alloc(64, (size_t)threads * L.total);
+    threads = own != NULL ? threads : 1; /* no memory for all: one thread, as below */
   }
-  attention(&p, &L, ws);
+  if (threads > 1) {
+    attention_parallel(&p, &L, (char*)own, threads);
+  } else {
+    if (ws == NULL || f->workspace_size < L.total) {
+      own = aligned_alloc(64, L.total);
+      if (own == NULL) return DECLINE("no memory for %zu bytes of scratch", L.total);
+      ws = (char*)own;
+    }
+    attention(&p, &L, ws);
+  }
   free(own);
   return PDLKIT_OK;
 }

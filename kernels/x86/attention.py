@@ -12,8 +12,10 @@ what the registry loads from this folder: on an x86-64 host it builds the librar
 documented command (``cc -O3``, cached by hash, see :mod:`pdlkit.runtime_abi.native_build`)
 and declares the library's own descriptors (priority 10, trait ``deterministic``, requires
 ``avx512f`` and ``avx512_bf16``; ``avx512bw``, which every AVX512_BF16 CPU has but pdlkit has
-no feature name for, is checked by ``run()``). On other hosts it declares nothing; without
-a C compiler it warns once and declares nothing (the pattern's sites then keep eager SDPA).
+no feature name for, is checked by ``run()``). Built with ``-fopenmp`` where the compiler has
+it: large calls share their heads over torch's OpenMP threads. On other hosts it declares
+nothing; without a C compiler it warns once and declares nothing (the pattern's sites then
+keep eager SDPA).
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ def _load() -> dict[str, KernelDecl]:
         return {}
     from pdlkit.runtime_abi.native_build import build_and_load
 
-    return build_and_load(SOURCE, "x86_64", "the x86 attention kernel")
+    # -fopenmp: heads shared over torch's OpenMP threads (a single-threaded build otherwise)
+    return build_and_load(SOURCE, "x86_64", "the x86 attention kernel", extra=("-fopenmp",))
 
 
 globals().update(_load())
