@@ -138,6 +138,45 @@ def build_library(
     return _build([source], stem, ".so", cmd, arch, out_dir, headers)
 
 
+def _build_preferring(source: Path, arch: str, extra: tuple[str, ...]) -> Path:
+    """The library built with the ``extra`` flags, or with the plain command where they fail
+    (e.g. ``-fopenmp`` on a compiler without OpenMP)."""
+    try:
+        return build_library(source, arch, extra=extra)
+    except BuildError:
+        if not extra:
+            raise
+        return build_library(source, arch)
+
+
+def load_c_library(
+    source: Path,
+    arch: str,
+    what: str,
+    extra: tuple[str, ...] = (),
+    struct: tuple[str, int] | None = None,
+) -> Any:
+    """``ctypes.CDLL`` of the plain C library (no pdlkit_register) built from ``source``: what
+    a kernel file that calls its C through ctypes loads. ``extra`` flags are tried first;
+    ``struct = (symbol, size)`` checks that the library's ``symbol()`` returns the size of the
+    parameter struct the caller mirrors. Where the build, the load or the check fails it warns
+    once, naming ``what``, and returns None (the file then declares nothing)."""
+    import ctypes
+    import warnings
+
+    try:
+        lib = ctypes.CDLL(str(_build_preferring(source, arch, extra)))
+    except (BuildError, OSError) as e:
+        warnings.warn(
+            f"pdlkit: {source.name} could not be built, {what} not declared: {e}", stacklevel=2
+        )
+        return None
+    if struct is not None and getattr(lib, struct[0])() != struct[1]:
+        warnings.warn(f"pdlkit: {source.name}: parameter struct size mismatch", stacklevel=2)
+        return None
+    return lib
+
+
 def build_and_load(
     source: Path, arch: str, what: str, extra: tuple[str, ...] = ()
 ) -> dict[str, Any]:
@@ -150,12 +189,7 @@ def build_and_load(
     from pdlkit.runtime_abi.native import load_native_library
 
     try:
-        try:
-            lib = build_library(source, arch, extra=extra)
-        except BuildError:
-            if not extra:
-                raise
-            lib = build_library(source, arch)
+        lib = _build_preferring(source, arch, extra)
     except BuildError as e:
         warnings.warn(f"{source}: {what} not available: {e}", stacklevel=2)
         return {}

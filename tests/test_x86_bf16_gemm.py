@@ -187,3 +187,18 @@ def test_bf16_model_runs_the_fused_kernels():
     assert st["fallbacks"] == 0
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(out.float(), ref.float(), rtol=0.02, atol=0.02)
+
+
+def test_load_c_library_falls_back_to_the_plain_build_and_checks_the_struct(tmp_path, monkeypatch):
+    from pdlkit.runtime_abi.native_build import load_c_library
+
+    monkeypatch.setenv("PDLKIT_BUILD_DIR", str(tmp_path / "cache"))
+    src = tmp_path / "k.c"
+    src.write_text("int size(void) { return 24; }\n")
+    lib = load_c_library(src, "x86_64", "k", ("-fno-such-flag-pdlkit",), ("size", 24))
+    assert lib is not None and lib.size() == 24  # the flag failed: built without it
+    with pytest.warns(UserWarning, match=r"k\.c: parameter struct size mismatch"):
+        assert load_c_library(src, "x86_64", "k", (), ("size", 32)) is None
+    src.write_text("int size(void) { return }\n")
+    with pytest.warns(UserWarning, match=r"k\.c could not be built, k not declared"):
+        assert load_c_library(src, "x86_64", "k") is None

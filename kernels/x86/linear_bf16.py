@@ -27,7 +27,6 @@ x86-64, or without a compiler, this file warns once and declares nothing.
 from __future__ import annotations
 
 import ctypes
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -59,24 +58,18 @@ class _Params(ctypes.Structure):
 
 def _load() -> ctypes.CDLL | None:
     if host_arch() != "x86_64":
-        return None
-    from pdlkit.runtime_abi.native_build import BuildError, build_library
+        return None  # nothing to declare: the kernels are x86-64 code
+    from pdlkit.runtime_abi.native_build import load_c_library
 
-    try:
-        try:  # on torch's OpenMP threads where the compiler has OpenMP, else single-threaded
-            path = build_library(SOURCE, "x86_64", extra=("-fopenmp",))
-        except BuildError:
-            path = build_library(SOURCE, "x86_64")
-        lib = ctypes.CDLL(str(path))
-    except (BuildError, OSError) as e:
-        warnings.warn(
-            f"pdlkit: {SOURCE.name} could not be built, the BF16 linear kernels are not "
-            f"declared: {e}",
-            stacklevel=2,
-        )
-        return None
-    if lib.pdlkit_gbf16_params_size() != ctypes.sizeof(_Params):
-        warnings.warn(f"pdlkit: {SOURCE.name}: parameter struct size mismatch", stacklevel=2)
+    # -fopenmp: on torch's OpenMP threads where the compiler has OpenMP, else single-threaded
+    lib = load_c_library(
+        SOURCE,
+        "x86_64",
+        "the BF16 linear kernels",
+        ("-fopenmp",),
+        ("pdlkit_gbf16_params_size", ctypes.sizeof(_Params)),
+    )
+    if lib is None:
         return None
     lib.pdlkit_gbf16_init()
     lib.pdlkit_gbf16_parallel.restype = ctypes.c_int
