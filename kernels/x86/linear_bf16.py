@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pdlkit.kernels.x86._native_gemm import rows, storage_alias
 from pdlkit.runtime_abi.native_build import host_arch
 from torch import Tensor
 
@@ -93,10 +94,7 @@ class _Packed:
     def __init__(self, weight: Tensor, act: int, post: tuple[str, str]):
         assert _LIB is not None
         n, k = weight.shape
-        self.w = torch.empty(0, dtype=weight.dtype).set_(
-            weight.untyped_storage(), weight.storage_offset(), tuple(weight.shape),
-            tuple(weight.stride()),
-        )  # fmt: skip
+        self.w = storage_alias(weight)
         wc = weight.contiguous()
         self.packed = torch.empty(_LIB.pdlkit_gbf16_packed_size(n, k) // 2, dtype=torch.bfloat16)
         _LIB.pdlkit_gbf16_pack(wc.data_ptr(), k, n, k, self.packed.data_ptr())
@@ -154,12 +152,7 @@ if _LIB is not None:
         if not _parallel and m * n * k >= PARALLEL_MIN_MACS and _threads() > 1:
             y = _onednn(x.reshape(-1, k), p.onednn_weight(), bias, p.post[0], [], p.post[1])
             return y.reshape(*x.shape[:-1], n)
-        if x.dim() == 2 and x.stride(1) == 1 and x.stride(0) >= k:
-            ldx = x.stride(0)  # rows anywhere, each contiguous (BERT's pooler: x[:, 0])
-        else:
-            if not x.is_contiguous():
-                x = x.contiguous()
-            ldx = k
+        x, ldx = rows(x, k)
         out = _empty((*x.shape[:-1], n), dtype=_bf16)
         if m == 0:
             return out

@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 from pdlkit.kernels._qlinear_meta import qlinear_meta, qlinear_q_meta, quantized_dtype
+from pdlkit.kernels.x86._native_gemm import rows, storage_alias
 from pdlkit.runtime_abi.native_build import host_arch
 from torch import Tensor
 
@@ -116,12 +117,7 @@ class _Packed:
         assert _LIB is not None
         n, k = w_q.shape
         x_zp = int(attrs["x_zp"])
-        # the weight's storage without a reference to the weight tensor itself: the pre-pack
-        # cache drops this entry when the weight dies (weakref), and an in-place update bumps
-        # the weight's version, which packs again
-        self.w = torch.empty(0, dtype=torch.int8).set_(
-            w_q.untyped_storage(), w_q.storage_offset(), tuple(w_q.shape), tuple(w_q.stride())
-        )
+        self.w = storage_alias(w_q)
         wc = w_q.contiguous()
         self.packed = torch.empty(_LIB.pdlkit_qgemm_packed_size(n, k), dtype=torch.int8)
         _LIB.pdlkit_qgemm_pack(wc.data_ptr(), k, n, k, self.packed.data_ptr())
@@ -215,20 +211,13 @@ if _LIB is not None:
     ) -> Tensor:
         """One call of either op (the pre-pack fixed the output kind)."""
         k, n = p.k, p.n
-        m = x_q.numel() // k if k else 0
+        m = x_q.numel() // k  # k > 0: the pre-pack declines K = 0
         if not _parallel and m * n * k >= PARALLEL_MIN_MACS and _threads() > 1:
             return _onednn(
                 x_q, x_scale, x_zp, p.onednn_weight(), w_scale, w_zp, bias, out_scale, out_zp,
                 p.out_dtype, p.post[0], [], p.post[1],
             )  # fmt: skip
-        # rows of x anywhere in memory, as long as each row is contiguous (the pooler's
-        # x[:, 0] is a strided [B, K] view); anything else is copied once
-        if x_q.dim() == 2 and x_q.stride(1) == 1 and x_q.stride(0) >= k:
-            ldx = x_q.stride(0)
-        else:
-            if not x_q.is_contiguous():
-                x_q = x_q.contiguous()
-            ldx = k
+        x_q, ldx = rows(x_q, k)
         out = _empty((*x_q.shape[:-1], n), dtype=p.out_dtype)
         if m == 0:
             return out
