@@ -119,6 +119,39 @@ def test_vnni_gemm_errors_name_kernel_and_status(gemm_dir):
         k(int8(2, 4), int8(3, 4).t())
 
 
+@needs_vnni
+def test_repeated_calls_pass_their_own_tensors(gemm_dir):
+    """A CPU call's frame is made once per thread and call shape; every later call must
+    still hand the kernel its own inputs, strides and a fresh output."""
+    k = KernelRegistry.from_folders([gemm_dir]).get("vnni_int8_gemm")
+    a, b = int8(5, 7), int8(7, 3, seed=1)
+    first = k(a, b)
+    for seed in (2, 3, 4):
+        a2 = int8(5, 7, seed=seed)
+        out = k(a2, b)
+        assert out.data_ptr() != first.data_ptr()
+        assert torch.equal(out, torch._int_mm(a2, b))
+    assert torch.equal(first, torch._int_mm(a, b))  # not written by the later calls
+    with pytest.raises(KernelUnsupported, match="b is not contiguous"):
+        k(a, int8(3, 7, seed=1).t())  # b's shape again, other strides: a frame of its own
+
+
+@needs_vnni
+def test_calls_from_several_threads_do_not_share_a_frame(gemm_dir):
+    from concurrent.futures import ThreadPoolExecutor
+
+    k = KernelRegistry.from_folders([gemm_dir]).get("vnni_int8_gemm")
+    b = int8(64, 32, seed=1)
+
+    def work(seed: int) -> bool:
+        a = int8(48, 64, seed=seed)
+        want = torch._int_mm(a, b)
+        return all(torch.equal(k(a, b), want) for _ in range(50))
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(work, range(8)))
+
+
 # -- (b) end to end from the pattern, no change to pdlkit ------------------------------------
 
 
