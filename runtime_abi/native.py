@@ -861,7 +861,7 @@ class NativeKernel:
         if plan is None:
             if len(plans) >= 256:
                 plans.clear()
-            plan = plans[k] = _Plan.make(self, tensors, real, args)
+            plan = plans[k] = _Plan(self, tensors, real, args)
         outs = [torch.empty(s, dtype=dt) for s, dt in plan.outs]
         words = plan.words
         for at, t in zip(plan.data_at, real, strict=False):
@@ -881,21 +881,20 @@ class _Plan:
 
     __slots__ = ("base", "buf", "data_at", "keep", "layout", "outs", "words")
 
-    @staticmethod
-    def make(k: NativeKernel, tensors: list[Any], real: list[Any], args: Sequence[Any]) -> _Plan:
-        p = _Plan()
-        p.outs = [(tuple(s), dt) for s, dt in k._meta_cached(tensors, args)]
-        outs = [torch.empty(s, dtype=dt) for s, dt in p.outs]  # for shapes and strides only
-        p.keep = []
-        attrs = k._attrs(args, p.keep) if k.attr_args else None
+    def __init__(
+        self, k: NativeKernel, tensors: list[Any], real: list[Any], args: Sequence[Any]
+    ) -> None:
+        self.outs = [(tuple(s), dt) for s, dt in k._meta_cached(tensors, args)]
+        outs = [torch.empty(s, dtype=dt) for s, dt in self.outs]  # for their strides only
+        self.keep: list[Any] = []
+        attrs = k._attrs(args, self.keep) if k.attr_args else None
         ws, ws_addr = k._workspace(torch.device("cpu")) if k.spec.workspace else (None, 0)
-        p.keep.append(ws)
-        cpu = torch.device("cpu")
-        p.buf, p.layout = _frame(k, real + outs, len(real), attrs, cpu, 0, ws_addr)
-        p.base = ctypes.addressof(p.buf)
-        p.words = (c_int64 * (len(p.buf) // 8)).from_buffer(p.buf)
-        p.data_at = [(_FRAME_SIZE + i * _DL_SIZE) // 8 for i in range(len(real) + len(outs))]
-        return p
+        self.keep.append(ws)
+        every = real + outs
+        self.buf, self.layout = _frame(k, every, len(real), attrs, torch.device("cpu"), 0, ws_addr)
+        self.base = ctypes.addressof(self.buf)
+        self.words = (c_int64 * (len(self.buf) // 8)).from_buffer(self.buf)
+        self.data_at = [(_FRAME_SIZE + i * _DL_SIZE) // 8 for i in range(len(every))]
 
 
 def _result(spec: _Spec, status: int, buf: Any, lay: _Layout, outs: list[torch.Tensor]) -> Any:
