@@ -850,7 +850,11 @@ class NativeKernel:
             key.append((t.shape, t.stride(), t.dtype))
         for i, a in self.attr_args:
             v = args[i]
-            key.append((type(v), tuple(v) if a.kind == KIND_INT_LIST else v))
+            if a.kind == KIND_INT_LIST:
+                v = tuple(v)
+            elif type(v) is float:
+                v = v.hex()  # -0.0 is not 0.0 to a kernel; NaN finds its own plan again
+            key.append((type(v), v))
         local = self._local
         try:
             plans = local.plans
