@@ -1,10 +1,46 @@
 """What the two ctypes GEMM kernel files of this folder (``qlinear_vnni.py``,
-``linear_bf16.py``) do alike with their tensors. Not a kernel file (the registry skips
+``linear_bf16.py``) do alike: load their library, handle their tensors. Not a kernel file (the registry skips
 ``_*.py``)."""
 
 from __future__ import annotations
 
+import ctypes
+from pathlib import Path
+from typing import Any
+
+from pdlkit.runtime_abi.native_build import host_arch
 from torch import Tensor
+
+
+def load_gemm_library(
+    source: Path, what: str, prefix: str, params: type[ctypes.Structure], run_args: list[Any]
+) -> ctypes.CDLL | None:
+    """Build and load one of this folder's GEMM libraries and declare its entry points, which
+    the C side names alike: ``<prefix>_init`` (tables, called here, before any call),
+    ``_parallel``, ``_packed_size``, ``_pack``, ``_run`` / ``_run_scalar`` (argument types
+    ``run_args``) and ``_params_size`` (checked against ``params``). None off x86-64 or when
+    the build fails (:func:`load_c_library` warns once)."""
+    if host_arch() != "x86_64":
+        return None  # nothing to declare: the kernels are x86-64 code
+    from pdlkit.runtime_abi.native_build import load_c_library
+
+    # -fopenmp: on torch's OpenMP threads where the compiler has OpenMP, else single-threaded
+    lib = load_c_library(
+        source, "x86_64", what, ("-fopenmp",), (f"{prefix}_params_size", ctypes.sizeof(params))
+    )
+    if lib is None:
+        return None
+    getattr(lib, f"{prefix}_init")()
+    getattr(lib, f"{prefix}_parallel").restype = ctypes.c_int
+    p, i64 = ctypes.c_void_p, ctypes.c_int64
+    size = getattr(lib, f"{prefix}_packed_size")
+    size.argtypes, size.restype = [i64, i64], i64
+    pack = getattr(lib, f"{prefix}_pack")
+    pack.argtypes, pack.restype = [p, i64, i64, i64, p], None
+    for name in ("_run", "_run_scalar"):
+        f = getattr(lib, prefix + name)
+        f.argtypes, f.restype = run_args, ctypes.c_int
+    return lib
 
 
 def storage_alias(t: Tensor) -> Tensor:

@@ -32,8 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pdlkit.kernels.x86._native_gemm import rows, storage_alias
-from pdlkit.runtime_abi.native_build import host_arch
+from pdlkit.kernels.x86._native_gemm import load_gemm_library, rows, storage_alias
 from torch import Tensor
 
 import pdlkit
@@ -58,31 +57,11 @@ class _Params(ctypes.Structure):
 
 
 def _load() -> ctypes.CDLL | None:
-    if host_arch() != "x86_64":
-        return None  # nothing to declare: the kernels are x86-64 code
-    from pdlkit.runtime_abi.native_build import load_c_library
-
-    # -fopenmp: on torch's OpenMP threads where the compiler has OpenMP, else single-threaded
-    lib = load_c_library(
-        SOURCE,
-        "x86_64",
-        "the BF16 linear kernels",
-        ("-fopenmp",),
-        ("pdlkit_gbf16_params_size", ctypes.sizeof(_Params)),
-    )
-    if lib is None:
-        return None
-    lib.pdlkit_gbf16_init()
-    lib.pdlkit_gbf16_parallel.restype = ctypes.c_int
     p, i64 = ctypes.c_void_p, ctypes.c_int64
-    lib.pdlkit_gbf16_packed_size.argtypes = [i64, i64]
-    lib.pdlkit_gbf16_packed_size.restype = i64
-    lib.pdlkit_gbf16_pack.argtypes = [p, i64, i64, i64, p]
-    lib.pdlkit_gbf16_pack.restype = None
-    for f in (lib.pdlkit_gbf16_run, lib.pdlkit_gbf16_run_scalar):
-        f.argtypes = [p, i64, i64, p, i64, p, p]  # x, m, ldx, out, ldo, bias, params
-        f.restype = ctypes.c_int
-    return lib
+    # x, m, ldx, out, ldo, bias, params
+    return load_gemm_library(
+        SOURCE, "the BF16 linear kernels", "pdlkit_gbf16", _Params, [p, i64, i64, p, i64, p, p]
+    )
 
 
 class _Packed:

@@ -35,8 +35,7 @@ from typing import Any
 
 import torch
 from pdlkit.kernels._qlinear_meta import qlinear_meta, qlinear_q_meta, quantized_dtype
-from pdlkit.kernels.x86._native_gemm import rows, storage_alias
-from pdlkit.runtime_abi.native_build import host_arch
+from pdlkit.kernels.x86._native_gemm import load_gemm_library, rows, storage_alias
 from torch import Tensor
 
 import pdlkit
@@ -75,32 +74,15 @@ class _Params(ctypes.Structure):
 
 
 def _load() -> ctypes.CDLL | None:
-    if host_arch() != "x86_64":
-        return None  # nothing to declare: the kernels are x86-64 code
-    from pdlkit.runtime_abi.native_build import load_c_library
-
-    # -fopenmp: on torch's OpenMP threads where the compiler has OpenMP, else single-threaded
-    lib = load_c_library(
-        SOURCE,
-        "x86_64",
-        "qlinear_q_vnni / qlinear_vnni",
-        ("-fopenmp",),
-        ("pdlkit_qgemm_params_size", ctypes.sizeof(_Params)),
-    )
-    if lib is None:
-        return None
-    lib.pdlkit_qgemm_init()  # the GELU tables, before any call
-    lib.pdlkit_qgemm_parallel.restype = ctypes.c_int
     p, i64 = ctypes.c_void_p, ctypes.c_int64
-    lib.pdlkit_qgemm_packed_size.argtypes = [i64, i64]
-    lib.pdlkit_qgemm_packed_size.restype = i64
-    lib.pdlkit_qgemm_pack.argtypes = [p, i64, i64, i64, p]
-    lib.pdlkit_qgemm_pack.restype = None
-    for f in (lib.pdlkit_qgemm_run, lib.pdlkit_qgemm_run_scalar):
-        # x, m, ldx, out, ldo, w_scale, bias, w_zp, params
-        f.argtypes = [p, i64, i64, p, i64, p, p, p, p]
-        f.restype = ctypes.c_int
-    return lib
+    # x, m, ldx, out, ldo, w_scale, bias, w_zp, params
+    return load_gemm_library(
+        SOURCE,
+        "qlinear_q_vnni / qlinear_vnni",
+        "pdlkit_qgemm",
+        _Params,
+        [p, i64, i64, p, i64, p, p, p, p],
+    )
 
 
 class _Packed:
