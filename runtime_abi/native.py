@@ -805,7 +805,8 @@ class NativeKernel:
         if spec.device == "cpu":
             return self._call_cpu(args)
         tensors = [args[i] for i in self.tensor_args]
-        real = [t.data if isinstance(t, PackedWeight) else t for t in tensors if t is not None]
+        inputs = [t.data if isinstance(t, PackedWeight) else t for t in tensors]
+        real = [t for t in inputs if t is not None]
         device = real[0].device if real else torch.device(spec.device)
         if device.type != spec.device or any(t.device != device for t in real[1:]):
             where = ", ".join(str(t.device) for t in real)
@@ -819,8 +820,7 @@ class NativeKernel:
         attrs = self._attrs(args, keep) if self.attr_args else None
         workspace, ws_addr = self._workspace(device) if spec.workspace else (None, 0)
         stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-        every = [t.data if isinstance(t, PackedWeight) else t for t in tensors] + outs
-        buf, lay = _frame(self, every, len(tensors), attrs, device, stream, ws_addr)
+        buf, lay = _frame(self, inputs + outs, len(inputs), attrs, device, stream, ws_addr)
         status = spec.run(ctypes.addressof(buf))
         del workspace, keep
         return _result(spec, status, buf, lay, outs)
@@ -868,12 +868,9 @@ class NativeKernel:
             plan = plans[k] = _Plan(self, tensors, real, args)
         outs = [torch.empty(s, dtype=dt) for s, dt in plan.outs]
         words = plan.words
-        for at, t in zip(plan.data_at, real, strict=False):
+        for at, t in zip(plan.data_at, real + outs, strict=True):
             if t is not None:
                 words[at] = t.data_ptr()
-        n = len(real)
-        for j, o in enumerate(outs):
-            words[plan.data_at[n + j]] = o.data_ptr()
         status = spec.run(plan.base)
         return _result(spec, status, plan.buf, plan.layout, outs)
 
