@@ -228,20 +228,27 @@ static BF16_TARGET void pack_v(const float* v, int64_t ld, int64_t Sk, int64_t D
 
 /* ---- micro-kernels -------------------------------------------------------------------- */
 
+/* acc[r][0 .. 16 nv) = sum_w a[r][w] . b[w][0 .. 16 nv) over w < n (MR rows of bf16 pair
+ * words against n rows of ldb words): the product loop of Q K^T and of P V. */
+INLINE BF16_TARGET void dot_tile(const int nv, const uint32_t* a, int64_t lda, int64_t n,
+                                 const uint32_t* b, int64_t ldb, __m512 acc[MR][NV]) {
+  for (int r = 0; r < MR; ++r)
+    for (int j = 0; j < nv; ++j) acc[r][j] = _mm512_setzero_ps();
+  for (int64_t w = 0; w < n; ++w) {
+    __m512bh bw[NV];
+    for (int j = 0; j < nv; ++j) bw[j] = (__m512bh)_mm512_loadu_si512(b + w * ldb + 16 * j);
+    for (int r = 0; r < MR; ++r) {
+      __m512bh aw = (__m512bh)_mm512_set1_epi32((int)a[r * lda + w]);
+      for (int j = 0; j < nv; ++j) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], aw, bw[j]);
+    }
+  }
+}
+
 /* s[r][0 .. 16 nv) = sum_d2 qb[r][d2] . kp[d2][0 .. 16 nv)  (MR rows, bf16 pairs). */
 INLINE BF16_TARGET void qk_tile(const int nv, const uint32_t* qb, int64_t ldq, int64_t d2n,
                                 const uint32_t* kp, int64_t ldk, float* s, int64_t lds) {
   __m512 acc[MR][NV];
-  for (int r = 0; r < MR; ++r)
-    for (int j = 0; j < nv; ++j) acc[r][j] = _mm512_setzero_ps();
-  for (int64_t d2 = 0; d2 < d2n; ++d2) {
-    __m512bh b[NV];
-    for (int j = 0; j < nv; ++j) b[j] = (__m512bh)_mm512_loadu_si512(kp + d2 * ldk + 16 * j);
-    for (int r = 0; r < MR; ++r) {
-      __m512bh a = (__m512bh)_mm512_set1_epi32((int)qb[r * ldq + d2]);
-      for (int j = 0; j < nv; ++j) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], a, b[j]);
-    }
-  }
+  dot_tile(nv, qb, ldq, d2n, kp, ldk, acc);
   for (int r = 0; r < MR; ++r)
     for (int j = 0; j < nv; ++j) _mm512_storeu_ps(s + r * lds + 16 * j, acc[r][j]);
 }
@@ -252,16 +259,7 @@ INLINE BF16_TARGET void pv_tile(const int nv, const uint32_t* pw, int64_t ldp, i
                                 const uint32_t* vp, int64_t ldv, const float* inv, int mr,
                                 int8_t* out, int64_t ldo, int64_t ncols, const attn_params* p) {
   __m512 acc[MR][NV];
-  for (int r = 0; r < MR; ++r)
-    for (int j = 0; j < nv; ++j) acc[r][j] = _mm512_setzero_ps();
-  for (int64_t j2 = 0; j2 < j2n; ++j2) {
-    __m512bh b[NV];
-    for (int j = 0; j < nv; ++j) b[j] = (__m512bh)_mm512_loadu_si512(vp + j2 * ldv + 16 * j);
-    for (int r = 0; r < MR; ++r) {
-      __m512bh a = (__m512bh)_mm512_set1_epi32((int)pw[r * ldp + j2]);
-      for (int j = 0; j < nv; ++j) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], a, b[j]);
-    }
-  }
+  dot_tile(nv, pw, ldp, j2n, vp, ldv, acc);
   const __m512i zp = _mm512_set1_epi32(p->zp);
   const __m512i lo = _mm512_set1_epi32(p->qmin), hi = _mm512_set1_epi32(p->qmax);
   /* keep the product inside int32 before converting (saturates to the right end) */
