@@ -887,7 +887,7 @@ def _rewrite_fx(gm: fx.GraphModule, s: _Session, verify: bool | str) -> list[Sub
     for n in sorted(
         {n for rec in s.records for n in rec.slice}, key=s.order.__getitem__, reverse=True
     ):
-        if not n.users and not n.is_impure():
+        if not n.users and (not n.is_impure() or _eval_dropout(n)):
             graph.erase_node(n)
     for n in dict.fromkeys(views):
         if not n.users:
@@ -901,3 +901,10 @@ def _rewrite_fx(gm: fx.GraphModule, s: _Session, verify: bool | str) -> list[Sub
 
 def pattern_names(patterns: Sequence[Pattern]) -> list[str]:
     return [p.name for p in patterns]
+
+
+def _eval_dropout(n: fx.Node) -> bool:
+    """``aten.dropout(x, p, train=False)``: the identity, though FX counts every
+    nondeterministic-seeded op as impure. A pattern that reads through it (linear -> dropout ->
+    add) leaves it dead, and with it the linear before it, in the graph users see."""
+    return n.target is torch.ops.aten.dropout.default and n.args[2:3] == (False,)

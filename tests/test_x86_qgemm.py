@@ -295,8 +295,11 @@ def test_quantized_bert_ffn_gemms_use_the_kernel():
         out = pdlkit.optimize(q)(ids).last_hidden_state
     st = pdlkit.stats()
     assert st["by_kernel"]["qlinear_q_vnni"]["kernel_calls"] == config.num_hidden_layers
-    # Q, K, V, attention output, FFN down per layer, and the pooler: float32 outputs
-    assert st["by_kernel"]["qlinear_vnni"]["kernel_calls"] == 5 * config.num_hidden_layers + 1
+    # Q, K, V per layer and the pooler: float32 outputs; the attention output and FFN down
+    # projections carry their add + LayerNorm (+ quantize, but in the last block)
+    assert st["by_kernel"]["qlinear_vnni"]["kernel_calls"] == 3 * config.num_hidden_layers + 1
+    assert st["by_kernel"]["qlinear_add_layer_norm_q_vnni"]["kernel_calls"] == 3
+    assert st["by_kernel"]["qlinear_add_layer_norm_vnni"]["kernel_calls"] == 1
     assert st["fallbacks"] == 0
     assert cosine_similarity(ref, out) >= 0.999
     torch.testing.assert_close(out, ref, rtol=0, atol=0.1)

@@ -165,6 +165,73 @@ def qlinear_add(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, other):
     return _qlinear_ref(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, "none", "") + other
 
 
+# A transformer block's output projection: qlinear -> + residual -> LayerNorm [-> quantize]
+# (patterns/x86/qlinear_add_layer_norm.pdl.mlir).
+
+
+def _qlinear_add_ln_examples(dtype: torch.dtype, quantized_out: bool) -> list[tuple]:
+    """N up to 256 (one LayerNorm row over several 64-column panels), N not a multiple of 16,
+    M not a multiple of 6, 3-D activations, LayerNorms without weight or bias, int8 codes."""
+    g = torch.Generator().manual_seed(2)
+    out = []
+    for i, (m, k, n) in enumerate([(1, 7, 3), (5, 16, 9), (17, 33, 72), (13, 256, 256)]):
+        x_q = torch.randint(0, 256, (m, k), generator=g, dtype=torch.uint8)
+        if i == 3:
+            x_q = x_q.view(1, m, k)
+        w_q = torch.randint(-127, 128, (n, k), generator=g, dtype=torch.int8)
+        w_scale = torch.rand(n, generator=g) * 0.01 + 1e-3
+        w_zp = torch.zeros(n, dtype=torch.int64)
+        bias = torch.randn(n, generator=g)
+        res = torch.randn(*x_q.shape[:-1], n, generator=g)
+        gamma = None if i == 1 else torch.rand(n, generator=g) + 0.5
+        beta = None if i == 2 else torch.randn(n, generator=g) * 0.1
+        args = (
+            x_q,
+            0.02,
+            128,
+            w_q,
+            w_scale,
+            w_zp,
+            bias,
+            res,
+            [n],
+            gamma,
+            beta,
+            1e-12 if i else 1e-5,
+        )
+        qrange = (-128, 127) if i == 2 else (0, 255)
+        out.append((*args, 0.03, 0 if i == 2 else 128, *qrange) if quantized_out else args)
+    return out
+
+
+@pdlkit.reference(
+    "qlinear_add_layer_norm", examples=lambda dtype: _qlinear_add_ln_examples(dtype, False)
+)
+def qlinear_add_layer_norm(
+    x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, residual, normalized_shape, ln_weight, ln_bias, eps
+):  # fmt: skip
+    """layer_norm(qlinear(...) + residual)."""
+    y = _qlinear_ref(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, "none", "") + residual
+    return F.layer_norm(y, normalized_shape, ln_weight, ln_bias, eps)
+
+
+@pdlkit.reference(
+    "qlinear_add_layer_norm_q", examples=lambda dtype: _qlinear_add_ln_examples(dtype, True)
+)
+def qlinear_add_layer_norm_q(
+    x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, residual, normalized_shape, ln_weight, ln_bias,
+    eps, out_scale, out_zp, out_qmin, out_qmax,
+):  # fmt: skip
+    """``(y, quantize_per_tensor(y))`` for ``y = layer_norm(qlinear(...) + residual)``: the
+    float32 result feeds the next residual add, the codes the next int8 GEMM."""
+    y = qlinear_add_layer_norm(
+        x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, residual, normalized_shape, ln_weight,
+        ln_bias, eps,
+    )  # fmt: skip
+    dtype = quantized_dtype(out_qmin)
+    return y, _qd().quantize_per_tensor(y, out_scale, out_zp, out_qmin, out_qmax, dtype)
+
+
 # int8 dynamic per-token (pdlkit.quantization.int8_dynamic): what patterns/cuda/ rewrites.
 
 

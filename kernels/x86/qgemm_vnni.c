@@ -41,6 +41,13 @@
  * are within one code of PT2E's reference chain (which rounds its float GEMM differently),
  * as oneDNN's are.
  *
+ * Add + LayerNorm (pdlkit_qgemm_run_add_ln, a transformer block's output projection):
+ * out = layer_norm(linear(x) + res) and optionally its codes. Rows go in groups whose float32
+ * output stays in L2; per group the tiles add the residual as they store, then each row gets
+ * a two-pass mean / variance and the normalize + affine + quantize pass. Replaces Inductor's
+ * add + LayerNorm + quantize kernel, which reads the GEMM's output back: about +45 us on a
+ * 512 x 256 x 256 GEMM of 160 us, against ~70-90 us for Inductor's kernel.
+ *
  * Measured on one Zen 4 core (benchmarks/x86_qlinear.py): 427-442 GOP/s on bert-mini's
  * GEMMs, where the single-core limit (2048^3 through oneDNN or _int_mm) is about 435, and
  * 0.80-0.89x oneDNN qlinear's time; GELU costs about 130 us more per 512 x 1024 output.
@@ -255,11 +262,29 @@ typedef struct {
     int32_t zp;
 } epi_t;
 
+/* 64 codes from four vectors of 16 int32 already within [qmin, qmax], in order: two packs
+ * and one permute. (A vpmovdb store per 16 codes, what _mm_mask_storeu_epi8 of
+ * _mm512_cvtepi32_epi8 compiles to, stalls the epilogue on Zen 4: ~12% of an add + LayerNorm
+ * GEMM's time sat on the instruction after it.) */
+AVX512 static inline __m512i pack64(__m512i a, __m512i b, __m512i c, __m512i d, int is_signed) {
+    const __m512i ab = _mm512_packs_epi32(a, b), cd = _mm512_packs_epi32(c, d);
+    const __m512i bytes = is_signed ? _mm512_packs_epi16(ab, cd) : _mm512_packus_epi16(ab, cd);
+    /* per 128-bit lane L the packs leave the dwords a[4L..4L+3], b[..], c[..], d[..] */
+    return _mm512_permutexvar_epi32(
+        _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), bytes);
+}
+
+static inline __mmask64 bytes_mask(int64_t left) {
+    return left >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << left) - 1);
+}
+
 /* mr rows x nc columns of output from the tile's accumulators; act and kind are constants
- * after inlining. */
+ * after inlining. Quantized outputs go back into acc as int32 codes first, then out 64 per
+ * row (pack64). A float32 output adds res (rows ldr apart, at the tile's first row) when
+ * res is not NULL. */
 VNNI static inline __attribute__((always_inline)) void tile_out(
-    const int32_t *acc, int mr, int64_t nc, const int32_t *cc, const epi_t *e, int64_t n0,
-    int64_t m0, void *out, int64_t ldo, int act, int kind) {
+    int32_t *acc, int mr, int64_t nc, const int32_t *cc, const epi_t *e, int64_t n0,
+    int64_t m0, void *out, int64_t ldo, int act, int kind, const float *res, int64_t ldr) {
     const float(*tab)[16] = gelu_tab[act == ACT_GELU_TANH];
     const __m512 lo = _mm512_set1_ps(e->lo), hi = _mm512_set1_ps(e->hi), hk = _mm512_set1_ps(e->hk);
     const __m512i zp = _mm512_set1_epi32(e->zp);
@@ -275,13 +300,23 @@ VNNI static inline __attribute__((always_inline)) void tile_out(
             __m512i a = _mm512_load_si512(acc + r * NR + 16 * j);
             if (e->wzp)
                 a = _mm512_sub_epi32(a, _mm512_mullo_epi32(wz, _mm512_set1_epi32(e->rowcorr[m0 + r])));
-            const __m512 y = y16(a, ccj, s, b, act, hk, tab);
+            __m512 y = y16(a, ccj, s, b, act, hk, tab);
+            if (kind == OUT_F32 && res)
+                y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(m, res + r * ldr + col));
             if (kind == OUT_F32)
                 _mm512_mask_storeu_ps((float *)out + r * ldo + col, m, y);
             else
-                _mm_mask_storeu_epi8((int8_t *)out + r * ldo + col, m,
-                                     _mm512_cvtepi32_epi8(q16(y, lo, hi, zp)));
+                _mm512_store_si512(acc + r * NR + 16 * j, q16(y, lo, hi, zp));
         }
+    }
+    if (kind == OUT_F32) return;
+    const __mmask64 m = bytes_mask(nc);
+    for (int r = 0; r < mr; r++) {
+        const int32_t *q = acc + r * NR; /* lanes past nc hold old sums: masked off below */
+        _mm512_mask_storeu_epi8((int8_t *)out + r * ldo + n0, m,
+                                pack64(_mm512_load_si512(q), _mm512_load_si512(q + 16),
+                                       _mm512_load_si512(q + 32), _mm512_load_si512(q + 48),
+                                       kind == OUT_S8));
     }
 }
 
@@ -312,7 +347,8 @@ VNNI static inline __attribute__((always_inline)) void gemm_vnni(
         case 2: kloop2(xi, ldx, k, panel, acc); break;
         default: kloop1(xi, ldx, k, panel, acc); break;
         }
-        tile_out(acc, mr, nc, p->colcorr, e, n0, i, (char *)out + i * ldo * esize, ldo, act, kind);
+        tile_out(acc, mr, nc, p->colcorr, e, n0, i, (char *)out + i * ldo * esize, ldo, act, kind,
+                 NULL, 0);
     }
 }
 
@@ -333,6 +369,118 @@ VNNI static void gemm_dispatch(const uint8_t *x, int64_t m, int64_t ldx, void *o
     case ACT_GELU_TANH * 3 + OUT_U8: GEMM(ACT_GELU_TANH, OUT_U8); break;
     case ACT_GELU_TANH * 3 + OUT_S8: GEMM(ACT_GELU_TANH, OUT_S8); break;
     default: GEMM(ACT_GELU_TANH, OUT_F32); break;
+    }
+}
+
+/* ---------------------------------------------------------------- add + LayerNorm epilogue */
+
+/* What pdlkit_qgemm_run_add_ln adds to the GEMM: a transformer block's output projection
+ *   y = layer_norm(linear(x) + res) * gamma + beta        (over the whole row of n columns)
+ * and optionally codes = quantize_per_tensor(y) for the next int8 GEMM. The constants of one
+ * call site (the per-call tensors res and codes are arguments): */
+typedef struct {
+    const float *gamma, *beta; /* [n] or NULL */
+    double eps;
+    float inv_scale; /* (float)(1.0 / scale) of the codes */
+    int32_t zp;
+    int32_t qmin;
+    int32_t qmax;
+} pdlkit_qgemm_ln_args;
+
+int pdlkit_qgemm_ln_args_size(void) { return (int)sizeof(pdlkit_qgemm_ln_args); }
+
+static inline __mmask16 lanes(int64_t left) {
+    return left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
+}
+
+/* One output row, in place: o = linear(x) + res on entry (in L2: its row group was just
+ * written), the LayerNorm's result on return. Two-pass mean and variance in float32 (torch's
+ * own CPU LayerNorm and Inductor's accumulate in float32 too), 64 columns per step with four
+ * accumulators (one would make each pass a chain of dependent adds). */
+#define COLS4(X) X(0) X(1) X(2) X(3)
+VNNI static void ln_row(float *o, int64_t n, const pdlkit_qgemm_ln_args *a, void *codes) {
+    const __m512 z = _mm512_setzero_ps();
+    __m512 s0 = z, s1 = z, s2 = z, s3 = z;
+#define SUM(u) s##u = _mm512_add_ps(s##u, _mm512_maskz_loadu_ps(lanes(n - j - 16 * u), o + j + 16 * u));
+    for (int64_t j = 0; j < n; j += 64) { COLS4(SUM) }
+    const float mean = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3))) / (float)n;
+    const __m512 mv = _mm512_set1_ps(mean);
+    s0 = s1 = s2 = s3 = z;
+#define SQ(u)                                                                               \
+    {                                                                                       \
+        const __mmask16 m = lanes(n - j - 16 * u);                                          \
+        const __m512 d = _mm512_maskz_sub_ps(m, _mm512_maskz_loadu_ps(m, o + j + 16 * u), mv); \
+        s##u = _mm512_fmadd_ps(d, d, s##u);                                                 \
+    }
+    for (int64_t j = 0; j < n; j += 64) { COLS4(SQ) }
+    const float var = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3))) / (float)n;
+    const __m512 rstd = _mm512_set1_ps(1.0f / sqrtf(var + (float)a->eps));
+    const __m512 inv = _mm512_set1_ps(a->inv_scale);
+    const __m512 lo = _mm512_set1_ps((float)(a->qmin - a->zp)), hi = _mm512_set1_ps((float)(a->qmax - a->zp));
+    const __m512i zp = _mm512_set1_epi32(a->zp);
+    __m512i q0, q1, q2, q3;
+#define NORM(u)                                                                             \
+    {                                                                                       \
+        const __mmask16 m = lanes(n - j - 16 * u);                                          \
+        __m512 y = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, o + j + 16 * u), mv), rstd); \
+        if (a->gamma) y = _mm512_mul_ps(y, _mm512_maskz_loadu_ps(m, a->gamma + j + 16 * u)); \
+        if (a->beta) y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(m, a->beta + j + 16 * u));  \
+        _mm512_mask_storeu_ps(o + j + 16 * u, m, y);                                        \
+        q##u = q16(_mm512_mul_ps(y, inv), lo, hi, zp);                                      \
+    }
+    for (int64_t j = 0; j < n; j += 64) {
+        COLS4(NORM)
+        if (codes)
+            _mm512_mask_storeu_epi8((int8_t *)codes + j, bytes_mask(n - j),
+                                    pack64(q0, q1, q2, q3, a->qmin < 0));
+    }
+#undef SUM
+#undef SQ
+#undef NORM
+}
+
+/* Rows in groups whose float32 output stays in L2 (about 128 KB): per group, panels outside
+ * and 6-row blocks inside, as in gemm_vnni (a panel of K <= 256 stays in L1 across the
+ * blocks: with all panels per block instead, a 512 x 256 x 256 call took 50 us more), then
+ * the group's rows are complete and get their LayerNorm while in L2. */
+VNNI static void gemm_add_ln(const uint8_t *x, int64_t m, int64_t ldx, float *out, int64_t ldo,
+                             const pdlkit_qgemm_params *p, const epi_t *e,
+                             const pdlkit_qgemm_ln_args *a, const float *res, int64_t ldr,
+                             void *codes, int64_t ldc) {
+    const int64_t n = p->n, k = p->k, k4 = (k + 3) / 4;
+    const int64_t group_blocks = n * 4 * MR < (128 << 10) ? (128 << 10) / (n * 4 * MR) : 1;
+    const int64_t rows = group_blocks * MR, groups = (m + rows - 1) / rows;
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(static) if (m * n * k >= PARALLEL_MIN_MACS)
+#endif
+    for (int64_t g = 0; g < groups; g++) {
+        int32_t acc[MR * NR] __attribute__((aligned(64)));
+        const int64_t i0 = g * rows, i1 = m < i0 + rows ? m : i0 + rows;
+        /* In a model the residual was written a few GEMMs ago and lies in L3: the tiles read
+         * it 256 bytes per row, 1 KB apart, which the hardware prefetchers do not follow (a
+         * third of this function's time sat on that load in bert-mini). Ask for the group's
+         * rows up front; the first panel's GEMM hides the wait. */
+        for (int64_t i = i0; i < i1; i++)
+            for (int64_t j = 0; j < n; j += 16) _mm_prefetch((const char *)(res + i * ldr + j), _MM_HINT_T1);
+        for (int64_t n0 = 0; n0 < n; n0 += NR) {
+            const int8_t *panel = p->packed + (n0 / NR) * k4 * NR * 4;
+            for (int64_t i = i0; i < i1; i += MR) {
+                const uint8_t *xi = x + i * ldx;
+                const int mr = i1 - i < MR ? (int)(i1 - i) : MR;
+                switch (mr) {
+                case 6: kloop6(xi, ldx, k, panel, acc); break;
+                case 5: kloop5(xi, ldx, k, panel, acc); break;
+                case 4: kloop4(xi, ldx, k, panel, acc); break;
+                case 3: kloop3(xi, ldx, k, panel, acc); break;
+                case 2: kloop2(xi, ldx, k, panel, acc); break;
+                default: kloop1(xi, ldx, k, panel, acc); break;
+                }
+                tile_out(acc, mr, n - n0 < NR ? n - n0 : NR, p->colcorr, e, n0, i, out + i * ldo,
+                         ldo, ACT_NONE, OUT_F32, res + i * ldr, ldr);
+            }
+        }
+        for (int64_t i = i0; i < i1; i++)
+            ln_row(out + i * ldo, n, a, codes ? (char *)codes + i * ldc : NULL);
     }
 }
 
@@ -389,20 +537,16 @@ static int weight_zp_terms(const int64_t *w_zp, const uint8_t *x, int64_t m, int
     return 1;
 }
 
-/* out[m, n] (rows ldo elements apart; uint8, int8 or float32 by p->out_kind) from x [m, k]
- * (uint8, rows ldx bytes apart). w_scale: float32 [n]; bias: float32 [n] or NULL; w_zp:
- * int64 [n] or NULL (= all zero). Returns 0; 1 where this CPU lacks AVX-512 VNNI; -1 when
- * out of memory. */
-int pdlkit_qgemm_run(const uint8_t *x, int64_t m, int64_t ldx, void *out, int64_t ldo,
-                     const float *w_scale, const float *bias, const int64_t *w_zp,
-                     const pdlkit_qgemm_params *p) {
 #if PDLKIT_X86
-    if (!has_vnni()) return 1;
-    if (m <= 0 || p->n <= 0) return 0;
+/* The epilogue's per-call vectors: S = x_scale * w_scale * c, B = bias * c (c = the output
+ * scale's inverse, or the GELU table's index scale), and the weight zero-point terms. On
+ * success the caller frees e->S unless it is `local`, and e->wzp. -1: out of memory. */
+static int epilogue(const uint8_t *x, int64_t m, int64_t ldx, const float *w_scale,
+                    const float *bias, const int64_t *w_zp, const pdlkit_qgemm_params *p,
+                    float *local, epi_t *e) {
     const int gelu = p->act == ACT_GELU_ERF || p->act == ACT_GELU_TANH;
     const float inv = p->out_kind == OUT_F32 ? 1.0f : p->inv_out_scale;
     const float cs = gelu ? (float)GELU_VSCALE : inv;
-    float local[2 * 4096];
     float *S = p->n <= 4096 ? local : (float *)malloc(sizeof(float) * 2 * (size_t)p->n);
     if (!S) return -1;
     float *B = S + p->n;
@@ -416,21 +560,66 @@ int pdlkit_qgemm_run(const uint8_t *x, int64_t m, int64_t ldx, void *out, int64_
         return -1;
     }
     if (gelu && !gelu_ready) gelu_tables_init();
+    e->S = S;
+    e->B = B;
+    e->wzp = wzp;
+    e->rowcorr = rowcorr;
+    e->lo = (float)(p->qmin - p->out_zp);
+    e->hi = (float)(p->qmax - p->out_zp);
+    e->hk = gelu ? 0.5f * inv / (float)GELU_VSCALE : 1.0f;
+    e->zp = p->out_zp;
+    return 0;
+}
+
+static void epilogue_free(epi_t *e, const float *local) {
+    free((void *)e->wzp);
+    if (e->S != local) free((void *)e->S);
+}
+#endif
+
+/* out[m, n] (rows ldo elements apart; uint8, int8 or float32 by p->out_kind) from x [m, k]
+ * (uint8, rows ldx bytes apart). w_scale: float32 [n]; bias: float32 [n] or NULL; w_zp:
+ * int64 [n] or NULL (= all zero). Returns 0; 1 where this CPU lacks AVX-512 VNNI; -1 when
+ * out of memory. */
+int pdlkit_qgemm_run(const uint8_t *x, int64_t m, int64_t ldx, void *out, int64_t ldo,
+                     const float *w_scale, const float *bias, const int64_t *w_zp,
+                     const pdlkit_qgemm_params *p) {
+#if PDLKIT_X86
+    if (!has_vnni()) return 1;
+    if (m <= 0 || p->n <= 0) return 0;
+    float local[2 * 4096];
     epi_t e;
-    e.S = S;
-    e.B = B;
-    e.wzp = wzp;
-    e.rowcorr = rowcorr;
-    e.lo = (float)(p->qmin - p->out_zp);
-    e.hi = (float)(p->qmax - p->out_zp);
-    e.hk = gelu ? 0.5f * inv / (float)GELU_VSCALE : 1.0f;
-    e.zp = p->out_zp;
+    if (epilogue(x, m, ldx, w_scale, bias, w_zp, p, local, &e) < 0) return -1;
     gemm_dispatch(x, m, ldx, out, ldo, p, &e);
-    free(wzp);
-    if (S != local) free(S);
+    epilogue_free(&e, local);
     return 0;
 #else
     (void)x, (void)m, (void)ldx, (void)out, (void)ldo, (void)w_scale, (void)bias, (void)w_zp, (void)p;
+    return 1;
+#endif
+}
+
+/* out[m, n] = layer_norm(x w^T (dequantized, + bias) + res) (float32, rows ldo apart; res
+ * rows ldr apart; the params' out_kind must be float32 and act none), and codes (uint8 or
+ * int8 by a->qmin, rows ldc apart) = its quantize_per_tensor when not NULL. Returns as
+ * pdlkit_qgemm_run; 2 when the params do not fit. */
+int pdlkit_qgemm_run_add_ln(const uint8_t *x, int64_t m, int64_t ldx, float *out, int64_t ldo,
+                            const float *w_scale, const float *bias, const int64_t *w_zp,
+                            const pdlkit_qgemm_params *p, const pdlkit_qgemm_ln_args *a,
+                            const float *res, int64_t ldr, void *codes, int64_t ldc) {
+#if PDLKIT_X86
+    if (!has_vnni()) return 1;
+    if (p->out_kind != OUT_F32 || p->act != ACT_NONE) return 2;
+    if (m <= 0 || p->n <= 0) return 0;
+    float local[2 * 4096];
+    epi_t e;
+    if (epilogue(x, m, ldx, w_scale, bias, w_zp, p, local, &e) < 0) return -1;
+    gemm_add_ln(x, m, ldx, out, ldo, p, &e, a, res, ldr, codes, ldc);
+    epilogue_free(&e, local);
+    return 0;
+#else
+    (void)x, (void)m, (void)ldx, (void)out, (void)ldo, (void)w_scale, (void)bias, (void)w_zp, (void)p, (void)a,
+        (void)res, (void)ldr, (void)codes, (void)ldc;
     return 1;
 #endif
 }

@@ -1,5 +1,8 @@
 """int8 linear for PT2E graphs on x86 as one AVX-512 VNNI GEMM with the epilogue fused
-(``qgemm_vnni.c``): ``qlinear_q`` (requantized uint8 / int8 output) and ``qlinear`` (float32).
+(``qgemm_vnni.c``): ``qlinear_q`` (requantized uint8 / int8 output) and ``qlinear`` (float32);
+``qlinear_add_layer_norm_q`` / ``qlinear_add_layer_norm``, a transformer block's output
+projection with its residual add, LayerNorm and (optionally) the quantize of the next GEMM's
+input in the epilogue (``patterns/x86/qlinear_add_layer_norm.pdl.mlir``).
 
 Per call: one C call reads the uint8 activations as they are (``vpdpbusd`` multiplies
 unsigned by signed bytes), multiplies them with the weight pre-packed into 64-column panels,
@@ -29,12 +32,18 @@ x86-64, or without a compiler, this file warns once and declares nothing.
 from __future__ import annotations
 
 import ctypes
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
-from pdlkit.kernels._qlinear_meta import qlinear_meta, qlinear_q_meta, quantized_dtype
+from pdlkit.kernels._qlinear_meta import (
+    qlinear_add_layer_norm_q_meta,
+    qlinear_meta,
+    qlinear_q_meta,
+    quantized_dtype,
+)
 from pdlkit.kernels.x86._native_gemm import load_gemm_library, rows, storage_alias
 from torch import Tensor
 
@@ -73,16 +82,41 @@ class _Params(ctypes.Structure):
     ]
 
 
+class _LnArgs(ctypes.Structure):
+    """``pdlkit_qgemm_ln_args`` of qgemm_vnni.c: one call site's LayerNorm and codes."""
+
+    _fields_ = [
+        ("gamma", ctypes.c_void_p),
+        ("beta", ctypes.c_void_p),
+        ("eps", ctypes.c_double),
+        ("inv_scale", ctypes.c_float),
+        ("zp", ctypes.c_int32),
+        ("qmin", ctypes.c_int32),
+        ("qmax", ctypes.c_int32),
+    ]
+
+
 def _load() -> ctypes.CDLL | None:
     p, i64 = ctypes.c_void_p, ctypes.c_int64
     # x, m, ldx, out, ldo, w_scale, bias, w_zp, params
-    return load_gemm_library(
+    lib = load_gemm_library(
         SOURCE,
         "qlinear_q_vnni / qlinear_vnni",
         "pdlkit_qgemm",
         _Params,
         [p, i64, i64, p, i64, p, p, p, p],
     )
+    if lib is not None:
+        if lib.pdlkit_qgemm_ln_args_size() != ctypes.sizeof(_LnArgs):
+            warnings.warn(f"pdlkit: {SOURCE.name}: LayerNorm struct size mismatch", stacklevel=2)
+            return None
+        # x, m, ldx, out, ldo, w_scale, bias, w_zp, params, ln_args, res, ldr, codes, ldc
+        run_ln = lib.pdlkit_qgemm_run_add_ln
+        run_ln.argtypes, run_ln.restype = (
+            [p, i64, i64, p, i64, p, p, p, p, p, p, i64, p, i64],
+            ctypes.c_int,
+        )
+    return lib
 
 
 class _Packed:
@@ -169,6 +203,62 @@ def _pack_q(w_q: Tensor, attrs: Mapping[str, Any]) -> _Packed:
 def _pack_f32(w_q: Tensor, attrs: Mapping[str, Any]) -> _Packed:
     _check_post(attrs, w_q.shape[1])
     return _Packed(w_q, attrs, torch.float32)
+
+
+_UNSET = object()
+
+
+class _PackedLn(_Packed):
+    """The pre-packed weight of an output projection with the add + LayerNorm epilogue: the
+    GEMM part as for ``qlinear`` (float32, no activation), the site's LayerNorm and codes
+    constants, and the last LayerNorm weight / bias seen with their C struct."""
+
+    __slots__ = ("codes_dtype", "ln", "ln_const")
+
+    def __init__(self, w_q: Tensor, attrs: Mapping[str, Any]):
+        super().__init__(w_q, {**attrs, "post_op": "none", "algorithm": ""}, torch.float32)
+        if list(attrs["normalized_shape"]) != [self.n]:
+            raise pdlkit.KernelUnsupported(
+                f"layer_norm over {list(attrs['normalized_shape'])}, not the GEMM's row [{self.n}]"
+            )
+        quantized = "out_scale" in attrs
+        self.codes_dtype = quantized_dtype(int(attrs["out_qmin"])) if quantized else None
+        self.ln_const = {
+            "eps": float(attrs["eps"]),
+            "inv_scale": 1.0 / float(attrs["out_scale"]) if quantized else 1.0,
+            "zp": int(attrs["out_zp"]) if quantized else 0,
+            "qmin": int(attrs["out_qmin"]) if quantized else 0,
+            "qmax": int(attrs["out_qmax"]) if quantized else 0,
+        }
+        self.ln: tuple[Any, ...] = (_UNSET, _UNSET, None, 0)  # None is a valid weight / bias
+
+    def ln_args(self, gamma: Tensor | None, beta: Tensor | None) -> int:
+        """The address of the C struct for this LayerNorm weight and bias (made once per pair:
+        a compiled graph passes the same constants in every call). The struct, once made, is
+        never written (threads may be reading it): another pair gets a new one."""
+        ln = self.ln
+        if ln[0] is gamma and ln[1] is beta:
+            return ln[3]  # type: ignore[no-any-return]
+        if any(t is not None and not t.is_contiguous() for t in (gamma, beta)):
+            raise pdlkit.KernelUnsupported("a non-contiguous LayerNorm weight or bias")
+        args = _LnArgs(
+            gamma=None if gamma is None else gamma.data_ptr(),
+            beta=None if beta is None else beta.data_ptr(),
+            **self.ln_const,
+        )
+        self.ln = (gamma, beta, args, ctypes.addressof(args))
+        return self.ln[3]  # type: ignore[no-any-return]
+
+
+def _pack_ln(w_q: Tensor, attrs: Mapping[str, Any]) -> _PackedLn:
+    if w_q.shape[1] == 0:
+        raise pdlkit.KernelUnsupported("K = 0")
+    if "out_qmin" in attrs and (attrs["out_qmin"], attrs["out_qmax"]) not in (
+        (0, 255),
+        (-128, 127),
+    ):
+        raise pdlkit.KernelUnsupported(f"output range {(attrs['out_qmin'], attrs['out_qmax'])}")
+    return _PackedLn(w_q, attrs)
 
 
 _LIB = _load()
@@ -264,3 +354,103 @@ if _LIB is not None:
         """act(dequantize(x_q) @ dequantize(w_q).T + bias) in float32, in one fused VNNI GEMM;
         w_q arrives packed (:class:`_Packed`)."""
         return _gemm(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, 1.0, 0)  # type: ignore[arg-type]
+
+    _run_ln = _LIB.pdlkit_qgemm_run_add_ln
+    _f32 = torch.float32
+
+    def _gemm_add_ln(
+        x_q: Tensor,
+        p: _PackedLn,
+        w_scale: Tensor,
+        w_zp: Tensor,
+        bias: Tensor | None,
+        residual: Tensor,
+        ln_weight: Tensor | None,
+        ln_bias: Tensor | None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """One call of either LayerNorm op: the float32 result and, where the pre-pack says
+        so, its codes. Single-threaded where the library was built without OpenMP."""
+        k, n = p.k, p.n
+        x_q, ldx = rows(x_q, k)
+        shape = (*x_q.shape[:-1], n)
+        if residual.shape != shape or residual.dtype is not _f32:
+            raise pdlkit.KernelUnsupported(
+                f"residual {tuple(residual.shape)} {residual.dtype}, output {shape} float32"
+            )
+        res, ldr = rows(residual, n)
+        out = _empty(shape, dtype=_f32)
+        codes = None if p.codes_dtype is None else _empty(shape, dtype=p.codes_dtype)
+        m = x_q.numel() // k
+        if m == 0:
+            return out, codes
+        ptrs = p.pointers(w_scale, bias, w_zp)
+        rc = _run_ln(
+            x_q.data_ptr(), m, ldx, out.data_ptr(), n, ptrs[0], ptrs[1], ptrs[2], p.params_addr,
+            p.ln_args(ln_weight, ln_bias), res.data_ptr(), ldr,
+            None if codes is None else codes.data_ptr(), n,
+        )  # fmt: skip
+        if rc:
+            if rc > 0:
+                raise pdlkit.KernelUnsupported("this CPU has no AVX-512 VNNI")
+            raise MemoryError("qgemm_vnni: out of memory for the weight zero-point terms")
+        return out, codes
+
+    _LN_DTYPES = {**_DTYPES, "residual": [torch.float32], "ln_weight": [torch.float32]}
+    _LN_DTYPES["ln_bias"] = [torch.float32]
+
+    @pdlkit.kernel(
+        op="qlinear_add_layer_norm_q",
+        meta=qlinear_add_layer_norm_q_meta,
+        dtypes=_LN_DTYPES,
+        prepack=_pack_ln,
+        **_DECL,
+    )
+    def qlinear_add_layer_norm_q_vnni(
+        x_q: Tensor,
+        x_scale: float,
+        x_zp: int,
+        w_q: Tensor,
+        w_scale: Tensor,
+        w_zp: Tensor,
+        bias: Tensor | None,
+        residual: Tensor,
+        normalized_shape: list[int],
+        ln_weight: Tensor | None,
+        ln_bias: Tensor | None,
+        eps: float,
+        out_scale: float,
+        out_zp: int,
+        out_qmin: int,
+        out_qmax: int,
+    ) -> tuple[Tensor, Tensor]:
+        """``(y, quantize_per_tensor(y))`` for ``y = layer_norm(qlinear(x) + residual)`` in
+        one VNNI GEMM whose row blocks finish with the add, the LayerNorm and the codes while
+        they are in L1; w_q arrives packed (:class:`_PackedLn`)."""
+        out, codes = _gemm_add_ln(x_q, w_q, w_scale, w_zp, bias, residual, ln_weight, ln_bias)  # type: ignore[arg-type]
+        assert codes is not None
+        return out, codes
+
+    @pdlkit.kernel(
+        op="qlinear_add_layer_norm",
+        meta=qlinear_meta,
+        dtypes=_LN_DTYPES,
+        prepack=_pack_ln,
+        **_DECL,
+    )
+    def qlinear_add_layer_norm_vnni(
+        x_q: Tensor,
+        x_scale: float,
+        x_zp: int,
+        w_q: Tensor,
+        w_scale: Tensor,
+        w_zp: Tensor,
+        bias: Tensor | None,
+        residual: Tensor,
+        normalized_shape: list[int],
+        ln_weight: Tensor | None,
+        ln_bias: Tensor | None,
+        eps: float,
+    ) -> Tensor:
+        """``layer_norm(qlinear(x) + residual)`` in one VNNI GEMM (the last block of an
+        encoder, whose LayerNorm is not quantized); w_q arrives packed (:class:`_PackedLn`)."""
+        return _gemm_add_ln(x_q, w_q, w_scale, w_zp, bias, residual, ln_weight, ln_bias)[0]  # type: ignore[arg-type]
