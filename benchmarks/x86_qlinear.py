@@ -16,6 +16,10 @@ codes between the two kernels. ``torch._int_mm`` on the same operands (s8 x s8 -
 epilogue) is timed beside them as the GEMM alone. The BF16 part compares ``linear_bf16`` /
 ``linear_gelu_bf16`` with ``linear_onednn`` / ``linear_gelu_onednn`` (oneDNN's matmul with a
 pre-packed weight and a GELU post-op), bf16 in and out, with ``F.linear`` in bf16 beside them.
+The third table times ``qlinear_add_layer_norm_q_vnni`` (the GEMM with the residual add,
+LayerNorm and quantize in its epilogue) against what a compiled PT2E block ran before it: the
+float32 ``qlinear_vnni`` followed by Inductor's add + LayerNorm + quantize kernel
+(``torch.compile`` of those three ops).
 Writes ``benchmarks/results/x86_qlinear.md`` (``--out``).
 """
 
@@ -109,6 +113,7 @@ def main() -> None:
             lines.append(line)
     if "linear_bf16" in ks:
         lines += ["", *_bf16(ks, g, args)]
+    lines += ["", *_layer_norm(ks, g, args)]
     load = " ".join(f"{v:.2f}" for v in os.getloadavg())
     when = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     text = [
@@ -124,7 +129,10 @@ def main() -> None:
         "kernels (`linear_bf16`, `linear_gelu_bf16`) against oneDNN's BF16 matmul "
         "(`linear_onednn`, `linear_gelu_onednn`), GFLOP/s of the BF16 kernel, `F.linear` in "
         "bf16 (GEMM and bias, no activation), and the largest difference between the two "
-        "kernels' outputs.",
+        "kernels' outputs. Third table: `qlinear_add_layer_norm_q_vnni` (`fused`) against "
+        "`qlinear_vnni` + Inductor's add + LayerNorm + quantize kernel (`unfused`), ratio "
+        "fused / unfused, the GEMM alone (`qlinear_vnni`), what the fused epilogue adds to it, "
+        "and the largest code difference.",
         "",
         "```",
         *lines,
@@ -181,6 +189,61 @@ def _bf16(ks: dict[str, Any], g: torch.Generator, args: argparse.Namespace) -> l
         print(line, flush=True)
         lines.append(line)
     return lines
+
+
+LN_SHAPES = [(512, 256, 256), (512, 1024, 256), (128, 768, 768), (128, 3072, 768)]
+
+
+def _layer_norm(ks: dict[str, Any], g: torch.Generator, args: argparse.Namespace) -> list[str]:
+    """qlinear_add_layer_norm_q_vnni against qlinear_vnni + Inductor's add/LayerNorm/quantize."""
+    lines = [
+        f"{'M':>5} {'K':>5} {'N':>5} {'unfused us':>10} {'fused us':>9} {'ratio':>6} "
+        f"{'GEMM us':>8} {'epilogue us':>11} {'codes':>5}"
+    ]
+    print(lines[0], flush=True)
+    for m, k, n in LN_SHAPES:
+        cases, codes = _ln_cases(ks, g, m, k, n)
+        med = _interleaved(cases, args)
+        line = (
+            f"{m:>5} {k:>5} {n:>5} {med['unfused']:>10.1f} {med['fused']:>9.1f} "
+            f"{med['fused'] / med['unfused']:>6.2f} {med['gemm']:>8.1f} "
+            f"{med['fused'] - med['gemm']:>11.1f} {codes:>5}"
+        )
+        print(line, flush=True)
+        lines.append(line)
+    return lines
+
+
+def _ln_cases(
+    ks: dict[str, Any], g: torch.Generator, m: int, k: int, n: int
+) -> tuple[dict[str, Callable[[], Any]], int]:
+    import torchao.quantization.pt2e  # noqa: F401  (registers quantized_decomposed)
+
+    qd = torch.ops.quantized_decomposed
+    fused, gemm = ks["qlinear_add_layer_norm_q_vnni"], ks["qlinear_vnni"]
+
+    def tail(y: torch.Tensor, res: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor) -> Any:
+        out = torch.nn.functional.layer_norm(y + res, (n,), gamma, beta, 1e-12)
+        return out, qd.quantize_per_tensor(out, 8 / 255, 128, 0, 255, torch.uint8)
+
+    x = torch.randint(0, 256, (m, k), generator=g, dtype=torch.uint8)
+    w = torch.randint(-127, 128, (n, k), generator=g, dtype=torch.int8)
+    ws, wz = torch.rand(n, generator=g) * 0.01 + 1e-3, torch.zeros(n, dtype=torch.int64)
+    b, res = torch.randn(n, generator=g), torch.randn(m, n, generator=g)
+    gamma, beta = torch.rand(n, generator=g) + 0.5, torch.randn(n, generator=g) * 0.1
+    pg = gemm.prepack(w, dict(x_scale=0.02, x_zp=128, post_op="none", algorithm=""))
+    attrs = dict(x_scale=0.02, x_zp=128, normalized_shape=[n], eps=1e-12, out_scale=8 / 255)
+    pf = fused.prepack(w, {**attrs, "out_zp": 128, "out_qmin": 0, "out_qmax": 255})
+    compiled = torch.compile(tail, dynamic=False)
+    gemm_args = (x, 0.02, 128, pg, ws, wz, b, "none", "")
+    fused_args = (x, 0.02, 128, pf, ws, wz, b, res, [n], gamma, beta, 1e-12, 8 / 255, 128, 0, 255)
+    cases: dict[str, Callable[[], Any]] = {
+        "unfused": lambda: compiled(gemm.fn(*gemm_args), res, gamma, beta),
+        "fused": lambda: fused.fn(*fused_args),
+        "gemm": lambda: gemm.fn(*gemm_args),
+    }
+    codes = int((cases["unfused"]()[1].int() - cases["fused"]()[1].int()).abs().max().item())
+    return cases, codes
 
 
 def _cases(
