@@ -253,6 +253,19 @@ KLOOP(5)
 KLOOP(6)
 #undef QUAD
 
+/* The micro-kernel for a block of mr = 1..6 rows. */
+VNNI static inline void kloop(int mr, const uint8_t *x, int64_t ldx, int64_t k,
+                              const int8_t *panel, int32_t *acc) {
+    switch (mr) {
+    case 6: kloop6(x, ldx, k, panel, acc); break;
+    case 5: kloop5(x, ldx, k, panel, acc); break;
+    case 4: kloop4(x, ldx, k, panel, acc); break;
+    case 3: kloop3(x, ldx, k, panel, acc); break;
+    case 2: kloop2(x, ldx, k, panel, acc); break;
+    default: kloop1(x, ldx, k, panel, acc); break;
+    }
+}
+
 /* Per call: what the epilogue of every tile reads. */
 typedef struct {
     const float *S, *B;    /* [n] folded scales and biases */
@@ -339,14 +352,7 @@ VNNI static inline __attribute__((always_inline)) void gemm_vnni(
         const int64_t nc = n - n0 < NR ? n - n0 : NR;
         const uint8_t *xi = x + i * ldx;
         const int mr = m - i < MR ? (int)(m - i) : MR;
-        switch (mr) {
-        case 6: kloop6(xi, ldx, k, panel, acc); break;
-        case 5: kloop5(xi, ldx, k, panel, acc); break;
-        case 4: kloop4(xi, ldx, k, panel, acc); break;
-        case 3: kloop3(xi, ldx, k, panel, acc); break;
-        case 2: kloop2(xi, ldx, k, panel, acc); break;
-        default: kloop1(xi, ldx, k, panel, acc); break;
-        }
+        kloop(mr, xi, ldx, k, panel, acc);
         tile_out(acc, mr, nc, p->colcorr, e, n0, i, (char *)out + i * ldo * esize, ldo, act, kind,
                  NULL, 0);
     }
@@ -467,14 +473,7 @@ VNNI static void gemm_add_ln(const uint8_t *x, int64_t m, int64_t ldx, float *ou
             for (int64_t i = i0; i < i1; i += MR) {
                 const uint8_t *xi = x + i * ldx;
                 const int mr = i1 - i < MR ? (int)(i1 - i) : MR;
-                switch (mr) {
-                case 6: kloop6(xi, ldx, k, panel, acc); break;
-                case 5: kloop5(xi, ldx, k, panel, acc); break;
-                case 4: kloop4(xi, ldx, k, panel, acc); break;
-                case 3: kloop3(xi, ldx, k, panel, acc); break;
-                case 2: kloop2(xi, ldx, k, panel, acc); break;
-                default: kloop1(xi, ldx, k, panel, acc); break;
-                }
+                kloop(mr, xi, ldx, k, panel, acc);
                 tile_out(acc, mr, n - n0 < NR ? n - n0 : NR, p->colcorr, e, n0, i, out + i * ldo,
                          ldo, ACT_NONE, OUT_F32, res + i * ldr, ldr);
             }
