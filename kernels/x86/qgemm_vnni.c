@@ -287,6 +287,11 @@ AVX512 static inline __m512i pack64(__m512i a, __m512i b, __m512i c, __m512i d, 
         _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), bytes);
 }
 
+/* the first `left` of 16 lanes (none when left <= 0) */
+static inline __mmask16 lanes(int64_t left) {
+    return left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
+}
+
 static inline __mmask64 bytes_mask(int64_t left) {
     return left >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << left) - 1);
 }
@@ -304,7 +309,7 @@ VNNI static inline __attribute__((always_inline)) void tile_out(
     for (int j = 0; j < NR / 16; j++) {
         const int64_t left = nc - 16 * j;
         if (left <= 0) break;
-        const __mmask16 m = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+        const __mmask16 m = lanes(left);
         const int64_t col = n0 + 16 * j;
         const __m512i ccj = _mm512_maskz_loadu_epi32(m, cc + col);
         const __m512 s = _mm512_maskz_loadu_ps(m, e->S + col), b = _mm512_maskz_loadu_ps(m, e->B + col);
@@ -394,10 +399,6 @@ typedef struct {
 } pdlkit_qgemm_ln_args;
 
 int pdlkit_qgemm_ln_args_size(void) { return (int)sizeof(pdlkit_qgemm_ln_args); }
-
-static inline __mmask16 lanes(int64_t left) {
-    return left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
-}
 
 /* One output row, in place: o = linear(x) + res on entry (in L2: its row group was just
  * written), the LayerNorm's result on return. Two-pass mean and variance in float32 (torch's

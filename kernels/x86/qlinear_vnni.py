@@ -192,11 +192,15 @@ def _check_post(attrs: Mapping[str, Any], k: int) -> None:
         raise pdlkit.KernelUnsupported(f"post op {post}, K = {k}")
 
 
-def _pack_q(w_q: Tensor, attrs: Mapping[str, Any]) -> _Packed:
-    _check_post(attrs, w_q.shape[1])
+def _check_range(attrs: Mapping[str, Any]) -> None:
     qrange = (attrs["out_qmin"], attrs["out_qmax"])
     if qrange not in ((0, 255), (-128, 127)):
         raise pdlkit.KernelUnsupported(f"output range {qrange}")
+
+
+def _pack_q(w_q: Tensor, attrs: Mapping[str, Any]) -> _Packed:
+    _check_post(attrs, w_q.shape[1])
+    _check_range(attrs)
     return _Packed(w_q, attrs, quantized_dtype(int(attrs["out_qmin"])))
 
 
@@ -253,11 +257,8 @@ class _PackedLn(_Packed):
 def _pack_ln(w_q: Tensor, attrs: Mapping[str, Any]) -> _PackedLn:
     if w_q.shape[1] == 0:
         raise pdlkit.KernelUnsupported("K = 0")
-    if "out_qmin" in attrs and (attrs["out_qmin"], attrs["out_qmax"]) not in (
-        (0, 255),
-        (-128, 127),
-    ):
-        raise pdlkit.KernelUnsupported(f"output range {(attrs['out_qmin'], attrs['out_qmax'])}")
+    if "out_qmin" in attrs:
+        _check_range(attrs)
     return _PackedLn(w_q, attrs)
 
 
@@ -269,6 +270,14 @@ if _LIB is not None:
     _threads = torch.get_num_threads
     _onednn = torch.ops.onednn.qlinear_pointwise.default
     _parallel = bool(_LIB.pdlkit_qgemm_parallel())  # the GEMM runs on torch's OpenMP threads
+
+    def _failed(rc: int) -> None:
+        """What a non-zero return of the library's run functions means."""
+        if rc == 1:
+            raise pdlkit.KernelUnsupported("this CPU has no AVX-512 VNNI")
+        if rc < 0:
+            raise MemoryError("qgemm_vnni: out of memory for the weight zero-point terms")
+        raise RuntimeError(f"qgemm_vnni: the pre-packed parameters do not fit this entry (rc {rc})")
 
     def _gemm(
         x_q: Tensor,
@@ -298,9 +307,7 @@ if _LIB is not None:
             x_q.data_ptr(), m, ldx, out.data_ptr(), n, ptrs[0], ptrs[1], ptrs[2], p.params_addr
         )
         if rc:
-            if rc > 0:
-                raise pdlkit.KernelUnsupported("this CPU has no AVX-512 VNNI")
-            raise MemoryError("qgemm_vnni: out of memory for the weight zero-point terms")
+            _failed(rc)
         return out
 
     _DECL: dict[str, Any] = {
@@ -390,9 +397,7 @@ if _LIB is not None:
             None if codes is None else codes.data_ptr(), n,
         )  # fmt: skip
         if rc:
-            if rc > 0:
-                raise pdlkit.KernelUnsupported("this CPU has no AVX-512 VNNI")
-            raise MemoryError("qgemm_vnni: out of memory for the weight zero-point terms")
+            _failed(rc)
         return out, codes
 
     _LN_DTYPES = {**_DTYPES, "residual": [torch.float32], "ln_weight": [torch.float32]}
