@@ -51,3 +51,11 @@ def qlinear_add_layer_norm_q_meta(
     shape = (*x_q.shape[:-1], w_q.shape[0])
     codes = x_q.new_empty(shape, dtype=quantized_dtype(rest[-2]))
     return x_q.new_empty(shape, dtype=torch.float32), codes
+
+
+def qkv_attention_q_merged_meta(
+    x_q: Tensor, x_scale: Any, x_zp: Any, wq: Tensor, *rest: Any
+) -> Tensor:
+    """uint8 or int8 [B, S, H * D] for activations [B, S, K] and weights [H * D, K]: the
+    heads merged back as the output projection reads them; ``rest[-2]`` is ``out_qmin``."""
+    return x_q.new_empty((*x_q.shape[:-1], wq.shape[0]), dtype=quantized_dtype(rest[-2]))

@@ -200,6 +200,14 @@ def constant_equals(v: ir.Value, expected: Any) -> bool:
     return value is not NOT_CONSTANT and value == py_attr(expected)
 
 
+def same_constant(a: ir.Value, b: ir.Value) -> bool:
+    """``"same_constant"(%a, %b)``: two compile-time constants with equal values (the importer
+    gives every use of a literal its own constant op, so the same value in two places of a
+    graph is two SSA values: ``view(q, [B, S, -1, D])`` and the same view of k)."""
+    value = constant_value(a)
+    return value is not NOT_CONSTANT and value == constant_value(b)
+
+
 def single_use(v: ir.Value) -> bool:
     """``"single_use"(%y)``: %y has exactly one user, so replacing that user makes it dead."""
     return sum(1 for _ in v.uses) == 1
@@ -237,6 +245,7 @@ CONSTRAINTS: dict[str, Callable[..., bool]] = {
         is_none,
         is_not_none,
         constant_equals,
+        same_constant,
         single_use,
         not_dequantized,
     )

@@ -887,7 +887,7 @@ def _rewrite_fx(gm: fx.GraphModule, s: _Session, verify: bool | str) -> list[Sub
     for n in sorted(
         {n for rec in s.records for n in rec.slice}, key=s.order.__getitem__, reverse=True
     ):
-        if not n.users and (not n.is_impure() or _eval_dropout(n)):
+        if not n.users and (not n.is_impure() or _deterministic(n)):
             graph.erase_node(n)
     for n in dict.fromkeys(views):
         if not n.users:
@@ -903,8 +903,16 @@ def pattern_names(patterns: Sequence[Pattern]) -> list[str]:
     return [p.name for p in patterns]
 
 
-def _eval_dropout(n: fx.Node) -> bool:
-    """``aten.dropout(x, p, train=False)``: the identity, though FX counts every
-    nondeterministic-seeded op as impure. A pattern that reads through it (linear -> dropout ->
-    add) leaves it dead, and with it the linear before it, in the graph users see."""
-    return n.target is torch.ops.aten.dropout.default and n.args[2:3] == (False,)
+def _deterministic(n: fx.Node) -> bool:
+    """An op FX counts impure (every nondeterministic-seeded op) that is deterministic here:
+    ``aten.dropout(x, p, train=False)``, the identity, and ``scaled_dot_product_attention``
+    with dropout_p 0 (its default). A pattern that reads through one (linear -> dropout ->
+    add, QKV -> SDPA -> quantize) leaves it dead, and with it what fed it, in the graph users
+    see."""
+    aten = torch.ops.aten
+    if n.target is aten.dropout.default:
+        return n.args[2:3] == (False,)
+    if n.target is aten.scaled_dot_product_attention.default:
+        p = n.args[4] if len(n.args) > 4 else n.kwargs.get("dropout_p", 0.0)
+        return isinstance(p, float | int) and p == 0.0
+    return False

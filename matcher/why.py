@@ -108,6 +108,11 @@ def explain_constraint(name: str, values: list[Any], describe: Describe, names: 
         if c is natives.NOT_CONSTANT:
             return f"{who(0)} is not a compile-time constant (the constraint wants {attr(1)!r})"
         return f"{who(0)} is {c!r}, the constraint wants {attr(1)!r}"
+    if name == "same_constant":
+        a, b = (natives.constant_value(x) if isinstance(x, ir.Value) else x for x in values[:2])
+        if natives.NOT_CONSTANT in (a, b):
+            return f"{who(0 if a is natives.NOT_CONSTANT else 1)} is not a compile-time constant"
+        return f"{who(0)} is {a!r} but {who(1)} is {b!r}"
     if name == "single_use" and isinstance(v, ir.Value):
         users = [_loc(u.owner) or u.owner.operation.name for u in v.uses]
         return f"{who(0)} has {len(users)} uses ({', '.join(users)}), the constraint wants one"

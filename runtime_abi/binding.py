@@ -66,9 +66,12 @@ class CallSite:
     # kernel: first-call verification (runtime_abi/verify.py) and bisect use it
     intercept: Callable[..., Any] | None = None
     # the last pre-packed weight: (weakref to the weight, its version, weakref to the packed
-    # form), so that the direct path skips the cache's lookup; weak, so that the cache's
-    # evictions and a freed weight still free the packed form
-    packed: tuple[Any, int, Any] | None = field(default=None, repr=False)
+    # form, ((weakref, version) of each prepack_with tensor)), so that the direct path skips
+    # the cache's lookup; weak, so that the cache's evictions and a freed weight still free
+    # the packed form
+    packed: tuple[Any, int, Any, tuple[tuple[Any, int], ...]] | None = field(
+        default=None, repr=False
+    )
     _expected: dict[tuple[Any, ...], list[tuple[torch.Size, torch.dtype]]] = field(
         default_factory=dict, repr=False
     )
@@ -242,10 +245,19 @@ def _packed_args(
         key = attrs_key_of(_attrs(decl, args))
         if cs is not None:
             cs.attrs_key = key
-    packed = PREPACK.get(decl.name, decl.prepack, w, lambda: _attrs(decl, args), key)
-    if cs is not None and w._base is None:
+    with_ = {n: a for n, a in zip(decl.params, args, strict=False) if n in decl.prepack_with}
+    if any(not isinstance(t, torch.Tensor) for t in with_.values()):
+        raise TypeError(f"prepack_with {sorted(with_)} must be tensors")
+
+    def attrs() -> dict[str, Any]:
+        return {**_attrs(decl, args), **with_}
+
+    others = tuple(with_.values())
+    packed = PREPACK.get(decl.name, decl.prepack, w, attrs, key, others)
+    if cs is not None and w._base is None and all(t._base is None for t in others):
         try:
-            cs.packed = (weakref.ref(w), w._version, weakref.ref(packed))
+            memo = tuple((weakref.ref(t), t._version) for t in others)
+            cs.packed = (weakref.ref(w), w._version, weakref.ref(packed), memo)
         except TypeError:  # a packed form that cannot be weakly referenced (a tuple)
             cs.packed = None
     return (*args[:at], packed, *args[at + 1 :])
@@ -301,6 +313,16 @@ def _failed(decl: KernelDecl, cs: CallSite | None, e: Exception) -> KernelCallEr
     )
 
 
+def _same(memo: tuple[tuple[Any, int], ...], args: tuple[Any, ...], at: tuple[int, ...]) -> bool:
+    """Whether the prepack_with tensors of a call are those the site's packed form was made
+    from, at the same versions."""
+    for (ref, version), i in zip(memo, at, strict=True):
+        t = args[i]
+        if ref() is not t or t._version != version:
+            return False
+    return True
+
+
 def _runner(
     decl: KernelDecl,
 ) -> tuple[Callable[..., Any], Callable[..., Any], Callable[..., Callable[..., Any]]]:
@@ -314,6 +336,7 @@ def _runner(
     sites, check_first, check_every = _SITES, _CHECK_FIRST, CHECK_EVERY
     threads, get_ident, local = THREADS, threading.get_ident, binding_stats.LOCAL
     pack_at = decl.params.index(decl.prepack_arg) if decl.prepack_arg is not None else -1
+    with_at = tuple(decl.params.index(n) for n in decl.prepack_with)
 
     def fall_back(cs: CallSite, kargs: tuple[Any, ...]) -> Any:
         threads.note(get_ident())  # before the fallback may compile (see _Threads)
@@ -418,6 +441,7 @@ def _runner(
                     and w is not None
                     and memo[0]() is w
                     and memo[1] == w._version
+                    and (not memo[3] or _same(memo[3], kargs, with_at))
                     else None
                 )
                 if packed is None:

@@ -118,6 +118,9 @@ class KernelDecl:
     traits: frozenset[str] = frozenset()
     prepack: Callable[[Any, Mapping[str, Any]], Any] | None = None
     prepack_arg: str | None = None  # the parameter whose (constant) tensor is pre-packed
+    # further constant tensors the packed form is made from (a fused QKV GEMM packs three
+    # weights as one): the pack reads them from its attrs, and they key the cache with it
+    prepack_with: tuple[str, ...] = ()
     reference: Callable[..., Any] | None = None  # the semantics, for abi-check
     examples: Callable[[torch.dtype], Iterable[tuple[Any, ...]]] | None = None  # abi-check inputs
     # the gradient: backward(ctx, *grad_outputs) -> one gradient (or None) per parameter;
@@ -176,6 +179,7 @@ def declare(
     traits: Iterable[str] = (),
     prepack: Callable[[Any, Mapping[str, Any]], Any] | None = None,
     prepack_arg: str | None = None,
+    prepack_with: Iterable[str] = (),
     reference: Callable[..., Any] | None = None,
     examples: Callable[[torch.dtype], Iterable[tuple[Any, ...]]] | None = None,
     backward: Callable[..., Any] | None = None,
@@ -249,6 +253,14 @@ def declare(
             problems.append("prepack must be a function (weight, attrs) -> packed weight")
         if prepack_arg not in params:
             problems.append(f"prepack_arg must name the packed parameter, got {prepack_arg!r}")
+    prepack_with = (prepack_with,) if isinstance(prepack_with, str) else tuple(prepack_with)
+    if prepack_with and prepack is None:
+        problems.append("prepack_with names tensors a prepack reads, but there is no prepack")
+    for arg in prepack_with:
+        if arg not in params or arg == prepack_arg:
+            problems.append(
+                f"prepack_with must name other parameters of {name}{params}, got {arg!r}"
+            )
     if backward is not None and not callable(backward):
         problems.append("backward must be a function (ctx, *grad_outputs) -> gradients")
     if setup_context is not None and (backward is None or not callable(setup_context)):
@@ -287,6 +299,7 @@ def declare(
         traits=frozenset(traits),
         prepack=prepack,
         prepack_arg=prepack_arg if prepack is not None else None,
+        prepack_with=prepack_with,
         reference=reference,
         examples=examples,
         backward=backward,
@@ -310,6 +323,7 @@ def kernel(
     traits: Iterable[str] = (),
     prepack: Callable[[Any, Mapping[str, Any]], Any] | None = None,
     prepack_arg: str | None = None,
+    prepack_with: Iterable[str] = (),
     reference: Callable[..., Any] | None = None,
     examples: Callable[[torch.dtype], Iterable[tuple[Any, ...]]] | None = None,
     backward: Callable[..., Any] | None = None,
@@ -323,7 +337,10 @@ def kernel(
     then the higher ``version``. ``shapes`` maps parameters to :class:`ShapeRule` specs
     (checked at compile time where provable, else per call); ``traits`` from
     :data:`TRAITS`; ``prepack(weight, attrs)`` packs the constant tensor passed as
-    ``prepack_arg`` once (the kernel then receives the packed tensor in its place);
+    ``prepack_arg`` once (the kernel then receives the packed tensor in its place), and
+    ``prepack_with`` names further constant tensors the packed form is made from (passed
+    to ``prepack`` in ``attrs`` under their names; an in-place update of any of them packs
+    again);
     ``reference`` and ``examples(dtype)`` feed ``pdlkit abi-check``.
     ``backward(ctx, grad)`` returns one gradient (or None) per parameter and makes the
     kernel eligible in graphs that need gradients; ``setup_context(ctx, inputs, output)``
@@ -347,6 +364,7 @@ def kernel(
             traits=traits,
             prepack=prepack,
             prepack_arg=prepack_arg,
+            prepack_with=prepack_with,
             reference=reference,
             examples=examples,
             backward=backward,

@@ -39,6 +39,16 @@ def attrs_key_of(attrs: Mapping[str, Any]) -> tuple[Any, ...]:
     return tuple(sorted((k, repr(v)) for k, v in attrs.items()))
 
 
+def _identity(t: torch.Tensor) -> tuple[Any, Any, int]:
+    """``(owner, geometry, version)`` of a packed tensor. A view (a weight canonicalized to
+    ``t(w)``, made afresh by each call) is keyed by its base parameter and its geometry, so it
+    packs once like the parameter would."""
+    base = t._base
+    if base is None:
+        return t, None, t._version
+    return base, (t.shape, t.stride(), t.storage_offset()), t._version
+
+
 class PrepackCache:
     def __init__(self, max_bytes: int | None = None):
         env = os.environ.get("PDLKIT_PREPACK_BYTES")
@@ -65,18 +75,18 @@ class PrepackCache:
         weight: torch.Tensor,
         attrs: Mapping[str, Any] | Callable[[], Mapping[str, Any]],
         attrs_key: tuple[Any, ...] | None = None,
+        with_: tuple[torch.Tensor, ...] = (),
     ) -> Any:
         """The packed weight; ``attrs_key`` (see :func:`attrs_key`) may be computed once by
         a caller whose attributes never change, such as a call site, which may then pass
-        ``attrs`` as a function that builds them (only a miss needs them)."""
+        ``attrs`` as a function that builds them (only a miss needs them). ``with_``: the
+        further tensors the packed form is made from (a kernel's ``prepack_with``), keyed
+        like the weight."""
         if attrs_key is None:
             attrs_key = attrs_key_of(attrs() if callable(attrs) else attrs)
-        # A view (a weight canonicalized to ``t(w)``, made afresh by each call) is keyed by
-        # its base parameter and its geometry, so it packs once like the parameter would.
-        base = weight._base
-        owner = weight if base is None else base
-        shape = None if base is None else (weight.shape, weight.stride(), weight.storage_offset())
-        key = (kernel, id(owner), shape, weight._version, attrs_key)
+        owner, *ident = _identity(weight)
+        others = tuple(_identity(t) for t in with_)
+        key = (kernel, id(owner), *ident, attrs_key, tuple((id(o), *i) for o, *i in others))
         while True:
             with self._lock:
                 hit = self._entries.get(key)
@@ -101,6 +111,8 @@ class PrepackCache:
                     self._entries[key] = (packed, size)
                     self._bytes += size
                     self._watch(owner)
+                    for o, *_ in others:
+                        self._watch(o)
                     while self._bytes > self.max_bytes:
                         old, (_, n) = self._entries.popitem(last=False)
                         self._bytes -= n
@@ -119,7 +131,7 @@ class PrepackCache:
     def _forget(self, wid: int) -> None:
         with self._lock:
             self._finalizers.pop(wid, None)
-            self._drop(lambda k: k[1] == wid, None)
+            self._drop(lambda k: k[1] == wid or any(o[0] == wid for o in k[5]), None)
 
     def _drop(self, pred: Callable[[tuple[Any, ...]], bool], kernel: str | None) -> None:
         for k in [k for k in self._entries if pred(k)]:

@@ -17,6 +17,9 @@ func.func @main(%x: !torch.vtensor<[4,?],f32>, %w: !torch.vtensor<[8,16],bf16>, 
   %r = torch.aten.relu %g : !torch.vtensor<[4,?],f32> -> !torch.vtensor<[4,?],f32>
   %r2 = torch.aten.relu %x : !torch.vtensor<[4,?],f32> -> !torch.vtensor<[4,?],f32>
   %r3 = torch.aten.relu %x : !torch.vtensor<[4,?],f32> -> !torch.vtensor<[4,?],f32>
+  %i4 = torch.constant.int 4
+  %l2 = torch.prim.ListConstruct %i, %i : (!torch.int, !torch.int) -> !torch.list<int>
+  %l3 = torch.prim.ListConstruct %i, %i4 : (!torch.int, !torch.int) -> !torch.list<int>
   return %r : !torch.vtensor<[4,?],f32>
 }
 """
@@ -32,6 +35,7 @@ def v():
     vals = {"x": block.arguments[0], "w": block.arguments[1], "q": block.arguments[2]}
     for name, op in zip(["none", "s", "i", "l", "g", "r"], ops, strict=False):
         vals[name] = op.results[0]
+    vals["l2"], vals["l3"] = ops[9].results[0], ops[10].results[0]
     vals["_keep"] = (ctx, module)
     return vals
 
@@ -78,6 +82,13 @@ def test_constants(v):
     assert (
         natives.is_none(v["none"]) and natives.is_not_none(v["x"]) and not natives.is_none(v["x"])
     )
+
+
+def test_same_constant_compares_two_constant_values(v):
+    # two list constants with equal elements (what the importer makes of one literal used twice)
+    assert natives.same_constant(v["l"], v["l2"])
+    assert not natives.same_constant(v["l"], v["l3"])  # [3, 3] vs [3, 4]
+    assert not natives.same_constant(v["x"], v["x"])  # not a constant
 
 
 def test_single_use(v):

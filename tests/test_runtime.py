@@ -264,6 +264,49 @@ def test_direct_calls_reuse_the_packed_weight_until_it_changes_or_is_evicted(tmp
     assert pdlkit.stats()["prepack_misses"] == 2
 
 
+PREPACK_WITH_KERNEL = """
+def pack(w, attrs):
+    return torch.cat([w.t(), attrs["b"][None]])  # [K + 1, N]: the weight and the bias as one
+
+@pdlkit.kernel(op="lin_relu", meta=meta, prepack=pack, prepack_arg="w", prepack_with=("b",))
+def k_packed_with(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
+    return torch.relu(x @ w[:-1] + w[-1])  # the bias as packed, not the argument
+"""
+
+
+def test_prepack_with_packs_again_after_an_inplace_update_of_either_tensor(tmp_path):
+    model, f = compile_with(tmp_path, PREPACK_WITH_KERNEL)
+    pdlkit.stats(reset=True)
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        for _ in range(20):  # past the checked first calls: the direct path's memo
+            torch.testing.assert_close(f(x), model(x))
+        model.fc.bias.add_(1)  # only the prepack_with tensor changes
+        torch.testing.assert_close(f(x), model(x))
+        model.fc.weight.mul_(2)
+        torch.testing.assert_close(f(x), model(x))
+    st = pdlkit.stats()
+    assert (st["prepack_misses"], st["prepack_hits"]) == (3, 19)
+
+
+def test_prepack_with_must_name_other_parameters_and_needs_a_prepack():
+    with pytest.raises(
+        pdlkit.KernelDeclarationError, match=r"prepack_with must name other parameters .* 'w'"
+    ):
+
+        @pdlkit.kernel(
+            op="x", meta=lambda x, w: x, prepack=lambda w, a: w, prepack_arg="w", prepack_with="w"
+        )
+        def k(x: Tensor, w: Tensor) -> Tensor:
+            return x
+
+    with pytest.raises(pdlkit.KernelDeclarationError, match="there is no prepack"):
+
+        @pdlkit.kernel(op="x", meta=lambda x, w: x, prepack_with=("w",))
+        def k2(x: Tensor, w: Tensor) -> Tensor:
+            return x
+
+
 def test_prepack_cache_is_bounded():
     from pdlkit.runtime_abi.prepack import PrepackCache
 

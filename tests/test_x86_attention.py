@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -27,6 +28,7 @@ from pdlkit.runtime_abi.kernel import KernelUnsupported  # noqa: E402
 
 KERNEL = attention.x86_attention_q_bf16.fn
 MERGED = attention.x86_attention_q_merged_bf16.fn
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _codes_close(out: torch.Tensor, want: torch.Tensor, share: float = 0.15) -> None:
@@ -122,21 +124,29 @@ def _tiny_bert():
     return transformers.BertModel(cfg).eval(), torch.randint(0, 100, (2, 12))
 
 
-def test_pt2e_bert_attention_is_substituted_and_matches_pt2e():
+@pytest.mark.parametrize(
+    ("patterns", "pattern", "kernel"),
+    [  # the shipped set takes the Q, K, V projections along; attention.pdl.mlir alone does not
+        (None, "qkv_attention_q_merged", "qkv_attention_q_merged_vnni"),
+        ("attention.pdl.mlir", "attention_q_merged", "x86_attention_q_merged_bf16"),
+    ],
+)
+def test_pt2e_bert_attention_is_substituted_and_matches_pt2e(patterns, pattern, kernel):
     from pdlkit.quantization import quantize
 
     model, ids = _tiny_bert()
     q = quantize(model, (ids,), scheme="int8-static")
-    counts = pdlkit.explain(q, ids).counts()
-    attn = {k: n for k, n in counts.items() if k.startswith("attention_q")}
-    assert attn == {"attention_q_merged": 2}  # one per layer
+    where = ROOT / "patterns" / "x86" / patterns if patterns else None
+    counts = pdlkit.explain(q, ids, patterns=where).counts()
+    attn = {k: n for k, n in counts.items() if "attention" in k}
+    assert attn == {pattern: 2}  # one per layer
     pdlkit.stats(reset=True)
     with torch.no_grad():
         want = q(ids)[0]
-        got = pdlkit.optimize(q)(ids)[0]
+        got = pdlkit.optimize(q, patterns=where)(ids)[0]
     # one attention output code (~1/255 of its range) moves a hidden state by far less
     torch.testing.assert_close(got, want, rtol=0.02, atol=0.02)
-    st = pdlkit.stats()["by_kernel"]["x86_attention_q_merged_bf16"]
+    st = pdlkit.stats()["by_kernel"][kernel]
     assert (st["kernel_calls"], st["fallbacks"]) == (2, 0)
 
 

@@ -295,9 +295,12 @@ def test_quantized_bert_ffn_gemms_use_the_kernel():
         out = pdlkit.optimize(q)(ids).last_hidden_state
     st = pdlkit.stats()
     assert st["by_kernel"]["qlinear_q_vnni"]["kernel_calls"] == config.num_hidden_layers
-    # Q, K, V per layer and the pooler: float32 outputs; the attention output and FFN down
-    # projections carry their add + LayerNorm (+ quantize, but in the last block)
-    assert st["by_kernel"]["qlinear_vnni"]["kernel_calls"] == 3 * config.num_hidden_layers + 1
+    # Q, K, V per layer: one GEMM with the attention after it; the pooler: float32 output; the
+    # attention output and FFN down projections carry their add + LayerNorm (+ quantize, but
+    # in the last block)
+    calls = config.num_hidden_layers
+    assert st["by_kernel"]["qkv_attention_q_merged_vnni"]["kernel_calls"] == calls
+    assert st["by_kernel"]["qlinear_vnni"]["kernel_calls"] == 1
     assert st["by_kernel"]["qlinear_add_layer_norm_q_vnni"]["kernel_calls"] == 3
     assert st["by_kernel"]["qlinear_add_layer_norm_vnni"]["kernel_calls"] == 1
     assert st["fallbacks"] == 0

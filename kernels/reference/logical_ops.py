@@ -397,3 +397,86 @@ def attention_q_merged(
     y = attention_q(q, k, v, attn_mask, is_causal, scale, out_scale, out_zp, out_qmin, out_qmax)
     b, h, s, d = y.shape
     return y.transpose(1, 2).reshape(b, s, h * d)
+
+
+# -- Q, K, V projections + attention + quantize (patterns/x86/qkv_attention.pdl.mlir)
+
+
+def _qkv_attention_examples(dtype: torch.dtype) -> list[tuple]:
+    """[B, S, K] activations whose three projections are split into heads by ``view(B, S, -1,
+    D)``: K not a multiple of 4, one head, S = 1, a head dim not a multiple of 16, no bias,
+    HF BERT's broadcast bool mask, a float mask, causal, int8 output; out_scale calibrated on
+    the reference output."""
+    g = torch.Generator().manual_seed(1)
+    cases = [  # B, S, K, H, D, mask, causal, bias, signed
+        (1, 1, 5, 1, 3, "none", 0, True, False),
+        (2, 7, 30, 2, 8, "bool", 0, True, False),
+        (1, 9, 16, 3, 5, "float", 1, False, True),
+        (2, 16, 64, 4, 16, "bool", 0, True, False),
+    ]
+    out = []
+    for b, s, k, h, d, mask, causal, bias, signed in cases:
+        n = h * d
+        x_q = torch.randint(0, 256, (b, s, k), generator=g, dtype=torch.uint8)
+        ws = []
+        for _ in range(3):
+            w = torch.randint(-127, 128, (n, k), generator=g, dtype=torch.int8)
+            # q, k of about unit size, as trained models have them: BF16 attention on logits
+            # in the tens moves codes by more than one step (see attention.c, Precision)
+            sc = (torch.rand(n, generator=g) + 0.5) * 0.01 / k**0.5
+            ws += [
+                w,
+                sc,
+                torch.zeros(n, dtype=torch.int64),
+                torch.randn(n, generator=g) if bias else None,
+            ]
+        m = None
+        if mask == "bool":  # HF BERT: [B, 1, 1, S] expanded over the query rows
+            m = torch.rand(b, 1, 1, s, generator=g) > 0.3
+            m[..., 0] = True  # no fully masked row
+            m = m.expand(b, 1, s, s)
+        elif mask == "float":
+            m = torch.randn(b, 1, s, s, generator=g)
+        args = (x_q, 0.02, 128, *ws, [b, s, -1, d], m, causal, 0.3)
+        y = qkv_attention_q_merged(*args, 1.0, 0, -128, 127)
+        qmin, qmax = (-128, 127) if signed else (0, 255)
+        lo = hi = 0.0
+        if y.numel():  # calibrate on the float result, as PT2E's observers do
+            f = _qkv_attention_float(*args)
+            lo, hi = f.min().item(), f.max().item()
+        o_scale = max(hi - lo, 1e-6) / 255
+        zp = max(qmin, min(qmax, qmin - round(lo / o_scale)))
+        out.append((*args, o_scale, zp, qmin, qmax))
+    return out
+
+
+def _qkv_attention_float(
+    x_q, x_scale, x_zp, wq, sq, zq, bq, wk, sk, zk, bk, wv, sv, zv, bv, head_shape, attn_mask,
+    is_causal, scale,
+):  # fmt: skip
+    q, k, v = (
+        _qlinear_ref(x_q, x_scale, x_zp, w, s, z, bias, "none", "").view(head_shape).transpose(1, 2)
+        for w, s, z, bias in ((wq, sq, zq, bq), (wk, sk, zk, bk), (wv, sv, zv, bv))
+    )
+    y = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=attn_mask, is_causal=bool(is_causal), scale=scale
+    )
+    b, h, s, d = y.shape
+    return y.transpose(1, 2).reshape(b, s, h * d)
+
+
+@pdlkit.reference("qkv_attention_q_merged", examples=_qkv_attention_examples)
+def qkv_attention_q_merged(
+    x_q, x_scale, x_zp, wq, sq, zq, bq, wk, sk, zk, bk, wv, sv, zv, bv, head_shape, attn_mask,
+    is_causal, scale, out_scale, out_zp, out_qmin, out_qmax,
+):  # fmt: skip
+    """A self-attention block of a PT2E int8 transformer up to its output projection's input:
+    ``q, k, v = (qlinear(x, w*, ...).view(head_shape).transpose(1, 2))``, then
+    ``attention_q_merged(q, k, v, attn_mask, is_causal, scale, out_scale, ...)`` ([B, S, H * D]
+    codes)."""
+    y = _qkv_attention_float(
+        x_q, x_scale, x_zp, wq, sq, zq, bq, wk, sk, zk, bk, wv, sv, zv, bv, head_shape, attn_mask,
+        is_causal, scale,
+    )  # fmt: skip
+    dtype = quantized_dtype(out_qmin)
+    return _qd().quantize_per_tensor(y, out_scale, out_zp, out_qmin, out_qmax, dtype)

@@ -3,6 +3,8 @@
  * AVX512_BF16, as pdlkit native kernels (C ABI 1.1) of two logical ops: "attention_q" (output
  * [B, H, Sq, D]) and "attention_q_merged" (output [B, Sq, H * D]: the heads merged by
  * .transpose(1, 2).reshape(B, Sq, H * D) before the quantize, as PT2E BERT graphs have it).
+ * A plain C entry, pdlkit_attention_run_qkv, serves kernels/x86/qlinear_vnni.py's
+ * qkv_attention_q_merged (the Q, K, V GEMM and the attention batch by batch).
  *
  *   out[b, h, i, :] = quantize(sum_j softmax_j(q[b,h,i,:] . k[b,h,j,:] * scale + mask) v[b,h,j,:])
  *   quantize(x)     = clamp(round_half_even(x * (float)(1.0 / out_scale)) + out_zp, qmin, qmax)
@@ -536,6 +538,31 @@ static int32_t meta(const pdlkit_meta_frame* f, int merged) {
 static int32_t attention_q_meta(const pdlkit_meta_frame* f) { return meta(f, 0); }
 static int32_t attention_q_merged_meta(const pdlkit_meta_frame* f) { return meta(f, 1); }
 
+/* Runs p (already checked) with the caller's scratch ws of ws_size bytes (NULL: none): on
+ * one thread in ws, or allocated where it is too small or several threads share the heads.
+ * 0, or -1 when the scratch cannot be allocated. */
+static int execute(const attn_params* p, char* ws, size_t ws_size) {
+  attn_layout L = layout_of(p->Sk, p->D);
+  void* own = NULL;
+  int threads = attention_threads(p);
+  if (threads > 1) { /* one scratch per thread (L.total is a multiple of 64) */
+    own = aligned_alloc(64, (size_t)threads * L.total);
+    threads = own != NULL ? threads : 1; /* no memory for all: one thread, as below */
+  }
+  if (threads > 1) {
+    attention_parallel(p, &L, (char*)own, threads);
+  } else {
+    if (ws == NULL || ws_size < L.total) {
+      own = aligned_alloc(64, L.total);
+      if (own == NULL) return -1;
+      ws = (char*)own;
+    }
+    attention(p, &L, ws);
+  }
+  free(own);
+  return 0;
+}
+
 #define DECLINE(...) pdlkit_error(f->error, f->error_size, PDLKIT_UNSUPPORTED, __VA_ARGS__)
 
 static int32_t run(const pdlkit_call_frame* f, int merged) {
@@ -621,30 +648,55 @@ static int32_t run(const pdlkit_call_frame* f, int merged) {
   else /* out[b, h, i, d] */
     p.os[0] = p.H * p.Sq * p.D, p.os[1] = p.Sq * p.D, p.os[2] = p.D;
 
-  attn_layout L = layout_of(p.Sk, p.D);
-  char* ws = (char*)f->workspace;
-  void* own = NULL;
-  int threads = attention_threads(&p);
-  if (threads > 1) { /* one scratch per thread (L.total is a multiple of 64) */
-    own = aligned_alloc(64, (size_t)threads * L.total);
-    threads = own != NULL ? threads : 1; /* no memory for all: one thread, as below */
-  }
-  if (threads > 1) {
-    attention_parallel(&p, &L, (char*)own, threads);
-  } else {
-    if (ws == NULL || f->workspace_size < L.total) {
-      own = aligned_alloc(64, L.total);
-      if (own == NULL) return DECLINE("no memory for %zu bytes of scratch", L.total);
-      ws = (char*)own;
-    }
-    attention(&p, &L, ws);
-  }
-  free(own);
+  if (execute(&p, (char*)f->workspace, f->workspace_size) != 0)
+    return DECLINE("no memory for the attention's scratch");
   return PDLKIT_OK;
 }
 
 static int32_t attention_q_run(const pdlkit_call_frame* f) { return run(f, 0); }
 static int32_t attention_q_merged_run(const pdlkit_call_frame* f) { return run(f, 1); }
+
+/* ---- the plain C entry (ctypes) ------------------------------------------------------ */
+
+/* For qlinear_vnni.py's qkv_attention_q_merged, which mirrors attn_params in ctypes. */
+PDLKIT_EXPORT int64_t pdlkit_attention_params_size(void) { return (int64_t)sizeof(attn_params); }
+
+/* The Q, K and V projections and the attention of one batch after another, so that each
+ * batch's q | k | v rows (S x 3 N float32, N = H D) stay in L2 between the GEMM that writes
+ * them and the attention that reads them: gemm is qgemm_vnni.c's pdlkit_qgemm_run (another
+ * library; passed in by the caller) with its vectors and params; x holds B S rows of ldx
+ * bytes; scratch S x 3 N floats; tmpl holds what is the same in every call of a site (B, H,
+ * S, D, the strides of q, k, v in scratch and of out, scale, quantization, the mask's
+ * strides), checked by the caller as run() checks them. 0; 1: the CPU lacks AVX512F /
+ * AVX512BW / AVX512_BF16; 2: no memory for the scratch; 3 + rc: the GEMM returned rc > 0. */
+typedef int32_t (*qkv_gemm_fn)(const void* x, int64_t m, int64_t ldx, void* out, int64_t ldo,
+                               const void* w_scale, const void* bias, const void* w_zp,
+                               const void* params);
+
+PDLKIT_EXPORT int32_t pdlkit_attention_run_qkv(const attn_params* tmpl, qkv_gemm_fn gemm,
+                                               const uint8_t* x, int64_t ldx,
+                                               const void* const* vectors, const void* params,
+                                               float* scratch, const uint8_t* mask,
+                                               int8_t* out) {
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+      !__builtin_cpu_supports("avx512bf16"))
+    return 1;
+  const int64_t S = tmpl->Sq, N = tmpl->H * tmpl->D;
+  const size_t esize = tmpl->mask_float ? 4 : 1;
+  attn_params p = *tmpl;
+  p.B = 1;
+  p.q = scratch, p.k = scratch + N, p.v = scratch + 2 * N;
+  for (int64_t b = 0; b < tmpl->B; ++b) {
+    int32_t rc = gemm(x + b * S * ldx, S, ldx, scratch, 3 * N, vectors[0], vectors[1],
+                      vectors[2], params);
+    if (rc != 0) return rc < 0 ? 2 : 3 + rc;
+    p.mask = mask != NULL ? mask + b * tmpl->ms[0] * (int64_t)esize : NULL;
+    p.out = out + b * tmpl->os[0];
+    if (execute(&p, NULL, 0) != 0) return 2;
+  }
+  return 0;
+}
 
 static const DLDataType kF32[] = {{kDLFloat, 32, 1}};
 static const DLDataType kMask[] = {{kDLBool, 8, 1}, {kDLFloat, 32, 1}};

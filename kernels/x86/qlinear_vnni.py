@@ -2,7 +2,9 @@
 (``qgemm_vnni.c``): ``qlinear_q`` (requantized uint8 / int8 output) and ``qlinear`` (float32);
 ``qlinear_add_layer_norm_q`` / ``qlinear_add_layer_norm``, a transformer block's output
 projection with its residual add, LayerNorm and (optionally) the quantize of the next GEMM's
-input in the epilogue (``patterns/x86/qlinear_add_layer_norm.pdl.mlir``).
+input in the epilogue (``patterns/x86/qlinear_add_layer_norm.pdl.mlir``);
+``qkv_attention_q_merged``, a self-attention block's Q, K and V projections as one GEMM
+followed, batch by batch, by attention.c's attention (``patterns/x86/qkv_attention.pdl.mlir``).
 
 Per call: one C call reads the uint8 activations as they are (``vpdpbusd`` multiplies
 unsigned by signed bytes), multiplies them with the weight pre-packed into 64-column panels,
@@ -39,6 +41,7 @@ from typing import Any
 
 import torch
 from pdlkit.kernels._qlinear_meta import (
+    qkv_attention_q_merged_meta,
     qlinear_add_layer_norm_q_meta,
     qlinear_meta,
     qlinear_q_meta,
@@ -459,3 +462,238 @@ if _LIB is not None:
         """``layer_norm(qlinear(x) + residual)`` in one VNNI GEMM (the last block of an
         encoder, whose LayerNorm is not quantized); w_q arrives packed (:class:`_PackedLn`)."""
         return _gemm_add_ln(x_q, w_q, w_scale, w_zp, bias, residual, ln_weight, ln_bias)[0]  # type: ignore[arg-type]
+
+
+# -- Q, K, V projections + attention: one GEMM for the three, then attention.c on its output --
+
+
+class _AttnParams(ctypes.Structure):
+    """``attn_params`` of attention.c."""
+
+    _fields_ = [
+        ("q", ctypes.c_void_p),
+        ("k", ctypes.c_void_p),
+        ("v", ctypes.c_void_p),
+        ("qs", ctypes.c_int64 * 3),
+        ("ks", ctypes.c_int64 * 3),
+        ("vs", ctypes.c_int64 * 3),
+        ("B", ctypes.c_int64),
+        ("H", ctypes.c_int64),
+        ("Sq", ctypes.c_int64),
+        ("Sk", ctypes.c_int64),
+        ("D", ctypes.c_int64),
+        ("mask", ctypes.c_void_p),
+        ("mask_float", ctypes.c_int),
+        ("ms", ctypes.c_int64 * 4),
+        ("causal", ctypes.c_int),
+        ("alpha", ctypes.c_float),
+        ("inv_out_scale", ctypes.c_float),
+        ("zp", ctypes.c_int32),
+        ("qmin", ctypes.c_int32),
+        ("qmax", ctypes.c_int32),
+        ("out", ctypes.c_void_p),
+        ("os", ctypes.c_int64 * 3),
+    ]
+
+
+ATTENTION_SOURCE = SOURCE.with_name("attention.c")
+
+
+def _load_attention() -> ctypes.CDLL | None:
+    if _LIB is None:
+        return None
+    from pdlkit.runtime_abi.native_build import load_c_library
+
+    # the library attention.py registers (same source and flags: the same cached file)
+    lib = load_c_library(
+        ATTENTION_SOURCE,
+        "x86_64",
+        "qkv_attention_q_merged_vnni",
+        ("-fopenmp",),
+        ("pdlkit_attention_params_size", ctypes.sizeof(_AttnParams)),
+    )
+    if lib is not None:
+        p = ctypes.c_void_p
+        # template, gemm, x, ldx, vectors, params, scratch, mask, out
+        lib.pdlkit_attention_run_qkv.argtypes = [p, p, p, ctypes.c_int64, p, p, p, p, p]
+        lib.pdlkit_attention_run_qkv.restype = ctypes.c_int32
+    return lib
+
+
+class _PackedQkv(_Packed):
+    """The Q, K and V weights ([N, K] each) packed as one [3 N, K] GEMM, whose float32 output
+    rows hold q | k | v side by side (head views of it are what attention.c reads); the
+    attention's constants; the last (scales, zero points, biases) seen, concatenated; the
+    attention's parameter struct per activation shape and mask geometry."""
+
+    __slots__ = ("attn", "codes_dtype", "d", "joined", "templates")
+
+    def __init__(self, wq: Tensor, attrs: Mapping[str, Any]):
+        wk, wv = attrs["wk"], attrs["wv"]
+        if wk.shape != wq.shape or wv.shape != wq.shape or wq.shape[1] == 0:
+            raise pdlkit.KernelUnsupported(
+                f"Q, K, V weights {[tuple(w.shape) for w in (wq, wk, wv)]}: not one [N, K > 0]"
+            )
+        _check_range(attrs)
+        out_scale = float(attrs["out_scale"])
+        if not 0.0 < out_scale < float("inf"):
+            raise pdlkit.KernelUnsupported(f"out_scale {out_scale}")
+        gemm = {**attrs, "post_op": "none", "algorithm": ""}
+        del gemm["out_scale"]  # the GEMM's output is float32: the codes are attention's
+        super().__init__(torch.cat((wq, wk, wv)), gemm, torch.float32)
+        self.n //= 3  # the GEMM's params keep 3 N
+        self.d = d = _head_dim(attrs["head_shape"], self.n)
+        scale = float(attrs["scale"])
+        self.codes_dtype = quantized_dtype(int(attrs["out_qmin"]))
+        self.attn = {
+            "alpha": (scale if scale > 0.0 else d**-0.5) * 1.4426950408889634,  # log2(e)
+            "inv_out_scale": 1.0 / out_scale,
+            "zp": int(attrs["out_zp"]),
+            "qmin": int(attrs["out_qmin"]),
+            "qmax": int(attrs["out_qmax"]),
+            "causal": int(bool(attrs["is_causal"])),
+        }
+        self.joined: tuple[Any, ...] = ((), ())
+        self.templates: dict[Any, tuple[_AttnParams, int]] = {}
+
+    def vectors3(self, parts: tuple[Tensor | None, ...]) -> int:
+        """The address of a C array of pointers to (w_scale, bias, w_zp) of the three
+        projections joined: made once per set of tensors (a compiled graph passes the same
+        constants in every call)."""
+        last, addr = self.joined
+        if len(last) == 9 and all(a is b for a, b in zip(last, parts, strict=True)):
+            return addr[0]  # type: ignore[no-any-return]
+        scales, biases, zps = parts[0:9:3], parts[1:9:3], parts[2:9:3]
+        n = self.n
+        bias = None
+        if any(b is not None for b in biases):
+            bias = torch.cat([torch.zeros(n) if b is None else b.float() for b in biases])
+        joined = (torch.cat(scales).float(), bias, torch.cat(zps).long())
+        array = (ctypes.c_void_p * 3)(*(None if t is None else t.data_ptr() for t in joined))
+        # the joined copies live as long as the pointers to them
+        self.joined = (parts, (ctypes.addressof(array), array, joined))
+        return self.joined[1][0]  # type: ignore[no-any-return]
+
+    def template(self, b: int, s: int, mask: Tensor | None) -> int:
+        """The address of attention.c's parameters for [b, s] activations and this mask's
+        geometry (made once per geometry; a call sets only the pointers)."""
+        key = (b, s) if mask is None else (b, s, mask.shape, mask.stride(), mask.dtype)
+        hit = self.templates.get(key)
+        if hit is not None:
+            return hit[1]
+        n, d = self.n, self.d
+        h = n // d
+        a = _AttnParams(B=b, H=h, Sq=s, Sk=s, D=d, **self.attn)
+        for st in (a.qs, a.ks, a.vs):  # head views of one batch's [s, 3 n] GEMM output
+            st[0], st[1], st[2] = 0, d, 3 * n
+        a.os[0], a.os[1], a.os[2] = s * n, d, n  # out[b, i, h d + j]
+        if mask is not None:
+            if mask.dim() != 4 or mask.dtype not in (torch.bool, torch.float32):
+                raise pdlkit.KernelUnsupported(f"attn_mask {mask.dtype} of rank {mask.dim()}")
+            for dim, (size, want) in enumerate(zip(mask.shape, (b, h, s, s), strict=True)):
+                if size not in (1, want):
+                    raise pdlkit.KernelUnsupported(
+                        f"attn_mask dim {dim} is {size}, not 1 or {want}"
+                    )
+                a.ms[dim] = 0 if size == 1 else mask.stride(dim)
+            if s == 1:
+                a.ms[3] = 1  # one column: its stride is irrelevant
+            a.mask_float = int(mask.dtype is torch.float32)
+        if len(self.templates) >= 16:  # shapes that keep changing: keep the latest
+            self.templates.clear()
+        self.templates[key] = (a, ctypes.addressof(a))
+        return self.templates[key][1]
+
+
+def _head_dim(head_shape: Any, n: int) -> int:
+    """D of a ``view(B, S, H, D)`` (B, S or H may be -1) of [B, S, N] projections."""
+    shape = list(head_shape)
+    d = int(shape[-1]) if len(shape) == 4 else -1
+    if d <= 0 or n % d or int(shape[2]) not in (-1, n // d):
+        raise pdlkit.KernelUnsupported(f"view {shape} does not split N = {n} into heads")
+    return d
+
+
+def _pack_qkv(wq: Tensor, attrs: Mapping[str, Any]) -> _PackedQkv:
+    return _PackedQkv(wq, attrs)
+
+
+_ATTN = _load_attention()
+
+if _ATTN is not None:
+    _run_qkv = _ATTN.pdlkit_attention_run_qkv
+    _GEMM_FN = ctypes.cast(_LIB.pdlkit_qgemm_run, ctypes.c_void_p).value  # what it calls per batch
+
+    @pdlkit.kernel(
+        op="qkv_attention_q_merged",
+        meta=qkv_attention_q_merged_meta,
+        dtypes={
+            "x_q": [torch.uint8],
+            **{f"w{p}": [torch.int8] for p in "qkv"},
+            **{f"s{p}": [torch.float32] for p in "qkv"},
+            **{f"z{p}": [torch.int64] for p in "qkv"},
+            **{f"b{p}": [torch.float32] for p in "qkv"},
+            "attn_mask": [torch.bool, torch.float32],
+        },
+        shapes={"x_q": {"rank": 3}, **{f"w{p}": {"rank": 2} for p in "qkv"}},
+        requires=["avx512f", "avx512_vnni", "avx512_bf16"],
+        priority=10,
+        prepack=_pack_qkv,
+        prepack_arg="wq",
+        prepack_with=("wk", "wv"),
+        traits=["deterministic"],
+    )
+    def qkv_attention_q_merged_vnni(
+        x_q: Tensor,
+        x_scale: float,
+        x_zp: int,
+        wq: Tensor,
+        sq: Tensor,
+        zq: Tensor,
+        bq: Tensor | None,
+        wk: Tensor,
+        sk: Tensor,
+        zk: Tensor,
+        bk: Tensor | None,
+        wv: Tensor,
+        sv: Tensor,
+        zv: Tensor,
+        bv: Tensor | None,
+        head_shape: list[int],
+        attn_mask: Tensor | None,
+        is_causal: int,
+        scale: float,
+        out_scale: float,
+        out_zp: int,
+        out_qmin: int,
+        out_qmax: int,
+    ) -> Tensor:
+        """The Q, K and V projections of a self-attention block as one VNNI GEMM (N = 3 H D)
+        into float32 rows ``q | k | v``, then attention.c's AVX512_BF16 attention on head
+        views of those rows, its codes stored as [B, S, H * D]; wq arrives packed with wk and
+        wv (:class:`_PackedQkv`). One call where the graph had four (three GEMMs and the
+        attention), with no [B, H, S, D] copies."""
+        p: _PackedQkv = wq  # type: ignore[assignment]
+        b, s, k = x_q.shape
+        if k != p.k or head_shape[0] not in (-1, b) or head_shape[1] not in (-1, s):
+            raise pdlkit.KernelUnsupported(f"view {list(head_shape)} of [{b}, {s}, {p.n}]")
+        n, m = p.n, b * s
+        out = _empty((b, s, n), dtype=p.codes_dtype)
+        if m == 0:
+            return out
+        tmpl = p.template(b, s, attn_mask)
+        x = x_q if x_q.is_contiguous() else x_q.contiguous()
+        scratch = _empty((s, 3 * n), dtype=_f32)  # one batch's q | k | v rows
+        vectors = p.vectors3((sq, bq, zq, sk, bk, zk, sv, bv, zv))
+        mask = None if attn_mask is None else attn_mask.data_ptr()
+        rc = _run_qkv(
+            tmpl, _GEMM_FN, x.data_ptr(), k, vectors, p.params_addr, scratch.data_ptr(), mask,
+            out.data_ptr(),
+        )  # fmt: skip
+        if rc >= 3:
+            _failed(rc - 3)
+        if rc == 1:
+            raise pdlkit.KernelUnsupported("this CPU lacks AVX512F / AVX512BW / AVX512_BF16")
+        if rc:
+            raise MemoryError("attention.c: no memory for its scratch")
+        return out
