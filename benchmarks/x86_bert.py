@@ -786,7 +786,10 @@ def render(
             "(the whole op as Inductor's code calls it: pdlkit's direct path, activation handling, "
             "GEMM, fused epilogue; not torch.profiler, which sends every call through the "
             "dispatcher and records the aten ops inside the kernels: 30-45 us more per call), "
-            "2*M*K*N per call.",
+            "2*M*K*N per call. Ops that are more than a GEMM and its epilogue are not timed here: "
+            "`qkv_attention_q_merged_vnni` runs a layer's Q, K and V GEMMs (as one, N = 3 H D) "
+            "together with its attention, so its time is not a GEMM's; the rows and the total "
+            "cover the other GEMMs.",
             "",
             *rate_rows(results),
             "",
