@@ -538,6 +538,13 @@ static int32_t meta(const pdlkit_meta_frame* f, int merged) {
 static int32_t attention_q_meta(const pdlkit_meta_frame* f) { return meta(f, 0); }
 static int32_t attention_q_merged_meta(const pdlkit_meta_frame* f) { return meta(f, 1); }
 
+/* Whether this CPU has what the compute functions use (BF16_TARGET). */
+static int has_isa(void) {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512bf16");
+}
+
 /* Runs p (already checked) with the caller's scratch ws of ws_size bytes (NULL: none): on
  * one thread in ws, or allocated where it is too small or several threads share the heads.
  * 0, or -1 when the scratch cannot be allocated. */
@@ -613,10 +620,7 @@ static int32_t run(const pdlkit_call_frame* f, int merged) {
       zp > (1 << 20))
     return DECLINE("quantization range [%lld, %lld] / zero point %lld not 8-bit", (long long)qmin,
                    (long long)qmax, (long long)zp);
-  __builtin_cpu_init();
-  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
-      !__builtin_cpu_supports("avx512bf16"))
-    return DECLINE("this CPU lacks AVX512F / AVX512BW / AVX512_BF16");
+  if (!has_isa()) return DECLINE("this CPU lacks AVX512F / AVX512BW / AVX512_BF16");
 
   if (!(scale > 0.0)) scale = 1.0 / sqrt((double)p.D); /* scale <= 0 / NaN: None */
   p.alpha = (float)(scale * 1.4426950408889634);
@@ -678,24 +682,30 @@ PDLKIT_EXPORT int32_t pdlkit_attention_run_qkv(const attn_params* tmpl, qkv_gemm
                                                const void* const* vectors, const void* params,
                                                float* scratch, const uint8_t* mask,
                                                int8_t* out) {
-  __builtin_cpu_init();
-  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
-      !__builtin_cpu_supports("avx512bf16"))
-    return 1;
+  if (!has_isa()) return 1;
   const int64_t S = tmpl->Sq, N = tmpl->H * tmpl->D;
   const size_t esize = tmpl->mask_float ? 4 : 1;
   attn_params p = *tmpl;
   p.B = 1;
   p.q = scratch, p.k = scratch + N, p.v = scratch + 2 * N;
-  for (int64_t b = 0; b < tmpl->B; ++b) {
-    int32_t rc = gemm(x + b * S * ldx, S, ldx, scratch, 3 * N, vectors[0], vectors[1],
-                      vectors[2], params);
-    if (rc != 0) return rc < 0 ? 2 : 3 + rc;
+  /* the attention's scratch, once for all batches (several threads allocate their own) */
+  const size_t ws_size = layout_of(p.Sk, p.D).total;
+  char* ws = (char*)aligned_alloc(64, ws_size);
+  if (ws == NULL) return 2;
+  int32_t rc = 0;
+  for (int64_t b = 0; b < tmpl->B && rc == 0; ++b) {
+    int32_t g = gemm(x + b * S * ldx, S, ldx, scratch, 3 * N, vectors[0], vectors[1],
+                     vectors[2], params);
+    if (g != 0) {
+      rc = g < 0 ? 2 : 3 + g;
+      break;
+    }
     p.mask = mask != NULL ? mask + b * tmpl->ms[0] * (int64_t)esize : NULL;
     p.out = out + b * tmpl->os[0];
-    if (execute(&p, NULL, 0) != 0) return 2;
+    if (execute(&p, ws, ws_size) != 0) rc = 2;
   }
-  return 0;
+  free(ws);
+  return rc;
 }
 
 static const DLDataType kF32[] = {{kDLFloat, 32, 1}};
