@@ -208,6 +208,39 @@ def _run_c(decls, x_q, w_q, ws, act, scalar, x_scale=1.0, x_zp=0):
     return out
 
 
+@pytest.mark.parametrize(("act", "approximate"), [(2, "none"), (3, "tanh")])
+@pytest.mark.parametrize("out_scale", [0.03, 0.002])
+def test_quantized_gelu_codes(decls, act, approximate, out_scale):
+    """GELU followed by a quantize uses the cheaper degree-3 form (gelu_avx512.h, qgelu16):
+    its codes against float64 GELU quantized, y over [-6, 6] (K = 1: y = s x[m] w[n]). An
+    error of at most 3e-6 moves a code only where GELU lands that close to a rounding
+    boundary: by one, on a few in ten thousand of the values at the finer scale."""
+    x_q = torch.arange(256, dtype=torch.uint8).reshape(256, 1)
+    w_q = torch.arange(-127, 128, dtype=torch.int8).reshape(255, 1)
+    s = 6.0 / (255 * 127)
+    ws = torch.full((255,), s, dtype=torch.float32)
+    y = (x_q.double() @ w_q.double().t()) * float(torch.tensor(s, dtype=torch.float32))
+    inv = float(torch.tensor(1.0 / out_scale, dtype=torch.float32))
+    want = (F.gelu(y, approximate=approximate) * inv).round().add(7).clamp(0, 255)
+    g = decls["qlinear_vnni"].fn.__globals__
+    lib, params_t = g["_LIB"], g["_Params"]
+    packed = torch.empty(lib.pdlkit_qgemm_packed_size(255, 1), dtype=torch.int8)
+    lib.pdlkit_qgemm_pack(w_q.data_ptr(), 1, 255, 1, packed.data_ptr())
+    colcorr = torch.zeros(255, dtype=torch.int32)
+    p = params_t(
+        n=255, k=1, packed=packed.data_ptr(), colcorr=colcorr.data_ptr(), x_scale=1.0,
+        inv_out_scale=1.0 / out_scale, x_zp=0, out_zp=7, qmin=0, qmax=255, act=act, out_kind=0,
+    )  # fmt: skip
+    got = torch.empty(256, 255, dtype=torch.uint8)
+    assert lib.pdlkit_qgemm_run(
+        x_q.data_ptr(), 256, 1, got.data_ptr(), 255, ws.data_ptr(), None, None, ctypes.addressof(p)
+    ) == 0  # fmt: skip
+    diff = (got.double() - want).abs()
+    assert diff.max().item() <= 1
+    assert (diff > 0).double().mean().item() < 1e-3
+    assert want.unique().numel() > 100  # the codes span the range, not all clamped
+
+
 def test_vnni_path_equals_the_plain_c_path(decls):
     g = torch.Generator().manual_seed(4)
     for (m, k), n in [((13, 131), 70), ((6, 4), 64), ((1, 1030), 3)]:
