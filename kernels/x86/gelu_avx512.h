@@ -35,6 +35,7 @@ static volatile int gelu_ready;
 
 static double g_erf(double y) { return erf(y * 0.70710678118654752440); }
 static double g_tanh(double y) { return tanh(0.79788456080286535588 * (y + 0.044715 * y * y * y)); }
+static double g_of(double y, int which) { return which ? g_tanh(y) : g_erf(y); }
 
 /* For outputs that are quantized right after (one code is about 1/255 of the output range),
  * a cheaper form: Phi(y) = 0.5 (1 + G(y)) itself on [-YMAX, YMAX] as 31 degree-3 pieces in
@@ -45,6 +46,8 @@ static double g_tanh(double y) { return tanh(0.79788456080286535588 * (y + 0.044
 #define QGELU_DEG 3
 static float qgelu_tab[2][QGELU_DEG + 1][32] __attribute__((aligned(64)));
 
+/* mono[0..deg]: f(y, which) on the interval v = y * VSCALE in [lo - 1/2, lo + 1/2] as a
+ * polynomial in t = v - lo: Chebyshev interpolation at deg + 1 nodes, converted to monomials. */
 static void cheb_mono(int deg, int which, double lo, double (*f)(double, int), double *mono) {
     enum { NMAX = 8 };
     const int np = deg + 1;
@@ -62,16 +65,13 @@ static void cheb_mono(int deg, int which, double lo, double (*f)(double, int), d
     a[0] *= 0.5;
     tk[0][0] = 1;
     tk[1][1] = 1;
-    for (int k = 2; k < np; k++)
+    for (int k = 2; k < np; k++) /* tk[k]: monomial coefficients (in s) of T_k(s) */
         for (int e = 0; e < np; e++) tk[k][e] = (e ? 2 * tk[k - 1][e - 1] : 0) - tk[k - 2][e];
     for (int k = 0; k < np; k++)
         for (int e = 0; e < np; e++) mono[e] += a[k] * tk[k][e] * ldexp(1.0, e); /* in t = s / 2 */
 }
 
-static double phi_of(double y, int which) {
-    return 0.5 * (1.0 + (which ? tanh(0.79788456080286535588 * (y + 0.044715 * y * y * y))
-                               : erf(y * 0.70710678118654752440)));
-}
+static double phi_of(double y, int which) { return 0.5 * (1.0 + g_of(y, which)); }
 
 static void qgelu_tables_init(void) {
     for (int which = 0; which < 2; which++)
@@ -82,35 +82,14 @@ static void qgelu_tables_init(void) {
         }
 }
 
-/* Chebyshev interpolation at DEG + 1 nodes per interval, converted to monomials in t. */
 static void gelu_tables_init(void) {
     if (gelu_ready) return;
-    enum { D = GELU_DEG, NP = GELU_DEG + 1 };
-    for (int which = 0; which < 2; which++) {
+    for (int which = 0; which < 2; which++)
         for (int i = 0; i < 16; i++) {
-            double f[NP], a[NP], mono[NP] = {0}, tk[NP][NP] = {{0}};
-            for (int j = 0; j < NP; j++) {
-                const double t = 0.5 * cos(M_PI * (j + 0.5) / NP); /* s = 2t in [-1, 1] */
-                const double y = (i + t) / GELU_VSCALE;
-                f[j] = which ? g_tanh(y) : g_erf(y);
-            }
-            for (int k = 0; k < NP; k++) {
-                double sum = 0;
-                for (int j = 0; j < NP; j++) sum += f[j] * cos(M_PI * k * (j + 0.5) / NP);
-                a[k] = sum * 2.0 / NP;
-            }
-            a[0] *= 0.5;
-            /* tk[k] = monomial coefficients (in s) of T_k(s) */
-            tk[0][0] = 1;
-            tk[1][1] = 1;
-            for (int k = 2; k < NP; k++)
-                for (int e = 0; e < NP; e++)
-                    tk[k][e] = (e ? 2 * tk[k - 1][e - 1] : 0) - tk[k - 2][e];
-            for (int k = 0; k < NP; k++)
-                for (int e = 0; e < NP; e++) mono[e] += a[k] * tk[k][e];
-            for (int e = 0; e < NP; e++) gelu_tab[which][e][i] = (float)(mono[e] * ldexp(1.0, e));
+            double mono[GELU_DEG + 1];
+            cheb_mono(GELU_DEG, which, (double)i, g_of, mono);
+            for (int e = 0; e <= GELU_DEG; e++) gelu_tab[which][e][i] = (float)mono[e];
         }
-    }
     qgelu_tables_init();
     gelu_ready = 1; /* racing initializers write the same values */
 }
