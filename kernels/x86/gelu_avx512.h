@@ -94,13 +94,21 @@ static void gelu_tables_init(void) {
     gelu_ready = 1; /* racing initializers write the same values */
 }
 
+/* The piece of v (|v| < 2^22): round(v) in the low bits of the result (the magic-number
+ * trick: no conversion), and *t = v - round(v), the polynomial's variable. */
+AVX512 static inline __m512i piece16(__m512 v, __m512 *t) {
+    const __m512 magic = _mm512_set1_ps(12582912.0f); /* 1.5 * 2^23 */
+    const __m512 w = _mm512_add_ps(v, magic);
+    *t = _mm512_sub_ps(v, _mm512_sub_ps(w, magic));
+    return _mm512_castps_si512(w);
+}
+
 /* G(y) for yv = y * GELU_VSCALE, sign included */
 AVX512 static inline __m512 gelu_g16(__m512 yv, const float (*tab)[16]) {
     const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
     const __m512 v = _mm512_min_ps(_mm512_abs_ps(yv), _mm512_set1_ps(GELU_VMAX));
-    const __m512 w = _mm512_add_ps(v, _mm512_set1_ps(12582912.0f)); /* 1.5 * 2^23 */
-    const __m512i idx = _mm512_castps_si512(w);                      /* low bits: round(v) */
-    const __m512 t = _mm512_sub_ps(v, _mm512_sub_ps(w, _mm512_set1_ps(12582912.0f)));
+    __m512 t;
+    const __m512i idx = piece16(v, &t);
     __m512 p = _mm512_permutexvar_ps(idx, _mm512_load_ps(tab[4]));
     p = _mm512_fmadd_ps(p, t, _mm512_permutexvar_ps(idx, _mm512_load_ps(tab[3])));
     p = _mm512_fmadd_ps(p, t, _mm512_permutexvar_ps(idx, _mm512_load_ps(tab[2])));
@@ -121,11 +129,9 @@ AVX512 static inline __m512 gelu16(__m512 yv, __m512 hk, const float (*tab)[16])
 /* y Phi(y) * c for yv = y * GELU_VSCALE, where tab is qgelu_tab times c / GELU_VSCALE (the
  * caller's copy, scaled per call by the output scale) */
 AVX512 static inline __m512 qgelu16(__m512 yv, const float (*tab)[32]) {
-    const __m512 magic = _mm512_set1_ps(12582912.0f); /* 1.5 * 2^23 */
     const __m512 v = _mm512_min_ps(_mm512_max_ps(yv, _mm512_set1_ps(-GELU_VMAX)), _mm512_set1_ps(GELU_VMAX));
-    const __m512 w = _mm512_add_ps(v, magic);
-    const __m512i idx = _mm512_castps_si512(w); /* low 5 bits: round(v) & 31 */
-    const __m512 t = _mm512_sub_ps(v, _mm512_sub_ps(w, magic));
+    __m512 t;
+    const __m512i idx = piece16(v, &t); /* low 5 bits: round(v) & 31 */
 #define SEL(e) _mm512_permutex2var_ps(_mm512_load_ps(tab[e]), idx, _mm512_load_ps(tab[e] + 16))
     __m512 p = SEL(3);
     p = _mm512_fmadd_ps(p, t, SEL(2));
