@@ -241,6 +241,22 @@ def test_quantized_gelu_codes(decls, act, approximate, out_scale):
     assert want.unique().numel() > 100  # the codes span the range, not all clamped
 
 
+def test_an_activation_or_output_kind_out_of_range_is_refused(decls):
+    """The run entry picks one of 12 specialised GEMMs by (act, out_kind): values past them
+    (a corrupted or foreign params struct) return 2, and the op raises, instead of calling
+    through a table index out of range."""
+    g = decls["qlinear_vnni"].fn.__globals__
+    x_q, w_q, ws, wz, _ = _operands(torch.Generator().manual_seed(5), (3, 8), 5, False)
+    packed = decls["qlinear_vnni"].prepack(
+        w_q, {"x_scale": 0.02, "x_zp": 3, "post_op": "none", "algorithm": ""}
+    )
+    for field, value in (("act", 4), ("out_kind", 3), ("act", -1)):
+        setattr(packed.params, field, value)
+        with pytest.raises(RuntimeError, match="do not fit"):
+            g["_gemm"](x_q, 0.02, 3, packed, ws, wz, None, 1.0, 0)
+        setattr(packed.params, field, 0 if field == "act" else 2)
+
+
 def test_vnni_path_equals_the_plain_c_path(decls):
     g = torch.Generator().manual_seed(4)
     for (m, k), n in [((13, 131), 70), ((6, 4), 64), ((1, 1030), 3)]:
