@@ -192,43 +192,58 @@ BF16 static inline __attribute__((always_inline)) void tile_out(
     }
 }
 
-BF16 static inline __attribute__((always_inline)) void gemm_bf16(
-    const uint16_t *x, int64_t m, int64_t ldx, uint16_t *out, int64_t ldo,
-    const pdlkit_gbf16_params *p, const float *B, float cs, int act) {
+/* Tile t of a GEMM: (panel t / blocks, row block t % blocks), as in qgemm_vnni.c. */
+BF16 static inline __attribute__((always_inline)) void gemm_tile(
+    int64_t t, int64_t blocks, const uint16_t *x, int64_t m, int64_t ldx, uint16_t *out,
+    int64_t ldo, const pdlkit_gbf16_params *p, const float *B, float cs, int act) {
+    float acc[MR * NR] __attribute__((aligned(64)));
     const int64_t n = p->n, k = p->k, k2 = (k + 1) / 2;
-    const int64_t blocks = (m + MR - 1) / MR, tiles = ((n + NR - 1) / NR) * blocks;
-    /* tile t = (panel t / blocks, row block t % blocks), shared over torch's OpenMP threads
-     * where built with -fopenmp, as in qgemm_vnni.c */
-#if defined(_OPENMP)
-#pragma omp parallel for schedule(static) if (m * n * k >= PARALLEL_MIN_MACS)
-#endif
-    for (int64_t t = 0; t < tiles; t++) {
-        float acc[MR * NR] __attribute__((aligned(64)));
-        const int64_t n0 = (t / blocks) * NR, i = (t % blocks) * MR;
-        const uint16_t *panel = p->packed + (n0 / NR) * k2 * NR * 2;
-        const int64_t nc = n - n0 < NR ? n - n0 : NR;
-        const uint16_t *xi = x + i * ldx;
-        const int mr = m - i < MR ? (int)(m - i) : MR;
-        switch (mr) {
-        case 6: kloop6(xi, ldx, k, panel, acc); break;
-        case 5: kloop5(xi, ldx, k, panel, acc); break;
-        case 4: kloop4(xi, ldx, k, panel, acc); break;
-        case 3: kloop3(xi, ldx, k, panel, acc); break;
-        case 2: kloop2(xi, ldx, k, panel, acc); break;
-        default: kloop1(xi, ldx, k, panel, acc); break;
-        }
-        tile_out(acc, mr, nc, B, cs, n0, out + i * ldo, ldo, act);
+    const int64_t n0 = (t / blocks) * NR, i = (t % blocks) * MR;
+    const uint16_t *panel = p->packed + (n0 / NR) * k2 * NR * 2;
+    const int64_t nc = n - n0 < NR ? n - n0 : NR;
+    const uint16_t *xi = x + i * ldx;
+    const int mr = m - i < MR ? (int)(m - i) : MR;
+    switch (mr) {
+    case 6: kloop6(xi, ldx, k, panel, acc); break;
+    case 5: kloop5(xi, ldx, k, panel, acc); break;
+    case 4: kloop4(xi, ldx, k, panel, acc); break;
+    case 3: kloop3(xi, ldx, k, panel, acc); break;
+    case 2: kloop2(xi, ldx, k, panel, acc); break;
+    default: kloop1(xi, ldx, k, panel, acc); break;
     }
+    tile_out(acc, mr, nc, B, cs, n0, out + i * ldo, ldo, act);
 }
+
+/* One function per activation, each with its own parallel loop over the tiles (shared over
+ * torch's OpenMP threads where built with -fopenmp): GCC outlines an OpenMP region before it
+ * inlines, so only a region whose body passes act as a literal gets a specialised epilogue
+ * (see qgemm_vnni.c's GEMM_VARIANT). */
+#if defined(_OPENMP)
+#define OMP_TILES _Pragma("omp parallel for schedule(static) if (m * p->n * p->k >= PARALLEL_MIN_MACS)")
+#else
+#define OMP_TILES
+#endif
+#define GEMM_VARIANT(ACT)                                                                        \
+    BF16 static void gemm_##ACT(const uint16_t *x, int64_t m, int64_t ldx, uint16_t *out,         \
+                                int64_t ldo, const pdlkit_gbf16_params *p, const float *B,        \
+                                float cs) {                                                       \
+        const int64_t blocks = (m + MR - 1) / MR, tiles = ((p->n + NR - 1) / NR) * blocks;        \
+        OMP_TILES                                                                                 \
+        for (int64_t t = 0; t < tiles; t++) gemm_tile(t, blocks, x, m, ldx, out, ldo, p, B, cs, ACT); \
+    }
+GEMM_VARIANT(ACT_NONE)
+GEMM_VARIANT(ACT_RELU)
+GEMM_VARIANT(ACT_GELU_ERF)
+GEMM_VARIANT(ACT_GELU_TANH)
 
 BF16 static void gemm_dispatch(const uint16_t *x, int64_t m, int64_t ldx, uint16_t *out,
                                int64_t ldo, const pdlkit_gbf16_params *p, const float *B,
                                float cs) {
     switch (p->act) {
-    case ACT_RELU: gemm_bf16(x, m, ldx, out, ldo, p, B, cs, ACT_RELU); break;
-    case ACT_GELU_ERF: gemm_bf16(x, m, ldx, out, ldo, p, B, cs, ACT_GELU_ERF); break;
-    case ACT_GELU_TANH: gemm_bf16(x, m, ldx, out, ldo, p, B, cs, ACT_GELU_TANH); break;
-    default: gemm_bf16(x, m, ldx, out, ldo, p, B, cs, ACT_NONE); break;
+    case ACT_RELU: gemm_ACT_RELU(x, m, ldx, out, ldo, p, B, cs); break;
+    case ACT_GELU_ERF: gemm_ACT_GELU_ERF(x, m, ldx, out, ldo, p, B, cs); break;
+    case ACT_GELU_TANH: gemm_ACT_GELU_TANH(x, m, ldx, out, ldo, p, B, cs); break;
+    default: gemm_ACT_NONE(x, m, ldx, out, ldo, p, B, cs); break;
     }
 }
 
