@@ -359,7 +359,9 @@ def run_case(case: Case, args: argparse.Namespace) -> CaseResult:
             print(f"   {cfg}: GEMM kernels at {total:.0f} GOP/s in the model", flush=True)
         torch._dynamo.reset()
     if args.paired and PEER in wanted and "pdlkit-int8" in wanted:
-        res.paired = paired_int8(converted, ids, args.paired)
+        res.paired = paired_int8(
+            model if "fp32-eager" in wanted else None, converted, ids, args.paired
+        )
         torch._dynamo.reset()
     if "pdlkit-int8" in wanted:
         res.gemms["int8"] = gemm_info(converted, ids, converted)
@@ -483,11 +485,13 @@ def gemm_rates(fn: Callable[[], Any], calls: int = 10) -> list[GemmRate]:
 
 
 def paired_int8(
-    converted: torch.nn.Module, ids: torch.Tensor, windows: int
+    model: torch.nn.Module | None, converted: torch.nn.Module, ids: torch.Tensor, windows: int
 ) -> dict[str, list[float]]:
-    """PyTorch's int8 path and pdlkit int8, compiled side by side and timed in alternating
-    windows of 3 calls: load from other users of the machine lands on both alike, so the
-    per-window ratio is steadier than ratios of medians taken minutes apart."""
+    """PyTorch's int8 path and pdlkit int8, compiled side by side, and FP32 eager (``model``,
+    unless None) timed in alternating windows of 3 calls each: load from other users of the
+    machine lands on all of them alike, so the per-window ratios (pdlkit against PyTorch's
+    int8 path, FP32 eager against pdlkit) are steadier than ratios of medians taken minutes
+    apart."""
     import torch._inductor.config as ic
 
     import pdlkit
@@ -495,7 +499,12 @@ def paired_int8(
     ic.freezing = True
     try:
         with torch.no_grad():
-            fns = {PEER: torch.compile(converted), "pdlkit-int8": pdlkit.optimize(converted)}
+            fns: dict[str, Callable[..., Any]] = {
+                PEER: torch.compile(converted),
+                "pdlkit-int8": pdlkit.optimize(converted),
+            }
+            if model is not None:
+                fns["fp32-eager"] = model
             for _ in range(3):  # compile, then warm both (each backend keeps its own entry)
                 for f in fns.values():
                     f(ids)
@@ -511,7 +520,13 @@ def paired_int8(
     print(
         f"   paired: PyTorch int8 {statistics.median(times[PEER]):.2f} ms, pdlkit int8 "
         f"{statistics.median(times['pdlkit-int8']):.2f} ms, ratio "
-        f"{statistics.median(paired_ratios(times)):.3f}",
+        f"{statistics.median(paired_ratios(times)):.3f}"
+        + (
+            f"; FP32 eager {statistics.median(times['fp32-eager']):.2f} ms, "
+            f"{statistics.median(paired_speedups(times)):.2f}x faster"
+            if "fp32-eager" in times
+            else ""
+        ),
         flush=True,
     )
     return times
@@ -519,6 +534,11 @@ def paired_int8(
 
 def paired_ratios(times: dict[str, list[float]]) -> list[float]:
     return [a / b for a, b in zip(times["pdlkit-int8"], times[PEER], strict=True)]
+
+
+def paired_speedups(times: dict[str, list[float]]) -> list[float]:
+    """FP32 eager / pdlkit int8 per window (higher is faster)."""
+    return [a / b for a, b in zip(times["fp32-eager"], times["pdlkit-int8"], strict=True)]
 
 
 # -- report -----------------------------------------------------------------------------------------
@@ -660,6 +680,12 @@ def targets(results: list[CaseResult]) -> list[str]:
                 f"- {r.case.name}: pdlkit int8 / PyTorch's int8 path in alternating windows "
                 f"{rp:.2f}x; target <= {INT8_TARGET}x: **{'met' if rp <= INT8_TARGET else 'NOT met'}**"
             )
+        if "fp32-eager" in r.paired:
+            sp = statistics.median(paired_speedups(r.paired))
+            out.append(
+                f"- {r.case.name}: pdlkit int8 {sp:.2f}x faster than FP32 eager in alternating "
+                f"windows; target >= 4x: **{'met' if sp >= 4 else 'NOT met'}**"
+            )
         if "pdlkit-int8" in t and "fp32-eager" in t:
             a, b = t["pdlkit-int8"], t["fp32-eager"]
             sm, s10 = b.median / a.median, b.p10 / a.p10
@@ -713,8 +739,10 @@ def details(results: list[CaseResult]) -> list[str]:
 
 def paired_rows(results: list[CaseResult]) -> list[str]:
     rows = [
-        "| case | windows | PyTorch int8 median / p10 ms | pdlkit int8 median / p10 ms | ratio (median of windows) |",
-        "|---|---|---|---|---|",
+        "| case | windows | PyTorch int8 median / p10 ms | pdlkit int8 median / p10 ms "
+        "| ratio (median of windows) | FP32 eager median / p10 ms | speed-up vs FP32 eager "
+        "(median of windows) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in results:
         if not r.paired:
@@ -723,7 +751,13 @@ def paired_rows(results: list[CaseResult]) -> list[str]:
         rows.append(
             f"| {r.case.name} | {len(peer)} | {statistics.median(peer):.2f} / {p10(peer):.2f} "
             f"| {statistics.median(mine):.2f} / {p10(mine):.2f} "
-            f"| {fmt_ratio(statistics.median(paired_ratios(r.paired)))} |"
+            f"| {fmt_ratio(statistics.median(paired_ratios(r.paired)))} | "
+            + (
+                f"{statistics.median(r.paired['fp32-eager']):.2f} / {p10(r.paired['fp32-eager']):.2f} "
+                f"| {statistics.median(paired_speedups(r.paired)):.2f}x |"
+                if "fp32-eager" in r.paired
+                else "- | - |"
+            )
         )
     return rows if len(rows) > 2 else ["(not run: `--paired 0`)"]
 
@@ -793,11 +827,13 @@ def render(
             "",
             *rate_rows(results),
             "",
-            "## Paired: PyTorch's int8 path and pdlkit int8 in alternating windows",
+            "## Paired: PyTorch's int8 path, pdlkit int8 and FP32 eager in alternating windows",
             "",
-            "Both compiled in one process (freezing on) and timed in alternating windows of 3 "
-            "calls (`--paired N` windows each): the ratio is the median of per-window ratios "
-            "(pdlkit / PyTorch; lower is faster).",
+            "Both int8 paths compiled in one process (freezing on) and timed, with FP32 eager "
+            "(where it is among the configurations), in alternating windows of 3 calls "
+            "(`--paired N` windows each): the ratio is the median of per-window ratios "
+            "(pdlkit / PyTorch; lower is faster), the speed-up the median of per-window "
+            "FP32 eager / pdlkit (higher is faster).",
             "",
             *paired_rows(results),
             "",
