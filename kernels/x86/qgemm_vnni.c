@@ -410,50 +410,105 @@ typedef struct {
 
 int pdlkit_qgemm_ln_args_size(void) { return (int)sizeof(pdlkit_qgemm_ln_args); }
 
-/* One output row, in place: o = linear(x) + res on entry (in L2: its row group was just
- * written), the LayerNorm's result on return. Two-pass mean and variance in float32 (torch's
- * own CPU LayerNorm and Inductor's accumulate in float32 too), 64 columns per step with four
- * accumulators (one would make each pass a chain of dependent adds). */
+/* R output rows (R = 1 or LN_ROWS), in place: o[r] = linear(x) + res on entry (in L2: its row
+ * group was just written); the LayerNorm's result on return, and its codes where codes[r] is
+ * not NULL. Two-pass mean and variance in float32 (torch's own CPU LayerNorm and Inductor's
+ * accumulate in float32 too), four accumulators per row (one would make each pass a chain of
+ * dependent adds). Rows go LN_ROWS at a time, and gamma / beta are loaded once for them: one row
+ * alone is a chain of dependent steps (sum, reduction, variance, reduction, 1 / sqrt,
+ * normalize). Paired against one row at a time (two builds in one process, alternating):
+ * 512 x 256 x 256 with add + LayerNorm + codes 0.947-0.966 (151.5 -> 143.4 us), 512 x 1024 x 256
+ * 0.982: about 8 us less per call. Each row's sums are added in the same order either way, so
+ * the results are identical. */
+enum { LN_ROWS = 4 };
 #define COLS4(X) X(0) X(1) X(2) X(3)
-VNNI static void ln_row(float *o, int64_t n, const pdlkit_qgemm_ln_args *a, void *codes) {
+VNNI static inline __attribute__((always_inline)) void ln_rows(float *const *o, const int R,
+                                                               int64_t n,
+                                                               const pdlkit_qgemm_ln_args *a,
+                                                               void *const *codes) {
     const __m512 z = _mm512_setzero_ps();
-    __m512 s0 = z, s1 = z, s2 = z, s3 = z;
-#define SUM(u) s##u = _mm512_add_ps(s##u, _mm512_maskz_loadu_ps(lanes(n - j - 16 * u), o + j + 16 * u));
+    __m512 s[LN_ROWS][4], mv[LN_ROWS], rstd[LN_ROWS];
+    for (int r = 0; r < R; r++) s[r][0] = s[r][1] = s[r][2] = s[r][3] = z;
+#define SUM(u)                                                                                  \
+    {                                                                                           \
+        const __mmask16 m = lanes(n - j - 16 * u);                                              \
+        for (int r = 0; r < R; r++)                                                             \
+            s[r][u] = _mm512_add_ps(s[r][u], _mm512_maskz_loadu_ps(m, o[r] + j + 16 * u));      \
+    }
     for (int64_t j = 0; j < n; j += 64) { COLS4(SUM) }
-    const float mean = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3))) / (float)n;
-    const __m512 mv = _mm512_set1_ps(mean);
-    s0 = s1 = s2 = s3 = z;
-#define SQ(u)                                                                               \
-    {                                                                                       \
-        const __mmask16 m = lanes(n - j - 16 * u);                                          \
-        const __m512 d = _mm512_maskz_sub_ps(m, _mm512_maskz_loadu_ps(m, o + j + 16 * u), mv); \
-        s##u = _mm512_fmadd_ps(d, d, s##u);                                                 \
+    for (int r = 0; r < R; r++) {
+        const __m512 t = _mm512_add_ps(_mm512_add_ps(s[r][0], s[r][1]), _mm512_add_ps(s[r][2], s[r][3]));
+        mv[r] = _mm512_set1_ps(_mm512_reduce_add_ps(t) / (float)n);
+        s[r][0] = s[r][1] = s[r][2] = s[r][3] = z;
+    }
+#define SQ(u)                                                                                   \
+    {                                                                                           \
+        const __mmask16 m = lanes(n - j - 16 * u);                                              \
+        for (int r = 0; r < R; r++) {                                                           \
+            const __m512 d = _mm512_maskz_sub_ps(m, _mm512_maskz_loadu_ps(m, o[r] + j + 16 * u), mv[r]); \
+            s[r][u] = _mm512_fmadd_ps(d, d, s[r][u]);                                           \
+        }                                                                                       \
     }
     for (int64_t j = 0; j < n; j += 64) { COLS4(SQ) }
-    const float var = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3))) / (float)n;
-    const __m512 rstd = _mm512_set1_ps(1.0f / sqrtf(var + (float)a->eps));
+    for (int r = 0; r < R; r++) {
+        const __m512 t = _mm512_add_ps(_mm512_add_ps(s[r][0], s[r][1]), _mm512_add_ps(s[r][2], s[r][3]));
+        const float var = _mm512_reduce_add_ps(t) / (float)n;
+        rstd[r] = _mm512_set1_ps(1.0f / sqrtf(var + (float)a->eps));
+    }
     const __m512 inv = _mm512_set1_ps(a->inv_scale);
     const __m512 lo = _mm512_set1_ps((float)(a->qmin - a->zp)), hi = _mm512_set1_ps((float)(a->qmax - a->zp));
     const __m512i zp = _mm512_set1_epi32(a->zp);
-    __m512i q0, q1, q2, q3;
-#define NORM(u)                                                                             \
-    {                                                                                       \
-        const __mmask16 m = lanes(n - j - 16 * u);                                          \
-        __m512 y = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, o + j + 16 * u), mv), rstd); \
-        if (a->gamma) y = _mm512_mul_ps(y, _mm512_maskz_loadu_ps(m, a->gamma + j + 16 * u)); \
-        if (a->beta) y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(m, a->beta + j + 16 * u));  \
-        _mm512_mask_storeu_ps(o + j + 16 * u, m, y);                                        \
-        q##u = q16(_mm512_mul_ps(y, inv), lo, hi, zp);                                      \
-    }
+    const __m512 one = _mm512_set1_ps(1.0f);
     for (int64_t j = 0; j < n; j += 64) {
-        COLS4(NORM)
-        if (codes)
-            _mm512_mask_storeu_epi8((int8_t *)codes + j, bytes_mask(n - j),
-                                    pack64(q0, q1, q2, q3, a->qmin < 0));
+        const __mmask64 bm = bytes_mask(n - j);
+        __m512 g[4], be[4]; /* loaded once for the R rows */
+#define GB(u)                                                                                   \
+    {                                                                                           \
+        const __mmask16 m = lanes(n - j - 16 * u);                                              \
+        g[u] = a->gamma ? _mm512_maskz_loadu_ps(m, a->gamma + j + 16 * u) : one;                \
+        be[u] = a->beta ? _mm512_maskz_loadu_ps(m, a->beta + j + 16 * u) : z;                   \
     }
+        COLS4(GB)
+        for (int r = 0; r < R; r++) {
+            __m512i q0, q1, q2, q3;
+#define NORM(u)                                                                                 \
+    {                                                                                           \
+        const __mmask16 m = lanes(n - j - 16 * u);                                              \
+        __m512 y = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, o[r] + j + 16 * u), mv[r]), rstd[r]); \
+        if (a->gamma) y = _mm512_mul_ps(y, g[u]);                                               \
+        if (a->beta) y = _mm512_add_ps(y, be[u]);                                               \
+        _mm512_mask_storeu_ps(o[r] + j + 16 * u, m, y);                                         \
+        q##u = q16(_mm512_mul_ps(y, inv), lo, hi, zp);                                          \
+    }
+            COLS4(NORM)
+            if (codes[r])
+                _mm512_mask_storeu_epi8((int8_t *)codes[r] + j, bm, pack64(q0, q1, q2, q3, a->qmin < 0));
+        }
+    }
+#undef GB
 #undef SUM
 #undef SQ
 #undef NORM
+}
+
+/* Rows i0 .. i1 of out (rows ldo apart) and their codes (rows ldc apart, or none) */
+VNNI static void ln_range(float *out, int64_t ldo, int64_t i0, int64_t i1, int64_t n,
+                          const pdlkit_qgemm_ln_args *a, void *codes, int64_t ldc) {
+    int64_t i = i0;
+    for (; i + LN_ROWS <= i1; i += LN_ROWS) {
+        float *o[LN_ROWS];
+        void *c[LN_ROWS];
+        for (int r = 0; r < LN_ROWS; r++) {
+            o[r] = out + (i + r) * ldo;
+            c[r] = codes ? (char *)codes + (i + r) * ldc : NULL;
+        }
+        ln_rows(o, LN_ROWS, n, a, c);
+    }
+    for (; i < i1; i++) {
+        float *o[1] = {out + i * ldo};
+        void *c[1] = {codes ? (char *)codes + i * ldc : NULL};
+        ln_rows(o, 1, n, a, c);
+    }
 }
 
 /* Rows in groups whose float32 output stays in L2 (about 128 KB): per group, panels outside
@@ -489,8 +544,7 @@ VNNI static void gemm_add_ln(const uint8_t *x, int64_t m, int64_t ldx, float *ou
                          ldo, ACT_NONE, OUT_F32, res + i * ldr, ldr);
             }
         }
-        for (int64_t i = i0; i < i1; i++)
-            ln_row(out + i * ldo, n, a, codes ? (char *)codes + i * ldc : NULL);
+        ln_range(out, ldo, i0, i1, n, a, codes, ldc);
     }
 }
 
