@@ -72,6 +72,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
 
 #ifndef M_PI
 #define M_PI 3.14159265358979323846
@@ -511,40 +514,59 @@ VNNI static void ln_range(float *out, int64_t ldo, int64_t i0, int64_t i1, int64
     }
 }
 
-/* Rows in groups whose float32 output stays in L2 (about 128 KB): per group, panels outside
- * and 6-row blocks inside, as in gemm_vnni (a panel of K <= 256 stays in L1 across the
- * blocks: with all panels per block instead, a 512 x 256 x 256 call took 50 us more), then
- * the group's rows are complete and get their LayerNorm while in L2. */
+/* Rows i0 .. i1 (a group whose float32 output stays in L2, about 128 KB): panels outside and
+ * 6-row blocks inside, as in gemm_tile (a panel of K <= 256 stays in L1 across the blocks: with
+ * all panels per block instead, a 512 x 256 x 256 call took 50 us more), then the group's rows
+ * are complete and get their LayerNorm while in L2. */
+VNNI static inline __attribute__((always_inline)) void add_ln_group(
+    const uint8_t *x, int64_t i0, int64_t i1, int64_t ldx, float *out, int64_t ldo,
+    const pdlkit_qgemm_params *p, const epi_t *e, const pdlkit_qgemm_ln_args *a, const float *res,
+    int64_t ldr, void *codes, int64_t ldc) {
+    const int64_t n = p->n, k = p->k, k4 = (k + 3) / 4;
+    int32_t acc[MR * NR] __attribute__((aligned(64)));
+    /* In a model the residual was written a few GEMMs ago and lies in L3: the tiles read it 256
+     * bytes per row, 1 KB apart, which the hardware prefetchers do not follow (a third of this
+     * function's time sat on that load in bert-mini). Ask for the group's rows up front; the
+     * first panel's GEMM hides the wait. */
+    for (int64_t i = i0; i < i1; i++)
+        for (int64_t j = 0; j < n; j += 16) _mm_prefetch((const char *)(res + i * ldr + j), _MM_HINT_T1);
+    for (int64_t n0 = 0; n0 < n; n0 += NR) {
+        const int8_t *panel = p->packed + (n0 / NR) * k4 * NR * 4;
+        for (int64_t i = i0; i < i1; i += MR) {
+            const int mr = i1 - i < MR ? (int)(i1 - i) : MR;
+            kloop(mr, x + i * ldx, ldx, k, panel, acc);
+            tile_out(acc, mr, n - n0 < NR ? n - n0 : NR, p->colcorr, e, n0, i, out + i * ldo, ldo,
+                     ACT_NONE, OUT_F32, res + i * ldr, ldr);
+        }
+    }
+    ln_range(out, ldo, i0, i1, n, a, codes, ldc);
+}
+
+/* The 6-row blocks are split evenly over the threads first, then each thread's run into groups
+ * of about 128 KB of output (equal sizes): groups of a fixed size handed out whole left one of
+ * two threads with 84 of 128 rows on BERT-base's 128 x K x 768 (a 4th group of 2 rows). */
 VNNI static void gemm_add_ln(const uint8_t *x, int64_t m, int64_t ldx, float *out, int64_t ldo,
                              const pdlkit_qgemm_params *p, const epi_t *e,
                              const pdlkit_qgemm_ln_args *a, const float *res, int64_t ldr,
                              void *codes, int64_t ldc) {
-    const int64_t n = p->n, k = p->k, k4 = (k + 3) / 4;
-    const int64_t group_blocks = n * 4 * MR < (128 << 10) ? (128 << 10) / (n * 4 * MR) : 1;
-    const int64_t rows = group_blocks * MR, groups = (m + rows - 1) / rows;
+    const int64_t n = p->n, blocks = (m + MR - 1) / MR;
+    const int64_t group_max = n * 4 * MR < (128 << 10) ? (128 << 10) / (n * 4 * MR) : 1;
 #if defined(_OPENMP)
-#pragma omp parallel for schedule(static) if (m * n * k >= PARALLEL_MIN_MACS)
+#pragma omp parallel if (m * n * p->k >= PARALLEL_MIN_MACS)
 #endif
-    for (int64_t g = 0; g < groups; g++) {
-        int32_t acc[MR * NR] __attribute__((aligned(64)));
-        const int64_t i0 = g * rows, i1 = m < i0 + rows ? m : i0 + rows;
-        /* In a model the residual was written a few GEMMs ago and lies in L3: the tiles read
-         * it 256 bytes per row, 1 KB apart, which the hardware prefetchers do not follow (a
-         * third of this function's time sat on that load in bert-mini). Ask for the group's
-         * rows up front; the first panel's GEMM hides the wait. */
-        for (int64_t i = i0; i < i1; i++)
-            for (int64_t j = 0; j < n; j += 16) _mm_prefetch((const char *)(res + i * ldr + j), _MM_HINT_T1);
-        for (int64_t n0 = 0; n0 < n; n0 += NR) {
-            const int8_t *panel = p->packed + (n0 / NR) * k4 * NR * 4;
-            for (int64_t i = i0; i < i1; i += MR) {
-                const uint8_t *xi = x + i * ldx;
-                const int mr = i1 - i < MR ? (int)(i1 - i) : MR;
-                kloop(mr, xi, ldx, k, panel, acc);
-                tile_out(acc, mr, n - n0 < NR ? n - n0 : NR, p->colcorr, e, n0, i, out + i * ldo,
-                         ldo, ACT_NONE, OUT_F32, res + i * ldr, ldr);
-            }
+    {
+        int64_t b0 = 0, b1 = blocks;
+#if defined(_OPENMP)
+        const int64_t threads = omp_get_num_threads(), me = omp_get_thread_num();
+        b0 = blocks * me / threads;
+        b1 = blocks * (me + 1) / threads;
+#endif
+        const int64_t groups = (b1 - b0 + group_max - 1) / group_max;
+        for (int64_t g = 0; g < groups; g++) {
+            const int64_t g0 = b0 + (b1 - b0) * g / groups, g1 = b0 + (b1 - b0) * (g + 1) / groups;
+            add_ln_group(x, g0 * MR, g1 * MR < m ? g1 * MR : m, ldx, out, ldo, p, e, a, res, ldr,
+                         codes, ldc);
         }
-        ln_range(out, ldo, i0, i1, n, a, codes, ldc);
     }
 }
 
