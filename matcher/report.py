@@ -33,6 +33,7 @@ class Substitution:
     args: list[str]
     user_line: str = ""
     passed_over: list[str] = field(default_factory=list)  # higher-ranked kernels, and why not
+    tuning: str = ""  # measured choice: each candidate's time (autotune)
 
 
 @dataclass
@@ -65,6 +66,7 @@ class GraphReport:
     substitutions: list[Substitution] = field(default_factory=list)
     near_misses: list[NearMiss] = field(default_factory=list)
     silent: dict[str, str] = field(default_factory=dict)  # pattern -> why it matched nothing
+    kept: list[str] = field(default_factory=list)  # matches left to Inductor: measured faster
     skipped: str = ""  # why the whole graph was left alone
     canonicalized: dict[str, int] = field(default_factory=dict)  # canonicalize rule -> count
     why: dict[str, list[str]] = field(default_factory=dict)  # explain --why: pattern -> lines
@@ -158,6 +160,13 @@ class Report:
             for s in g.substitutions:
                 for why in s.passed_over:
                     lines.append(f"    {s.root}: passed over {why}")
+                if s.tuning:
+                    lines.append(f"    {s.root}: {s.tuning}")
+            if g.kept:
+                lines.append(
+                    f"  kept for Inductor, measured faster than every kernel ({len(g.kept)}):"
+                )
+                lines.extend(f"    {k}" for k in g.kept)
             canon = {k: n for k, n in g.canonicalized.items() if k != "spell_defaults"}
             if canon:
                 lines.append(

@@ -26,10 +26,12 @@ import torch
 import torch.fx as fx
 from pdlkit.matcher import natives
 from pdlkit.matcher.canonicalize import weight_views
+from pdlkit.matcher.choose import Tuner
 from pdlkit.matcher.patterns import Pattern, PatternSet, nested_ops, read_pdl_module
 from pdlkit.matcher.report import GraphReport, NearMiss, Substitution, describe_value
 from pdlkit.matcher.to_mlir import import_graph, new_context
 from pdlkit.matcher.why import PatternWalk, explain_constraint
+from pdlkit.runtime_abi.autotune import KEEP
 from pdlkit.runtime_abi.binding import CallSite, bind, many_threads, needs_guard, new_site
 from pdlkit.runtime_abi.capability import Target
 from pdlkit.runtime_abi.kernel import KernelDecl
@@ -83,6 +85,7 @@ class Record:
     outputs: list[fx.Node]  # original FX nodes whose values the kernel's outputs replace
     slice: list[fx.Node]  # original FX nodes the call stands for, in graph order
     passed_over: list[str] = field(default_factory=list)  # kernels not chosen, and why
+    tuning: str = ""  # the measured choice: candidates' times (matcher/choose.py)
 
 
 # -- per pattern-set MLIR state ------------------------------------------------------------------
@@ -244,6 +247,8 @@ class _Session:
         self.registry = registry
         self.target = target
         self.records: list[Record] = []
+        self.tuner: Tuner | None = None  # kernel choice by measurement (matcher/choose.py)
+        self.kept: list[str] = []  # matches left to Inductor because the subgraph was faster
         self.near: list[NearMiss] = []
         self.errors: list[str] = []
         self.pattern: Pattern = cast(Pattern, None)  # set before each walk
@@ -347,20 +352,10 @@ class _Session:
             ]
         refs = [self.ref(a) for a in args]
         examples = [self.example(r) for r in refs]
-        sel = self.registry.select(op_name, examples, self.target, self.pattern.kernel)
-        if sel.kernel is None:
-            reasons = "; ".join(sel.reasons)
-            self.near_miss(tuple(root_names), f"no eligible kernel for {op_name!r}: {reasons}")
+        picked = self._pick(op_name, refs, examples, outputs, tuple(root_names))
+        if picked is None:
             return False
-        k = sel.kernel
-        why = self._meta_mismatch(k, examples, outputs)
-        if why:
-            self.near_miss(tuple(root_names), why)
-            return False
-        sl, why = self._slice(outputs, refs)
-        if why:
-            self.near_miss(tuple(root_names), why)
-            return False
+        k, sl, passed_over, tuning = picked
         # the MLIR rewrite: one torch.operator replaces every root
         idx = len(self.records)
         last = roots[0]
@@ -383,8 +378,60 @@ class _Session:
             width = len(r.results)
             rewriter.replace_op(r, new_results[i : i + width])
             i += width
-        self.records.append(Record(self.pattern, op_name, k, refs, outputs, sl, sel.reasons))
+        self.records.append(
+            Record(self.pattern, op_name, k, refs, outputs, sl, passed_over, tuning)
+        )
         return True
+
+    def _pick(
+        self,
+        op_name: str,
+        refs: list[Ref],
+        examples: list[Any],
+        outputs: list[fx.Node],
+        at: tuple[str, ...],
+    ) -> tuple[KernelDecl, list[fx.Node], list[str], str] | None:
+        """The kernel for this match (None: no substitution, with a near miss saying why):
+        the eligible kernels whose meta function agrees, the first of them unless a tuner
+        measures them against the replaced subgraph (matcher/choose.py)."""
+        pin = self.pattern.kernel
+        cands, passed_over = self.registry.candidates(op_name, examples, self.target, pin)
+        if not cands:
+            reasons = "; ".join(passed_over)
+            self.near_miss(at, f"no eligible kernel for {op_name!r}: {reasons}")
+            return None
+        agree = [k for k in cands if not self._meta_mismatch(k, examples, outputs)]
+        if not agree:
+            self.near_miss(at, self._meta_mismatch(cands[0], examples, outputs))
+            return None
+        sl, why = self._slice(outputs, refs)
+        if why:
+            self.near_miss(at, why)
+            return None
+        if self.tuner is None:
+            return agree[0], sl, passed_over, ""
+        if pin is not None:  # measured all the same, so that explain can say what the pin costs
+            others, _ = self.registry.candidates(op_name, examples, self.target)
+            agree = [k for k in others if not self._meta_mismatch(k, examples, outputs)] or agree
+        rec = Record(self.pattern, op_name, agree[0], refs, outputs, sl)
+        args = [self.fx_arg(r) for r in refs]
+        decision = self.tuner.choose(
+            op_name, agree, args, _fallback_module(self.gm, self, rec), sl, at[-1], pin
+        )
+        if decision.choice == KEEP:
+            self.kept.append(f"{self.pattern.name} at {at[-1]}: {decision.describe()}")
+            self.near_miss(at, f"kept the replaced subgraph: {decision.describe()}")
+            return None
+        k = next(k for k in agree if k.name == decision.choice)
+        return k, sl, passed_over, decision.describe()
+
+    def fx_arg(self, r: Ref) -> Any:
+        """A kernel argument as an FX node (of the original graph), a list, or a constant."""
+        if isinstance(r, Const):
+            return r.value
+        if isinstance(r, ListRef):
+            return [self.fx_arg(x) for x in r.items]
+        return self.fx_node(r)
 
     def _meta_mismatch(self, k: KernelDecl, examples: list[Any], outputs: list[fx.Node]) -> str:
         """Why the kernel's meta function disagrees with the replaced outputs ("" = it agrees).
@@ -527,6 +574,7 @@ def substitute(
     rewrite_fx: bool = True,
     why: Sequence[str] = (),
     near_misses: bool = True,
+    tuner: Tuner | None = None,
 ) -> Outcome:
     """Rewrite every subgraph of ``gm`` that a pattern matches into a kernel call, in place.
 
@@ -549,6 +597,7 @@ def substitute(
         s = _Session(gm, imported.inputs, registry, target)
         s.why = frozenset(why)
         s.collect_near = near_misses
+        s.tuner = tuner
         walked: dict[str, list[Any]] = {}
         mc.session = s
         try:
@@ -594,6 +643,7 @@ def substitute(
     if s.errors:
         raise SubstitutionError("\n".join(dict.fromkeys(s.errors)))
     report.near_misses = s.near
+    report.kept = s.kept
     subs = _rewrite_fx(gm, s, verify) if rewrite_fx and s.records else []
     report.substitutions = subs
     t3 = time.perf_counter()
@@ -699,10 +749,15 @@ class _LazyModule:
         self._compiled: dict[tuple[Any, ...], Any] = {}
         self.compile_error: str = ""
 
-    def __call__(self, *args: Any) -> Any:
+    def module(self) -> fx.GraphModule:
+        """The subgraph as a module of its own, run op by op."""
         if self._module is None:
             graph = self._spec.build()
             self._module = fx.GraphModule(self._root, graph, class_name="PdlkitReference")
+        return self._module
+
+    def __call__(self, *args: Any) -> Any:
+        self.module()
         sig = tuple(
             (a.shape, a.stride(), a.dtype, a.device) if isinstance(a, torch.Tensor) else repr(a)
             for a in args
@@ -719,22 +774,22 @@ class _LazyModule:
             # several threads, keep interpreting (same numbers, no compile under their feet)
             and not many_threads()
         ):
-            fn = self._compile(args)
+            fn = self.compile(args)
             if fn is not None:
                 self._compiled[sig] = fn
                 return fn(*[a for a in args if isinstance(a, torch.Tensor)])
-        return self._module(*args)
+        return self.module()(*args)
 
     @property
     def compiled_signatures(self) -> int:
         return len(self._compiled)
 
-    def _compile(self, args: tuple[Any, ...]) -> Any:
-        """Inductor code for this call's signature; non-tensor arguments become literals."""
+    def compile(self, args: Sequence[Any]) -> Any:
+        """Inductor code for these arguments' signature, called with their tensors alone
+        (non-tensor arguments become literals); None when Inductor fails (``compile_error``)."""
         from torch._inductor.compile_fx import compile_fx
 
-        assert self._module is not None
-        gm = copy.deepcopy(self._module)
+        gm = copy.deepcopy(self.module())
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         for ph, a in zip(placeholders, args, strict=True):
             if not isinstance(a, torch.Tensor):
@@ -881,6 +936,7 @@ def _rewrite_fx(gm: fx.GraphModule, s: _Session, verify: bool | str) -> list[Sub
                 args=[describe_value(a) if not isinstance(a, list) else repr(a) for a in args],
                 user_line=site.user_line,
                 passed_over=rec.passed_over,
+                tuning=rec.tuning,
             )
         )
     # Only what a substitution replaced can have become dead; the rest is Inductor's to clean.

@@ -47,6 +47,7 @@ _OPTION_KEYS = {
     "default_codegen",
     "verify",
     "allow_world_writable",
+    "autotune",
 }
 
 
@@ -62,6 +63,7 @@ class Options:
     default_codegen: str = "inductor"
     verify: bool | str = False
     allow_world_writable: bool | None = None  # None: PDLKIT_ALLOW_WORLD_WRITABLE decides
+    autotune: str | None = None  # None: PDLKIT_AUTOTUNE, else "cached"
 
     def __post_init__(self) -> None:
         if self.default_codegen not in _CODEGENS:
@@ -71,6 +73,9 @@ class Options:
         from pdlkit.runtime_abi.verify import resolve_mode
 
         resolve_mode(self.verify)  # a bad value fails here, not at the first compile
+        from pdlkit.runtime_abi.autotune import resolve_mode as autotune_mode
+
+        autotune_mode(self.autotune)
 
     def with_(self, extra: Mapping[str, Any] | None) -> Options:
         if not extra:
@@ -187,8 +192,13 @@ def run_pass(
     keep_text: bool = False,
     why: tuple[str, ...] = (),
     near_misses: bool = True,
+    autotune: str | None = "off",
+    codegen: str = "inductor",
 ) -> tuple[fx.GraphModule, GraphReport]:
-    """Re-trace ``gm`` and substitute; returns the rewritten pre-dispatch graph and a report."""
+    """Re-trace ``gm`` and substitute; returns the rewritten pre-dispatch graph and a report.
+
+    ``autotune`` (``"cached"``, ``"full"``, ``"off"``; None reads ``PDLKIT_AUTOTUNE``) decides
+    whether kernels are chosen by measurement (matcher/choose.py) or by static priority."""
     from pdlkit.matcher.canonicalize import canonicalize, restore
     from pdlkit.matcher.cse import eliminate_common_subexpressions
     from pdlkit.matcher.html_report import node_infos
@@ -205,7 +215,9 @@ def run_pass(
     t_canon = time.perf_counter() - t1
     # In a graph that needs gradients only kernels with a backward are eligible for
     # arguments that require grad; the registry reads requires_grad off the fake values.
-    with training_graph(traced, grad_inputs(example_inputs)):
+    grads = grad_inputs(example_inputs)
+    tuner = _tuner(autotune, traced, example_inputs, plan, bool(grads), codegen)
+    with training_graph(traced, grads):
         outcome = substitute(
             traced,
             plan.patterns,
@@ -216,17 +228,43 @@ def run_pass(
             rewrite_fx=rewrite_fx,
             why=why,
             near_misses=near_misses,
+            tuner=tuner,
         )
     report = outcome.report
     if rewrite_fx:
         restore(outcome.graph)  # inexact canonical spellings no kernel claimed
     report.canonicalized = dict(canonical)
     report.timings = {"retrace": t1 - t0, "canonicalize": t_canon, **report.timings}
+    if tuner is not None and tuner.seconds:  # measured inside the PDL application
+        report.timings["pdl_apply"] -= tuner.seconds
+        report.timings["autotune"] = tuner.seconds
     if keep_text:
         report.graph_before = before
         report.fx_nodes = nodes
         report.graph_after = outcome.graph.print_readable(print_output=False)
     return outcome.graph, report
+
+
+def _tuner(
+    mode: str | None,
+    traced: fx.GraphModule,
+    example_inputs: list[Any],
+    plan: Plan,
+    training: bool,
+    codegen: str,
+) -> Any:
+    """The measured kernel choice for this compilation, or None for static priority: with
+    ``autotune="off"``, for a target other than this host (nothing can be timed), for a
+    graph that needs gradients (forward timings would not say which is faster to train), and
+    with eager code generation (the comparison is with Inductor's code)."""
+    from pdlkit.runtime_abi.autotune import resolve_mode
+
+    mode = resolve_mode(mode)
+    if mode == "off" or plan.target.name != "host" or training or codegen != "inductor":
+        return None
+    from pdlkit.matcher.choose import Tuner
+
+    return Tuner(mode, traced, example_inputs)
 
 
 _WARNED: set[str] = set()
@@ -275,9 +313,10 @@ class PdlkitBackend:
         explain_only: bool = False,
         why: tuple[str, ...] = (),
         allow_world_writable: bool | None = None,
+        autotune: str | None = None,
     ):
         self.options = Options(
-            patterns, kernels, target, default_codegen, verify, allow_world_writable
+            patterns, kernels, target, default_codegen, verify, allow_world_writable, autotune
         )
         self.on_report = on_report
         self.explain_only = explain_only
@@ -340,6 +379,8 @@ class PdlkitBackend:
             keep_text=self.explain_only,
             why=self.why,
             near_misses=self.explain_only or self.on_report is not None,
+            autotune=opts.autotune,
+            codegen=opts.default_codegen,
         )
         if report.skipped and not self._warned and not self.explain_only:
             self._warned = True
@@ -382,6 +423,7 @@ def optimize(
     verify: bool | str = False,
     dynamic: bool | None = None,
     allow_world_writable: bool | None = None,
+    autotune: str | None = None,
 ) -> Callable[..., Any]:
     """Compile ``model`` with pattern substitution; everything unmatched goes to Inductor.
 
@@ -396,6 +438,14 @@ def optimize(
     result disagrees; ``verify=True`` makes such a disagreement an error instead.
     World-writable pattern or kernel folders are refused unless ``allow_world_writable``
     (or ``PDLKIT_ALLOW_WORLD_WRITABLE=1``); see :mod:`pdlkit.runtime_abi.trust` for pins.
+
+    ``autotune`` chooses each site's implementation by measurement on this host: every
+    eligible kernel and the replaced subgraph under Inductor are timed on the site's shapes
+    and weights, and the fastest runs, so pdlkit is never slower than Inductor alone.
+    ``"cached"`` (the default; ``PDLKIT_AUTOTUNE``) measures on a miss of the decision cache
+    (``PDLKIT_CACHE_DIR``, default ``~/.cache/pdlkit``), ``"full"`` measures again,
+    ``"off"`` takes the kernel of highest priority (reproducible). A manifest's ``kernel:``
+    pin always decides its pattern's sites.
     """
     backend = PdlkitBackend(
         patterns=patterns,
@@ -404,6 +454,7 @@ def optimize(
         default_codegen=default_codegen,
         verify=verify,
         allow_world_writable=allow_world_writable,
+        autotune=autotune,
     )
     from pdlkit.optional import MissingDependency
 
@@ -422,6 +473,7 @@ def explain(
     target: Any = None,
     no_grad: bool = True,
     why: str | tuple[str, ...] = (),
+    autotune: str | None = None,
     **_ignored: Any,
 ) -> Report:
     """What ``optimize`` would substitute for these inputs, and why other candidates were not.
@@ -430,8 +482,11 @@ def explain(
     root and reports the closest partial match and its first failing op, operand or
     constraint (``report.graphs[i].why``; printed by ``str(report)``).
 
-    Nothing is compiled and no kernel runs (so a foreign ``target`` such as ``"yitian"``
-    works on any host); the model runs eagerly once under Dynamo to capture its graphs.
+    The model runs eagerly once under Dynamo to capture its graphs. The kernels are chosen
+    as ``optimize`` chooses them: with ``autotune`` on (the default, see ``optimize``) each
+    site's candidates are timed, or read from the decision cache, and the report shows their
+    times; with ``autotune="off"`` or a foreign ``target`` (``"yitian"`` works on any host)
+    no kernel runs and nothing is compiled.
     """
     reports: list[GraphReport] = []
     plans: list[Plan] = []
@@ -449,6 +504,7 @@ def explain(
         on_report=sink,
         explain_only=True,
         why=(why,) if isinstance(why, str) else tuple(why),
+        autotune=autotune,
     )
     try:
         plan = load_plan(backend.options)

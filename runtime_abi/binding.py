@@ -97,6 +97,12 @@ def site(sid: int) -> CallSite | None:
     return _SITES.get(sid)
 
 
+def drop_site(sid: int) -> None:
+    """Forget a call site (one made only to time a kernel: runtime_abi/autotune.py)."""
+    with _SITES_LOCK:
+        _SITES.pop(sid, None)
+
+
 # -- binding ------------------------------------------------------------------------------------
 
 # (name, version, op, schema, digest, with backward) -> op

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 # One counter per thread, summed when read: counting on the hot path takes no lock and
@@ -22,6 +24,9 @@ _TOTALS = (
     "prepack_hits",
     "prepack_misses",
     "prepack_evictions",
+    "tuning_hits",  # sites whose kernel choice came from the autotune cache
+    "tuning_misses",  # sites measured
+    "tuning_us",  # microseconds spent measuring
 )
 
 
@@ -48,6 +53,23 @@ def count(event: str, kernel: str, n: int = 1) -> None:
     except AttributeError:
         c = new_counter()
     c[(event, kernel)] = c.get((event, kernel), 0) + n
+
+
+@contextlib.contextmanager
+def uncounted() -> Iterator[None]:
+    """Kernel calls made on this thread inside the block are not counted (autotune's timing
+    calls: ``stats()`` reports what the model ran)."""
+    saved = {k: LOCAL.__dict__[k] for k in ("c", "k") if k in LOCAL.__dict__}
+    scratch: dict[tuple[str, str], int] = {}
+    LOCAL.c = LOCAL.k = scratch
+    try:
+        yield
+    finally:
+        for k in ("c", "k"):
+            if k in saved:
+                setattr(LOCAL, k, saved[k])
+            else:
+                LOCAL.__dict__.pop(k, None)
 
 
 def stats(reset: bool = False) -> dict[str, Any]:

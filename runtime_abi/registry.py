@@ -201,17 +201,29 @@ class KernelRegistry:
         self, op: str, args: Sequence[Any], target: Target, pin: str | None = None
     ) -> Selection:
         """Pick the highest-priority kernel for ``op`` that accepts ``args`` (fake tensors / constants)."""
-        candidates = self.for_op(op)
-        if not candidates:
-            return Selection(None, [f"no kernel implements logical op {op!r}"])
+        eligible, reasons = self.candidates(op, args, target, pin)
+        return Selection(eligible[0] if eligible else None, reasons)
+
+    def candidates(
+        self, op: str, args: Sequence[Any], target: Target, pin: str | None = None
+    ) -> tuple[list[KernelDecl], list[str]]:
+        """Every kernel for ``op`` that accepts ``args``, in priority order, and why each
+        higher-ranked one does not (a kernel for another CPU architecture is not news when
+        one was found)."""
+        found = self.for_op(op)
+        if not found:
+            return [], [f"no kernel implements logical op {op!r}"]
+        eligible: list[KernelDecl] = []
         skipped: list[tuple[KernelDecl, str]] = []
-        for k in candidates:
+        for k in found:
             why = _ineligible(k, args, target, pin)
             if why is None:
-                # a kernel for another CPU architecture is not news when one was found
-                return Selection(k, [r for o, r in skipped if not _for_other_arch(o, target)])
-            skipped.append((k, f"{k.name}: {why}"))
-        return Selection(None, [r for _, r in skipped])
+                eligible.append(k)
+            elif not eligible:
+                skipped.append((k, f"{k.name}: {why}"))
+        if eligible:
+            return eligible, [r for o, r in skipped if not _for_other_arch(o, target)]
+        return [], [r for _, r in skipped]
 
 
 def _for_other_arch(k: KernelDecl, target: Target) -> bool:

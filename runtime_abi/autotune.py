@@ -1,0 +1,379 @@
+"""Kernel choice by measurement on this host, and the on-disk cache of the decisions.
+
+    before (``autotune="off"``):    the eligible kernel of highest priority wins every site
+    after  (``autotune="cached"``): the fastest of {every eligible kernel, keeping the
+                                    replaced subgraph for Inductor} wins, per host and shape
+
+This module times callables and remembers what won; what the candidates are and how a
+site's arguments are made real is :mod:`pdlkit.matcher.choose`'s job.
+
+* **Timing** (:func:`measure`): each candidate runs on the same arguments, warm-up first,
+  then samples taken round-robin over the candidates (a burst of load on a shared machine
+  hits them all alike); the median of each is compared. On CUDA the samples are CUDA
+  events on the current stream. A per-site budget (``PDLKIT_AUTOTUNE_BUDGET`` seconds,
+  default 2) stops sampling; a candidate that raises is excluded with its reason.
+* **Decision cache**: one JSON file per host (CPU model, ISA flags, torch/triton versions,
+  GPU name and SM count) under ``PDLKIT_CACHE_DIR`` (default ``~/.cache/pdlkit``), keyed
+  by the site's key (candidates' identities, shapes with dynamic dims bucketed, dtypes,
+  threads). Writes merge under a file lock and replace the file atomically, so processes
+  compiling at once lose nothing; an unreadable file is ignored with one warning and
+  rewritten. A decision only says which implementation runs, never what it computes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import hashlib
+import json
+import os
+import platform
+import stat
+import statistics
+import tempfile
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+MODES = ("cached", "off", "full")
+MODE_ENV = "PDLKIT_AUTOTUNE"
+CACHE_ENV = "PDLKIT_CACHE_DIR"
+BUDGET_ENV = "PDLKIT_AUTOTUNE_BUDGET"
+KEEP = "subgraph"  # the candidate that leaves the replaced ops to Inductor
+_FORMAT = 1
+_MAX_ENTRIES = 20_000
+# a kernel must beat the subgraph by this fraction: on a tie pdlkit keeps Inductor's code
+MARGIN = 0.03
+
+
+class AutotuneError(ValueError):
+    """A bad ``autotune=`` value or ``PDLKIT_AUTOTUNE`` / ``PDLKIT_AUTOTUNE_BUDGET`` setting."""
+
+
+def resolve_mode(value: str | None) -> str:
+    """``autotune=`` argument, else ``PDLKIT_AUTOTUNE``, else ``"cached"``."""
+    if value is None:
+        value = os.environ.get(MODE_ENV, "").strip() or "cached"
+        where = f"{MODE_ENV}={value!r}"
+    else:
+        where = f"autotune={value!r}"
+    if value not in MODES:
+        raise AutotuneError(f"{where}: expected one of {', '.join(MODES)}")
+    return value
+
+
+def budget_s() -> float:
+    raw = os.environ.get(BUDGET_ENV, "").strip()
+    if not raw:
+        return 2.0
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise AutotuneError(f"{BUDGET_ENV}={raw!r}: expected a positive number of seconds")
+    return value
+
+
+# -- what a decision is keyed by ------------------------------------------------------------------
+
+
+@functools.cache
+def host_key() -> dict[str, Any]:
+    """What makes one machine's timings differ from another's (threads are per site)."""
+    key: dict[str, Any] = {"machine": platform.machine(), "torch": torch.__version__}
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        text = ""
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        name = name.strip()
+        if name in ("model name", "flags", "Features", "CPU part") and name not in key:
+            key[name] = " ".join(sorted(value.split())) if name != "model name" else value.strip()
+    try:
+        import triton
+
+        key["triton"] = triton.__version__
+    except Exception:  # triton is optional on the CPU
+        pass
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(torch.cuda.current_device())
+        key["gpu"] = f"{p.name}, {p.multi_processor_count} SMs"
+    return key
+
+
+def bucket(n: int) -> int:
+    """A dynamic dim's bucket: the next power of two (1, 2, 4, ... ; 0 stays 0)."""
+    return 0 if n <= 0 else 1 << (int(n) - 1).bit_length()
+
+
+def site_key(parts: Sequence[Any]) -> str:
+    """A stable key for one site's decision (parts are JSON-able: names, shapes, dtypes)."""
+    text = json.dumps([*parts, torch.get_num_threads()], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+# -- timing ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Timing:
+    name: str  # a kernel's name, or KEEP
+    us: float | None = None  # median microseconds per call; None: excluded
+    note: str = ""  # why excluded, or how it was timed ("Inductor", "eager bound")
+
+    def describe(self) -> str:
+        t = f"{self.us:.1f} us" if self.us is not None else "excluded"
+        return f"{self.name} {t}" + (f" ({self.note})" if self.note else "")
+
+
+@dataclass
+class Decision:
+    choice: str  # a kernel's name, or KEEP
+    timings: list[Timing] = field(default_factory=list)
+    source: str = "measured"  # "measured" | "cache" | "static" | "pinned"
+
+    def describe(self) -> str:
+        times = ", ".join(t.describe() for t in self.timings)
+        return f"{self.source}: {times} -> {self.choice}" if times else self.source
+
+    def to_json(self) -> dict[str, Any]:
+        return {"choice": self.choice, "timings": [[t.name, t.us, t.note] for t in self.timings]}
+
+    @classmethod
+    def from_json(cls, d: Any) -> Decision:
+        if not isinstance(d, dict) or not isinstance(d.get("choice"), str):
+            raise ValueError("not a decision")
+        timings = [Timing(str(n), None if us is None else float(us), str(note))
+                   for n, us, note in d.get("timings", [])]  # fmt: skip
+        return cls(d["choice"], timings, "cache")
+
+
+class Excluded(Exception):
+    """A candidate that cannot be timed (it raised, declined, or lied about its output)."""
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _sample(fn: Callable[[], Any], device: str, reps: int) -> float:
+    """Seconds per call over ``reps`` back-to-back calls."""
+    if device == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(reps):
+            fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3 / reps
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    return (time.perf_counter() - t0) / reps
+
+
+def measure(
+    candidates: Sequence[tuple[str, Callable[[], Any]]],
+    device: str,
+    budget: float,
+    *,
+    samples: int = 9,
+) -> list[Timing]:
+    """Median time per call of each candidate, sampled round-robin within ``budget`` seconds.
+
+    A candidate that raises in its warm-up is excluded (its note says why); one whose
+    warm-up call alone takes more than the budget's share is stopped there and timed by
+    that call."""
+    deadline = time.perf_counter() + budget
+    share = budget / max(1, len(candidates))
+    timings = {name: Timing(name) for name, _ in candidates}
+    live: list[tuple[str, Callable[[], Any], int]] = []
+    found: dict[str, list[float]] = {}
+    for name, fn in candidates:
+        try:
+            t0 = time.perf_counter()
+            fn()
+            _sync(device)
+            first = time.perf_counter() - t0
+            if first > share:
+                timings[name].us, timings[name].note = first * 1e6, "stopped: over the budget"
+                continue
+            second = _sample(fn, device, 1)  # warm: caches, pre-packed weights, lazy init
+        except Excluded as e:
+            timings[name].note = str(e)
+            continue
+        except Exception as e:
+            timings[name].note = f"raised {type(e).__name__}: {e}"
+            continue
+        # a sample lasts about 1 ms (at least one call), so a 5 us kernel is not timer noise
+        reps = max(1, min(1000, int(1e-3 / max(second, 1e-7))))
+        live.append((name, fn, reps))
+        found[name] = []
+    for _ in range(samples):
+        if time.perf_counter() > deadline and all(found[n] for n, _, _ in live):
+            break
+        for name, fn, reps in live:
+            found[name].append(_sample(fn, device, reps))
+    for name, values in found.items():
+        timings[name].us = statistics.median(values) * 1e6
+    return [timings[name] for name, _ in candidates]
+
+
+# -- the decision cache ---------------------------------------------------------------------------
+
+
+def cache_dir() -> Path | None:
+    """Where decisions are kept, or None (with one warning) when the place is not safe."""
+    raw = os.environ.get(CACHE_ENV, "").strip()
+    if raw and not Path(raw).expanduser().is_absolute():
+        _warn_once(f"pdlkit: {CACHE_ENV}={raw!r} is a relative path; decisions are not cached")
+        return None
+    base = Path(raw).expanduser() if raw else Path.home() / ".cache" / "pdlkit"
+    folder = base / "autotune"
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        st = folder.stat()
+    except OSError as e:
+        _warn_once(f"pdlkit: autotune cache {folder} is not usable ({e}); decisions are not cached")
+        return None
+    if st.st_mode & stat.S_IWOTH or st.st_uid != os.getuid():
+        _warn_once(
+            f"pdlkit: autotune cache {folder} is world-writable or owned by another user; "
+            "decisions are not cached"
+        )
+        return None
+    return folder
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        warnings.warn(message, stacklevel=3)
+
+
+class DecisionCache:
+    """The decisions of one host, in ``<dir>/host-<hash>.json``; loaded once, merged on write."""
+
+    def __init__(self, folder: Path | None):
+        host = host_key()
+        digest = hashlib.sha256(json.dumps(host, sort_keys=True).encode()).hexdigest()[:16]
+        self.path = folder / f"host-{digest}.json" if folder is not None else None
+        self._host = host
+        self._lock = threading.Lock()
+        self._entries: dict[str, Any] | None = None
+
+    def _read(self) -> dict[str, Any]:
+        if self.path is None or not self.path.exists():
+            return {}
+        try:
+            data = json.loads(self.path.read_text())
+            if data.get("format") != _FORMAT or data.get("host") != self._host:
+                raise ValueError("written for another host or format")
+            entries = data["decisions"]
+            if not isinstance(entries, dict):
+                raise ValueError("no decisions table")
+            return entries
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            _warn_once(f"pdlkit: ignoring autotune cache {self.path} ({e}); it will be rewritten")
+            return {}
+
+    def get(self, key: str) -> Decision | None:
+        with self._lock:
+            if self._entries is None:
+                self._entries = self._read()
+            raw = self._entries.get(key)
+        if raw is None:
+            return None
+        try:
+            return Decision.from_json(raw)
+        except (ValueError, TypeError):
+            return None
+
+    def put(self, key: str, decision: Decision) -> None:
+        with self._lock:
+            if self._entries is None:
+                self._entries = self._read()
+            self._entries[key] = decision.to_json()
+            if self.path is None:
+                return
+            try:
+                with _locked(self.path):
+                    merged = {**self._read(), **self._entries}
+                    if len(merged) > _MAX_ENTRIES:  # the oldest entries go first
+                        merged = dict(list(merged.items())[-_MAX_ENTRIES:])
+                    _atomic_write(self.path, {"format": _FORMAT, "host": self._host,
+                                              "decisions": merged})  # fmt: skip
+                    self._entries = merged
+            except OSError as e:
+                _warn_once(f"pdlkit: could not write autotune cache {self.path}: {e}")
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    fd = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _atomic_write(path: Path, data: dict[str, Any]) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+_CACHES: dict[Path | None, DecisionCache] = {}
+
+
+def decision_cache() -> DecisionCache:
+    """The cache for the current ``PDLKIT_CACHE_DIR`` (one object per folder)."""
+    folder = cache_dir()
+    cache = _CACHES.get(folder)
+    if cache is None:
+        cache = _CACHES[folder] = DecisionCache(folder)
+    return cache
+
+
+# -- choosing -------------------------------------------------------------------------------------
+
+
+def fastest(timings: Sequence[Timing], order: Sequence[str]) -> str:
+    """The fastest kernel, if it beats keeping the subgraph by ``MARGIN``; else KEEP.
+
+    ``order`` is the static priority order, which breaks exact ties between kernels."""
+    keep = next((t.us for t in timings if t.name == KEEP), None)
+    kernels = [
+        t
+        for t in timings
+        if t.name != KEEP and t.us is not None and not t.note.startswith("stopped")
+    ]
+    if not kernels:
+        return KEEP
+    best = min(kernels, key=lambda t: (t.us, order.index(t.name) if t.name in order else 0))
+    assert best.us is not None
+    if keep is not None and best.us >= keep * (1 - MARGIN):
+        return KEEP
+    return best.name

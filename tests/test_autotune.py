@@ -1,0 +1,256 @@
+"""Kernels chosen by measurement: the fastest of the eligible kernels and the replaced subgraph.
+
+The subject is a matmul chain ``(a @ b) @ c`` with a thin ``a @ b``: the subgraph costs
+O(n^3) however it is compiled, ``fast_chain`` computes ``a @ (b @ c)`` in O(n^2), and
+``slow_chain`` sleeps 20 ms first, which is slower than the subgraph on any host.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+import torch
+from conftest import write
+
+import pdlkit
+from pdlkit.runtime_abi import autotune
+
+N = 384
+
+# The pass spells ``x @ w`` with ``w`` a graph input as ``linear(x, t(w), None)``.
+CHAIN_PATTERN = """
+pdl.pattern @chain : benefit(1) {
+  %a = pdl.operand
+  %wb = pdl.operand
+  %wc = pdl.operand
+  %nb = pdl.operand
+  %nc = pdl.operand
+  %t = pdl.type
+  %t2 = pdl.type
+  %m1 = pdl.operation "torch.aten.linear"(%a, %wb, %nb : !pdl.value, !pdl.value, !pdl.value) -> (%t : !pdl.type)
+  %y = pdl.result 0 of %m1
+  %m2 = pdl.operation "torch.aten.linear"(%y, %wc, %nc : !pdl.value, !pdl.value, !pdl.value) -> (%t2 : !pdl.type)
+  pdl.rewrite %m2 {
+    %op = pdl.attribute = "chain"
+    pdl.apply_native_rewrite "pdlkit_call"(%op, %a, %wb, %wc, %m2 : !pdl.attribute, !pdl.value, !pdl.value, !pdl.value, !pdl.operation)
+  }
+}
+"""
+
+HEADER = """
+import time
+import torch
+from torch import Tensor
+import pdlkit
+
+def meta(a, wb, wc):
+    return a.new_empty((a.shape[0], wc.shape[0]))
+"""
+
+FAST = """
+@pdlkit.kernel(op="chain", meta=meta, priority=1)
+def fast_chain(a: Tensor, wb: Tensor, wc: Tensor) -> Tensor:
+    return a @ (wb.t() @ wc.t())
+"""
+
+SLOW = """
+@pdlkit.kernel(op="chain", meta=meta, priority=10)
+def slow_chain(a: Tensor, wb: Tensor, wc: Tensor) -> Tensor:
+    time.sleep(0.02)
+    return (a @ wb.t()) @ wc.t()
+"""
+
+RAISES = """
+@pdlkit.kernel(op="chain", meta=meta, priority=20)
+def boom_chain(a: Tensor, wb: Tensor, wc: Tensor) -> Tensor:
+    raise RuntimeError("kaboom")
+"""
+
+WRONG_SHAPE = """
+@pdlkit.kernel(op="chain", meta=meta, priority=20)
+def liar_chain(a: Tensor, wb: Tensor, wc: Tensor) -> Tensor:
+    return a.new_zeros((1, 1))
+"""
+
+
+class Chain(torch.nn.Module):
+    def forward(self, a, b, c):
+        return (a @ b) @ c
+
+
+def inputs():
+    g = torch.Generator().manual_seed(0)
+    return (torch.randn(N, 1, generator=g), torch.randn(1, N, generator=g),
+            torch.randn(N, N, generator=g))  # fmt: skip
+
+
+@pytest.fixture
+def folders(tmp_path, monkeypatch):
+    monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path / "cache"))
+    p = tmp_path / "patterns"
+    write(p, "chain.pdl.mlir", CHAIN_PATTERN)
+
+    def kernels(*bodies: str):
+        k = tmp_path / f"kernels{len(list(tmp_path.glob('kernels*')))}"
+        write(k, "chain.py", HEADER + "".join(bodies))
+        return p, k
+
+    return kernels
+
+
+def run(p, k, mode, **kw):
+    pdlkit.stats(reset=True)
+    torch._dynamo.reset()
+    a, b, c = inputs()
+    with torch.no_grad():
+        y = pdlkit.optimize(Chain(), patterns=p, kernels=k, autotune=mode, **kw)(a, b, c)
+    torch.testing.assert_close(y, Chain()(a, b, c), rtol=1e-4, atol=1e-3)
+    return pdlkit.stats()
+
+
+def calls(st, kernel):
+    return st["by_kernel"].get(kernel, {}).get("kernel_calls", 0)
+
+
+def test_fastest_kernel_wins_over_a_higher_priority_one(folders):
+    p, k = folders(FAST, SLOW)
+    st = run(p, k, "full")
+    assert calls(st, "fast_chain") == 1 and calls(st, "slow_chain") == 0
+
+
+def test_off_is_the_static_priority(folders):
+    p, k = folders(FAST, SLOW)
+    st = run(p, k, "off")
+    assert calls(st, "slow_chain") == 1 and st["tuning_misses"] == 0
+
+
+def test_subgraph_kept_when_every_kernel_is_slower(folders):
+    p, k = folders(SLOW)
+    st = run(p, k, "full")
+    assert st["substitutions"] == 0 and calls(st, "slow_chain") == 0
+    text = str(pdlkit.explain(Chain(), *inputs(), patterns=p, kernels=k, autotune="cached"))
+    assert "kept for Inductor, measured faster than every kernel (1)" in text
+    assert "slow_chain" in text and "-> subgraph" in text
+
+
+def test_explain_shows_each_candidates_time_and_the_choice(folders):
+    p, k = folders(FAST, SLOW)
+    report = pdlkit.explain(Chain(), *inputs(), patterns=p, kernels=k, autotune="full")
+    (sub,) = report.substitutions
+    assert sub.kernel == "fast_chain"
+    assert sub.tuning.startswith("measured: ") and sub.tuning.endswith("-> fast_chain")
+    for name in ("fast_chain", "slow_chain", "subgraph"):
+        assert f"{name} " in sub.tuning
+    assert " us" in sub.tuning
+
+
+def test_pinned_kernel_wins_and_explain_says_what_was_faster(folders, tmp_path):
+    p, k = folders(FAST, SLOW)
+    write(p, "pins.yaml", "version: 1\npatterns:\n  - file: chain.pdl.mlir\n    kernel: slow_chain\n")
+    st = run(p / "pins.yaml", k, "full")
+    assert calls(st, "slow_chain") == 1 and calls(st, "fast_chain") == 0
+    report = pdlkit.explain(
+        Chain(), *inputs(), patterns=p / "pins.yaml", kernels=k, autotune="cached"
+    )
+    (sub,) = report.substitutions
+    assert sub.tuning.startswith("pinned: ") and "fast_chain " in sub.tuning
+
+
+def test_kernel_that_raises_is_excluded_and_named(folders):
+    p, k = folders(RAISES, FAST)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        st = run(p, k, "full")
+    assert calls(st, "fast_chain") == 1 and calls(st, "boom_chain") == 0
+    msgs = [str(w.message) for w in seen if "autotune" in str(w.message)]
+    assert any("kernel boom_chain is not a candidate at" in m and "kaboom" in m for m in msgs)
+
+
+def test_kernel_with_a_wrong_output_shape_is_excluded(folders):
+    p, k = folders(WRONG_SHAPE, FAST)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        st = run(p, k, "full")
+    assert calls(st, "fast_chain") == 1 and calls(st, "liar_chain") == 0
+    assert any("kernel liar_chain is not a candidate" in str(w.message) for w in seen)
+
+
+def test_decision_is_cached_and_reused(folders):
+    p, k = folders(FAST, SLOW)
+    first = run(p, k, "cached")
+    second = run(p, k, "cached")
+    assert (first["tuning_misses"], first["tuning_hits"]) == (1, 0)
+    assert (second["tuning_misses"], second["tuning_hits"]) == (0, 1)
+    assert calls(second, "fast_chain") == 1
+
+
+def test_full_measures_again(folders):
+    p, k = folders(FAST, SLOW)
+    run(p, k, "cached")
+    st = run(p, k, "full")
+    assert (st["tuning_misses"], st["tuning_hits"]) == (1, 0)
+
+
+def test_corrupted_cache_is_ignored_with_one_warning_and_rewritten(folders, tmp_path):
+    p, k = folders(FAST, SLOW)
+    run(p, k, "cached")
+    (path,) = (tmp_path / "cache" / "autotune").glob("host-*.json")
+    path.write_text("{not json")
+    autotune._CACHES.clear()  # a new process: nothing read yet
+    autotune._WARNED.clear()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        st = run(p, k, "cached")
+    msgs = [str(w.message) for w in seen if "ignoring autotune cache" in str(w.message)]
+    assert len(msgs) == 1 and str(path) in msgs[0]
+    assert calls(st, "fast_chain") == 1
+    assert len(json.loads(path.read_text())["decisions"]) == 1
+
+
+def test_two_processes_writing_at_once_lose_nothing(tmp_path):
+    script = textwrap.dedent(
+        """
+        import sys
+        from pdlkit.runtime_abi import autotune
+        cache = autotune.decision_cache()
+        for i in range(60):
+            cache.put(f"{sys.argv[1]}-{i}", autotune.Decision("subgraph"))
+        """
+    )
+    env = {"PDLKIT_CACHE_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script, tag], env=env) for tag in ("a", "b")
+    ]
+    assert [pr.wait(timeout=120) for pr in procs] == [0, 0]
+    (path,) = (tmp_path / "autotune").glob("host-*.json")
+    keys = json.loads(path.read_text())["decisions"].keys()
+    assert {f"{t}-{i}" for t in "ab" for i in range(60)} <= set(keys)
+
+
+def test_bad_mode_is_one_clear_error(monkeypatch):
+    with pytest.raises(ValueError, match=r"autotune='fast': expected one of cached, off, full"):
+        pdlkit.optimize(Chain(), autotune="fast")
+    monkeypatch.setenv("PDLKIT_AUTOTUNE", "sometimes")
+    with pytest.raises(ValueError, match=r"PDLKIT_AUTOTUNE='sometimes'"):
+        pdlkit.optimize(Chain())
+
+
+def test_a_candidate_over_the_site_budget_is_stopped(folders, monkeypatch):
+    p, k = folders(FAST, SLOW)
+    monkeypatch.setenv("PDLKIT_AUTOTUNE_BUDGET", "0.01")
+    report = pdlkit.explain(Chain(), *inputs(), patterns=p, kernels=k, autotune="full")
+    (sub,) = report.substitutions
+    assert sub.kernel == "fast_chain"
+    assert "slow_chain" in sub.tuning and "stopped: over the budget" in sub.tuning
+
+
+def test_relative_cache_dir_is_not_used(monkeypatch):
+    monkeypatch.setenv("PDLKIT_CACHE_DIR", "relative/cache")
+    autotune._WARNED.clear()
+    with pytest.warns(UserWarning, match="relative path; decisions are not cached"):
+        assert autotune.cache_dir() is None
