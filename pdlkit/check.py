@@ -22,6 +22,7 @@ def check_paths(
         TrustError,
         check_writable,
         missing_pinned,
+        pin_problems,
         pins_folder,
         read_pins,
     )
@@ -30,9 +31,11 @@ def check_paths(
     notes: list[str] = []  # what could not be checked here, and why
     pattern_srcs: list[Path] = []
     kernel_files: list[tuple[Path, dict[Path, str] | None, Path]] = []  # file, pins, folder
-    for env_paths in (config.pattern_paths, config.kernel_paths):
+    from pdlkit.runtime_abi.native_build import cache_dir
+
+    for env_paths in (config.pattern_paths, config.kernel_paths, cache_dir):
         try:
-            env_paths(None)
+            env_paths()
         except config.PathError as e:
             problems.append(str(e))
     for p in paths:
@@ -50,13 +53,16 @@ def check_paths(
         except TrustError as e:
             problems.append(str(e))
             pins = None
-        if pins is not None:
-            problems.extend(missing_pinned(pins, pins_folder(p)))
+        refused: list[str] = []  # code that differs from its pins: none of the folder runs
+        if pins is not None:  # every file that can become code, C sources included
+            refused = pin_problems(pins_folder(p), pins)
+            problems.extend(refused + missing_pinned(pins, pins_folder(p)))
         for f in config.files_under([p]):
             if f.name.startswith("_") or f.name == PINS_FILE:
                 continue
             if f.suffix in (".py", ".so"):
-                kernel_files.append((f, pins, pins_folder(p)))
+                if not refused:
+                    kernel_files.append((f, pins, pins_folder(p)))
             else:
                 pattern_srcs.append(f)
     registry = KernelRegistry()

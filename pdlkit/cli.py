@@ -262,13 +262,15 @@ def cmd_build_kernels(args: argparse.Namespace) -> int:
 
 
 def cmd_pin(args: argparse.Namespace) -> int:
-    from pdlkit.runtime_abi.registry import kernel_files
-    from pdlkit.runtime_abi.trust import write_pins
+    from pdlkit.runtime_abi.trust import code_files, write_pins
 
     folder = Path(args.folder).resolve()
-    files = kernel_files([folder]) if folder.is_dir() else []
+    files = code_files(folder) if folder.is_dir() else []  # C sources and headers too
     if not files:
-        print(f"pdlkit pin: {folder}: no kernel files (*.py, *.so) in it", file=sys.stderr)
+        print(
+            f"pdlkit pin: {folder}: no kernel files (*.py, *.so, C sources, headers) in it",
+            file=sys.stderr,
+        )
         return 1
     print(f"{write_pins(folder, files)}: pinned {len(files)} kernel file(s)")
     return 0

@@ -8,20 +8,17 @@ registry then binds it like any Python kernel; status UNSUPPORTED becomes
 :class:`KernelUnsupported` (per-call fallback), any other failure a ``RuntimeError``.
 
 Libraries are never unloaded: descriptors and function pointers point into them. A library
-whose bytes changed at a path already loaded is opened from a private copy, because
-``dlopen`` would hand back the old mapping for the same path.
+is opened from the bytes that were hashed (and checked against a pin), never from its path
+again (:func:`pdlkit.runtime_abi.dlopen.open_library`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import hashlib
 import inspect
 import keyword
-import shutil
 import struct
-import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from ctypes import POINTER, c_char_p, c_double, c_int32, c_int64, c_size_t, c_uint32, c_void_p
@@ -30,6 +27,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Optional
 
 import torch
+from pdlkit.runtime_abi.dlopen import open_library
 from pdlkit.runtime_abi.kernel import (
     FEATURES,
     KernelDecl,
@@ -410,33 +408,7 @@ def _validate(addr: int, d: Any, name: str, lib_minor: int) -> _Spec:
 # -- opening and registering ----------------------------------------------------------------------
 
 _LOCK = threading.Lock()
-_HANDLES: dict[str, ctypes.CDLL] = {}  # digest -> library, never closed
 _SPECS: dict[str, tuple[_Spec, ...]] = {}  # digest -> its validated descriptors
-_OPENED: set[Path] = set()  # paths dlopen'ed under their own name
-_COPIES: Path | None = None
-
-
-def _open(path: Path, digest: str) -> ctypes.CDLL:
-    global _COPIES
-    lib = _HANDLES.get(digest)
-    if lib is not None:
-        return lib
-    target = path
-    if path in _OPENED:  # changed bytes at a loaded path: dlopen(path) returns the old code
-        _COPIES = _COPIES or Path(tempfile.mkdtemp(prefix="pdlkit-native-"))
-        target = _COPIES / f"{path.stem}-{digest[:16]}.so"
-        shutil.copyfile(path, target)
-    try:
-        lib = ctypes.CDLL(str(target))
-    except OSError as e:
-        raise KernelLoadError(f"{path}: cannot load the shared library: {e}") from None
-    finally:
-        if target != path:
-            with contextlib.suppress(OSError):
-                target.unlink()  # the mapping outlives the name
-    _OPENED.add(path)
-    _HANDLES[digest] = lib
-    return lib
 
 
 def _register(path: Path, lib: ctypes.CDLL) -> tuple[_Spec, ...]:
@@ -498,14 +470,21 @@ def declare_spec(path: Path, digest: str, spec: _Spec) -> KernelDecl:
         raise KernelLoadError(msg if str(path) in msg else f"{path}: {msg}") from None
 
 
-def load_native_library(path: Path, digest: str | None = None) -> tuple[KernelDecl, ...]:
-    """The kernels a native library declares, validated; bad libraries raise :class:`KernelLoadError`."""
+def load_native_library(
+    path: Path, digest: str | None = None, data: bytes | None = None
+) -> tuple[KernelDecl, ...]:
+    """The kernels a native library declares, validated; bad libraries raise :class:`KernelLoadError`.
+
+    ``data`` (the library's bytes, read once and hashed to ``digest`` by the caller) is what
+    is loaded; without it ``path`` is read here, once."""
     path = Path(path).resolve()
-    digest = digest or hashlib.sha256(path.read_bytes()).hexdigest()
+    if data is None:
+        data, digest = path.read_bytes(), None  # the digest of what was read, not a given one
+    digest = digest or hashlib.sha256(data).hexdigest()
     with _LOCK:
         specs = _SPECS.get(digest)
         if specs is None:
-            specs = _SPECS[digest] = _register(path, _open(path, digest))
+            specs = _SPECS[digest] = _register(path, open_library(path, data, digest))
     return tuple(declare_spec(path, digest, spec) for spec in specs)
 
 

@@ -5,6 +5,10 @@ folders starting with ``_`` are skipped) is executed as its own module and every
 :class:`KernelDecl` in its namespace is registered; every ``*.so`` is a native library
 loaded through the C ABI (:mod:`pdlkit.runtime_abi.native`). A file is loaded again only
 when its contents change, so an edited kernel takes effect in the next compilation.
+
+Before anything in a pinned folder runs, every file in it that can become code (its C
+sources and headers too) must match its pin (:mod:`pdlkit.runtime_abi.trust`); a native build
+a kernel file starts checks the sources it compiles against the same pins.
 """
 
 from __future__ import annotations
@@ -25,9 +29,12 @@ from pdlkit.runtime_abi.autograd import needs_backward
 from pdlkit.runtime_abi.capability import FEATURE_ARCH, Target
 from pdlkit.runtime_abi.kernel import KernelDecl
 from pdlkit.runtime_abi.trust import (
+    Loading,
     TrustError,
     check_pin,
     check_writable,
+    loading,
+    pin_problems,
     pins_folder,
     read_pins,
 )
@@ -74,35 +81,70 @@ def _exec_file(path: Path, digest: str, data: bytes) -> tuple[KernelDecl, ...]:
     try:
         # run the bytes that were hashed (and checked against a pin), not a second read
         exec(compile(data, str(path), "exec"), module.__dict__)
-    except SyntaxError as e:
+    except KeyboardInterrupt:
         sys.modules.pop(mod_name, None)
-        raise KernelLoadError(f"{path}:{e.lineno}:{e.offset or 0}: syntax error: {e.msg}") from None
-    except Exception as e:
+        raise
+    except BaseException as e:  # SystemExit and the like must not end the host
         sys.modules.pop(mod_name, None)
-        frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == str(path)]
-        line = frames[-1].lineno if frames else 1
-        if isinstance(e, ImportError):
-            from pdlkit.optional import MissingDependency, missing_module
-
-            top = missing_module(e)
-            if top is not None:
-                why = MissingDependency(top, "its kernels")
-                raise KernelDependencyMissing(f"{path}:{line}: skipped: {why}") from None
-        raise KernelLoadError(f"{path}:{line}: {type(e).__name__}: {e}") from e
+        raise _load_error(path, e)  # noqa: B904 (the cause is set there)
     return tuple(v for v in vars(module).values() if isinstance(v, KernelDecl))
 
 
+def _load_error(path: Path, e: BaseException) -> KernelLoadError:
+    """What running kernel file ``path`` raised, as a ``file:line:`` error. A plain error in
+    the kernel's own code keeps its traceback as the cause; the others say all there is."""
+    from pdlkit.config import PathError
+
+    err: KernelLoadError
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == str(path)]
+    line = frames[-1].lineno if frames else 1
+    missing = _missing_dependency(e)
+    if isinstance(e, SyntaxError):
+        err = KernelLoadError(f"{path}:{e.lineno}:{e.offset or 0}: syntax error: {e.msg}")
+    elif missing is not None:
+        err = KernelDependencyMissing(f"{path}:{line}: skipped: {missing}")
+    elif isinstance(e, TrustError | PathError):  # a refused source or build cache: it names it
+        err = KernelLoadError(f"{e} (while loading {path}:{line})")
+    elif not isinstance(e, Exception):  # SystemExit and the like
+        err = KernelLoadError(
+            f"{path}:{line}: {type(e).__name__}({e}) raised while loading the kernel file; "
+            "refusing to exit the host"
+        )
+    else:
+        err = KernelLoadError(f"{path}:{line}: {type(e).__name__}: {e}")
+        err.__cause__ = e
+    err.__suppress_context__ = True
+    return err
+
+
+def _missing_dependency(e: BaseException) -> str | None:
+    """Why an optional package the kernel file imports is missing, if that is what ``e`` is."""
+    if not isinstance(e, ImportError):
+        return None
+    from pdlkit.optional import MissingDependency, missing_module
+
+    top = missing_module(e)
+    return None if top is None else str(MissingDependency(top, "its kernels"))
+
+
 def load_kernel_file(
-    path: Path, pins: dict[Path, str] | None = None, folder: Path | None = None
+    path: Path,
+    pins: dict[Path, str] | None = None,
+    folder: Path | None = None,
+    *,
+    allow_world_writable: bool | None = None,
 ) -> tuple[KernelDecl, ...]:
     """The kernels declared in one file (executed again only if its bytes changed).
 
     ``pins`` (a folder's ``kernels.yaml``, see :mod:`pdlkit.runtime_abi.trust`) must
-    allow the file's bytes before anything in it runs."""
+    allow the file's bytes before anything in it runs; a native build the file starts checks
+    its sources against them too, and ``allow_world_writable`` (None: the environment decides)
+    is the permission rule for the sources of an unpinned folder."""
     path = path.resolve()
     data = path.read_bytes()
+    folder = folder or path.parent
     try:
-        check_pin(path, data, pins, folder or path.parent)
+        check_pin(path, data, pins, folder)
     except TrustError as e:
         raise KernelLoadError(str(e)) from None
     digest = hashlib.sha256(data).hexdigest()
@@ -115,10 +157,11 @@ def load_kernel_file(
         if path.suffix == ".so":
             from pdlkit.runtime_abi.native import load_native_library  # imports this module
 
-            kernels = load_native_library(path, digest)
+            kernels = load_native_library(path, digest, data)
         else:
             try:
-                kernels = _exec_file(path, digest, data)
+                with loading(Loading(path, pins, folder, allow_world_writable)):
+                    kernels = _exec_file(path, digest, data)
             except KernelDependencyMissing as e:
                 _FILE_CACHE[path] = _LoadedFile(digest, (), str(e))
                 warnings.warn(f"pdlkit: {e}", stacklevel=2)  # once per file version
@@ -161,9 +204,18 @@ class KernelRegistry:
                 pins = read_pins(folder)
             except TrustError as e:
                 raise KernelLoadError(str(e)) from None
+            # nothing of a pinned folder runs while any of its code differs from its pins
+            problems = pin_problems(pins_folder(folder), pins) if pins is not None else []
+            if problems:
+                raise KernelLoadError(problems[0])
             for path in _kernel_files(folder):
                 try:
-                    decls = load_kernel_file(path, pins, pins_folder(folder))
+                    decls = load_kernel_file(
+                        path,
+                        pins,
+                        pins_folder(folder),
+                        allow_world_writable=allow_world_writable,
+                    )
                 except KernelDependencyMissing as e:
                     reg.skipped.append(str(e))
                     continue
