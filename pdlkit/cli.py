@@ -246,12 +246,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_build_kernels(args: argparse.Namespace) -> int:
+    from pdlkit.config import PathError
     from pdlkit.runtime_abi import native_build as nb
+    from pdlkit.runtime_abi.trust import TrustError
 
     try:
         lib = nb.build_library(nb.A64_GEMM_SOURCE, args.arch, Path(args.out) if args.out else None)
         driver = nb.build_driver(args.arch, lib.parent) if args.driver else None
-    except nb.BuildError as e:
+    except (nb.BuildError, TrustError, PathError) as e:  # a refused cache or source
         print(f"pdlkit build-kernels: {e}", file=sys.stderr)
         return 1
     print(" ".join(nb.library_command(nb.A64_GEMM_SOURCE, lib, args.arch)))

@@ -219,6 +219,19 @@ def test_relative_build_dir_is_refused(tmp_path, monkeypatch):
         build_library(src, host_arch())
 
 
+@pytest.mark.skipif(
+    shutil.which("cc" if host_arch() == "aarch64" else "aarch64-linux-gnu-gcc") is None,
+    reason="needs a C compiler for AArch64",
+)
+def test_build_kernels_command_reports_a_refused_cache(tmp_path, capsys):
+    (tmp_path / "cache").mkdir(mode=0o777)
+    (tmp_path / "cache").chmod(0o777)
+    assert main(["build-kernels", "--arch", "aarch64"]) == 1
+    assert capsys.readouterr().err.startswith(
+        f"pdlkit build-kernels: {tmp_path / 'cache'}: folder is world-writable (mode 777)"
+    )
+
+
 def test_check_reports_a_relative_build_dir(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PDLKIT_BUILD_DIR", "cache")
     write(tmp_path / "kernels", "k.py", "X = 1\n")
