@@ -16,6 +16,7 @@ Checks (each finding names ``file:line``):
   ``@pdlkit.reference`` defines.
 - ``unused-native``: a native declared in a ``.pdll`` file, or a ``pdl.attribute`` in a PDL file,
   that nothing uses (warning).
+- ``duplicate-name``: two files define a pattern of the same name (loading both fails).
 - ``missing-file``: a manifest lists a file that does not exist.
 - ``load``: a file that does not load at all (the loader's own message).
 
@@ -27,15 +28,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from pdlkit.matcher.manifest import entry_file, yaml_with_lines
 from pdlkit.matcher.patterns import (
     Pattern,
     PatternError,
-    _yaml_with_lines,
     load_patterns,
+    name_clash,
     nested_ops,
     pattern_sources,
     read_pdl_module,
@@ -153,14 +155,17 @@ def _covers(general: Shape, specific: Shape) -> bool:
 
 def _manifest_findings(manifest: Path) -> list[Finding]:
     try:
-        data = _yaml_with_lines(manifest)
+        data = yaml_with_lines(manifest)
     except PatternError:
         return []  # the loader reports it
     out = []
     entries = data.get("patterns") if isinstance(data, dict) else None
     for e in entries if isinstance(entries, list) else []:
         if isinstance(e, dict) and isinstance(e.get("file"), str):
-            f = (manifest.parent / e["file"]).resolve()
+            try:
+                f = entry_file(manifest, e["__line__"], e["file"])
+            except PatternError:
+                continue  # outside the manifest's folder: the loader reports it
             if not f.is_file():
                 out.append(
                     Finding(
@@ -188,12 +193,66 @@ def lint_paths(paths: Sequence[Path], kernels: Sequence[str] | None = None) -> l
     Kernels are those under ``paths`` plus the configured kernel folders (``kernels``,
     ``PDLKIT_KERNEL_PATH`` or the shipped ones).
     """
-    from pdlkit.runtime_abi.kernel import KernelDeclarationError
-    from pdlkit.runtime_abi.registry import KernelLoadError, KernelRegistry, load_kernel_file
     from torch_mlir import ir
 
     paths = [Path(p).resolve() for p in paths] or config.pattern_paths()
     findings: list[Finding] = []
+    ops, pattern_paths = _kernels(paths, kernels, findings)
+    try:
+        patterns = _patterns(pattern_sources(pattern_paths), findings)
+    except PatternError as e:
+        return [*findings, _load_finding(e)]
+
+    ctx = ir.Context()
+    shapes: dict[str, Shape] = {}
+    modules = []  # alive while the shapes' ops are read
+    by_file: dict[Path, list[Pattern]] = {}
+    for pat in patterns.values():
+        by_file.setdefault(pat.file, []).append(pat)
+    for file, pats in by_file.items():
+        module = read_pdl_module(file, ctx)
+        modules.append(module)
+        by_name = {}
+        for op in module.body.operations:
+            op = op.operation
+            if "sym_name" in op.attributes:
+                by_name[op.attributes["sym_name"].value] = op
+        for pat in pats:
+            if pat.name in by_name:
+                shapes[pat.name] = shape_of(by_name[pat.name])
+        findings.extend(_unused_natives(file, module))
+
+    for pat in patterns.values():
+        for op in pat.calls:
+            # an op with reference semantics but no kernel yet is a slot for vendors: its
+            # matches are near misses ("no kernel implements logical op ...") by design
+            if op not in ops and reference.lookup(op) is None:
+                findings.append(
+                    Finding(
+                        pat.file,
+                        pat.line,
+                        "error",
+                        "unknown-op",
+                        f"{pat.name} calls logical op {op!r}, which no kernel implements "
+                        f"(known: {', '.join(sorted(ops)) or 'none'})",
+                    )
+                )
+    by_root: dict[str, list[Pattern]] = {}
+    for p in patterns.values():
+        if p.enabled and p.root is not None and p.name in shapes:
+            by_root.setdefault(p.root, []).append(p)
+    for same_root in by_root.values():
+        findings.extend(_pair_findings(same_root, shapes))
+    return sorted(set(findings), key=lambda f: (str(f.file), f.line, f.check, f.message))
+
+
+def _kernels(
+    paths: list[Path], kernels: Sequence[str] | None, findings: list[Finding]
+) -> tuple[set[str], list[Path]]:
+    """The logical ops known kernels implement, and the paths that hold patterns."""
+    from pdlkit.runtime_abi.kernel import KernelDeclarationError
+    from pdlkit.runtime_abi.registry import KernelLoadError, KernelRegistry, load_kernel_file
+
     registry = KernelRegistry()
     pattern_paths: list[Path] = []
     for p in paths:
@@ -216,12 +275,13 @@ def lint_paths(paths: Sequence[Path], kernels: Sequence[str] | None = None) -> l
             registry.kernels.setdefault(key, k)
     except (KernelLoadError, KernelDeclarationError) as e:
         findings.append(Finding(Path("?"), 1, "error", "load", str(e)))
+    return set(registry.ops()), pattern_paths
 
+
+def _patterns(sources: list[Path], findings: list[Finding]) -> dict[str, Pattern]:
+    """Every pattern that loads, by name; each source file on its own, so that one broken file
+    hides nothing else. A name defined twice is a finding (loading them together fails)."""
     patterns: dict[str, Pattern] = {}
-    try:
-        sources = pattern_sources(pattern_paths)
-    except PatternError as e:
-        return [*findings, _load_finding(e)]
     for src in sources:
         if src.suffix in (".yaml", ".yml"):
             missing = _manifest_findings(src)
@@ -231,54 +291,29 @@ def lint_paths(paths: Sequence[Path], kernels: Sequence[str] | None = None) -> l
         elif not src.name.endswith((".pdl.mlir", ".pdll")):
             continue
         try:
-            for pat in load_patterns([src]).patterns:
-                patterns.setdefault(pat.name, pat)
+            loaded = load_patterns([src]).patterns
         except PatternError as e:
             findings.append(_load_finding(e))
+            continue
+        for pat in loaded:
+            first = patterns.setdefault(pat.name, pat)
+            if first is not pat:
+                clash = _load_finding(PatternError(name_clash(first, pat)))
+                findings.append(replace(clash, check="duplicate-name"))
+    return patterns
 
-    ctx = ir.Context()
-    shapes: dict[str, Shape] = {}
-    modules = []
-    for file in dict.fromkeys(p.file for p in patterns.values()):
-        module = read_pdl_module(file, ctx)
-        modules.append(module)
-        by_name = {}
-        for op in module.body.operations:
-            op = op.operation
-            if "sym_name" in op.attributes:
-                by_name[op.attributes["sym_name"].value] = op
-        for pat in patterns.values():
-            if pat.file == file and pat.name in by_name:
-                shapes[pat.name] = shape_of(by_name[pat.name])
-        findings.extend(_unused_natives(file, module))
 
-    ops = registry.ops()
-    active = [p for p in patterns.values() if p.enabled]
-    for pat in patterns.values():
-        for op in pat.calls:
-            # an op with reference semantics but no kernel yet is a slot for vendors: its
-            # matches are near misses ("no kernel implements logical op ...") by design
-            if op not in ops and reference.lookup(op) is None:
-                findings.append(
-                    Finding(
-                        pat.file,
-                        pat.line,
-                        "error",
-                        "unknown-op",
-                        f"{pat.name} calls logical op {op!r}, which no kernel implements "
-                        f"(known: {', '.join(sorted(ops)) or 'none'})",
-                    )
-                )
-    for i, a in enumerate(active):
-        for b in active[i + 1 :]:
-            if a.root is None or a.root != b.root or a.name not in shapes or b.name not in shapes:
-                continue
+def _pair_findings(same_root: list[Pattern], shapes: dict[str, Shape]) -> list[Finding]:
+    """equal-benefit and shadowed findings among enabled patterns of one root op."""
+    out = []
+    for i, a in enumerate(same_root):
+        for b in same_root[i + 1 :]:
             if not _share_a_target(a, b):
                 continue
             sa, sb = shapes[a.name], shapes[b.name]
             if a.benefit == b.benefit:
                 if not _contradict(sa, sb):
-                    findings.append(
+                    out.append(
                         Finding(
                             b.file,
                             b.line,
@@ -291,7 +326,7 @@ def lint_paths(paths: Sequence[Path], kernels: Sequence[str] | None = None) -> l
                 continue
             hi, lo = (a, b) if a.benefit > b.benefit else (b, a)
             if _covers(shapes[hi.name], shapes[lo.name]):
-                findings.append(
+                out.append(
                     Finding(
                         lo.file,
                         lo.line,
@@ -301,7 +336,7 @@ def lint_paths(paths: Sequence[Path], kernels: Sequence[str] | None = None) -> l
                         f"every match of {lo.name} is a match of {hi.name}",
                     )
                 )
-    return sorted(set(findings), key=lambda f: (str(f.file), f.line, f.check, f.message))
+    return out
 
 
 def _share_a_target(a: Pattern, b: Pattern) -> bool:

@@ -14,8 +14,12 @@ folder with manifests loads what they list, in their order, with per-pattern set
         kernel: linear_relu_torch        # pin a kernel by name
         enabled: false
 
-Patterns are applied in priority order: higher benefit first, then load order. Every
-error names ``file:line:col``.
+A manifest lists only files in its own folder or below (see :mod:`pdlkit.matcher.manifest`).
+Pattern names are unique across everything loaded together. Patterns are applied in priority
+order: higher benefit first, then load order. Every error names ``file:line:col``; besides
+MLIR's own parse and verify errors, loading refuses text nested too deep for MLIR's parser,
+op names the Torch dialect does not register, and natives pdlkit does not define
+(:mod:`pdlkit.matcher.pdl_checks`).
 """
 
 from __future__ import annotations
@@ -23,14 +27,11 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-MANIFEST_VERSION = 1
-_ENTRY_KEYS = {"file", "pattern", "enabled", "benefit", "targets", "kernel", "tolerance", "timeout"}
+from pdlkit.matcher.pdl_checks import AttributeBounds, nesting_problem, op_name_problem
 
 
 class PatternError(ValueError):
@@ -47,7 +48,6 @@ class Pattern:
     col: int
     benefit: int
     root: str | None  # the root op's name ("torch.aten.gelu"), None if the root is not named
-    asm: str = field(repr=False)  # the pattern op, with locations, to re-parse in a match context
     enabled: bool = True
     targets: tuple[str, ...] = ()
     calls: tuple[str, ...] = ()  # logical ops its pdlkit_call rewrites name
@@ -103,7 +103,7 @@ def _diag_text(err: Exception, path: Path) -> str:
     return "\n".join(out) or f"{path}:1:1: {err}"
 
 
-def _check_utf8(path: Path) -> bytes:
+def check_utf8(path: Path) -> bytes:
     data = path.read_bytes()
     try:
         data.decode()
@@ -116,22 +116,30 @@ def _check_utf8(path: Path) -> bytes:
     return data
 
 
+def _position(op: Any) -> tuple[int, int]:
+    loc = op.location
+    return (loc.start_line, loc.start_col) if hasattr(loc, "start_line") else (1, 1)
+
+
 def read_pdl_module(path: Path, ctx: Any) -> Any:
     """The PDL module of a pattern file: parsed ``*.pdl.mlir``, or ``*.pdll`` compiled to PDL."""
     from torch_mlir import ir
 
     if not path.is_file():
         raise PatternError(f"{path}:1:1: pattern file does not exist")
-    _check_utf8(path)  # MLIR accepts other bytes in strings, which Python cannot read back
+    # MLIR accepts other bytes in strings, which Python cannot read back
+    text = check_utf8(path).decode()
     try:
         if path.suffix == ".pdll":
             from pdlkit.matcher.pdll import PdllError, compile_pdll
 
             try:
-                text = compile_pdll(path)
+                return ir.Module.parse(compile_pdll(path), ctx)
             except PdllError as e:
                 raise PatternError(str(e)) from None
-            return ir.Module.parse(text, ctx)
+        deep = nesting_problem(text)
+        if deep is not None:
+            raise PatternError(f"{path}:{deep[0]}:{deep[1]}: {deep[2]}")
         return ir.Module.parseFile(str(path), ctx)
     except ir.MLIRError as e:
         raise PatternError(_diag_text(e, path)) from None
@@ -144,14 +152,15 @@ def parse_pdl_file(path: Path, ctx: Any | None = None) -> list[Pattern]:
     ctx = ctx or ir.Context()
     module = read_pdl_module(path, ctx)
     patterns = []
+    bounds = AttributeBounds()
     for i, op in enumerate(module.body.operations):
         op = op.operation
-        loc = op.location
-        line, col = (loc.start_line, loc.start_col) if hasattr(loc, "start_line") else (1, 1)
+        line, col = _position(op)
         if op.name != "pdl.pattern":
             raise PatternError(
                 f"{path}:{line}:{col}: expected pdl.pattern at top level, found {op.name}"
             )
+        _check_ops(path, op, bounds)
         attrs = op.attributes
         name = attrs["sym_name"].value if "sym_name" in attrs else f"{path.name.split('.')[0]}_{i}"
         patterns.append(
@@ -162,23 +171,32 @@ def parse_pdl_file(path: Path, ctx: Any | None = None) -> list[Pattern]:
                 col=col,
                 benefit=attrs["benefit"].value,
                 root=_root_name(op),
-                calls=_called_ops(op),
+                calls=_called_ops(path, op),
                 op_names=_matched_op_names(op),
-                asm=op.get_asm(enable_debug_info=True),
             )
         )
     if not patterns:
         raise PatternError(f"{path}:1:1: no pdl.pattern in file")
-    for op in module.body.operations:
-        _check_natives(path, op.operation)
     return patterns
 
 
-def _check_natives(path: Path, pattern_op: Any) -> None:
-    """Every native a pattern calls must exist: MLIR would only find out while matching."""
+def _check_ops(path: Path, pattern_op: Any, bounds: AttributeBounds) -> None:
+    """Every native a pattern calls must exist, and every op it names: MLIR would only find out
+    while matching (a pattern that names no registered op never matches). No attribute may be
+    too large to print."""
     from pdlkit.matcher.natives import CONSTRAINTS
 
     for op in nested_ops(pattern_op):
+        too_large = bounds.problem(op)
+        if too_large is not None:
+            line, col = _position(op)
+            raise PatternError(f"{path}:{line}:{col}: {too_large}")
+        if op.name == "pdl.operation" and "opName" in op.attributes:
+            problem = op_name_problem(str(op.attributes["opName"].value))
+            if problem is not None:
+                line, col = _position(op)
+                raise PatternError(f"{path}:{line}:{col}: {problem}")
+            continue
         if op.name == "pdl.apply_native_constraint":
             known, kind = set(CONSTRAINTS), "constraint"
         elif op.name == "pdl.apply_native_rewrite" or (
@@ -189,10 +207,9 @@ def _check_natives(path: Path, pattern_op: Any) -> None:
             continue
         name = op.attributes["name"].value
         if name not in known:
-            loc = op.location
-            where = f"{loc.start_line}:{loc.start_col}" if hasattr(loc, "start_line") else "1:1"
+            line, col = _position(op)
             raise PatternError(
-                f"{path}:{where}: unknown native {kind} {name!r}; known: {', '.join(sorted(known))}"
+                f"{path}:{line}:{col}: unknown native {kind} {name!r}; known: {', '.join(sorted(known))}"
             )
 
 
@@ -216,22 +233,31 @@ def nested_ops(op: Any) -> Any:
                 yield from nested_ops(inner.operation)
 
 
-def _called_ops(pattern_op: Any) -> tuple[str, ...]:
+def _called_ops(path: Path, pattern_op: Any) -> tuple[str, ...]:
     """The logical op names passed to pdlkit_call (as a constant pdl.attribute)."""
+    from torch_mlir import ir
+
     out = []
     for op in nested_ops(pattern_op):
-        if "name" not in op.attributes or op.attributes["name"].value != "pdlkit_call":
-            continue
         if op.name == "pdl.apply_native_rewrite":
             first = 0
         elif op.name == "pdl.rewrite":
             first = 1  # after the root
         else:
             continue
+        if "name" not in op.attributes or op.attributes["name"].value != "pdlkit_call":
+            continue
         if len(op.operands) > first:
             owner = op.operands[first].owner.operation
             if owner.name == "pdl.attribute" and "value" in owner.attributes:
-                out.append(str(owner.attributes["value"].value))
+                value = owner.attributes["value"]
+                if not isinstance(value, ir.StringAttr):
+                    line, col = _position(owner)
+                    raise PatternError(
+                        f"{path}:{line}:{col}: pdlkit_call's first argument names the logical "
+                        f'op and must be a string, e.g. pdl.attribute = "linear_relu"; got {value}'
+                    )
+                out.append(value.value)
     return tuple(out)
 
 
@@ -244,153 +270,6 @@ def _root_name(pattern_op: Any) -> str | None:
     if "opName" not in root.attributes:
         return None
     return str(root.attributes["opName"].value)
-
-
-# -- manifests ----------------------------------------------------------------------------------
-
-
-def _yaml_with_lines(path: Path) -> Any:
-    """YAML -> Python, where every mapping carries ``__line__`` (1-based) for messages."""
-    data = _check_utf8(path)
-    try:
-        node = yaml.compose(data.decode())
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{mark.line + 1}:{mark.column + 1}" if mark else "1:1"
-        raise PatternError(f"{path}:{where}: invalid YAML: {getattr(e, 'problem', e)}") from None
-
-    def conv(n: Any) -> Any:
-        if isinstance(n, yaml.MappingNode):
-            d = {conv(k): conv(v) for k, v in n.value}
-            d["__line__"] = n.start_mark.line + 1
-            return d
-        if isinstance(n, yaml.SequenceNode):
-            return [conv(v) for v in n.value]
-        try:
-            return yaml.safe_load(yaml.serialize(n)) if n is not None else None
-        except yaml.YAMLError as e:  # e.g. a tag safe_load refuses
-            raise PatternError(
-                f"{path}:{n.start_mark.line + 1}:{n.start_mark.column + 1}: invalid YAML value: "
-                f"{getattr(e, 'problem', e)}"
-            ) from None
-
-    try:
-        return conv(node) if node is not None else None
-    except TypeError as e:  # a mapping or list used as a key
-        raise PatternError(f"{path}:1:1: invalid manifest structure: {e}") from None
-
-
-def _check_type(path: Path, line: int, key: str, value: Any, kind: type | tuple[type, ...]) -> None:
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise PatternError(f"{path}:{line}:1: {key!r} must be {names}, got {value!r}")
-
-
-def load_manifest(path: Path, ctx: Any | None = None) -> list[Pattern]:
-    """The patterns a manifest selects, with its settings applied, in manifest order."""
-    data = _yaml_with_lines(path)
-    if not isinstance(data, dict):
-        raise PatternError(f"{path}:1:1: a manifest is a mapping with 'version' and 'patterns'")
-    top = data["__line__"]
-    unknown = set(data) - {"version", "patterns", "__line__"}
-    if unknown:
-        raise PatternError(
-            f"{path}:{top}:1: unknown key(s) {sorted(unknown)}; allowed: version, patterns"
-        )
-    if data.get("version") != MANIFEST_VERSION:
-        raise PatternError(
-            f"{path}:{top}:1: manifest version {data.get('version')!r} is not supported "
-            f"(this pdlkit reads version {MANIFEST_VERSION})"
-        )
-    entries = data.get("patterns")
-    if not isinstance(entries, list) or not entries:
-        raise PatternError(f"{path}:{top}:1: 'patterns' must be a non-empty list of entries")
-    by_file: dict[Path, list[Pattern]] = {}
-    order: list[Path] = []
-    for entry in entries:
-        if not isinstance(entry, dict):
-            raise PatternError(f"{path}:{top}:1: each entry of 'patterns' is a mapping with 'file'")
-        line = entry["__line__"]
-        bad = set(entry) - _ENTRY_KEYS - {"__line__"}
-        if bad:
-            raise PatternError(
-                f"{path}:{line}:1: unknown key(s) {sorted(bad)}; allowed: {', '.join(sorted(_ENTRY_KEYS))}"
-            )
-        if "file" not in entry:
-            raise PatternError(f"{path}:{line}:1: entry has no 'file'")
-        _check_type(path, line, "file", entry["file"], str)
-        file = (path.parent / entry["file"]).resolve()
-        if not file.is_file():
-            raise PatternError(
-                f"{path}:{line}:1: pattern file {entry['file']!r} does not exist ({file})"
-            )
-        if file not in by_file:
-            by_file[file] = parse_pdl_file(file, ctx)
-            order.append(file)
-        changes: dict[str, Any] = {}
-        if "enabled" in entry:
-            _check_type(path, line, "enabled", entry["enabled"], bool)
-            changes["enabled"] = entry["enabled"]
-        if "benefit" in entry:
-            _check_type(path, line, "benefit", entry["benefit"], int)
-            if not 0 <= entry["benefit"] < 65535:
-                raise PatternError(f"{path}:{line}:1: 'benefit' must be in [0, 65534]")
-            changes["benefit"] = entry["benefit"]
-        if "targets" in entry:
-            t = entry["targets"]
-            if isinstance(t, str):
-                t = [t]
-            if not isinstance(t, list) or not all(isinstance(x, str) for x in t):
-                raise PatternError(f"{path}:{line}:1: 'targets' must be a list of names")
-            changes["targets"] = tuple(t)
-        if "kernel" in entry:
-            _check_type(path, line, "kernel", entry["kernel"], str)
-            changes["kernel"] = entry["kernel"]
-            changes["pin_source"] = f"{path}:{line}"
-        if "tolerance" in entry:
-            changes["tolerance"] = _tolerance(path, line, entry["tolerance"])
-        if "timeout" in entry:
-            t = entry["timeout"]
-            if isinstance(t, bool) or not isinstance(t, int | float) or t <= 0:
-                raise PatternError(
-                    f"{path}:{line}:1: 'timeout' must be a positive number of seconds"
-                )
-            changes["timeout"] = float(t)
-        names = [p.name for p in by_file[file]]
-        only = entry.get("pattern")
-        if only is not None:
-            _check_type(path, line, "pattern", only, str)
-            if only not in names:
-                raise PatternError(
-                    f"{path}:{line}:1: {entry['file']} has no pattern named {only!r} (it has {', '.join(names)})"
-                )
-        by_file[file] = [
-            replace(p, **changes) if only is None or p.name == only else p for p in by_file[file]
-        ]
-    return [p for f in order for p in by_file[f]]
-
-
-def _tolerance(path: Path, line: int, t: Any) -> tuple[float | None, float | None]:
-    """``tolerance: 1e-3`` (rtol) or ``tolerance: {rtol: 1e-3, atol: 1e-5}``; unset parts keep
-    the per-dtype defaults of :mod:`pdlkit.runtime_abi.verify`."""
-    num = (int, float)
-    if isinstance(t, num) and not isinstance(t, bool) and t >= 0:
-        return (float(t), None)
-    if isinstance(t, dict):
-        bad = set(t) - {"rtol", "atol", "__line__"}
-        vals = {k: v for k, v in t.items() if k != "__line__"}
-        if (
-            not bad
-            and vals
-            and all(
-                isinstance(v, num) and not isinstance(v, bool) and v >= 0 for v in vals.values()
-            )
-        ):
-            r, a = vals.get("rtol"), vals.get("atol")
-            return (None if r is None else float(r), None if a is None else float(a))
-    raise PatternError(
-        f"{path}:{line}:1: 'tolerance' must be a non-negative number or {{rtol: ..., atol: ...}}, got {t!r}"
-    )
 
 
 # -- folders ------------------------------------------------------------------------------------
@@ -422,11 +301,43 @@ def _fingerprint(files: Iterable[Path]) -> str:
     return h.hexdigest()
 
 
+def name_clash(first: Pattern, second: Pattern) -> str:
+    """The error for two patterns of one name: both places, the second's first."""
+    return (
+        f"{second.where}:{second.col}: pattern name {second.name!r} is defined twice: here and "
+        f"at {first.where}:{first.col}; names must be unique across all loaded pattern files "
+        "and folders: rename one"
+    )
+
+
+def name_clashes(paths: Sequence[Path], sets: Sequence[PatternSet]) -> list[str]:
+    """Pattern names defined twice across pattern sets that were loaded one source at a time
+    (as ``pdlkit check`` and ``lint`` do), counting only sets that ``paths`` load together: a
+    file that no manifest of its folder lists is checked alone, and loads only alone."""
+    together: set[Path] = set()
+    for p in paths:
+        try:
+            together.update(s.resolve() for s in pattern_sources([Path(p)]))
+        except PatternError:
+            continue  # reported where the path is loaded
+    seen: dict[str, Pattern] = {}
+    out = []
+    for ps in sets:
+        if together.isdisjoint(ps.files):
+            continue
+        for pat in ps.patterns:
+            first = seen.setdefault(pat.name, pat)
+            if first is not pat:
+                out.append(name_clash(first, pat))
+    return out
+
+
 def load_patterns(paths: Sequence[Path | str]) -> PatternSet:
     """Load pattern files, manifests and folders into one :class:`PatternSet`.
 
-    A pattern name may appear once; an earlier path shadows a later one (like ``PATH``).
+    A pattern name may appear once in all of them: a second definition is an error naming both.
     """
+    from pdlkit.matcher.manifest import load_manifest
     from torch_mlir import ir
 
     ctx = ir.Context()
@@ -451,12 +362,8 @@ def load_patterns(paths: Sequence[Path | str]) -> PatternSet:
             files.append(p.file)
             loaded.add(p.file)
             other = seen.get(p.name)
-            if other is not None and other.file != p.file:
-                continue  # shadowed by an earlier path
             if other is not None:
-                raise PatternError(
-                    f"{p.where}:{p.col}: pattern name {p.name!r} repeats (first at {other.where})"
-                )
+                raise PatternError(name_clash(other, p))
             seen[p.name] = p
     uniq = list(dict.fromkeys(files))
     return PatternSet(tuple(seen.values()), tuple(uniq), _fingerprint(uniq))

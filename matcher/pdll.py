@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from pdlkit.matcher.patterns import nested_ops
+from pdlkit.matcher.pdl_checks import nesting_problem
 
 ENV = "PDLKIT_MLIR_PDLL"
 INSTALL_HINT = (
@@ -98,6 +99,9 @@ def compile_pdll(path: Path) -> str:
     if tool is None:
         raise PdllError(f"{path}:1:1: loading a .pdll pattern needs mlir-pdll: {INSTALL_HINT}")
     source = path.read_bytes()
+    deep = nesting_problem(source.decode(errors="replace"), in_strings=True)
+    if deep is not None:  # mlir-pdll recurses per level too; its output would crash our parser
+        raise PdllError(f"{path}:{deep[0]}:{deep[1]}: {deep[2]}")
     key = hashlib.sha256(str(path).encode() + b"\0" + tool.encode() + b"\0" + source).hexdigest()
     with _LOCK:
         hit = _CACHE.get(key)
@@ -115,6 +119,8 @@ def compile_pdll(path: Path) -> str:
             text=True,
             timeout=60,
         )
+    if r.returncode < 0:  # killed by a signal: its stderr is a stack dump, not a diagnostic
+        raise PdllError(f"{path}:1:1: mlir-pdll crashed (signal {-r.returncode}) on this file")
     if r.returncode != 0:
         raise PdllError(_errors(r.stderr, path))
     text = _flatten_calls(r.stdout, path)
@@ -137,6 +143,9 @@ def _flatten_calls(pdl_text: str, path: Path) -> str:
     ``pdlkit_call(op, args..., consts..., root)``, which the matcher and tools read."""
     from torch_mlir import ir
 
+    deep = nesting_problem(pdl_text)  # an #include'd file was not scanned above
+    if deep is not None:
+        raise PdllError(f"{path}:1:1: mlir-pdll's output: {deep[2]}")
     ctx = ir.Context()
     try:
         module = ir.Module.parse(pdl_text, ctx)

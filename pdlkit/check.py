@@ -13,7 +13,7 @@ def check_paths(
     paths: Sequence[Path], kernels: Sequence[str] | None = None
 ) -> tuple[list[str], str]:
     """Problems as ``file:line:col: message`` lines, and a one-line summary."""
-    from pdlkit.matcher.patterns import PatternError, load_patterns
+    from pdlkit.matcher.patterns import PatternError, load_patterns, name_clashes
     from pdlkit.matcher.pdll import INSTALL_HINT, find_mlir_pdll
     from pdlkit.runtime_abi.kernel import KernelDeclarationError
     from pdlkit.runtime_abi.registry import KernelLoadError, KernelRegistry, load_kernel_file
@@ -97,6 +97,7 @@ def check_paths(
         listed.update(ps.files)
         n_patterns += len(ps)
         pattern_sets.append(ps)
+    problems.extend(name_clashes(paths, pattern_sets))  # loaded one by one above
     # kernel pins resolve against the kernels given here plus the configured kernel folders
     try:
         known = KernelRegistry.from_folders(config.kernel_paths(kernels))

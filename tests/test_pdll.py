@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -106,11 +107,12 @@ def test_shipped_qlinear_pdll_and_pdl_substitute_the_same_nodes(tmp_path):
     )
     from test_x86_int8 import Net, quantize_static  # skips without avx512_vnni
 
-    # the .pdl.mlir file's @qlinear alone, next to the .pdll form of it
+    # the .pdl.mlir file's @qlinear alone (a manifest lists files of its own folder), next to
+    # the .pdll form of it
     (tmp_path / "pdl").mkdir()
+    shutil.copy(ROOT / "patterns" / "x86" / "qlinear.pdl.mlir", tmp_path / "pdl")
     entries = "".join(
-        f"  - file: {ROOT}/patterns/x86/qlinear.pdl.mlir\n    pattern: {n}\n    enabled: false\n"
-        for n in _OTHERS
+        f"  - file: qlinear.pdl.mlir\n    pattern: {n}\n    enabled: false\n" for n in _OTHERS
     )
     manifest = write(tmp_path / "pdl", "only_qlinear.yaml", "version: 1\npatterns:\n" + entries)
     pdll = ROOT / "patterns" / "x86" / "qlinear.pdll"
