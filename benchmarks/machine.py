@@ -40,3 +40,88 @@ def provenance() -> str:
         else " (clean)"
     )
     return f"- pdlkit at commit {head or '?'}{dirty}"
+
+
+def _flags() -> list[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return line.split(":", 1)[1].split()
+    except OSError:
+        pass
+    return []
+
+
+def cpu_flags() -> str:
+    """The ISA flags the x86 kernels care about (avx512_vnni, avx512_bf16, amx_*), or why none."""
+    flags = _flags()
+    if not flags:
+        return "?"
+    keep = [f for f in flags if f.startswith(("avx512_vnni", "avx512_bf16", "amx"))]
+    return " ".join(sorted(keep)) or "none of avx512_vnni / avx512_bf16 / amx"
+
+
+def amx() -> list[str]:
+    """The AMX flags of this CPU (amx_bf16, amx_int8, amx_tile, ...); empty without AMX."""
+    return sorted(f for f in _flags() if f.startswith("amx"))
+
+
+def versions(*names: str) -> str:
+    """``name version`` for each installed distribution, ``name -`` for a missing one."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = []
+    for n in names:
+        try:
+            out.append(f"{n} {version(n)}")
+        except PackageNotFoundError:
+            out.append(f"{n} -")
+    return ", ".join(out)
+
+
+def gpu_name() -> str:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return f"{torch.cuda.get_device_name(0)} (x{torch.cuda.device_count()})"
+    except Exception as e:  # a broken CUDA set-up must not stop a CPU benchmark
+        return f"? ({type(e).__name__})"
+    return "none"
+
+
+def host_header(threads: int | None = None) -> list[str]:
+    """Markdown bullets for a results file: date, CPU and AMX, threads, GPU, versions, commit."""
+    import datetime
+    import os
+    import platform
+
+    import torch
+
+    nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    has_amx = amx()
+    return [
+        f"- date: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}",
+        f"- CPU: {cpu_model()} ({platform.machine()}); nproc {nproc}; ISA flags: {cpu_flags()}",
+        f"- AMX: {'yes (' + ' '.join(has_amx) + ')' if has_amx else 'no'}",
+        f"- threads: {threads if threads is not None else '-'} "
+        f"(torch.get_num_threads() {torch.get_num_threads()})",
+        f"- GPU: {gpu_name()}",
+        f"- Python {platform.python_version()}, torch {torch.__version__}; "
+        + versions("torchao", "transformers", "torch-mlir"),
+        f"- load average (1/5/15 min): {' / '.join(f'{x:.2f}' for x in os.getloadavg())}",
+        provenance(),
+        f"- pdlkit imported from {_pdlkit_location()}",
+    ]
+
+
+def _pdlkit_location() -> str:
+    """Where ``import pdlkit`` finds the package: this checkout, or an installed copy whose
+    commit ``provenance()`` cannot tell."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("pdlkit")
+    where = Path(spec.origin).parent if spec and spec.origin else None
+    if where is None:
+        return "? (not importable)"
+    return "this checkout" if where == ROOT / "pdlkit" else f"{where} (not this checkout)"

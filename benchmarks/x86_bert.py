@@ -59,7 +59,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from machine import cpu_model, provenance  # benchmarks/machine.py
+from machine import cpu_flags, cpu_model, provenance  # benchmarks/machine.py
+from measure import last_hidden, p10  # benchmarks/measure.py
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "x86_bert.md"
@@ -118,13 +119,6 @@ class Timing:
         return p10(self.runs_ms)
 
 
-def p10(values: list[float]) -> float:
-    """10th percentile: the latency when no other job shared the core (see the notes)."""
-    if len(values) < 10:
-        return min(values)
-    return statistics.quantiles(values, n=10)[0]
-
-
 @dataclass
 class GemmInfo:
     counts: dict[str, int]
@@ -173,12 +167,6 @@ def build(case: Case) -> tuple[torch.nn.Module, torch.Tensor]:
     model = transformers.BertModel(cfg).eval()  # random weights, nothing downloaded
     ids = torch.randint(0, cfg.vocab_size, (case.batch, case.seq), dtype=torch.int64)
     return model, ids
-
-
-def last_hidden(out: Any) -> torch.Tensor:
-    if isinstance(out, torch.Tensor):
-        return out
-    return out[0]  # ModelOutput or tuple: last_hidden_state first
 
 
 # -- measuring --------------------------------------------------------------------------------------
@@ -542,18 +530,6 @@ def paired_speedups(times: dict[str, list[float]]) -> list[float]:
 
 
 # -- report -----------------------------------------------------------------------------------------
-
-
-def cpu_flags() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                flags = line.split(":", 1)[1].split()
-                keep = [f for f in flags if f.startswith(("avx512_vnni", "avx512_bf16", "amx"))]
-                return " ".join(sorted(keep)) or "none of avx512_vnni / avx512_bf16 / amx"
-    except OSError:
-        pass
-    return "?"
 
 
 def machine(
