@@ -4,19 +4,33 @@
     compiled = torch.compile(model, backend="pdlkit")     # or pdlkit.optimize(model, ...)
     print(pdlkit.explain(model, x))                       # what was substituted, and why not
 
-Importing pdlkit registers the ``"pdlkit"`` Dynamo backend.
+The ``"pdlkit"`` Dynamo backend is declared as a ``torch_dynamo_backends`` entry point, so
+``torch.compile(model, backend="pdlkit")`` finds it without ``import pdlkit``; where pdlkit
+runs without its installed metadata, importing it registers the backend. The names below
+are imported on first use (``import pdlkit`` itself does not import torch).
 """
 
 from __future__ import annotations
 
-from pdlkit.backend import PdlkitBackend, PdlkitError, explain, optimize, pdlkit_backend
-from pdlkit.bisection import bisect
-from pdlkit.runtime_abi.binding import KernelCallError
-from pdlkit.runtime_abi.binding_stats import stats
-from pdlkit.runtime_abi.kernel import KernelDeclarationError, KernelUnsupported, kernel
-from pdlkit.runtime_abi.reference import reference
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "KernelCallError": "pdlkit.runtime_abi.binding",
+    "KernelDeclarationError": "pdlkit.runtime_abi.kernel",
+    "KernelUnsupported": "pdlkit.runtime_abi.kernel",
+    "PdlkitBackend": "pdlkit.backend",
+    "PdlkitError": "pdlkit.backend",
+    "bisect": "pdlkit.bisection",
+    "explain": "pdlkit.backend",
+    "kernel": "pdlkit.runtime_abi.kernel",
+    "optimize": "pdlkit.backend",
+    "pdlkit_backend": "pdlkit.backend",
+    "reference": "pdlkit.runtime_abi.reference",
+    "stats": "pdlkit.runtime_abi.binding_stats",
+}
 
 __all__ = [
     "KernelCallError",
@@ -32,9 +46,43 @@ __all__ = [
     "stats",
 ]
 
+if TYPE_CHECKING:
+    from pdlkit.backend import PdlkitBackend, PdlkitError, explain, optimize
+    from pdlkit.backend import pdlkit_backend as pdlkit_backend
+    from pdlkit.bisection import bisect
+    from pdlkit.runtime_abi.binding import KernelCallError
+    from pdlkit.runtime_abi.binding_stats import stats
+    from pdlkit.runtime_abi.kernel import KernelDeclarationError, KernelUnsupported, kernel
+    from pdlkit.runtime_abi.reference import reference
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pdlkit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def _declared_as_entry_point() -> bool:
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        eps = distribution("pdlkit").entry_points
+    except PackageNotFoundError:
+        return False
+    return any(ep.group == "torch_dynamo_backends" and ep.name == "pdlkit" for ep in eps)
+
 
 def _register() -> None:
+    """Register the backend by name when torch cannot find it through the entry point
+    (registering it here as well would make torch's own entry-point load a duplicate)."""
+    if _declared_as_entry_point():
+        return
     from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
+
+    from pdlkit.backend import pdlkit_backend
 
     if "pdlkit" not in _COMPILER_FNS:
         register_backend(compiler_fn=pdlkit_backend, name="pdlkit")

@@ -462,7 +462,9 @@ def optimize(
         load_plan(backend.options)  # bad files fail here, not at the first call
     except MissingDependency:
         pass  # the backend says so once, and compiles with Inductor alone
-    return _compile(model, backend, dynamic=dynamic)
+    from pdlkit.optimized import remember
+
+    return remember(_compile(model, backend, dynamic=dynamic), model, backend.options)
 
 
 def explain(
@@ -474,9 +476,14 @@ def explain(
     no_grad: bool = True,
     why: str | tuple[str, ...] = (),
     autotune: str | None = None,
-    **_ignored: Any,
+    default_codegen: str | None = None,
+    verify: bool | str | None = None,
+    allow_world_writable: bool | None = None,
 ) -> Report:
     """What ``optimize`` would substitute for these inputs, and why other candidates were not.
+
+    Takes ``optimize``'s options, or ``optimize``'s result, whose options it reuses (an
+    option given here overrides): ``pdlkit.explain(pdlkit.optimize(model, patterns=p), x)``.
 
     ``why="linear_gelu"`` (or a tuple of names) walks that pattern against each candidate
     root and reports the closest partial match and its first failing op, operand or
@@ -486,8 +493,23 @@ def explain(
     as ``optimize`` chooses them: with ``autotune`` on (the default, see ``optimize``) each
     site's candidates are timed, or read from the decision cache, and the report shows their
     times; with ``autotune="off"`` or a foreign ``target`` (``"yitian"`` works on any host)
-    no kernel runs and nothing is compiled.
+    no kernel runs and nothing is compiled. ``str(report)`` is a short table;
+    ``report.format(verbose=True)`` adds every pattern, kernel and silent pattern.
     """
+    from pdlkit.optimized import unwrap
+
+    model, opts = unwrap(
+        model,
+        dict(
+            patterns=patterns,
+            kernels=kernels,
+            target=target,
+            autotune=autotune,
+            default_codegen=default_codegen,
+            verify=verify,
+            allow_world_writable=allow_world_writable,
+        ),
+    )
     reports: list[GraphReport] = []
     plans: list[Plan] = []
 
@@ -498,14 +520,9 @@ def explain(
     from pdlkit.optional import MissingDependency
 
     backend = PdlkitBackend(
-        patterns=patterns,
-        kernels=kernels,
-        target=target,
-        on_report=sink,
-        explain_only=True,
-        why=(why,) if isinstance(why, str) else tuple(why),
-        autotune=autotune,
+        on_report=sink, explain_only=True, why=(why,) if isinstance(why, str) else tuple(why)
     )
+    backend.options = opts
     try:
         plan = load_plan(backend.options)
     except MissingDependency as e:

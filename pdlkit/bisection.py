@@ -13,7 +13,7 @@ the remaining substitutions agree with eager.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -67,26 +67,33 @@ def bisect(
     kernels: config.PathArg = None,
     target: Any = None,
     tolerance: tuple[float | None, float | None] | None = None,
-    default_codegen: str = "eager",
+    default_codegen: str | None = None,
     max_culprits: int = 8,
+    autotune: str | None = None,
+    allow_world_writable: bool | None = None,
 ) -> BisectResult:
     """Find the substitutions that make ``model(*inputs)`` diverge from eager.
 
-    ``tolerance`` is ``(rtol, atol)`` over the outputs (default: the per-dtype ones of
-    ``verify``, relative to each output's largest magnitude).
+    Takes ``optimize``'s options, or ``optimize``'s result, whose options (and code
+    generator) it reuses; an option given here overrides. Otherwise every op but the kernels
+    runs eagerly (``default_codegen="eager"``), so that only substitutions can make a
+    difference. ``tolerance`` is ``(rtol, atol)`` over the outputs (default: the per-dtype
+    ones of ``verify``, relative to each output's largest magnitude).
     """
     from pdlkit.backend import optimize
+    from pdlkit.optimized import as_keywords, is_optimized, unwrap
 
+    given = dict(patterns=patterns, kernels=kernels, target=target, autotune=autotune)
+    given |= dict(default_codegen=default_codegen, allow_world_writable=allow_world_writable)
+    optimized = is_optimized(model)
+    model, opts = unwrap(model, given)
+    if default_codegen is None and not optimized:
+        opts = replace(opts, default_codegen="eager")
     with torch.no_grad():
         want = _outputs(model(*inputs))
         before = set(binding._SITES)
-        compiled = optimize(
-            model,
-            patterns=patterns,
-            kernels=kernels,
-            target=target,
-            default_codegen=default_codegen,
-        )
+        # verify would switch diverging sites off by itself: bisection decides here
+        compiled = optimize(model, **(as_keywords(opts) | {"verify": False}))
         compiled(*inputs)
         sites = [binding._SITES[i] for i in sorted(set(binding._SITES) - before)]
         runs = 0

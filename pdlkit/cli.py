@@ -1,52 +1,39 @@
-"""``pdlkit`` command line: demo, check, explain, kernels.
+"""The ``pdlkit`` command: every command, its options and an example are in ``pdlkit --help``.
 
-pdlkit demo                                   # compile a small model with the shipped patterns
-pdlkit check patterns/ kernels/ my.yaml       # validate without running a model
-pdlkit explain examples/mlp.py:example        # what would be substituted, and why not
-pdlkit explain mypkg.models:bert --target yitian
-pdlkit explain examples/mlp.py:example --html report.html   # the same, as a picture
-pdlkit kernels                                # the kernels pdlkit can choose from
-pdlkit gen-pattern mymod:linear_relu --example-shapes 4x8,6x8,6 --op linear_relu -o lr.pdl.mlir
-pdlkit lint patterns/ kernels/                # overlapping, shadowed or dangling patterns
-pdlkit build-kernels --arch aarch64           # build the AArch64 kernel library (cross on x86)
-pdlkit explain mypkg.models:bert --why qlinear_gelu   # why that pattern did not match
-pdlkit bisect mypkg.models:factory            # which substitution makes the output diverge
-pdlkit pin my/kernels                         # pin its kernel files' sha256 (kernels.yaml)
+``main(argv)`` runs one command and returns its exit status (0 ok, 1 a problem found or an
+error, with one line on stderr saying which). Messages that torchao and torch print when
+they are imported (optional extension libraries that did not load, deprecations) are not
+shown: they say nothing about the command's result.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
-import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 
 def _load_example(spec: str) -> tuple[Any, tuple[Any, ...]]:
-    """``module:function`` or ``file.py[:function]``; the function returns ``(model, example_inputs)``."""
-    target, _, fn_name = spec.partition(":")
-    fn_name = fn_name or "example"
-    if target.endswith(".py") or Path(target).is_file():
-        path = Path(target).resolve()
-        if not path.is_file():
-            raise SystemExit(f"pdlkit explain: {target}: no such file")
-        mspec = importlib.util.spec_from_file_location(path.stem, path)
-        assert mspec is not None and mspec.loader is not None
-        module = importlib.util.module_from_spec(mspec)
-        mspec.loader.exec_module(module)
-    else:
-        module = importlib.import_module(target)
-    fn = getattr(module, fn_name, None)
-    if fn is None:
-        raise SystemExit(
-            f"pdlkit explain: {target} has no function {fn_name!r} returning (model, inputs)"
-        )
-    model, inputs = fn()
-    return model, tuple(inputs) if isinstance(inputs, list | tuple) else (inputs,)
+    """``module:function`` or ``file.py[:function]``; the function returns ``(model, inputs)``."""
+    from pdlkit.targets import TargetError, load_example
+
+    try:
+        return load_example(spec)
+    except TargetError as e:
+        raise SystemExit(f"pdlkit: {e}") from None
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    """optimize()'s options from the command line (the ones not given stay None)."""
+    return dict(
+        patterns=args.patterns,
+        kernels=args.kernels,
+        target=args.target,
+        autotune=args.autotune,
+        default_codegen=args.codegen,
+        allow_world_writable=True if args.allow_world_writable else None,
+    )
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -66,15 +53,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     import pdlkit
 
     model, inputs = _load_example(args.model)
-    report = pdlkit.explain(
-        model,
-        *inputs,
-        patterns=args.patterns,
-        kernels=args.kernels,
-        target=args.target,
-        why=tuple(args.why or ()),
-    )
-    print(report)
+    report = pdlkit.explain(model, *inputs, why=tuple(args.why or ()), **_options(args))
+    print(report.format(verbose=args.verbose))
     if args.html:
         report.to_html(args.html)
         print(f"wrote {args.html}")
@@ -85,7 +65,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_gen_pattern(args: argparse.Namespace) -> int:
-    from pdlkit.matcher.gen_pattern import GenPatternError, write_pattern
+    from pdlkit.matcher.gen_pattern import GenPatternError
+    from pdlkit.matcher.gen_pattern_io import write_pattern
 
     try:
         written = write_pattern(
@@ -96,6 +77,7 @@ def cmd_gen_pattern(args: argparse.Namespace) -> int:
             name=args.name,
             benefit=args.benefit,
             dtype=args.dtype,
+            commutative=args.commutative,
         )
     except GenPatternError as e:
         print(f"pdlkit gen-pattern: {e}", file=sys.stderr)
@@ -120,14 +102,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     import pdlkit
 
     model, inputs = _load_example(args.model)
-    result = pdlkit.bisect(
-        model,
-        *inputs,
-        patterns=args.patterns,
-        kernels=args.kernels,
-        target=args.target,
-        default_codegen=args.codegen,
-    )
+    result = pdlkit.bisect(model, *inputs, **_options(args))
     print(result)
     return 1 if result.culprits else 0
 
@@ -160,89 +135,10 @@ def cmd_kernels(args: argparse.Namespace) -> int:
     return 0
 
 
-def _demo_model() -> tuple[Any, Any]:
-    import torch
-
-    torch.manual_seed(0)
-
-    class Block(torch.nn.Module):
-        def __init__(self, d: int = 256, h: int = 1024):
-            super().__init__()
-            self.norm = torch.nn.LayerNorm(d)
-            self.up = torch.nn.Linear(d, h)
-            self.down = torch.nn.Linear(h, d)
-            self.gate = torch.nn.Linear(d, d)
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            y = self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
-            return x + y + torch.relu(self.gate(x))
-
-    model = torch.nn.Sequential(Block(), Block()).eval()
-    return model, torch.randn(8, 64, 256)
-
-
 def cmd_demo(args: argparse.Namespace) -> int:
-    import torch
+    from pdlkit.demo import run
 
-    import pdlkit
-    from pdlkit.backend import PdlkitBackend
-
-    torch.set_num_threads(max(1, args.threads))
-    model, x = _demo_model()
-    reports: list[Any] = []
-    backend = PdlkitBackend(on_report=lambda r, plan: reports.append((r, plan)))
-    pdlkit.stats(reset=True)
-    print(
-        "pdlkit demo: 2 transformer-style MLP blocks (LayerNorm, Linear+GELU, Linear+ReLU), input [8, 64, 256]"
-    )
-    with torch.no_grad():
-        expected = model(x)
-        compiled = torch.compile(model, backend=backend)
-        t0 = time.perf_counter()
-        got = compiled(x)
-        compile_s = time.perf_counter() - t0
-        inductor = torch.compile(model)  # the peer: the same model under plain Inductor
-        inductor(x)
-        eager_t: list[float] = []
-        comp_t: list[float] = []
-        ind_t: list[float] = []
-        for _ in range(args.repeat):
-            for fn, times in ((model, eager_t), (compiled, comp_t), (inductor, ind_t)):
-                t = time.perf_counter()
-                fn(x)
-                times.append(time.perf_counter() - t)
-    report, plan = reports[-1]
-    print(f"target: {plan.target.describe()}")
-    print(
-        f"patterns loaded: {', '.join(p.name + ' (' + p.where + ')' for p in plan.patterns.patterns)}"
-    )
-    fired: dict[str, int] = {}
-    for s in report.substitutions:
-        fired[f"{s.pattern} -> {s.kernel}"] = fired.get(f"{s.pattern} -> {s.kernel}", 0) + 1
-    print("patterns fired:")
-    for k, n in fired.items():
-        print(f"  {k}: {n}x")
-    st = pdlkit.stats()
-    print("kernels ran:")
-    for name, c in st["by_kernel"].items():
-        print(f"  {name}: {c['kernel_calls']} call(s), {c['fallbacks']} fallback(s)")
-    err = (got - expected).abs().max().item()
-    print(f"max abs error vs eager: {err:.3e}")
-    print(
-        f"compile (pdlkit pass + Inductor): {compile_s:.1f} s; pass: "
-        + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in report.timings.items())
-    )
-    e, c, i = (statistics.median(t) for t in (eager_t, comp_t, ind_t))
-    print(
-        f"median latency over {args.repeat} runs, {args.threads} thread(s): eager {e * 1e3:.2f} ms, "
-        f"Inductor {i * 1e3:.2f} ms, pdlkit {c * 1e3:.2f} ms ({i / c:.2f}x Inductor)"
-    )
-    if err > 1e-3 or not report.substitutions:
-        print(
-            "demo FAILED: " + ("no substitution" if not report.substitutions else "error too large")
-        )
-        return 1
-    return 0
+    return run(threads=args.threads, repeat=args.repeat, verbose=args.verbose)
 
 
 def cmd_build_kernels(args: argparse.Namespace) -> int:
@@ -278,95 +174,232 @@ def cmd_pin(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="pdlkit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    sub = parser.add_subparsers(dest="cmd", required=True)
+# -- the parser: one entry per command, in the order `pdlkit --help` lists them -------------------
 
-    p = sub.add_parser("demo", help="compile a small model with the shipped patterns and report")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--repeat", type=int, default=20)
+_EPILOG = """examples:
+  pdlkit demo
+  pdlkit explain examples/mlp.py:example --why linear_relu
+  pdlkit explain mymodels:example --patterns my/patterns --kernels my/kernels:@shipped
+  pdlkit gen-pattern refs.py:linear_relu --example-shapes 4x8,6x8,6 --op linear_relu -o p.pdl.mlir
+
+MODULE:FUNCTION targets are imported with the current directory first on the path; the
+function returns (model, example_inputs). FILE.py[:FUNCTION] works too.
+Folders: --patterns / --kernels (repeat them, or join folders with ':'; '@shipped' is the
+shipped folder), else PDLKIT_PATTERN_PATH / PDLKIT_KERNEL_PATH, else the shipped folders."""
+
+_MODEL_HELP = "MODULE:FUNCTION or FILE.py[:FUNCTION] (default function: example) returning (model, example_inputs)"
+
+
+def _add_folders(p: argparse.ArgumentParser, patterns: bool = True) -> None:
+    if patterns:
+        p.add_argument(
+            "--patterns",
+            action="append",
+            metavar="FOLDER",
+            help="pattern folder or file; repeat it, or join several with ':'; "
+            "@shipped = the shipped folder (default: PDLKIT_PATTERN_PATH, else shipped)",
+        )
+    p.add_argument(
+        "--kernels",
+        action="append",
+        metavar="FOLDER",
+        help="kernel folder or file; repeat it, or join several with ':'; "
+        "@shipped = the shipped folder (default: PDLKIT_KERNEL_PATH, else shipped)",
+    )
+
+
+def _add_optimize_options(p: argparse.ArgumentParser, codegen_default: str) -> None:
+    """The options of pdlkit.optimize(), shared by explain and bisect."""
+    _add_folders(p)
+    p.add_argument(
+        "--target",
+        default=None,
+        help="machine to plan for: this host (default), yitian, aarch64, x86-avx512-vnni, cuda-sm90, ...",
+    )
+    p.add_argument(
+        "--autotune",
+        choices=("cached", "full", "off"),
+        default=None,
+        help="choose kernels by measurement: cached decisions (default; PDLKIT_AUTOTUNE), "
+        "measure again (full), or by static priority (off)",
+    )
+    p.add_argument(
+        "--codegen",
+        choices=("inductor", "eager"),
+        default=None,
+        help=f"code for what no kernel replaces (default: {codegen_default})",
+    )
+    p.add_argument(
+        "--allow-world-writable",
+        action="store_true",
+        help="load pattern and kernel folders others can write to (PDLKIT_ALLOW_WORLD_WRITABLE=1)",
+    )
+
+
+def _add_demo_check_explain(sub: Any) -> None:
+    p = sub.add_parser(
+        "demo", help="compile a small model with the shipped patterns; compare with Inductor"
+    )
+    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    p.add_argument("--repeat", type=int, default=20, help="timed runs per variant (default 20)")
+    p.add_argument("--verbose", action="store_true", help="also list the patterns and pass times")
     p.set_defaults(fn=cmd_demo)
 
-    p = sub.add_parser("check", help="validate pattern files, manifests and kernel files")
-    p.add_argument("paths", nargs="+")
+    p = sub.add_parser(
+        "check",
+        help="validate pattern files, manifests and kernel files; file:line:col errors, exit 1",
+    )
+    p.add_argument("paths", nargs="+", metavar="PATH", help="pattern / kernel files or folders")
     p.add_argument(
-        "--kernels", action="append", help="kernel folders to resolve manifest pins against"
+        "--kernels",
+        action="append",
+        metavar="FOLDER",
+        help="kernel folders to resolve manifest pins against (repeatable)",
     )
     p.set_defaults(fn=cmd_check)
 
-    p = sub.add_parser("explain", help="show substitutions and near misses for a model")
-    p.add_argument("model", help="module:function or file.py[:function] returning (model, inputs)")
-    p.add_argument("--target", default=None, help="host (default), a named target such as yitian")
-    p.add_argument("--patterns", action="append", default=None)
-    p.add_argument("--kernels", action="append", default=None)
-    p.add_argument("--graphs", action="store_true", help="print the rewritten graphs")
-    p.add_argument("--html", default=None, help="also write the report as one HTML page")
+    p = sub.add_parser(
+        "explain", help="what would be substituted in a model, and why not elsewhere"
+    )
+    p.add_argument("model", help=_MODEL_HELP)
+    _add_optimize_options(p, "inductor")
     p.add_argument(
         "--why",
         action="append",
         metavar="PATTERN",
-        help="for each candidate root of PATTERN, the closest match and its first failure",
+        help="for each candidate root of PATTERN, the closest match and its first failure (repeatable)",
+    )
+    p.add_argument(
+        "--verbose",
+        "-v",
+        action="store_true",
+        help="the long report: every pattern and kernel loaded, kernels passed over, pass times",
+    )
+    p.add_argument("--graphs", action="store_true", help="also print the rewritten graphs")
+    p.add_argument(
+        "--html", metavar="FILE", default=None, help="also write the report as one HTML page"
     )
     p.set_defaults(fn=cmd_explain)
 
-    p = sub.add_parser("gen-pattern", help="write the PDL pattern of a Python reference function")
-    p.add_argument("function", help="module:function or file.py:function")
+
+def _add_authoring(sub: Any) -> None:
+    p = sub.add_parser(
+        "gen-pattern", help="write the PDL pattern (and reference) of a Python function"
+    )
+    p.add_argument(
+        "function", help="MODULE:FUNCTION or FILE.py:FUNCTION, the reference computation"
+    )
     p.add_argument(
         "--example-shapes",
         required=True,
-        help="one per parameter: 4x8,6x8,6[:int8]; float, int, str=tanh for scalar parameters",
+        metavar="SHAPES",
+        help="one per parameter: 4x8,6x8,6[:int8]; float, int, str=tanh, bool=true for scalar parameters",
     )
     p.add_argument("--op", required=True, help="the logical op the pattern's kernel call names")
-    p.add_argument("-o", "--output", default=None, help="FILE.pdl.mlir (+ FILE.reference.py)")
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        default=None,
+        help="FILE.pdl.mlir, and FILE.reference.py beside it (folders are created); default: print the pattern",
+    )
     p.add_argument("--name", default=None, help="pattern name (default: the function's)")
-    p.add_argument("--benefit", type=int, default=1)
-    p.add_argument("--dtype", default="float32", help="dtype of shapes given without one")
+    p.add_argument(
+        "--benefit", type=int, default=1, help="priority where patterns compete (default 1)"
+    )
+    p.add_argument(
+        "--dtype", default="float32", help="dtype of shapes given without one (default float32)"
+    )
+    p.add_argument(
+        "--commutative",
+        action="store_true",
+        help="also a pattern per operand order of mul / add / maximum / minimum",
+    )
     p.set_defaults(fn=cmd_gen_pattern)
 
-    p = sub.add_parser("lint", help="static checks over a pattern set (and its kernels)")
-    p.add_argument("paths", nargs="*", help="pattern/kernel files or folders (default: configured)")
-    p.add_argument("--kernels", action="append", default=None, help="kernel folders")
+    p = sub.add_parser("lint", help="overlapping, shadowed or dangling patterns; exit 1 on errors")
+    p.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="pattern / kernel files or folders (default: the configured ones)",
+    )
+    _add_folders(p, patterns=False)
     p.set_defaults(fn=cmd_lint)
 
     p = sub.add_parser(
         "bisect", help="find the substitution that makes a model's output diverge from eager"
     )
-    p.add_argument("model", help="module:function or file.py[:function] returning (model, inputs)")
-    p.add_argument("--target", default=None)
-    p.add_argument("--patterns", action="append", default=None)
-    p.add_argument("--kernels", action="append", default=None)
-    p.add_argument("--codegen", choices=("eager", "inductor"), default="eager")
+    p.add_argument("model", help=_MODEL_HELP)
+    _add_optimize_options(p, "eager: only kernels can make a difference")
     p.set_defaults(fn=cmd_bisect)
 
-    p = sub.add_parser("abi-check", help="check kernels against their declaration and reference")
-    p.add_argument("paths", nargs="+", help="kernel files (.py, .so) or folders")
+
+def _add_kernel_tools(sub: Any) -> None:
+    p = sub.add_parser("kernels", help="list the kernels found in the kernel folders")
+    _add_folders(p, patterns=False)
+    p.set_defaults(fn=cmd_kernels)
+
+    p = sub.add_parser(
+        "abi-check", help="check kernels against their declaration, opcheck and reference"
+    )
+    p.add_argument("paths", nargs="+", metavar="PATH", help="kernel files (.py, .so) or folders")
     p.add_argument("--target", default=None, help="plan for a named target instead of this host")
     p.set_defaults(fn=cmd_abi_check)
-
-    p = sub.add_parser("kernels", help="list the kernels found in the kernel folders")
-    p.add_argument("--kernels", action="append", default=None)
-    p.set_defaults(fn=cmd_kernels)
 
     p = sub.add_parser(
         "build-kernels", help="build the AArch64 kernel library (natively, or cross on x86)"
     )
-    p.add_argument("--arch", default="aarch64", choices=["aarch64"])
-    p.add_argument("--out", default=None, help="folder (default: PDLKIT_BUILD_DIR or ~/.cache)")
+    p.add_argument("--arch", default="aarch64", choices=["aarch64"], help="architecture (aarch64)")
+    p.add_argument(
+        "--out",
+        metavar="FOLDER",
+        default=None,
+        help="folder (default: PDLKIT_BUILD_DIR or ~/.cache/pdlkit/native)",
+    )
     p.add_argument("--driver", action="store_true", help="also build the qemu ABI driver")
     p.set_defaults(fn=cmd_build_kernels)
 
-    p = sub.add_parser("pin", help="pin a kernel folder's files by sha256 (writes kernels.yaml)")
-    p.add_argument("folder")
+    p = sub.add_parser(
+        "pin", help="pin a kernel folder's files by sha256 (writes its kernels.yaml)"
+    )
+    p.add_argument("folder", help="the kernel folder")
     p.set_defaults(fn=cmd_pin)
 
-    args = parser.parse_args(argv)
-    from pdlkit.backend import PdlkitError
 
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="pdlkit",
+        description="Substitute subgraphs of PyTorch models matched by PDL patterns with kernels.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = top.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    _add_demo_check_explain(sub)
+    _add_authoring(sub)
+    _add_kernel_tools(sub)
+    return top
+
+
+def quiet_imports() -> None:
+    """Keep torchao's and torch's import-time chatter (extension libraries that failed to
+    load, pytree deprecations) off the command's output; errors still show."""
+    import logging
+
+    logging.getLogger("torchao").setLevel(logging.ERROR)
+    logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    quiet_imports()
     try:
         return int(args.fn(args))
-    except PdlkitError as e:
+    except Exception as e:
+        from pdlkit.backend import PdlkitError  # imports torch: not before the command runs
+
+        if not isinstance(e, PdlkitError):
+            raise
         print(e, file=sys.stderr)
         return 1
 

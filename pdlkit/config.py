@@ -1,6 +1,7 @@
 """Where patterns and kernels come from.
 
-Precedence, first that is set wins: the ``patterns=`` / ``kernels=`` arguments, then
+Precedence, first that is set wins: the ``patterns=`` / ``kernels=`` arguments (a path, a
+list of paths, or one string of ``os.pathsep``-separated paths), then
 ``PDLKIT_PATTERN_PATH`` / ``PDLKIT_KERNEL_PATH`` (``os.pathsep``-separated), then the
 shipped folders. In any list the entry ``@shipped`` stands for the shipped folder, so a
 user folder can be added to the shipped one: ``PDLKIT_PATTERN_PATH=/my/patterns:@shipped``.
@@ -53,10 +54,14 @@ def _paths(arg: PathArg, env: str, shipped: Path) -> list[Path]:
                     f"{env} entry {str(e)!r} is a relative path; pdlkit loads nothing from the "
                     "current directory implicitly: give an absolute path"
                 )
-    elif isinstance(arg, str | os.PathLike):
-        entries = [arg]
-    else:
-        entries = list(arg)
+    else:  # a path, "/mine:@shipped" as in the environment, or a list of either
+        items = [arg] if isinstance(arg, str | os.PathLike) else list(arg)
+        entries = [
+            e
+            for item in items
+            for e in (item.split(os.pathsep) if isinstance(item, str) else [item])
+            if e != ""
+        ]
     out = []
     for e in entries:
         out.append(shipped if str(e) == SHIPPED else Path(e).expanduser().resolve())

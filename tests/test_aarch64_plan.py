@@ -49,7 +49,7 @@ def test_explain_target_yitian_for_pt2e_bert_mini(capsys):
     pytest.importorskip("transformers", reason="needs transformers (pip install -e '.[quant]')")
     pytest.importorskip("torchao", reason="needs torchao (pip install -e '.[quant]')")
     example = str(ROOT / "examples" / "yitian_bert.py") + ":example"
-    assert main(["explain", example, "--target", "yitian"]) == 0
+    assert main(["explain", example, "--target", "yitian", "--verbose"]) == 0
     out = capsys.readouterr().out
     assert "target yitian (aarch64; devices cpu; features asimddp, bf16, i8mm, sve, sve2)" in out
     fired = re.findall(r"^  (\S+) -> (\S+) +at ", out, re.M)
@@ -101,7 +101,10 @@ def test_bf16_linears_on_yitian_use_bfmmla_and_fp32_ones_stay_on_torch(capsys):
         "a64_linear_bf16", "a64_linear_gelu_bf16", "a64_linear_relu_bf16",
     ]  # fmt: skip
     assert (
-        main(["explain", str(ROOT / "examples" / "mlp.py") + ":example", "--target", "yitian"]) == 0
+        main(
+            ["explain", str(ROOT / "examples" / "mlp.py") + ":example", "--target", "yitian", "-v"]
+        )
+        == 0
     )
     out = capsys.readouterr().out
     assert "linear_gelu -> linear_gelu_onednn" in out

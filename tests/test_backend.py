@@ -49,7 +49,7 @@ def test_explain_names_substitutions_and_silent_patterns(mlp):
         == "op torch.quantized_decomposed.dequantize_per_channel does not occur in the graph"
     )
     assert "linear_relu" not in silent
-    text = str(report)
+    text = report.format(verbose=True)
     assert "linear_relu -> linear_relu_onednn" in text and "replaced relu, linear" in text
     # the pre-packed oneDNN kernel is the first choice for float32 (a BF16-only kernel that
     # ranks higher is passed over for its dtype, and says so)

@@ -63,7 +63,7 @@ def test_html_shows_regions_kernels_near_misses_and_flops(report, tmp_path):
 
 def test_explain_command_writes_html(tmp_path, capsys):
     out = tmp_path / "demo.html"
-    assert main(["explain", "pdlkit.cli:_demo_model", "--html", str(out)]) == 0
+    assert main(["explain", "pdlkit.demo:example", "--html", str(out)]) == 0
     assert out.read_text().count(">\u2192 linear") == 6  # 2 blocks x 3 linears, one label each
     assert f"wrote {out}" in capsys.readouterr().out
 

@@ -48,7 +48,7 @@ def test_every_command_of_the_vendor_guide_runs(tmp_path):
     assert re.search(r"linear_leaky_relu_addmm\s+reference float32\s+PASS", out), out
     assert "0 error(s), 0 warning(s)" in out
     assert re.search(
-        r"linear_leaky_relu -> linear_leaky_relu_addmm\s+at leaky_relu\s+replaced leaky_relu, linear",
+        r"linear_leaky_relu -> linear_leaky_relu_addmm\s+at leaky_relu\s+my_vendor/model.py:11",
         out,
     ), out
     # the excerpts the guide shows are what the commands wrote and printed
