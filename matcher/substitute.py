@@ -905,7 +905,7 @@ def _rewrite_fx(gm: fx.GraphModule, s: _Session, verify: bool | str) -> list[Sub
         )
         op = bind(rec.kernel)
         with graph.inserting_before(root):
-            call = graph.call_function(op, (*args, new_site(site)))
+            call = graph.call_function(op, (*args, new_site(site, gm)))
         call.meta.update(
             {k2: v for k2, v in root.meta.items() if k2 in ("stack_trace", "nn_module_stack")}
         )

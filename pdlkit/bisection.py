@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from pdlkit import config
-from pdlkit.runtime_abi import binding
+from pdlkit.runtime_abi.sites import registered
 from pdlkit.runtime_abi.verify import compare, reference_only
 
 
@@ -91,11 +91,13 @@ def bisect(
         opts = replace(opts, default_codegen="eager")
     with torch.no_grad():
         want = _outputs(model(*inputs))
-        before = set(binding._SITES)
+        before = dict(registered())
         # verify would switch diverging sites off by itself: bisection decides here
         compiled = optimize(model, **(as_keywords(opts) | {"verify": False}))
         compiled(*inputs)
-        sites = [binding._SITES[i] for i in sorted(set(binding._SITES) - before)]
+        # the sites this compilation registered, in graph order (registration order; a site
+        # may reuse an id: runtime_abi/sites.py); the compiled model keeps them alive
+        sites = [cs for i, cs in registered() if before.get(i) is not cs]
         runs = 0
 
         def diverges(on: set[int]) -> str:

@@ -7,100 +7,42 @@ the pattern, the FX node and the replaced subgraph, so that
 * a kernel that raises is reported with its name and the user's source line,
 * a kernel that raises :class:`KernelUnsupported` is replaced, for that call, by the
   replaced subgraph (per-call fallback),
-* outputs whose shape or dtype disagree with the kernel's meta function are an error,
-  never a silently wrong number,
+* outputs whose shape or dtype disagree with the kernel's meta function, or that share
+  memory with an input, are an error, never a silently wrong number
+  (:mod:`pdlkit.runtime_abi.outputs`),
 * ``verify=True`` compares the first call of every site against the replaced subgraph
   (a mismatch is an error); ``verify="first_call"`` does it per shape and switches a
   failing substitution off for that shape instead (:mod:`pdlkit.runtime_abi.verify`),
+* a site lives as long as the compiled graph that calls it (:mod:`pdlkit.runtime_abi.sites`),
 * a call from compiled code skips the dispatcher when nothing could observe the dispatch
   (``_SiteOp``, at the end of this file); every other call goes through it.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import threading
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from pdlkit.runtime_abi import binding_stats
+from pdlkit.runtime_abi import binding_stats, outputs, sites
 from pdlkit.runtime_abi.binding_stats import count
 from pdlkit.runtime_abi.kernel import KernelDecl, KernelUnsupported
+from pdlkit.runtime_abi.outputs import KernelCallError, check, recheck
 from pdlkit.runtime_abi.prepack import CACHE as PREPACK
-from pdlkit.runtime_abi.prepack import attrs_key_of
+from pdlkit.runtime_abi.prepack import attrs_key_of, storage_of
+from pdlkit.runtime_abi.sites import _SITES, CallSite, site
+from pdlkit.runtime_abi.verify import strict
 
 _SITE_ARG = "pdlkit_site"
 _CHECK_FIRST = 8
 CHECK_EVERY = 1 if os.environ.get("PDLKIT_CHECK_EVERY_CALL") == "1" else 64
 
-
-class KernelCallError(RuntimeError):
-    """A kernel failed or returned something its declaration does not allow."""
-
-
-# -- call sites -------------------------------------------------------------------------------
-
-
-@dataclass
-class CallSite:
-    """One substitution in one compiled graph."""
-
-    kernel: KernelDecl
-    pattern: str  # "name (file:line)"
-    node: str  # the FX node the kernel call replaced
-    user_line: str  # the user's source line, from Dynamo's stack trace, or ""
-    fallback: Callable[..., Any]  # the replaced subgraph, called with the kernel's arguments
-    verify: bool = False
-    verified: bool = False
-    calls: int = 0
-    guard: bool = True  # False when the shape rules were proven at compile time
-    attrs_key: tuple[Any, ...] | None = None
-    # arguments the graph passes un-transposed (a canonical ``t(weight)``), transposed here as
-    # a view of the parameter so that pre-packing keys a stable tensor (see canonicalize.py)
-    transposed: tuple[int, ...] = ()
-    # wraps each call as intercept(site, args, attempt) where attempt(site, args) runs the
-    # kernel: first-call verification (runtime_abi/verify.py) and bisect use it
-    intercept: Callable[..., Any] | None = None
-    # the last pre-packed weight: (weakref to the weight, its version, weakref to the packed
-    # form, ((weakref, version) of each prepack_with tensor)), so that the direct path skips
-    # the cache's lookup; weak, so that the cache's evictions and a freed weight still free
-    # the packed form
-    packed: tuple[Any, int, Any, tuple[tuple[Any, int], ...]] | None = field(
-        default=None, repr=False
-    )
-    _expected: dict[tuple[Any, ...], list[tuple[torch.Size, torch.dtype]]] = field(
-        default_factory=dict, repr=False
-    )
-
-    def where(self) -> str:
-        at = f" at {self.user_line}" if self.user_line else ""
-        return f"call site {self.node}{at} (pattern {self.pattern})"
-
-
-_SITES: dict[int, CallSite] = {}
-_SITE_IDS = itertools.count(1)
-_SITES_LOCK = threading.Lock()
-
-
-def new_site(site: CallSite) -> int:
-    with _SITES_LOCK:
-        sid = next(_SITE_IDS)
-        _SITES[sid] = site
-    return sid
-
-
-def site(sid: int) -> CallSite | None:
-    return _SITES.get(sid)
-
-
-def drop_site(sid: int) -> None:
-    """Forget a call site (one made only to time a kernel: runtime_abi/autotune.py)."""
-    with _SITES_LOCK:
-        _SITES.pop(sid, None)
+# what other modules (abi_check.py, matcher/) read from here
+_as_list, _meta_of, _fresh = outputs.as_list, outputs.meta_of, outputs.fresh
+new_site, drop_site = sites.new_site, sites.drop_site
 
 
 # -- binding ------------------------------------------------------------------------------------
@@ -110,91 +52,6 @@ _BOUND: dict[tuple[str, int, str, str, str, bool], Any] = {}
 _TAKEN: set[str] = set()
 _LIB = torch.library.Library("pdlkit", "FRAGMENT")  # must live as long as the process
 _BIND_LOCK = threading.Lock()
-
-
-def _as_list(out: Any) -> list[torch.Tensor]:
-    return list(out) if isinstance(out, tuple | list) else [out]
-
-
-def _meta_of(decl: KernelDecl, args: Sequence[Any]) -> list[tuple[torch.Size, torch.dtype]]:
-    meta_args = [a.to("meta") if isinstance(a, torch.Tensor) else a for a in args]
-    return [(t.shape, t.dtype) for t in _as_list(decl.meta(*meta_args))]
-
-
-def _check_outputs(decl: KernelDecl, cs: CallSite | None, args: Sequence[Any], out: Any) -> None:
-    """Outputs are tensors, of the meta function's shapes and dtypes, and not inputs' memory.
-
-    This runs on every call, so the common case is a dict lookup and a few comparisons: a
-    site's non-tensor arguments are compile-time constants, so its meta results are cached
-    by the tensors' shapes and dtypes alone.
-    """
-    tensors = [a for a in args if isinstance(a, torch.Tensor)]
-    key = tuple([(a.shape, a.dtype) for a in tensors])
-    expected = cs._expected.get(key) if cs is not None else None
-    if expected is not None and type(out) is torch.Tensor and len(expected) == 1:
-        shape, dtype = expected[0]  # the common case: one fresh tensor of the declared shape
-        if (
-            out.shape == shape
-            and out.dtype == dtype
-            and out._base is None
-            and all(out is not a for a in tensors)
-        ):
-            return
-    outs = out if isinstance(out, tuple | list) else (out,)
-    if expected is None:
-        if not all(isinstance(t, torch.Tensor) for t in outs):
-            raise KernelCallError(
-                f"pdlkit kernel {decl.name!r} ({decl.source}) returned {type(out).__name__} at "
-                f"{cs.where() if cs else 'a direct call'}; it must return tensors"
-            )
-        expected = _meta_of(decl, args)
-        if cs is not None and len(cs._expected) < 64:
-            cs._expected[key] = expected
-    if len(outs) != len(expected) or any(
-        not isinstance(t, torch.Tensor) or t.shape != s or t.dtype != d
-        for t, (s, d) in zip(outs, expected, strict=False)
-    ):
-        got = [
-            (tuple(t.shape), t.dtype) if isinstance(t, torch.Tensor) else (type(t).__name__, None)
-            for t in outs
-        ]
-        raise KernelCallError(
-            f"pdlkit kernel {decl.name!r} ({decl.source}) returned {_fmt(got)} at "
-            f"{cs.where() if cs else 'a direct call'}, but its meta function declares {_fmt(expected)}"
-        )
-    for t in outs:
-        # only an input itself or a view can share an input's memory; fresh tensors skip the
-        # (slower) storage comparison
-        if (t._base is not None or any(t is a for a in tensors)) and t.numel():
-            inputs = {a.untyped_storage().data_ptr() for a in tensors}
-            if t.untyped_storage().data_ptr() in inputs:
-                raise KernelCallError(
-                    f"pdlkit kernel {decl.name!r} ({decl.source}) returned a view of an input at "
-                    f"{cs.where() if cs else 'a direct call'}; kernels must return new tensors"
-                )
-
-
-def _fmt(shapes: Sequence[tuple[Any, Any]]) -> str:
-    return ", ".join(
-        f"{list(s) if isinstance(s, tuple) else s} {str(d).removeprefix('torch.')}"
-        for s, d in shapes
-    )
-
-
-def _tolerance(dtype: torch.dtype) -> tuple[float, float]:
-    return {
-        torch.float16: (1e-2, 1e-2),
-        torch.bfloat16: (2e-2, 2e-2),
-        torch.float32: (1e-4, 1e-5),
-        torch.float64: (1e-7, 1e-9),
-    }.get(dtype, (0.0, 0.0))
-
-
-def _fresh(out: Any, args: Sequence[Any]) -> Any:
-    """The fallback may return an input or a view of one; a custom op may not."""
-    inputs = {a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor)}
-    outs = [t.clone() if t.untyped_storage().data_ptr() in inputs else t for t in _as_list(out)]
-    return tuple(outs) if isinstance(out, tuple | list) else outs[0]
 
 
 def transpose_args(args: Sequence[Any], which: tuple[int, ...]) -> tuple[Any, ...]:
@@ -260,13 +117,26 @@ def _packed_args(
 
     others = tuple(with_.values())
     packed = PREPACK.get(decl.name, decl.prepack, w, attrs, key, others)
-    if cs is not None and w._base is None and all(t._base is None for t in others):
-        try:
-            memo = tuple((weakref.ref(t), t._version) for t in others)
-            cs.packed = (weakref.ref(w), w._version, weakref.ref(packed), memo)
-        except TypeError:  # a packed form that cannot be weakly referenced (a tuple)
-            cs.packed = None
+    if cs is not None:
+        cs.packed = _memo(w, others, packed)
     return (*args[:at], packed, *args[at + 1 :])
+
+
+def _memo(w: torch.Tensor, others: tuple[torch.Tensor, ...], packed: Any) -> Any:
+    """``CallSite.packed`` for a weight (and its prepack_with tensors) just packed, or None
+    where the direct path could not recognize them (views, tensors without a storage)."""
+    tensors = (w, *others)
+    storages = [storage_of(t) for t in tensors]
+    if any(t._base is not None for t in tensors) or any(s is None for s in storages):
+        return None
+    try:
+        refs = [
+            (weakref.ref(t), t._version, weakref.ref(s))
+            for t, s in zip(tensors, storages, strict=True)
+        ]
+        return (*refs[0], weakref.ref(packed), tuple(refs[1:]))
+    except TypeError:  # a packed form that cannot be weakly referenced (a tuple)
+        return None
 
 
 class _Threads:
@@ -319,12 +189,14 @@ def _failed(decl: KernelDecl, cs: CallSite | None, e: Exception) -> KernelCallEr
     )
 
 
-def _same(memo: tuple[tuple[Any, int], ...], args: tuple[Any, ...], at: tuple[int, ...]) -> bool:
+def _same(
+    memo: tuple[tuple[Any, int, Any], ...], args: tuple[Any, ...], at: tuple[int, ...]
+) -> bool:
     """Whether the prepack_with tensors of a call are those the site's packed form was made
-    from, at the same versions."""
-    for (ref, version), i in zip(memo, at, strict=True):
+    from, at the same versions, over the same storages."""
+    for (ref, version, storage), i in zip(memo, at, strict=True):
         t = args[i]
-        if ref() is not t or t._version != version:
+        if ref() is not t or t._version != version or storage() is not t.untyped_storage():
             return False
     return True
 
@@ -363,6 +235,8 @@ def _runner(
             if cs.intercept is not None:  # verification, or a site bisect switched off
                 threads.note(get_ident())  # the intercept may compile the replaced subgraph
                 return cs.intercept(cs, kargs, attempt)
+            if cs.verify and not cs.verified:
+                return strict(cs, kargs, attempt)
         if shapes and cs is not None and cs.guard and _guard(decl, kargs) is not None:
             return fall_back(cs, kargs)  # outside the kernel's shape rules
         try:
@@ -379,16 +253,23 @@ def _runner(
             counts = _kernel_counts()
         counts[calls_key] = counts.get(calls_key, 0) + 1
         if cs is None:
-            _check_outputs(decl, cs, kargs, out)
+            check(decl, cs, kargs, out)
             return out
         cs.calls += 1
-        # Output checks cost more than dispatch itself, so a site checks its first calls and
-        # then every CHECK_EVERY-th; verify=True (or PDLKIT_CHECK_EVERY_CALL=1) checks them all.
+        # The whole output check costs more than dispatch itself, so a site runs it on its
+        # first calls and then every CHECK_EVERY-th (verify=True or PDLKIT_CHECK_EVERY_CALL=1:
+        # on all); every other call compares shapes and dtypes, as the direct path does.
         n = cs.calls
         if n <= check_first or n % check_every == 0 or cs.verify:
-            _check_outputs(decl, cs, kargs, out)
-            if cs.verify and not cs.verified:
-                _verify(decl, cs, kargs, out)
+            check(decl, cs, kargs, out)
+            return out
+        try:
+            exp = cs.expect
+            declared = exp is not None and out.dtype is exp[1] and out.shape == exp[0]
+        except AttributeError:  # not a tensor
+            declared = False
+        if not declared:
+            recheck(decl, cs, kargs, out)
         return out
 
     hits_key = ("prepack_hits", name)
@@ -442,12 +323,13 @@ def _runner(
             if prepack is not None:
                 w, memo = kargs[pack_at], cs.packed
                 packed = (
-                    memo[2]()
+                    memo[3]()
                     if memo is not None
                     and w is not None
                     and memo[0]() is w
                     and memo[1] == w._version
-                    and (not memo[3] or _same(memo[3], kargs, with_at))
+                    and memo[2]() is w.untyped_storage()  # not replaced by `weight.data = new`
+                    and (not memo[4] or _same(memo[4], kargs, with_at))
                     else None
                 )
                 if packed is None:
@@ -467,25 +349,18 @@ def _runner(
             if prepack is not None:
                 counts[hits_key] = counts.get(hits_key, 0) + 1
             cs.calls = n
+            try:  # the declared output of a static site: one dtype and one shape comparison
+                exp = cs.expect
+                declared = exp is not None and out.dtype is exp[1] and out.shape == exp[0]
+            except AttributeError:  # not a tensor
+                declared = False
+            if not declared:
+                recheck(decl, cs, kargs, out)  # a dynamic graph, or an output not as declared
             return out
 
         return __call__
 
     return run, enter, direct
-
-
-def _verify(decl: KernelDecl, cs: CallSite, args: Sequence[Any], out: Any) -> None:
-    ref = _as_list(cs.fallback(*args))
-    for i, (a, b) in enumerate(zip(_as_list(out), ref, strict=True)):
-        rtol, atol = _tolerance(b.dtype)
-        if not torch.allclose(a.to(b.dtype), b, rtol=rtol, atol=atol, equal_nan=True):
-            err = (a.double() - b.double()).abs().max().item()
-            raise KernelCallError(
-                f"pdlkit verify: kernel {decl.name!r} ({decl.source}) output {i} differs from the "
-                f"replaced subgraph at {cs.where()}: max abs error {err:.3g} "
-                f"(tolerance rtol={rtol}, atol={atol})"
-            )
-    cs.verified = True
 
 
 def bind(decl: KernelDecl) -> Any:

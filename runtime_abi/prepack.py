@@ -1,18 +1,23 @@
 """The bounded pre-pack cache: constant weights packed once per kernel.
 
 Keyed by the weight tensor's identity *and* its version counter, so an in-place update
-(``weight.add_(...)``, ``load_state_dict``) makes the next call pack again. Entries die
-with their tensor (weakref) and are evicted least-recently-used beyond ``max_bytes``
-(``PDLKIT_PREPACK_BYTES``, default 1 GiB). Hits, misses and evictions are counted in
-``pdlkit.stats()``. Threads that miss on the same key at once pack it once: the others
-wait for that result (a weight is never packed twice concurrently).
+(``weight.add_(...)``, ``load_state_dict``) makes the next call pack again; an entry is
+used only while the weight still has the storage it was packed from, so that replacing it
+(``module.weight.data = new``, ``set_``, which keep the tensor and its version) packs again
+too. Entries die with their tensor (weakref) and are evicted least-recently-used beyond
+``max_bytes`` (``PDLKIT_PREPACK_BYTES``: bytes, or a size such as ``1GiB``, ``512M``,
+``64KiB``; default 1 GiB). Hits, misses and evictions are counted in ``pdlkit.stats()``.
+Threads that miss on the same key at once pack it once: the others wait for that result
+(a weight is never packed twice concurrently).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
+import warnings
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -22,6 +27,49 @@ import torch
 from pdlkit.runtime_abi.binding_stats import count
 
 _DEFAULT_BYTES = 1 << 30
+ENV = "PDLKIT_PREPACK_BYTES"
+
+
+def _units() -> dict[str, int]:
+    """K, M, G, T and KiB ... TiB are powers of 1024; KB ... TB powers of 1000; B: bytes."""
+    units = {"": 1, "b": 1}
+    for i, k in enumerate("kmgt", start=1):
+        units |= {k: 1024**i, f"{k}ib": 1024**i, f"{k}b": 1000**i}
+    return units
+
+
+_UNITS = _units()
+_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?)\s*([a-z]*)\s*", re.IGNORECASE)
+_SIZES = "bytes (1073741824) or a size with a unit: 1GiB, 512M, 64KiB, 2GB"
+
+
+def parse_bytes(text: str) -> int:
+    """A size in bytes from ``"1073741824"``, ``"1GiB"``, ``"512M"``, ``"1.5 GB"``: K, M, G,
+    T and KiB ... TiB are powers of 1024, KB ... TB powers of 1000, case-insensitive."""
+    m = _SIZE.fullmatch(text)
+    unit = _UNITS.get(m.group(2).lower()) if m else None
+    if m is None or unit is None:
+        raise ValueError(f"{text!r} is not a size; expected {_SIZES}")
+    return int(float(m.group(1)) * unit)
+
+
+def _max_bytes_from_env() -> int:
+    """``PDLKIT_PREPACK_BYTES``, or the default; a value that is no size warns (naming the
+    variable and what it takes) and leaves the default: importing pdlkit never fails on it."""
+    text = os.environ.get(ENV, "").strip()
+    if not text:
+        return _DEFAULT_BYTES
+    try:
+        return parse_bytes(text)
+    except ValueError:
+        warnings.warn(
+            f"pdlkit: {ENV}={text!r} is not a size; expected {_SIZES} "
+            "(K/M/G and KiB/MiB/GiB are powers of 1024, KB/MB/GB of 1000); "
+            "the pre-pack cache keeps its default bound of 1 GiB",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return _DEFAULT_BYTES
 
 
 def _nbytes(x: Any) -> int:
@@ -39,6 +87,31 @@ def attrs_key_of(attrs: Mapping[str, Any]) -> tuple[Any, ...]:
     return tuple(sorted((k, repr(v)) for k, v in attrs.items()))
 
 
+def storage_of(t: torch.Tensor) -> Any:
+    """The tensor's storage object (the same Python object while the storage lives, so a
+    weak reference to it dies with it), or None for tensors without one."""
+    try:
+        return t.untyped_storage()
+    except (RuntimeError, NotImplementedError):  # opaque (e.g. mkldnn) tensors
+        return None
+
+
+def _storage_refs(tensors: tuple[torch.Tensor, ...]) -> tuple[Any, ...]:
+    refs = []
+    for t in tensors:
+        s = storage_of(t)
+        try:
+            refs.append(weakref.ref(s) if s is not None else None)
+        except TypeError:  # a storage that cannot be weakly referenced: not checked
+            refs.append(None)
+    return tuple(refs)
+
+
+def _same_storages(refs: tuple[Any, ...], tensors: tuple[torch.Tensor, ...]) -> bool:
+    """Whether each tensor still has the storage its entry was packed from."""
+    return all(r is None or r() is storage_of(t) for r, t in zip(refs, tensors, strict=True))
+
+
 def _identity(t: torch.Tensor) -> tuple[Any, Any, int]:
     """``(owner, geometry, version)`` of a packed tensor. A view (a weight canonicalized to
     ``t(w)``, made afresh by each call) is keyed by its base parameter and its geometry, so it
@@ -51,13 +124,15 @@ def _identity(t: torch.Tensor) -> tuple[Any, Any, int]:
 
 class PrepackCache:
     def __init__(self, max_bytes: int | None = None):
-        env = os.environ.get("PDLKIT_PREPACK_BYTES")
-        self.max_bytes = max_bytes if max_bytes is not None else int(env) if env else _DEFAULT_BYTES
+        self.max_bytes = max_bytes if max_bytes is not None else _max_bytes_from_env()
         # re-entrant: a weight's finalizer may run (garbage collection) while this thread
         # holds the lock
         self._lock = threading.RLock()
         self._inflight: dict[tuple[Any, ...], threading.Event] = {}
-        self._entries: OrderedDict[tuple[Any, ...], tuple[Any, int]] = OrderedDict()
+        # key -> (packed, its size, weak references to the storages it was packed from)
+        self._entries: OrderedDict[tuple[Any, ...], tuple[Any, int, tuple[Any, ...]]] = (
+            OrderedDict()
+        )
         self._bytes = 0
         self._finalizers: dict[int, Any] = {}
 
@@ -87,10 +162,11 @@ class PrepackCache:
         owner, *ident = _identity(weight)
         others = tuple(_identity(t) for t in with_)
         key = (kernel, id(owner), *ident, attrs_key, tuple((id(o), *i) for o, *i in others))
+        tensors = (weight, *with_)
         while True:
             with self._lock:
                 hit = self._entries.get(key)
-                if hit is not None:
+                if hit is not None and _same_storages(hit[2], tensors):
                     self._entries.move_to_end(key)
                     count("prepack_hits", kernel)
                     return hit[0]
@@ -108,13 +184,13 @@ class PrepackCache:
                 # older versions of the same tensor (or the same view of it)
                 self._drop(lambda k: k[:3] == key[:3], kernel)
                 if size <= self.max_bytes:
-                    self._entries[key] = (packed, size)
+                    self._entries[key] = (packed, size, _storage_refs(tensors))
                     self._bytes += size
                     self._watch(owner)
                     for o, *_ in others:
                         self._watch(o)
                     while self._bytes > self.max_bytes:
-                        old, (_, n) = self._entries.popitem(last=False)
+                        old, (_, n, _) = self._entries.popitem(last=False)
                         self._bytes -= n
                         count("prepack_evictions", old[0])
         finally:  # cached (or failed) before the waiters look again
@@ -135,7 +211,7 @@ class PrepackCache:
 
     def _drop(self, pred: Callable[[tuple[Any, ...]], bool], kernel: str | None) -> None:
         for k in [k for k in self._entries if pred(k)]:
-            _, n = self._entries.pop(k)
+            _, n, _ = self._entries.pop(k)
             self._bytes -= n
 
     def release(self, kernels: set[str]) -> int:

@@ -4,11 +4,15 @@ it replaced, and a kernel that disagrees is switched off for that shape.
     fast = pdlkit.optimize(model, verify="first_call")     # or PDLKIT_VERIFY=1
     fast(x)   # per call site and input shapes, once: kernel vs reference subgraph
 
-A failure -- outputs apart by more than the tolerance, NaN/Inf where the reference has
-none, an exception, or no answer within the pattern's ``timeout`` -- warns once, naming
-the pattern, the kernel, the call site and the error, and every later call of that shape
-at that site runs the reference subgraph. ``pdlkit.stats()`` counts ``verifications``
-and ``disabled``.
+The kernel runs on copies of its inputs (the weight it pre-packs excepted: it receives the
+packed form), so that one that modifies an input in place is caught and the caller's
+tensors are left alone. A failure -- outputs apart by more than
+the tolerance, NaN/Inf where the reference has none or a number where it has NaN/Inf, an
+input modified, an exception, or no answer within the pattern's ``timeout`` -- warns once,
+naming the pattern, the kernel, the call site and the error, and every later call of that
+shape at that site runs the reference subgraph. ``pdlkit.stats()`` counts
+``verifications`` and ``disabled``. ``verify=True`` (:func:`strict`) checks each site's
+first call the same way and raises :class:`KernelCallError` instead.
 
 Tolerances per output dtype, unless the pattern's manifest entry declares ``tolerance:``
 (a number is rtol, or ``{rtol: ..., atol: ...}``) or ``timeout:`` (seconds): floating outputs pass when
@@ -27,8 +31,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from pdlkit.runtime_abi.binding import _fresh
 from pdlkit.runtime_abi.binding_stats import count
+from pdlkit.runtime_abi.kernel import KernelDecl
+from pdlkit.runtime_abi.outputs import KernelCallError, as_list
+from pdlkit.runtime_abi.outputs import fresh as _fresh
 
 MODES = ("off", "strict", "first_call")
 ENV = "PDLKIT_VERIFY"
@@ -91,12 +97,10 @@ def compare(got: Any, want: Any, declared: tuple[float | None, float | None] | N
             continue
         rtol, atol = tolerance(b.dtype, declared)
         if b.dtype.is_floating_point:
+            why = _nonfinite(i, a, b)
+            if why:
+                return why
             finite = torch.isfinite(b)
-            bad = ~torch.isfinite(a) & finite
-            if bool(bad.any()):
-                return (
-                    f"output {i} has {int(bad.sum())} NaN/Inf value(s) where the reference has none"
-                )
             a64, b64 = a[finite].double(), b[finite].double()
         else:
             a64, b64 = a.double(), b.double()
@@ -108,6 +112,81 @@ def compare(got: Any, want: Any, declared: tuple[float | None, float | None] | N
             what = f"rtol {rtol:g} x max|ref| {scale:.3g}" if rtol else ""
             limit = " + ".join(x for x in (f"atol {atol:g}" if atol or not rtol else "", what) if x)
             return f"output {i} ({b.dtype}): max abs error {err:.3g} exceeds {limit}"
+    return ""
+
+
+def _nonfinite(i: int, a: torch.Tensor, b: torch.Tensor) -> str:
+    """Why output ``i`` puts NaN / Inf elsewhere than the reference ``b`` does ("" if not):
+    NaN where ``b`` is NaN and the same infinity where ``b`` has one are fine."""
+    finite = torch.isfinite(b)
+    bad = ~torch.isfinite(a) & finite
+    if bool(bad.any()):
+        return f"output {i} has {int(bad.sum())} NaN/Inf value(s) where the reference has none"
+    bad = ~finite & ~((a == b) | (torch.isnan(a) & torch.isnan(b)))
+    if bool(bad.any()):
+        at = tuple(int(j) for j in bad.nonzero()[0])
+        return (
+            f"output {i} differs at {int(bad.sum())} position(s) where the reference is NaN or "
+            f"Inf (at {list(at)}: {a[at].item()}, the reference {b[at].item()})"
+        )
+    return ""
+
+
+def snapshot(decl: KernelDecl, args: Sequence[Any]) -> tuple[Any, ...]:
+    """Copies of the tensors among ``args`` (lists included) for a kernel to run on: each
+    over a copy of its whole storage, with the same sizes, strides and offset. The weight a
+    kernel pre-packs stays as it is: the kernel receives its packed form, which the
+    pre-pack cache finds for the weight itself (a copy would be packed again)."""
+    packed = decl.params.index(decl.prepack_arg) if decl.prepack_arg is not None else -1
+    return tuple(
+        a
+        if i == packed
+        else _copy(a)
+        if isinstance(a, torch.Tensor)
+        else [_copy(t) if isinstance(t, torch.Tensor) else t for t in a]
+        if isinstance(a, list)
+        else a
+        for i, a in enumerate(args)
+    )
+
+
+def _copy(t: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        try:
+            storage = t.untyped_storage().clone()
+        except (RuntimeError, NotImplementedError):  # no storage (mkldnn, sparse)
+            return t.clone()
+        return torch.empty(0, dtype=t.dtype, device=t.device).set_(
+            storage, t.storage_offset(), t.size(), t.stride()
+        )
+
+
+def _changed(t: torch.Tensor, copy: torch.Tensor) -> bool:
+    """Whether a kernel changed ``copy`` (made by :func:`snapshot` from ``t``): its view
+    or any byte of its storage (NaNs included)."""
+    view = (t.dtype, t.size(), t.stride(), t.storage_offset())
+    if view != (copy.dtype, copy.size(), copy.stride(), copy.storage_offset()):
+        return True
+    try:
+        mine, theirs = t.untyped_storage(), copy.untyped_storage()
+    except (RuntimeError, NotImplementedError):
+        return not torch.equal(t, copy)
+    before, after = (torch.empty(0, dtype=torch.uint8, device=t.device) for _ in "ab")
+    return not torch.equal(before.set_(mine), after.set_(theirs))
+
+
+def modified(decl: KernelDecl, args: Sequence[Any], copies: Sequence[Any]) -> str:
+    """How a kernel run on ``copies`` (:func:`snapshot` of ``args``) modified its inputs
+    ("" if it did not)."""
+    for i, (a, c) in enumerate(zip(args, copies, strict=True)):
+        pairs = zip(a, c, strict=False) if isinstance(a, list) else [(a, c)]
+        for t, copy in pairs:
+            if isinstance(t, torch.Tensor) and copy is not t and _changed(t, copy):
+                name = decl.params[i] if i < len(decl.params) else f"#{i}"
+                return (
+                    f"it modified its input {name!r} in place (a kernel must not; verification "
+                    "ran it on a copy, the caller's tensors are unchanged)"
+                )
     return ""
 
 
@@ -165,9 +244,10 @@ class FirstCallVerifier:
     def _verify(self, cs: Any, args: tuple[Any, ...], attempt: Callable[..., Any], sig: Any) -> Any:
         name = cs.kernel.name
         ref = _fresh(cs.fallback(*args), args)
+        copies = snapshot(cs.kernel, args)
         try:
-            out = _with_timeout(lambda: attempt(cs, args), self.timeout)
-            why = compare(out, ref, self.tolerance)
+            out = _with_timeout(lambda: attempt(cs, copies), self.timeout)
+            why = modified(cs.kernel, args, copies) or compare(out, ref, self.tolerance)
         except Exception as e:
             out, why = None, f"{type(e).__name__}: {e}"
         count("verifications", name)
@@ -185,6 +265,41 @@ class FirstCallVerifier:
             stacklevel=2,
         )
         return ref
+
+
+# verify=True: elementwise tolerances (torch.allclose) per output dtype
+_STRICT = {
+    torch.float16: (1e-2, 1e-2),
+    torch.bfloat16: (2e-2, 2e-2),
+    torch.float32: (1e-4, 1e-5),
+    torch.float64: (1e-7, 1e-9),
+}
+
+
+def strict(cs: Any, args: tuple[Any, ...], attempt: Callable[..., Any]) -> Any:
+    """``verify=True``: a site's first call runs the replaced subgraph and the kernel (on
+    copies of the inputs); outputs apart (NaN / Inf included) or an input modified in place
+    raise :class:`KernelCallError`, naming the kernel and the call site."""
+    decl = cs.kernel
+    ref = as_list(cs.fallback(*args))
+    copies = snapshot(decl, args)
+    out = attempt(cs, copies)
+    why = modified(decl, args, copies)
+    if why:
+        raise KernelCallError(
+            f"pdlkit verify: kernel {decl.name!r} ({decl.source}) at {cs.where()}: {why}"
+        )
+    for i, (a, b) in enumerate(zip(as_list(out), ref, strict=True)):
+        rtol, atol = _STRICT.get(b.dtype, (0.0, 0.0))
+        if not torch.allclose(a.to(b.dtype), b, rtol=rtol, atol=atol, equal_nan=True):
+            err = (a.double() - b.double()).abs().max().item()
+            raise KernelCallError(
+                f"pdlkit verify: kernel {decl.name!r} ({decl.source}) output {i} differs from the "
+                f"replaced subgraph at {cs.where()}: max abs error {err:.3g} "
+                f"(tolerance rtol={rtol}, atol={atol}; NaN and Inf must match)"
+            )
+    cs.verified = True
+    return out
 
 
 def reference_only(cs: Any, args: tuple[Any, ...], attempt: Callable[..., Any]) -> Any:

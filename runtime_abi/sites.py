@@ -1,0 +1,179 @@
+"""Call sites: one per substitution in a compiled graph, found by the integer id that the
+graph's code passes to ``torch.ops.pdlkit.<kernel>`` (see ``binding.py``).
+
+A site made for a graph module (``new_site``'s owner) lives as long as that module: the
+module holds what the site calls back into (its replaced subgraph, which reads the module's
+parameters), the registry holds the site, and the module's end removes the site's id. So a
+graph that is freed (``torch._dynamo.reset()``, a recompiled model dropped) frees its sites.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from pdlkit.runtime_abi.kernel import KernelDecl
+from pdlkit.runtime_abi.outputs import KernelCallError
+
+
+@dataclass(slots=True)  # slots: the direct path reads several fields per call
+class CallSite:
+    """One substitution in one compiled graph."""
+
+    kernel: KernelDecl
+    pattern: str  # "name (file:line)"
+    node: str  # the FX node the kernel call replaced
+    user_line: str  # the user's source line, from Dynamo's stack trace, or ""
+    fallback: Callable[..., Any]  # the replaced subgraph, called with the kernel's arguments
+    verify: bool = False
+    verified: bool = False
+    calls: int = 0
+    guard: bool = True  # False when the shape rules were proven at compile time
+    attrs_key: tuple[Any, ...] | None = None
+    # arguments the graph passes un-transposed (a canonical ``t(weight)``), transposed here as
+    # a view of the parameter so that pre-packing keys a stable tensor (see canonicalize.py)
+    transposed: tuple[int, ...] = ()
+    # wraps each call as intercept(site, args, attempt) where attempt(site, args) runs the
+    # kernel: first-call verification (runtime_abi/verify.py) and bisect use it
+    intercept: Callable[..., Any] | None = None
+    # the last pre-packed weight: (weakref to the weight, its version, weakref to its
+    # storage, weakref to the packed form, ((weakref, version, weakref to the storage) of
+    # each prepack_with tensor)), so that the direct path skips the cache's lookup; weak, so
+    # that the cache's evictions and a freed weight still free the packed form. The storage
+    # catches ``weight.data = new``, which keeps the tensor and its version.
+    packed: tuple[Any, int, Any, Any, tuple[tuple[Any, int, Any], ...]] | None = field(
+        default=None, repr=False
+    )
+    # True when the site's graph has no dynamic shape: every call has the same shapes, so
+    # every call compares its output with ``expect``, the one (shape, dtype) declared
+    static: bool = False
+    expect: tuple[torch.Size, torch.dtype] | None = field(default=None, repr=False)
+    _expected: dict[tuple[Any, ...], list[tuple[torch.Size, torch.dtype]]] = field(
+        default_factory=dict, repr=False
+    )
+
+    def where(self) -> str:
+        at = f" at {self.user_line}" if self.user_line else ""
+        return f"call site {self.node}{at} (pattern {self.pattern})"
+
+
+# Every live call site by id: compiled code passes the id. A site made for a graph module
+# (new_site's owner) is removed when that module is freed, so that sites die with their graph.
+_SITES: dict[int, CallSite] = {}
+_SITE_IDS = itertools.count(1)
+# re-entrant: an owner's finalizer may run (garbage collection) while this thread holds it
+_SITES_LOCK = threading.RLock()
+_OWNED = "_pdlkit_call_sites"  # the owner's attribute that holds its sites' fallbacks
+
+
+class _Owned(list[Any]):
+    """What a graph module owns of its call sites: their replaced subgraphs (which read the
+    module's parameters, so they must not keep it alive from the registry) and their ids,
+    removed from the registry when this list is freed with the module. A copy of the
+    module (deepcopy, pickling) shares or drops it: the sites belong to the one compiled
+    graph whose code passes their ids."""
+
+    def __init__(self, static: bool) -> None:
+        super().__init__()
+        self.static = static
+        self.ids: list[tuple[int, CallSite]] = []
+        weakref.finalize(self, _forget, self.ids)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Owned:
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _Owned, (False,)
+
+
+def _forget(ids: list[tuple[int, CallSite]]) -> None:
+    with _SITES_LOCK:
+        for sid, cs in ids:
+            if _SITES.get(sid) is cs:  # not a later graph's site under the same key
+                del _SITES[sid]
+
+
+class _WeakFallback:
+    """A site's replaced subgraph, reached through a weak reference: its owner holds it."""
+
+    __slots__ = ("_ref",)
+
+    def __init__(self, fallback: Callable[..., Any]) -> None:
+        self._ref = weakref.ref(fallback)
+
+    def _target(self) -> Any:
+        fallback = self._ref()
+        if fallback is None:
+            raise KernelCallError("pdlkit: a call site outlived the graph module that owned it")
+        return fallback
+
+    def __call__(self, *args: Any) -> Any:
+        return self._target()(*args)
+
+    def __getattr__(self, name: str) -> Any:  # compiled_signatures, compile, ...
+        if name == "_ref":  # not set yet (a copy being made)
+            raise AttributeError(name)
+        return getattr(self._target(), name)
+
+
+def new_site(site: CallSite, owner: Any = None, key: int | None = None) -> int:
+    """Register ``site``; its id is what compiled code passes: ``key`` where given (an id
+    stable across compilations of the same graph; a later site under the same key takes
+    over), else a new one. ``owner``, the graph module whose code calls it, decides how
+    long it lives: the site is removed when that module is freed (Dynamo keeps the module
+    of eager code generation with its compiled frame; Inductor's compiled function keeps
+    the module it compiled). Without an owner the site lives until :func:`drop_site`."""
+    owned = None
+    if owner is not None:
+        owned = owner.__dict__.get(_OWNED)
+        if owned is None:
+            owned = _Owned(_static_shapes(owner))
+            setattr(owner, _OWNED, owned)
+        owned.append(site.fallback)
+        site.fallback = _WeakFallback(site.fallback)
+        site.static = owned.static
+    with _SITES_LOCK:
+        sid = next(_SITE_IDS) if key is None else key
+        _SITES.pop(sid, None)  # a later site under a key: last in registration order
+        _SITES[sid] = site
+        if owned is not None:
+            owned.ids.append((sid, site))
+    return sid
+
+
+def site(sid: int) -> CallSite | None:
+    return _SITES.get(sid)
+
+
+def registered() -> list[tuple[int, CallSite]]:
+    """(id, site) of every registered site, in registration order."""
+    while True:
+        try:
+            return list(_SITES.items())
+        except RuntimeError:  # a finalizer removed sites meanwhile (garbage collection)
+            continue
+
+
+def drop_site(sid: int) -> None:
+    """Forget a call site (one made only to time a kernel: runtime_abi/autotune.py)."""
+    with _SITES_LOCK:
+        _SITES.pop(sid, None)
+
+
+def _static_shapes(gm: Any) -> bool:
+    """Whether no value in the graph has a symbolic size (dynamic or data-dependent)."""
+    graph = getattr(gm, "graph", None)
+    if graph is None:
+        return False
+    for node in graph.nodes:
+        for v in torch.utils._pytree.tree_leaves(node.meta.get("val")):
+            if isinstance(v, torch.SymInt) or (
+                isinstance(v, torch.Tensor) and not all(type(d) is int for d in v.shape)
+            ):
+                return False
+    return True
