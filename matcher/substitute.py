@@ -86,6 +86,9 @@ class Record:
     slice: list[fx.Node]  # original FX nodes the call stands for, in graph order
     passed_over: list[str] = field(default_factory=list)  # kernels not chosen, and why
     tuning: str = ""  # the measured choice: candidates' times (matcher/choose.py)
+    # where the call goes: before the first replaced root (None), or right after this argument
+    after: NodeRef | SubRef | None = None
+    pos: tuple[int, int] = (0, 0)  # that place, as (original node index, rank among calls there)
 
 
 # -- per pattern-set MLIR state ------------------------------------------------------------------
@@ -146,7 +149,7 @@ class MatchContext:
     def _on_fail(self, p: Pattern) -> Any:
         def on_fail(name: str, values: list[Any]) -> None:
             s = self.session
-            if s is not None:
+            if s is not None and not s.reads_poison(values):
                 s.pattern = p
                 if s.wants_near_miss():
                     at = tuple(s.describe(v) for v in values if isinstance(v, ir.Value))
@@ -249,6 +252,9 @@ class _Session:
         self.records: list[Record] = []
         self.tuner: Tuner | None = None  # kernel choice by measurement (matcher/choose.py)
         self.kept: list[str] = []  # matches left to Inductor because the subgraph was faster
+        self.claimed: set[str] = set()  # roots replaced (dead until the walk ends)
+        self.sliced: dict[fx.Node, list[int]] = {}  # node -> records whose slice it is in
+        self.poison: ir.Value | None = None  # what dead roots read until they are erased
         self.near: list[NearMiss] = []
         self.errors: list[str] = []
         self.pattern: Pattern = cast(Pattern, None)  # set before each walk
@@ -267,7 +273,10 @@ class _Session:
         if c is not natives.NOT_CONSTANT:
             return Const(c)
         if isinstance(v, ir.BlockArgument):
-            return NodeRef(self.inputs[ir.BlockArgument(v).arg_number].name)
+            number = ir.BlockArgument(v).arg_number
+            if number >= len(self.inputs):
+                raise SubstitutionError(f"value {v.get_name()} does not come from an FX node")
+            return NodeRef(self.inputs[number].name)
         res = ir.OpResult(v)
         owner = res.owner.operation
         if owner.name == "torch.prim.ListConstruct":
@@ -338,12 +347,20 @@ class _Session:
         op_name = ir.StringAttr(rest[0]).value
         args = rest[1:]
         root_names = [_loc_name(r) for r in roots]
+        if self.claimed.intersection(root_names):
+            return False  # an op this walk already replaced, not yet erased
         for n in root_names:
             if n not in self.nodes:
                 self.near_miss(
                     tuple(root_names), f"{n or 'a root'} was already replaced by a kernel call"
                 )
                 return False
+        twice = [n for n in root_names if root_names.count(n) > 1]
+        if twice:  # PDL lets two pdl.operation values bind one op
+            self.near_miss(
+                tuple(root_names), f"two of the ops pdlkit_call replaces matched one op, {twice[0]}"
+            )
+            return False
         outputs: list[fx.Node] = []
         for r, n in zip(roots, root_names, strict=True):
             outputs += [
@@ -356,32 +373,107 @@ class _Session:
         if picked is None:
             return False
         k, sl, passed_over, tuning = picked
-        # the MLIR rewrite: one torch.operator replaces every root
+        place = self._placement(refs, outputs, sl)
+        if isinstance(place, str):
+            self.near_miss(tuple(root_names), place)
+            return False
         idx = len(self.records)
-        last = roots[0]
+        self._replace_roots(roots, [a for a in args if isinstance(a, ir.Value)], k, idx)
+        self.records.append(
+            Record(self.pattern, op_name, k, refs, outputs, sl, passed_over, tuning, *place)
+        )
+        self.claimed.update(root_names)
+        for node in sl:
+            self.sliced.setdefault(node, []).append(idx)
+        return True
+
+    # where the call goes ---------------------------------------------------------------------
+    def _placement(
+        self, refs: list[Ref], outputs: list[fx.Node], sl: list[fx.Node]
+    ) -> tuple[NodeRef | SubRef | None, tuple[int, int]] | str:
+        """Where the kernel call goes: ``(after, pos)`` as in :class:`Record`, or why nowhere.
+
+        Before the first root it replaces, as long as every argument is computed before it
+        (always, with one root). A match with several roots can read an argument computed
+        later (``relu(x)`` and ``add(relu(x), y)``, with ``y`` computed in between): then
+        right after that argument, provided nothing reads a replaced value before it. No other
+        op moves, so the graph's order stays as the model wrote it."""
+        first = min(self.order[_root_of(o)] for o in outputs)
+        latest = max(_leaves(refs), key=self._position, default=None)
+        if latest is None or self._position(latest) < (first, 0):
+            return None, (first, -1)
+        major, minor = self._position(latest)
+        pos = (major, minor + 1)
+        inside = set(sl)
+        for o in outputs:
+            for u in o.users:
+                if u not in inside and self._read_at(u) <= pos:
+                    return (
+                        f"{u.name} reads {o.name} before argument {_describe_ref(latest, self)} "
+                        "is computed: the kernel call has no place without reordering ops"
+                    )
+        return latest, pos
+
+    def _position(self, r: NodeRef | SubRef) -> tuple[int, int]:
+        """Where an argument's value is computed: its node, or the call that replaced it."""
+        if isinstance(r, SubRef):
+            return self.records[r.record].pos
+        return (self.order[self.fx_node(r)], 0)
+
+    def _read_at(self, u: fx.Node) -> tuple[int, int]:
+        """The earliest place ``u``'s inputs are read: ``u`` itself, or a kernel call that
+        stands for it."""
+        return min([(self.order[u], 0)] + [self.records[i].pos for i in self.sliced.get(u, ())])
+
+    def _replace_roots(
+        self, roots: list[ir.Operation], operands: list[ir.Value], k: KernelDecl, idx: int
+    ) -> None:
+        """The MLIR rewrite: one ``torch.operator`` takes over every root's results.
+
+        MLIR's walk driver supports erasing only the op it is visiting (it has already
+        stepped to the next op, which erasing another root can free under it). So no root is
+        erased here: their results move to the new op, and their operands to a poison value,
+        so that no later match reaches them through a use list; :meth:`erase_dead` removes
+        them after the walk."""
+        first = roots[0]
         for r in roots[1:]:
-            if last.is_before_in_block(r):
-                last = r
-        operands = [a for a in args if isinstance(a, ir.Value)]
-        types = [res.type for r in roots for res in r.results]
-        with ir.InsertionPoint(last), ir.Location.name(f"{_SUB_PREFIX}{idx}", context=last.context):
+            if r.is_before_in_block(first):
+                first = r
+        anchor = None  # the last op computing an argument
+        for op in (op for v in operands for op in _computing_ops(v)):
+            if anchor is None or anchor.is_before_in_block(op):
+                anchor = op
+        ip = (
+            ir.InsertionPoint.after(anchor)
+            if anchor is not None and first.is_before_in_block(anchor)
+            else ir.InsertionPoint(first)
+        )
+        with ip, ir.Location.name(f"{_SUB_PREFIX}{idx}", context=first.context):
             call = ir.Operation.create(
                 "torch.operator",
-                results=types,
+                results=[res.type for r in roots for res in r.results],
                 operands=operands,
                 attributes={"name": ir.StringAttr.get(f"pdlkit.{k.name}")},
                 regions=0,
             )
-        new_results = list(call.results)
-        i = 0
+        for i, v in enumerate(operands):
+            call.operands[i] = _defined_before(v, call)
+        if self.poison is None:
+            self.poison = first.block.add_argument(
+                ir.Type.parse("!torch.none", first.context), first.location
+            )
+        new_results = iter(call.results)
         for r in roots:
-            width = len(r.results)
-            rewriter.replace_op(r, new_results[i : i + width])
-            i += width
-        self.records.append(
-            Record(self.pattern, op_name, k, refs, outputs, sl, passed_over, tuning)
+            for res in r.results:
+                res.replace_all_uses_with(next(new_results))
+            for i in range(len(r.operands)):
+                r.operands[i] = self.poison
+
+    def reads_poison(self, values: list[Any]) -> bool:
+        """Whether a constraint looks at an op a substitution left dead in this walk."""
+        return self.poison is not None and any(
+            isinstance(v, ir.Value) and v == self.poison for v in values
         )
-        return True
 
     def _pick(
         self,
@@ -515,7 +607,50 @@ class _Session:
                 op.erase()
             else:
                 present[op.name] += 1
+        if self.poison is not None and not any(True for _ in self.poison.uses):
+            block.erase_argument(ir.BlockArgument(self.poison).arg_number)
+            self.poison = None
         return present
+
+
+def _root_of(output: fx.Node) -> fx.Node:
+    """The replaced node behind an output (a multi-result node's, for its getitem)."""
+    return cast(fx.Node, output.args[0]) if output.target is operator.getitem else output
+
+
+def _leaves(refs: Sequence[Ref]) -> list[NodeRef | SubRef]:
+    """The arguments computed in the graph, list items included."""
+    out: list[NodeRef | SubRef] = []
+    for r in refs:
+        if isinstance(r, ListRef):
+            out += _leaves(r.items)
+        elif isinstance(r, NodeRef | SubRef):
+            out.append(r)
+    return out
+
+
+def _computing_ops(v: ir.Value) -> list[ir.Operation]:
+    """The ops a kernel call must follow to read ``v``: its defining op, or for a list, its
+    items' (constants and lists can be copied to where the call is)."""
+    op = natives.defining_op(v)
+    if op is None or op.name.startswith("torch.constant."):
+        return []
+    if op.name == "torch.prim.ListConstruct":
+        return [x for item in op.operands for x in _computing_ops(item)]
+    return [op]
+
+
+def _defined_before(v: ir.Value, call: ir.Operation) -> ir.Value:
+    """``v``, or, where a constant or list defines it after ``call``, a copy before it."""
+    op = natives.defining_op(v)
+    if op is None or op.block != call.block or op.is_before_in_block(call):
+        return v
+    if not op.name.startswith("torch.constant.") and op.name != "torch.prim.ListConstruct":
+        return v  # after the last computing op: never the case
+    copy = op.clone(ip=ir.InsertionPoint(call))
+    for i, item in enumerate(copy.operands):
+        copy.operands[i] = _defined_before(item, copy)
+    return copy.results[0]
 
 
 def _signature(values: Sequence[Any]) -> tuple[Any, ...]:
@@ -865,6 +1000,14 @@ def _user_line(node: fx.Node) -> str:
         return last
 
 
+def _call_goes(graph: fx.Graph, s: _Session, rec: Record, outs_of: dict[int, list[fx.Node]]) -> Any:
+    """Where a record's kernel call is inserted (see ``_Session._placement``)."""
+    if rec.after is None:  # before the first root
+        return graph.inserting_before(min(map(_root_of, rec.outputs), key=s.order.__getitem__))
+    a = rec.after  # right after an argument computed after the first root
+    return graph.inserting_after(outs_of[a.record][-1] if isinstance(a, SubRef) else s.fx_node(a))
+
+
 def _rewrite_fx(gm: fx.GraphModule, s: _Session, verify: bool | str) -> list[Substitution]:
     graph = gm.graph
     mode = resolve_mode(verify)
@@ -904,7 +1047,7 @@ def _rewrite_fx(gm: fx.GraphModule, s: _Session, verify: bool | str) -> list[Sub
             transposed=transposed,
         )
         op = bind(rec.kernel)
-        with graph.inserting_before(root):
+        with _call_goes(graph, s, rec, outs_of):
             call = graph.call_function(op, (*args, new_site(site, gm)))
         call.meta.update(
             {k2: v for k2, v in root.meta.items() if k2 in ("stack_trace", "nn_module_stack")}

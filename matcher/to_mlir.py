@@ -6,6 +6,7 @@ graph's *i*-th input, so whatever MLIR matches maps back to FX nodes by name.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +14,13 @@ import torch
 import torch.fx as fx
 from torch_mlir import ir
 from torch_mlir.dialects import torch as torch_dialect
-from torch_mlir.extras.fx_importer import TORCH_DTYPE_TO_INT, ContextCache, FxImporter
+from torch_mlir.extras.fx_importer import (
+    TORCH_DTYPE_TO_INT,
+    ContextCache,
+    FxImporter,
+    is_builtin_function_or_method,
+    is_symbolic,
+)
 
 _DTYPE_OF_CODE = {code: dtype for dtype, code in TORCH_DTYPE_TO_INT.items()}
 
@@ -41,34 +48,75 @@ def new_context() -> ir.Context:
 class Imported:
     module: ir.Module
     func: ir.Operation
-    inputs: list[fx.Node]  # block argument i -> FX node (placeholders, then lifted get_attrs)
+    inputs: list[fx.Node]  # block argument i -> FX node (placeholders, then lifted values)
 
 
-def _lift_get_attrs(gm: fx.GraphModule) -> tuple[fx.Graph, list[fx.Node]]:
-    """A graph for import where tensor constants (get_attr) are inputs, not inlined literals.
+def _importable(node: fx.Node) -> bool:
+    """Whether the FxImporter has a Torch-dialect form for ``node``'s own call: ATen ops,
+    symbolic size arithmetic and ``getitem``. Higher-order ops (a ``torch.no_grad()`` or
+    ``torch.autocast`` region wrapped as ``wrap_with_set_grad_enabled`` /
+    ``wrap_with_autocast``, ...) and other Python calls are not matched into."""
+    if node.op in ("placeholder", "output"):
+        return True
+    if node.op == "get_attr":
+        return True
+    if node.op != "call_function":
+        return False
+    target = node.target
+    if target is operator.getitem or isinstance(target, torch._ops.OpOverload):
+        return True
+    return is_symbolic(node.meta.get("val")) and is_builtin_function_or_method(target)
 
-    Inlining would copy every constant's data into MLIR; the matcher only needs its type.
+
+def _graph_for_import(gm: fx.GraphModule) -> tuple[fx.Graph, list[fx.Node]]:
+    """The graph to import, and the FX node behind each function input.
+
+    Tensor constants (get_attr) become inputs, not inlined literals: inlining would copy
+    every constant's data into MLIR, and the matcher only needs its type. Nodes the importer
+    has no form for are left out; a tensor one of them produces for an imported node
+    becomes an input too (an opaque value, like a graph input), so the rest still matches.
     """
     graph = gm.graph
+    opaque = {n for n in graph.nodes if not _importable(n)}
     attrs = [n for n in graph.nodes if n.op == "get_attr"]
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
-    if not attrs:
+    if not attrs and not opaque:
         return graph, placeholders
+    for n in graph.nodes:  # getitem of a left-out tuple, a read of a non-tensor left-out value
+        if n not in opaque and n.op == "call_function":
+            if any(a in opaque and not is_tensor_val(a.meta.get("val")) for a in n.all_input_nodes):
+                opaque.add(n)
+    inputs = list(placeholders)
+    for n in graph.nodes:
+        if n.op == "get_attr" or n in opaque:
+            if isinstance(_value(gm, n), torch.Tensor) and any(u not in opaque for u in n.users):
+                inputs.append(n)
     new = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
-    for n in placeholders + attrs:
+    for n in inputs:
         p = new.placeholder(n.name)
         p.name = n.name
-        val = n.meta.get("val")
-        if val is None and n.op == "get_attr":
-            val = getattr(gm, str(n.target))
-        p.meta["val"] = val
+        p.meta["val"] = _value(gm, n)
         env[n] = p
     for n in graph.nodes:
-        if n.op not in ("placeholder", "get_attr"):
+        if n.op == "output":
+            outs = [a for a in _flat(n.args[0]) if not isinstance(a, fx.Node) or a in env]
+            new.output(tuple(env[a] if isinstance(a, fx.Node) else a for a in outs))
+        elif n not in env and n.op != "get_attr" and n not in opaque:
             env[n] = new.node_copy(n, lambda x: env[x])
             env[n].name = n.name
-    return new, placeholders + attrs
+    return new, inputs
+
+
+def _value(gm: fx.GraphModule, n: fx.Node) -> Any:
+    val = n.meta.get("val")
+    if val is None and n.op == "get_attr":
+        val = getattr(gm, str(n.target))
+    return val
+
+
+def _flat(a: Any) -> list[Any]:
+    return [x for item in a for x in _flat(item)] if isinstance(a, tuple | list) else [a]
 
 
 _CACHES: dict[int, _NameLocations] = {}
@@ -80,7 +128,7 @@ def import_graph(gm: fx.GraphModule, ctx: ir.Context) -> Imported:
     The type cache lives as long as the context, so repeated compilations against one
     pattern set do not rebuild the same tensor types.
     """
-    graph, inputs = _lift_get_attrs(gm)
+    graph, inputs = _graph_for_import(gm)
     importer = FxImporter(context=ctx, config_check=False)
     cc = _CACHES.get(id(ctx))
     if cc is None or cc._c is not ctx:

@@ -158,7 +158,16 @@ def _fake_inputs(gm: fx.GraphModule, example_inputs: list[Any]) -> list[Any]:
 
 
 def retrace(gm: fx.GraphModule, example_inputs: list[Any]) -> fx.GraphModule:
-    """Dynamo's torch-level graph -> pre-dispatch ATen graph with ``meta["val"]`` on every node."""
+    """Dynamo's torch-level graph -> pre-dispatch ATen graph with ``meta["val"]`` on every node.
+
+    A ``torch.no_grad()`` / ``torch.enable_grad()`` or ``torch.autocast(...)`` region becomes
+    a call of a submodule, torch.export's form of it::
+
+        before: _set_grad_enabled(False); linear_1 = aten.linear(...); _set_grad_enabled(True)
+        after:  wrap_with_set_grad_enabled = higher_order.wrap_with_set_grad_enabled(
+                    False, self.submod_1, ...)      # submod_1: linear_1 = aten.linear(...)
+
+    so that no pass (CSE, canonicalization, matching) combines ops of different modes."""
     import torch.fx.traceback as fx_traceback
     from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -175,10 +184,81 @@ def retrace(gm: fx.GraphModule, example_inputs: list[Any]) -> fx.GraphModule:
         if mode is not None:
             mode.allow_non_fake_inputs = True
         with fx_traceback.preserve_node_meta():
-            return make_fx(run, pre_dispatch=True, tracing_mode="fake")(*fake)
+            traced = make_fx(run, pre_dispatch=True, tracing_mode="fake")(*fake)
+        if not any(n.target in _mode_calls() for n in traced.graph.nodes):
+            return traced
+        _propagate_in_modes(traced)
     finally:
         if mode is not None:
             mode.allow_non_fake_inputs = allow
+    return _wrap_mode_regions(traced)
+
+
+def _mode_calls() -> tuple[Any, ...]:
+    """The calls a pre-dispatch graph switches grad or autocast mode with."""
+    from torch.amp.autocast_mode import _enter_autocast, _exit_autocast
+
+    return (torch._C._set_grad_enabled, _enter_autocast, _exit_autocast)
+
+
+def _propagate_in_modes(traced: fx.GraphModule) -> None:
+    """Recompute every node's fake value with each region's mode switched on.
+
+    Pre-dispatch tracing records a region's mode switches without making them (it must not
+    change global state), so the values make_fx leaves are those of the computation without
+    the modes: a linear under ``torch.autocast(dtype=torch.bfloat16)`` reads float32, and so
+    does everything downstream of it, where bfloat16 arrives at run time."""
+    from torch.amp.autocast_mode import _enter_autocast, _exit_autocast
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    entered: list[Any] = []
+
+    class InModes(FakeTensorProp):
+        def run_node(self, n: fx.Node) -> Any:
+            out = super().run_node(n)
+            if n.target is _enter_autocast:
+                entered.append(out)
+            elif n.target is _exit_autocast and entered:
+                entered.pop()
+            return out
+
+    inputs = [n.meta["val"] for n in traced.graph.nodes if n.op == "placeholder"]
+    prop = InModes(traced, torch._guards.detect_fake_mode(inputs))  # make_fx's own fake mode
+    with torch.set_grad_enabled(torch.is_grad_enabled()):
+        try:
+            prop.propagate_dont_convert_inputs(*inputs)
+        finally:  # an error inside a region leaves no autocast mode behind
+            for m in reversed(entered):
+                m.__exit__(None, None, None)
+
+
+def _wrap_mode_regions(traced: fx.GraphModule) -> fx.GraphModule:
+    from torch._export.passes.replace_autocast_with_hop_pass import (
+        replace_autocast_with_hop_pass,
+    )
+    from torch._export.passes.replace_set_grad_with_hop_pass import (
+        replace_set_grad_with_hop_pass,
+    )
+
+    traced, _ = replace_set_grad_with_hop_pass(traced, None)
+    traced, _ = replace_autocast_with_hop_pass(traced, None)
+    return traced
+
+
+def grad_mode_regions(gm: fx.GraphModule) -> list[tuple[fx.GraphModule, bool]]:
+    """Each ``torch.no_grad()`` / ``torch.enable_grad()`` region of a re-traced graph as
+    ``(submodule, grad enabled)``, nested ones too. Regions inside ``torch.autocast(...)``
+    are left out: their ops run in the autocast dtype, which no kernel call there would."""
+    out = []
+    for n in gm.graph.nodes:
+        if (
+            n.op == "call_function"
+            and n.target is torch.ops.higher_order.wrap_with_set_grad_enabled
+        ):
+            sub = getattr(gm, str(cast(fx.Node, n.args[1]).target))
+            out.append((sub, bool(n.args[0])))
+            out.extend(grad_mode_regions(sub))
+    return out
 
 
 def run_pass(
@@ -205,6 +285,12 @@ def run_pass(
     from pdlkit.matcher.substitute import substitute
     from pdlkit.runtime_abi.autograd import grad_inputs, training_graph
 
+    autocast = _ambient_autocast(example_inputs)
+    if autocast:
+        why_not = (
+            f"compiled under {autocast}, whose ops run in its dtype, which no kernel call would"
+        )
+        return gm, GraphReport(index=index, nodes=len(gm.graph.nodes), skipped=why_not)
     t0 = time.perf_counter()
     traced = retrace(gm, example_inputs)
     eliminate_common_subexpressions(traced)
@@ -217,23 +303,17 @@ def run_pass(
     # arguments that require grad; the registry reads requires_grad off the fake values.
     grads = grad_inputs(example_inputs)
     tuner = _tuner(autotune, traced, example_inputs, plan, bool(grads), codegen)
+    kw: dict[str, Any] = dict(
+        verify=verify, index=index, rewrite_fx=rewrite_fx, why=why, near_misses=near_misses
+    )
     with training_graph(traced, grads):
-        outcome = substitute(
-            traced,
-            plan.patterns,
-            plan.registry,
-            plan.target,
-            verify=verify,
-            index=index,
-            rewrite_fx=rewrite_fx,
-            why=why,
-            near_misses=near_misses,
-            tuner=tuner,
-        )
+        outcome = substitute(traced, plan.patterns, plan.registry, plan.target, **kw, tuner=tuner)
     report = outcome.report
     if rewrite_fx:
         restore(outcome.graph)  # inexact canonical spellings no kernel claimed
     report.canonicalized = dict(canonical)
+    for sub, enabled in grad_mode_regions(traced):  # torch.no_grad() regions: a graph each
+        _merge(report, _substitute_region(sub, enabled, plan, kw))
     report.timings = {"retrace": t1 - t0, "canonicalize": t_canon, **report.timings}
     if tuner is not None and tuner.seconds:  # measured inside the PDL application
         report.timings["pdl_apply"] -= tuner.seconds
@@ -243,6 +323,54 @@ def run_pass(
         report.fx_nodes = nodes
         report.graph_after = outcome.graph.print_readable(print_output=False)
     return outcome.graph, report
+
+
+def _ambient_autocast(example_inputs: list[Any]) -> str:
+    """The ``torch.autocast(...)`` the whole graph runs under ("" if none)."""
+    devices = {"cpu"} | {x.device.type for x in example_inputs if isinstance(x, torch.Tensor)}
+    for device in sorted(devices):
+        if torch.is_autocast_enabled(device):
+            return f"torch.autocast({device!r}, dtype={torch.get_autocast_dtype(device)})"
+    return ""
+
+
+def _substitute_region(
+    sub: fx.GraphModule, grad_enabled: bool, plan: Plan, kw: dict[str, Any]
+) -> GraphReport:
+    """Substitute inside one grad-mode region: its ops are plain ATen ops run in that
+    mode, so every kernel is as valid there as outside. Under ``torch.no_grad()`` no input
+    needs a gradient; under ``torch.enable_grad()`` every input may. Kernels are chosen by
+    static priority (measurement times sites of the outer graph)."""
+    from pdlkit.matcher.canonicalize import canonicalize, restore
+    from pdlkit.matcher.cse import eliminate_common_subexpressions
+    from pdlkit.matcher.substitute import substitute
+    from pdlkit.runtime_abi.autograd import training_graph
+
+    eliminate_common_subexpressions(sub)
+    canonical = canonicalize(sub)
+    n_inputs = sum(1 for n in sub.graph.nodes if n.op == "placeholder")
+    with training_graph(sub, range(n_inputs) if grad_enabled else []):
+        outcome = substitute(sub, plan.patterns, plan.registry, plan.target, **kw)
+    if kw["rewrite_fx"]:
+        restore(sub)
+    outcome.report.canonicalized = dict(canonical)
+    return outcome.report
+
+
+def _merge(report: GraphReport, region: GraphReport) -> None:
+    """Add a region's findings to its graph's report; a pattern is silent only if it is
+    silent in both."""
+    report.nodes += region.nodes
+    report.substitutions += region.substitutions
+    report.near_misses += region.near_misses
+    report.kept += region.kept
+    report.silent = {k: v for k, v in report.silent.items() if k in region.silent}
+    for name, count_ in region.canonicalized.items():
+        report.canonicalized[name] = report.canonicalized.get(name, 0) + count_
+    for name, lines in region.why.items():
+        report.why[name] = report.why.get(name, []) + lines
+    for phase, seconds in region.timings.items():
+        report.timings[phase] = report.timings.get(phase, 0.0) + seconds
 
 
 def _tuner(
