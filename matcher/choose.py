@@ -24,17 +24,19 @@ Timings and choices are cached per host (:mod:`pdlkit.runtime_abi.autotune`).
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 import torch.fx as fx
 from pdlkit.matcher.canonicalize import weight_views
-from pdlkit.runtime_abi import autotune
+from pdlkit.runtime_abi import autotune, triton_binding
 from pdlkit.runtime_abi.autotune import KEEP, Decision, Excluded, Timing
-from pdlkit.runtime_abi.binding import CallSite, bind, drop_site, new_site
+from pdlkit.runtime_abi.binding import CallSite, _fresh, bind, drop_site, new_site
 from pdlkit.runtime_abi.binding_stats import count, uncounted
 from pdlkit.runtime_abi.kernel import KernelDecl
 
@@ -129,25 +131,34 @@ class Tuner:
     def key(
         self, op: str, cands: Sequence[KernelDecl], args: Sequence[Any], sl: Sequence[fx.Node]
     ) -> str:
-        def sig(a: Any) -> Any:
-            if isinstance(a, fx.Node):
-                a = a.meta.get("val")
-            if isinstance(a, list | tuple):
-                return [sig(x) for x in a]
-            if isinstance(a, torch.Tensor):
-                dims = [
-                    d if isinstance(d, int) else f"b{autotune.bucket(_hint(d))}" for d in a.shape
-                ]
-                return [dims, str(a.dtype), a.device.type]
-            return repr(a)
+        """The site's cache key; a dynamic dim counts by its bucket (autotune.bucket)."""
+        sigs = [_fill(_template(a), a) for a in args]
+        return _key(op, cands, sigs, [str(n.target) for n in sl])
 
-        parts = [
-            op,
-            [(k.name, k.version, k.digest) for k in cands],
-            [sig(a) for a in args],
-            [str(n.target) for n in sl],
-        ]
-        return autotune.site_key(parts)
+    def dispatcher(
+        self,
+        op: str,
+        cands: Sequence[KernelDecl],
+        args: Sequence[Any],
+        sl: Sequence[fx.Node],
+        where: str,
+        first: Decision,
+    ) -> BucketChoice | None:
+        """For a site with dynamic dims, the intercept that picks per shape bucket at run
+        time (None for a site of static shapes)."""
+        templates = [_template(a) for a in args]
+        sym = tuple(
+            (i, d)
+            for i, t in enumerate(templates)
+            if isinstance(t, dict)
+            for d, size in enumerate(t["dims"])
+            if size is None
+        )
+        if not sym:
+            return None
+        seen = tuple(autotune.bucket(_hint(args[i].meta["val"].shape[d])) for i, d in sym)
+        prefix = (op, list(cands), templates, [str(n.target) for n in sl])
+        return BucketChoice(prefix, sym, {seen: first.choice}, where, self.cache, self.budget)
 
     # choosing --------------------------------------------------------------------------------
     def choose(
@@ -195,29 +206,22 @@ class Tuner:
         subgraph: Callable[..., Any],
         where: str,
     ) -> Decision:
-        device = _device(args, self)
-        runs: list[tuple[str, Callable[[], Any]]] = []
         sites: list[int] = []
         try:
+            runs = []
             for k in cands:
                 fn, sid = self._kernel_call(k, args, where)
                 runs.append((k.name, fn))
                 sites.append(sid)
             real = [self.real(a) for a in args]
-            with torch.no_grad():
-                timings = autotune.measure(runs, device, self.budget)
-                timings.append(self._subgraph_time(timings, subgraph, real, device))
+            # graph constants: the weights under Inductor's freezing (get_attr, see retrace)
+            frozen = tuple(
+                i for i, a in enumerate(args) if isinstance(a, fx.Node) and a.op == "get_attr"
+            )
+            return decide(runs, subgraph, real, _device(args), self.budget, where, frozen)
         finally:
             for sid in sites:
                 drop_site(sid)
-        for t in timings:
-            if t.us is None and t.name != KEEP:
-                warnings.warn(
-                    f"pdlkit autotune: kernel {t.name} is not a candidate at {where}: {t.note}",
-                    stacklevel=2,
-                )
-        order = [k.name for k in cands]
-        return Decision(autotune.fastest(timings, order), timings)
 
     def _kernel_call(
         self, k: KernelDecl, args: Sequence[Any], where: str
@@ -227,40 +231,194 @@ class Tuner:
         for i in transposed:
             node_args[i] = node_args[i].args[0]  # the weight itself; the site takes the view
         real = [self.real(a) for a in node_args]
-
-        def declined(*_: Any) -> Any:
-            raise Excluded("declined the call (KernelUnsupported)")
-
-        site = CallSite(k, f"autotune at {where}", where, "", declined, transposed=transposed)
-        sid = new_site(site)
-        op = bind(k)
+        op, sid = timing_site(k, where, transposed)
+        if triton_binding.traced(k):  # timed as Inductor will launch it, not the runner
+            return triton_binding.compiled_call(op, real, sid), sid
         return (lambda: op(*real, sid)), sid
 
-    def _subgraph_time(
-        self, kernels: Sequence[Timing], subgraph: Any, real: Sequence[Any], device: str
-    ) -> Timing:
-        """The replaced subgraph's time as Inductor would run it (see the module docstring)."""
-        times = [t.us for t in kernels if t.us is not None and not t.note.startswith("stopped")]
-        best = min(times, default=None)
-        if device == "cpu" and best is not None:
+
+def timing_site(k: KernelDecl, where: str, transposed: tuple[int, ...] = ()) -> tuple[Any, int]:
+    """``k``'s bound op and a call site of its own for timing calls: a declined call raises
+    :class:`Excluded` instead of running the subgraph. Free it with ``drop_site``."""
+
+    def declined(*_: Any) -> Any:
+        raise Excluded("declined the call (KernelUnsupported)")
+
+    site = CallSite(k, f"autotune at {where}", where, "", declined, transposed=transposed)
+    return bind(k), new_site(site)
+
+
+def decide(
+    runs: Sequence[tuple[str, Callable[[], Any]]],
+    subgraph: Any,
+    real: Sequence[Any],
+    device: str,
+    budget: float,
+    where: str,
+    frozen: tuple[int, ...] = (),
+) -> Decision:
+    """Time the kernels' calls ``runs`` and the subgraph on ``real`` arguments; the fastest wins.
+    ``runs`` are in priority order (ties go to the first); ``frozen``: the arguments that
+    are constants of the graph (its weights, under Inductor's freezing)."""
+    with torch.no_grad():
+        timings = autotune.measure(runs, device, budget)
+        timings.append(_subgraph_time(timings, subgraph, real, device, budget, frozen))
+    for t in timings:
+        if t.us is None and t.name != KEEP:
+            warnings.warn(
+                f"pdlkit autotune: kernel {t.name} is not a candidate at {where}: {t.note}",
+                stacklevel=3,
+            )
+    return Decision(autotune.fastest(timings, [n for n, _ in runs]), timings)
+
+
+def _subgraph_time(
+    kernels: Sequence[Timing],
+    subgraph: Any,
+    real: Sequence[Any],
+    device: str,
+    budget: float,
+    frozen: tuple[int, ...],
+) -> Timing:
+    """The replaced subgraph's time as Inductor would run it (see the module docstring).
+
+    Under Inductor's freezing the subgraph is compiled with its weights as constants, as the
+    model will be: Inductor then lowers an int8 (PT2E) subgraph to oneDNN's int8 GEMM, which
+    beats its float GEMM, so the eager lower bound does not hold and is not used."""
+    times = [t.us for t in kernels if t.us is not None and not t.note.startswith("stopped")]
+    best = min(times, default=None)
+    freezing = bool(torch._inductor.config.freezing)
+    if device == "cpu" and best is not None:
+        try:
+            lower, upper = _eager_bounds(subgraph, real, budget)
+        except Exception as e:
+            return Timing(KEEP, None, f"eager run raised {type(e).__name__}: {e}")
+        if best >= upper:
+            return Timing(KEEP, upper, "eager; every kernel is slower")
+        if best * (1 + autotune.MARGIN) < lower and not freezing:
+            return Timing(KEEP, lower, "its library calls alone; a kernel is faster")
+    constants = frozen if freezing else ()
+    fn = subgraph.compile(list(real), constants)
+    if fn is None:
+        return Timing(KEEP, None, f"Inductor failed: {subgraph.compile_error}")
+    tensors = [a for i, a in enumerate(real) if isinstance(a, torch.Tensor) and i not in constants]
+    (t,) = autotune.measure([(KEEP, lambda: fn(*tensors))], device, budget)
+    t.note = "Inductor, frozen weights" if constants else "Inductor"
+    return t
+
+
+def _template(a: Any) -> Any:
+    """An argument's signature for the cache key, with None for a dynamic dim."""
+    if isinstance(a, fx.Node):
+        a = a.meta.get("val")
+    if isinstance(a, list | tuple):
+        return [_template(x) for x in a]
+    if isinstance(a, torch.Tensor):
+        dims = [d if isinstance(d, int) else None for d in a.shape]
+        return {"dims": dims, "dtype": str(a.dtype), "device": a.device.type}
+    if isinstance(a, float | int) and not isinstance(a, bool):
+        # scales and zero points differ per layer, not in what they cost: one key for all
+        return type(a).__name__
+    return repr(a)
+
+
+def _fill(t: Any, a: Any) -> Any:
+    """``t`` with each dynamic dim replaced by the bucket of ``a``'s size there (``a``: a real
+    tensor, or an FX node whose value's symbolic dims have hints)."""
+    if isinstance(a, fx.Node):
+        a = a.meta.get("val")
+    if isinstance(t, dict) and isinstance(a, torch.Tensor):
+        dims = [f"b{autotune.bucket(_hint(a.shape[i]))}" if d is None else d
+                for i, d in enumerate(t["dims"])]  # fmt: skip
+        return {**t, "dims": dims}
+    if isinstance(t, list) and isinstance(a, list | tuple):
+        return [_fill(x, y) for x, y in zip(t, a, strict=False)]
+    return t
+
+
+def _key(op: str, cands: Sequence[KernelDecl], sigs: list[Any], targets: list[str]) -> str:
+    ids = [(k.name, k.version, k.digest) for k in cands]
+    return autotune.site_key([op, ids, sigs, targets])
+
+
+class BucketChoice:
+    """The ``CallSite.intercept`` of a site with dynamic dims: one decision per shape bucket
+    (powers of two of each dynamic dim), taken at the first call in a bucket by timing the
+    kernels and the replaced subgraph on that call's tensors (or read from the decision
+    cache), then looked up per call by the buckets of its dims; no recompilation. The
+    subgraph runs as the site's fallback (op by op, then Inductor's code per signature)."""
+
+    def __init__(
+        self,
+        prefix: tuple[str, list[KernelDecl], list[Any], list[str]],
+        sym: tuple[tuple[int, int], ...],
+        choices: dict[tuple[int, ...], str],
+        where: str,
+        cache: autotune.DecisionCache,
+        budget: float,
+    ):
+        self.prefix, self.sym, self.choices = prefix, sym, choices
+        self.where, self.cache, self.budget = where, cache, budget
+        self.inner: Callable[..., Any] | None = None  # first-call verification, if on
+        self._lock = threading.Lock()
+        self._siblings: dict[str, tuple[Any, int]] = {}
+
+    def __call__(self, cs: Any, args: tuple[Any, ...], attempt: Callable[..., Any]) -> Any:
+        buckets = tuple(autotune.bucket(args[i].shape[d]) for i, d in self.sym)
+        choice = self.choices.get(buckets)
+        if choice is None:
+            with self._lock:
+                choice = self.choices.get(buckets) or self._tune(cs, args, buckets)
+        if choice == cs.kernel.name:
+            return self.inner(cs, args, attempt) if self.inner else attempt(cs, args)
+        if choice == KEEP:
+            return _fresh(cs.fallback(*args), args)
+        op, sid = self._siblings[choice]
+        return op(*args, sid)
+
+    def _tune(self, cs: Any, args: tuple[Any, ...], buckets: tuple[int, ...]) -> str:
+        op_name, cands, templates, targets = self.prefix
+        key = _key(
+            op_name, cands, [_fill(t, a) for t, a in zip(templates, args, strict=True)], targets
+        )
+        decision = self.cache.get(key)
+        if decision is not None:
+            count("tuning_hits", decision.choice)
+        else:
+            t0 = time.perf_counter()
+            runs, sites = [], []
+            for k in cands:
+                op, sid = timing_site(k, self.where)
+                runs.append((k.name, lambda op=op, sid=sid: op(*args, sid)))
+                sites.append(sid)
             try:
-                lower, upper = _eager_bounds(subgraph, real, self.budget)
-            except Exception as e:
-                return Timing(KEEP, None, f"eager run raised {type(e).__name__}: {e}")
-            if best >= upper:
-                return Timing(KEEP, upper, "eager; every kernel is slower")
-            if best * (1 + autotune.MARGIN) < lower:
-                return Timing(KEEP, lower, "its library calls alone; a kernel is faster")
-        fn = subgraph.compile(list(real))
-        if fn is None:
-            return Timing(KEEP, None, f"Inductor failed: {subgraph.compile_error}")
-        tensors = [a for a in real if isinstance(a, torch.Tensor)]
-        (t,) = autotune.measure([(KEEP, lambda: fn(*tensors))], device, self.budget)
-        t.note = "Inductor"
-        return t
+                with uncounted():
+                    device = next(
+                        (a.device.type for a in args if isinstance(a, torch.Tensor)), "cpu"
+                    )
+                    decision = decide(
+                        runs, cs.fallback, list(args), device, self.budget, self.where
+                    )
+            finally:
+                for sid in sites:
+                    drop_site(sid)
+            count("tuning_misses", decision.choice)
+            count("tuning_us", decision.choice, int((time.perf_counter() - t0) * 1e6))
+            self.cache.put(key, decision)
+        choice = decision.choice
+        if choice not in (KEEP, cs.kernel.name) and choice not in self._siblings:
+            k = next((k for k in cands if k.name == choice), None)
+            if k is None:  # a stale cache entry
+                choice = cs.kernel.name
+            else:  # calls in this bucket go to k, at a site of its own, falling back alike
+                sid = new_site(CallSite(k, cs.pattern, cs.node, cs.user_line, cs.fallback))
+                self._siblings[choice] = (bind(k), sid)
+                weakref.finalize(self, drop_site, sid)
+        self.choices[buckets] = choice
+        return choice
 
 
-def _device(args: Sequence[Any], tuner: Tuner) -> str:
+def _device(args: Sequence[Any]) -> str:
     for a in args:
         v = a.meta.get("val") if isinstance(a, fx.Node) else None
         if isinstance(v, torch.Tensor):

@@ -15,6 +15,7 @@ on the FX graph, which is the graph that gets compiled.
 from __future__ import annotations
 
 import copy
+import hashlib
 import operator
 import time
 from collections import Counter
@@ -26,7 +27,7 @@ import torch
 import torch.fx as fx
 from pdlkit.matcher import natives
 from pdlkit.matcher.canonicalize import weight_views
-from pdlkit.matcher.choose import Tuner
+from pdlkit.matcher.choose import BucketChoice, Tuner
 from pdlkit.matcher.patterns import Pattern, PatternSet, nested_ops, read_pdl_module
 from pdlkit.matcher.report import GraphReport, NearMiss, Substitution, describe_value
 from pdlkit.matcher.to_mlir import import_graph, new_context
@@ -86,6 +87,7 @@ class Record:
     slice: list[fx.Node]  # original FX nodes the call stands for, in graph order
     passed_over: list[str] = field(default_factory=list)  # kernels not chosen, and why
     tuning: str = ""  # the measured choice: candidates' times (matcher/choose.py)
+    dispatch: BucketChoice | None = None  # per-bucket choice at run time (dynamic dims)
     # where the call goes: before the first replaced root (None), or right after this argument
     after: NodeRef | SubRef | None = None
     pos: tuple[int, int] = (0, 0)  # that place, as (original node index, rank among calls there)
@@ -255,6 +257,7 @@ class _Session:
         self.claimed: set[str] = set()  # roots replaced (dead until the walk ends)
         self.sliced: dict[fx.Node, list[int]] = {}  # node -> records whose slice it is in
         self.poison: ir.Value | None = None  # what dead roots read until they are erased
+        self.dispatch: BucketChoice | None = None  # of the match being picked
         self.near: list[NearMiss] = []
         self.errors: list[str] = []
         self.pattern: Pattern = cast(Pattern, None)  # set before each walk
@@ -373,6 +376,7 @@ class _Session:
         if picked is None:
             return False
         k, sl, passed_over, tuning = picked
+        dispatch, self.dispatch = self.dispatch, None
         place = self._placement(refs, outputs, sl)
         if isinstance(place, str):
             self.near_miss(tuple(root_names), place)
@@ -380,7 +384,9 @@ class _Session:
         idx = len(self.records)
         self._replace_roots(roots, [a for a in args if isinstance(a, ir.Value)], k, idx)
         self.records.append(
-            Record(self.pattern, op_name, k, refs, outputs, sl, passed_over, tuning, *place)
+            Record(
+                self.pattern, op_name, k, refs, outputs, sl, passed_over, tuning, dispatch, *place
+            )
         )
         self.claimed.update(root_names)
         for node in sl:
@@ -515,6 +521,8 @@ class _Session:
             self.near_miss(at, f"kept the replaced subgraph: {decision.describe()}")
             return None
         k = next(k for k in agree if k.name == decision.choice)
+        if pin is None:  # dynamic dims: the other shape buckets choose at run time
+            self.dispatch = self.tuner.dispatcher(op_name, agree, args, sl, at[-1], decision)
         return k, sl, passed_over, decision.describe()
 
     def fx_arg(self, r: Ref) -> Any:
@@ -919,22 +927,37 @@ class _LazyModule:
     def compiled_signatures(self) -> int:
         return len(self._compiled)
 
-    def compile(self, args: Sequence[Any]) -> Any:
+    def compile(self, args: Sequence[Any], constants: Sequence[int] = ()) -> Any:
         """Inductor code for these arguments' signature, called with their tensors alone
-        (non-tensor arguments become literals); None when Inductor fails (``compile_error``)."""
+        (non-tensor arguments become literals); None when Inductor fails (``compile_error``).
+
+        The tensors at ``constants`` become the module's own buffers, as a model's weights
+        are under Inductor's freezing (``matcher/choose.py`` times a subgraph so, since with
+        freezing Inductor lowers int8 subgraphs to oneDNN); the code then takes the other
+        tensors alone."""
         from torch._inductor.compile_fx import compile_fx
 
         gm = copy.deepcopy(self.module())
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-        for ph, a in zip(placeholders, args, strict=True):
-            if not isinstance(a, torch.Tensor):
-                for user in list(ph.users):
-                    user.args = fx.map_arg(user.args, lambda n, ph=ph, a=a: a if n is ph else n)  # type: ignore[misc]
-                    user.kwargs = fx.map_arg(user.kwargs, lambda n, ph=ph, a=a: a if n is ph else n)  # type: ignore[misc]
-                gm.graph.erase_node(ph)
+        for i, (ph, a) in enumerate(zip(placeholders, args, strict=True)):
+            if isinstance(a, torch.Tensor) and i not in constants:
+                continue
+            value: Any = a
+            if isinstance(a, torch.Tensor):
+                gm.register_buffer(f"_pdlkit_constant{i}", a)
+                with gm.graph.inserting_before(ph):
+                    value = gm.graph.get_attr(f"_pdlkit_constant{i}")
+                    value.meta = dict(ph.meta)
+            for user in list(ph.users):
+                user.args = fx.map_arg(user.args, lambda n, ph=ph, v=value: v if n is ph else n)  # type: ignore[misc]
+                user.kwargs = fx.map_arg(user.kwargs, lambda n, ph=ph, v=value: v if n is ph else n)  # type: ignore[misc]
+            gm.graph.erase_node(ph)
         gm.recompile()
+        inputs = [
+            a for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in constants
+        ]
         try:
-            return compile_fx(gm, [a for a in args if isinstance(a, torch.Tensor)])
+            return compile_fx(gm, inputs)
         except Exception as e:  # keep interpreting: slower, still the right numbers
             self.compile_error = f"{type(e).__name__}: {e}"
             return None
@@ -986,6 +1009,63 @@ def _fallback_module(gm: fx.GraphModule, s: _Session, rec: Record) -> _LazyModul
     return _LazyModule(gm, _SubgraphSpec(tuple(bindings), nodes, tuple(rec.outputs), len(rec.args)))
 
 
+def _intercept(rec: Record, mode: str | None) -> Any:
+    """What wraps each call of the site: per-bucket choice (dynamic dims), first-call
+    verification of the kernel it runs, both, or neither."""
+    verifier = (
+        FirstCallVerifier(rec.pattern.tolerance, rec.pattern.timeout)
+        if mode == "first_call"
+        else None
+    )
+    if rec.dispatch is None:
+        return verifier
+    rec.dispatch.inner = verifier
+    return rec.dispatch
+
+
+def _fingerprint(gm: fx.GraphModule) -> str:
+    """What makes two compiled graphs' call sites interchangeable: the graph's text, its
+    inputs' shapes and dtypes, and the identity of its constants (with Inductor's freezing,
+    the weights: two models of one architecture must not share sites then)."""
+    h = hashlib.sha256(str(gm.graph).encode())
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            v = n.meta.get("val")
+            h.update(repr((getattr(v, "shape", v), getattr(v, "dtype", None))).encode())
+        elif n.op == "get_attr":
+            obj: Any = gm
+            for part in str(n.target).split("."):
+                obj = getattr(obj, part, None)
+            h.update(f"{n.target}={id(obj)}".encode())
+    return h.hexdigest()
+
+
+def _site_key(graph_id: str, rec: Record, site: CallSite) -> int:
+    """A call site's id, stable across compilations of the same graph (binding.new_site):
+    the constant Inductor's FX graph cache sees is then the same, and a recompile after
+    ``torch._dynamo.reset()`` finds the code it compiled before."""
+    k = rec.kernel
+    text = "|".join(
+        map(
+            str,
+            (
+                graph_id,
+                site.node,
+                k.name,
+                k.version,
+                k.digest,
+                rec.pattern.where,
+                site.verify,
+                type(site.intercept).__name__,
+                rec.pattern.tolerance,
+                site.transposed,
+                site.guard,
+            ),
+        )  # fmt: skip
+    )
+    return int(hashlib.sha256(text.encode()).hexdigest()[:15], 16) | (1 << 61)
+
+
 def _user_line(node: fx.Node) -> str:
     trace = node.meta.get("stack_trace") or ""
     lines = [ln.strip() for ln in trace.strip().splitlines() if ln.strip().startswith("File ")]
@@ -1025,6 +1105,7 @@ def _rewrite_fx(gm: fx.GraphModule, s: _Session, verify: bool | str) -> list[Sub
             return outs_of[r.record][r.index]
         return s.fx_node(r)
 
+    graph_id = _fingerprint(gm)  # before any edit
     for k, rec in enumerate(s.records):
         anchor = max(rec.outputs, key=lambda n: s.order.get(n, -1))
         root = cast(fx.Node, anchor.args[0]) if anchor.target is operator.getitem else anchor
@@ -1040,15 +1121,15 @@ def _rewrite_fx(gm: fx.GraphModule, s: _Session, verify: bool | str) -> list[Sub
             user_line=_user_line(root),
             fallback=fallbacks[k],
             verify=mode == "strict",
-            intercept=FirstCallVerifier(rec.pattern.tolerance, rec.pattern.timeout)
-            if mode == "first_call"
-            else None,
+            intercept=_intercept(rec, mode),
             guard=needs_guard(rec.kernel, [s.example(r) for r in rec.args]),
             transposed=transposed,
         )
         op = bind(rec.kernel)
         with _call_goes(graph, s, rec, outs_of):
-            call = graph.call_function(op, (*args, new_site(site, gm)))
+            call = graph.call_function(
+                op, (*args, new_site(site, gm, _site_key(graph_id, rec, site)))
+            )
         call.meta.update(
             {k2: v for k2, v in root.meta.items() if k2 in ("stack_trace", "nn_module_stack")}
         )

@@ -117,7 +117,9 @@ def bucket(n: int) -> int:
 
 def site_key(parts: Sequence[Any]) -> str:
     """A stable key for one site's decision (parts are JSON-able: names, shapes, dtypes)."""
-    text = json.dumps([*parts, torch.get_num_threads()], sort_keys=True, default=str)
+    # Inductor's freezing changes what the subgraph compiles to (int8: oneDNN's int8 GEMM)
+    freezing = bool(torch._inductor.config.freezing)
+    text = json.dumps([*parts, torch.get_num_threads(), freezing], sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 

@@ -65,6 +65,9 @@ class CallSite:
 # Every live call site by id: compiled code passes the id. A site made for a graph module
 # (new_site's owner) is removed when that module is freed, so that sites die with their graph.
 _SITES: dict[int, CallSite] = {}
+# a stable key (new_site) -> the live sites registered under it, the latest last: compiled
+# code of any of their graphs runs the latest, and an older one takes over when it is freed
+_KEYED: dict[int, list[CallSite]] = {}
 _SITE_IDS = itertools.count(1)
 # re-entrant: an owner's finalizer may run (garbage collection) while this thread holds it
 _SITES_LOCK = threading.RLock()
@@ -94,7 +97,15 @@ class _Owned(list[Any]):
 def _forget(ids: list[tuple[int, CallSite]]) -> None:
     with _SITES_LOCK:
         for sid, cs in ids:
-            if _SITES.get(sid) is cs:  # not a later graph's site under the same key
+            under = _KEYED.get(sid)
+            if under is not None:  # a stable key: the latest live site left takes it
+                if cs in under:
+                    under.remove(cs)
+                if under:
+                    _SITES[sid] = under[-1]
+                    continue
+                del _KEYED[sid]
+            if _SITES.get(sid) is cs:
                 del _SITES[sid]
 
 
@@ -141,6 +152,8 @@ def new_site(site: CallSite, owner: Any = None, key: int | None = None) -> int:
         sid = next(_SITE_IDS) if key is None else key
         _SITES.pop(sid, None)  # a later site under a key: last in registration order
         _SITES[sid] = site
+        if key is not None and owned is not None:
+            _KEYED.setdefault(key, []).append(site)
         if owned is not None:
             owned.ids.append((sid, site))
     return sid

@@ -254,3 +254,71 @@ def test_relative_cache_dir_is_not_used(monkeypatch):
     autotune._WARNED.clear()
     with pytest.warns(UserWarning, match="relative path; decisions are not cached"):
         assert autotune.cache_dir() is None
+
+
+ROWS = """
+@pdlkit.kernel(op="chain", meta=meta, priority=1)
+def rows_chain(a: Tensor, wb: Tensor, wc: Tensor) -> Tensor:
+    if a.shape[0] > 8:  # fast for a few rows only
+        time.sleep(0.05)
+    return a @ (wb.t() @ wc.t())
+"""
+
+
+def test_dynamic_dims_choose_per_bucket_at_run_time(folders):
+    p, k = folders(ROWS)
+    pdlkit.stats(reset=True)
+    _, b, c = inputs()
+    f = pdlkit.optimize(Chain(), patterns=p, kernels=k, autotune="full", dynamic=True)
+    with torch.no_grad():
+        for rows in (4, 4, 300, 300, 5):  # buckets 4, 512, 8
+            a = torch.randn(rows, 1)
+            torch.testing.assert_close(f(a, b, c), Chain()(a, b, c), rtol=1e-4, atol=1e-3)
+    st = pdlkit.stats()
+    assert st["substitutions"] == 1  # one compilation, one site
+    assert st["tuning_misses"] == 3  # the compile-time bucket, then 512 and 8 at run time
+    assert calls(st, "rows_chain") == 3  # the few-rows calls; 300 rows ran the subgraph
+
+
+def test_second_compile_finds_inductors_cached_code(tmp_path, monkeypatch):
+    """Call sites get the same ids in every compilation of the same graph, so the graph
+    Inductor compiles is the same and its FX graph cache hits (compile time, issue 21)."""
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU()).eval()
+    x = torch.randn(4, 16)
+    hits = []
+    for _ in range(2):
+        torch._dynamo.reset()
+        counters.clear()
+        with torch.no_grad():
+            torch.testing.assert_close(pdlkit.optimize(model, autotune="off")(x), model(x))
+        hits.append(counters["inductor"]["fxgraph_cache_hit"])
+    assert hits == [0, 1]
+
+
+def test_an_older_graph_keeps_its_shared_site_when_the_newer_one_is_freed():
+    """Two live compilations of one graph share call-site ids (stable keys, so Inductor's
+    cache hits); when the newer graph is freed, the older one's calls still find a site."""
+    import gc
+
+    from pdlkit.runtime_abi import sites
+
+    def owner():
+        return torch.fx.symbolic_trace(torch.nn.ReLU())
+
+    def site(name):
+        return sites.CallSite(None, name, name, "", lambda *a: None)  # type: ignore[arg-type]
+
+    older, newer = owner(), owner()
+    key = (1 << 61) | 12345
+    assert sites.new_site(site("old"), older, key) == key
+    sites.new_site(site("new"), newer, key)
+    assert sites.site(key).pattern == "new"
+    del newer
+    gc.collect()
+    assert sites.site(key).pattern == "old"
+    del older
+    gc.collect()
+    assert sites.site(key) is None
