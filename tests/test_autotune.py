@@ -16,9 +16,9 @@ import warnings
 import pytest
 import torch
 from conftest import write
+from pdlkit.runtime_abi import autotune
 
 import pdlkit
-from pdlkit.runtime_abi import autotune
 
 N = 384
 
@@ -151,7 +151,9 @@ def test_explain_shows_each_candidates_time_and_the_choice(folders):
 
 def test_pinned_kernel_wins_and_explain_says_what_was_faster(folders, tmp_path):
     p, k = folders(FAST, SLOW)
-    write(p, "pins.yaml", "version: 1\npatterns:\n  - file: chain.pdl.mlir\n    kernel: slow_chain\n")
+    write(
+        p, "pins.yaml", "version: 1\npatterns:\n  - file: chain.pdl.mlir\n    kernel: slow_chain\n"
+    )
     st = run(p / "pins.yaml", k, "full")
     assert calls(st, "slow_chain") == 1 and calls(st, "fast_chain") == 0
     report = pdlkit.explain(
@@ -223,9 +225,7 @@ def test_two_processes_writing_at_once_lose_nothing(tmp_path):
         """
     )
     env = {"PDLKIT_CACHE_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
-    procs = [
-        subprocess.Popen([sys.executable, "-c", script, tag], env=env) for tag in ("a", "b")
-    ]
+    procs = [subprocess.Popen([sys.executable, "-c", script, tag], env=env) for tag in ("a", "b")]
     assert [pr.wait(timeout=120) for pr in procs] == [0, 0]
     (path,) = (tmp_path / "autotune").glob("host-*.json")
     keys = json.loads(path.read_text())["decisions"].keys()
