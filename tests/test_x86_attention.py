@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _codes_close(out: torch.Tensor, want: torch.Tensor, share: float = 0.15) -> None:
-    """Within one code everywhere, and few codes off by one (BF16 products, see attention.c):
+    """Within one code everywhere, and few codes off by one (BF16 P V, see attention.c):
     up to 10% on these random N(0, 1) inputs with the output range calibrated to 255 codes
     (1.3-1.6% on bert-mini's real activations: benchmarks/x86_attention.py --bert-mini-model)."""
     assert out.shape == want.shape and out.dtype == want.dtype
@@ -53,6 +53,20 @@ def _calibrated(y: torch.Tensor, qmin: int = 0) -> tuple[float, int]:
     lo, hi = min(y.min().item(), 0.0), max(y.max().item(), 0.0)
     scale = (hi - lo) / 255
     return scale, qmin + round(-lo / scale)
+
+
+@pytest.mark.parametrize("std", [3.0, 10.0, 30.0])
+def test_large_activations_stay_within_one_code(std):
+    """q, k of standard deviation 3 to 30 give logits in the tens to thousands, where BF16
+    products (2^-9 relative each) would move the softmax's weights by far more than a code
+    (3, 20, 55 codes before): such heads compute Q K^T in float32."""
+    g = torch.Generator().manual_seed(int(std))
+    b, h, s, d = 2, 4, 64, 64
+    q, k = (torch.randn(b, h, s, d, generator=g) * std for _ in "qk")
+    v = torch.randn(b, h, s, d, generator=g) * std
+    scale, zp = _calibrated(F.scaled_dot_product_attention(q, k, v))
+    args = (q, k, v, None, 0, 0.0, scale, zp, 0, 255)
+    _codes_close(KERNEL(*args), ref.attention_q(*args))
 
 
 def test_bert_mask_layout_and_fully_masked_rows():

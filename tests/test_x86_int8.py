@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import torch
 from pdlkit.runtime_abi.capability import host
@@ -65,6 +67,27 @@ def test_int8_gemms_become_onednn_calls_matching_pt2e(act, d, h, m, fused):
     assert (st["prepack_misses"], st["prepack_hits"]) == (2, 2)  # weights packed once
 
 
+def test_onednn_kernels_decline_weight_zero_points_which_onednn_ignores():
+    """oneDNN's qlinear_pointwise computes as if every weight zero point were 0: a nonzero one
+    is declined (the reference runs), a zero one still computes."""
+    from pathlib import Path
+
+    from pdlkit.kernels.reference.logical_ops import qlinear
+    from pdlkit.runtime_abi.registry import load_kernel_file
+
+    path = Path(__file__).resolve().parents[1] / "kernels" / "x86" / "qlinear_onednn.py"
+    decl = {k.name: k for k in load_kernel_file(path)}["qlinear_onednn"]
+    g = torch.Generator().manual_seed(0)
+    x_q = torch.randint(0, 256, (2, 16), generator=g, dtype=torch.uint8)
+    w_q = torch.randint(-127, 128, (4, 16), generator=g, dtype=torch.int8)
+    ws, packed = torch.full((4,), 0.01), decl.prepack(w_q, {})
+    zero = torch.zeros(4, dtype=torch.int64)
+    got = decl.fn(x_q, 0.02, 10, packed, ws, zero, None, "none", "")
+    torch.testing.assert_close(got, qlinear(x_q, 0.02, 10, w_q, ws, zero, None, "none", ""))
+    with pytest.raises(pdlkit.KernelUnsupported, match="weight zero points"):
+        decl.fn(x_q, 0.02, 10, packed, ws, torch.tensor([0, 3, -5, 127]), None, "none", "")
+
+
 def test_quantized_3d_activations(tmp_path):
     torch.manual_seed(0)
     x = torch.randn(2, 8, 16)
@@ -110,9 +133,9 @@ def test_residual_add_through_eval_dropout_is_a_binary_post_op(tmp_path):
         shipped.counts() == {"qlinear_dropout_add_layer_norm": 1}
         and shipped.silent_patterns()["qlinear_add_dropout"] == "disabled"
     )
-    (tmp_path / "on.yaml").write_text(
-        f"version: 1\npatterns:\n  - file: {shipped_patterns() / 'x86' / 'qlinear_add.pdl.mlir'}\n"
-    )
+    # a manifest lists files in its folder only: a copy of the shipped pattern file, enabled
+    shutil.copy(shipped_patterns() / "x86" / "qlinear_add.pdl.mlir", tmp_path)
+    (tmp_path / "on.yaml").write_text("version: 1\npatterns:\n  - file: qlinear_add.pdl.mlir\n")
     assert pdlkit.explain(q, x, patterns=tmp_path).counts() == {"qlinear_add_dropout": 1}
     with torch.no_grad():
         torch.testing.assert_close(

@@ -349,7 +349,7 @@ static void epilogue_int8(const qgemm_args* g, int32_t tile[MR][NR], int rows, i
     for (int h = 0; h < 2; ++h) {
       int c = 4 * h;
       int32x4_t acc = vld1q_s32(&tile[i][c]);
-      /* sum_k (x - zp) w = sum_k x w - zp * colsum (exact in int32 for K < 65536) */
+      /* sum_k (x - zp) w = sum_k x w - zp * colsum (exact: qlinear_run bounds K) */
       acc = vmlsq_n_s32(acc, vld1q_s32(colsum + n0 + c), zp_eff);
       f[h] = v_post(vmlaq_f32(vld1q_f32(bias + c), vcvtq_f32_s32(acc), vld1q_f32(scale + c)),
                     g->post);
@@ -658,7 +658,6 @@ static int32_t qlinear_run(const pdlkit_call_frame* f, qmode mode, int use_sdot,
   int x_unsigned = pdlkit_dtype_is(x->dtype, kDLUInt, 8);
   if (!x_unsigned && !pdlkit_dtype_is(x->dtype, kDLInt, 8))
     return ERR(f, PDLKIT_INVALID_ARGUMENT, "x_q must be uint8 or int8");
-  if (k >= 65536) return ERR(f, PDLKIT_UNSUPPORTED, "K = %lld: int32 zero-point correction could wrap", (long long)k);
   /* weight scales and zero points */
   float w_scale_pt = 0.0f;
   int64_t ns = 1, nz = 0;
@@ -705,6 +704,18 @@ static int32_t qlinear_run(const pdlkit_call_frame* f, qmode mode, int use_sdot,
     g.x_scale = (float)s->f;
     g.x_zp = (int32_t)z->i;
   }
+  /* The int32 sums (MMLA / SDOT accumulators and the zero-point term, all modulo 2^32) end on
+   * the exact sum_k (x - x_zp) w when it fits in int32: each term is at most A * 128 with
+   * A = max |x - x_zp| over the activation's 8-bit range (weights symmetric, in [-128, 127]),
+   * so K A 128 <= 2^31 - 1: K <= 65793 for any in-range x_zp (131071 for a centred one). */
+  {
+    const int64_t lo = x_unsigned ? 0 : -128, hi = x_unsigned ? 255 : 127;
+    const int64_t a = g.x_zp - lo > hi - g.x_zp ? g.x_zp - lo : hi - g.x_zp;
+    if (k > INT32_MAX / (a * 128)) /* a >= 127 */
+      return ERR(f, PDLKIT_UNSUPPORTED,
+                 "K = %lld with x_zp %d: int32 sums could overflow (exact for K * %lld * 128 < 2^31)",
+                 (long long)k, (int)g.x_zp, (long long)a);
+  }
   g.post = post_of(f->attrs, f->num_attrs, "post_op", "algorithm", NULL);
   if (g.post < 0) return ERR(f, PDLKIT_UNSUPPORTED, "post op not none / relu / gelu(none|tanh)");
   DLTensor* y = &f->outputs[0];
@@ -722,6 +733,20 @@ static int32_t qlinear_run(const pdlkit_call_frame* f, qmode mode, int use_sdot,
     g.out_kind = sgn ? 2 : 1;
     g.inv_out_scale = (float)(1.0 / os->f);
     g.out_zp = (int32_t)oz->i, g.out_qmin = (int32_t)lo->i, g.out_qmax = (int32_t)hi->i;
+  }
+  /* Finite epilogue terms, |x_scale w_scale| 2^31 + |bias| (times 1 / out_scale) within float
+   * range: then no value the epilogue computes is NaN or inf (a NaN would requantize to the zero
+   * point, where torch's quantize_per_tensor gives 0); else the reference runs. */
+  {
+    const double inv = g.out_kind ? fabs((double)g.inv_out_scale) : 1.0;
+    int ok = isfinite(inv);
+    for (int64_t i = 0; ok && i < n; ++i) {
+      const double t = (fabs((double)g.x_scale * g.w_scale[g.w_scale_n == 1 ? 0 : i]) * 2147483648.0 +
+                        (g.bias ? fabs((double)g.bias[i]) : 0.0)) * inv;
+      ok = t <= 3.0e38;
+    }
+    if (!ok)
+      return ERR(f, PDLKIT_UNSUPPORTED, "a scale or bias is not finite (or could overflow float32)");
   }
   if (m == 0 || n == 0) return PDLKIT_OK;
   qgemm(&g);

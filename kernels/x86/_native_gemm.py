@@ -43,6 +43,21 @@ def load_gemm_library(
     return lib
 
 
+INT32_MAX = 2**31 - 1
+
+
+def int32_exact_k(x_zp: int, w_zp_lo: int = 0, w_zp_hi: int = 0) -> int:
+    """The longest K for which every ``sum_k (x - x_zp) (w - w_zp)`` over uint8 ``x`` and int8
+    ``w`` (``w_zp`` in ``[w_zp_lo, w_zp_hi]``) fits in int32, so that an int32 accumulator
+    (which wraps modulo 2^32, as VNNI's ``vpdpbusd`` does) ends on the exact sum. Each term is
+    at most ``A * B`` in magnitude, ``A = max(|x_zp|, |255 - x_zp|)``, ``B = max(w_zp_hi + 128,
+    127 - w_zp_lo)``, and x = 0 or 255 with w = -128 throughout reaches it: 65793 for symmetric
+    weights and any x_zp in [0, 255], 131071 for x_zp = 128, 33025 for any 8-bit zero points."""
+    a = max(abs(x_zp), abs(255 - x_zp))
+    b = max(w_zp_hi + 128, 127 - w_zp_lo)
+    return INT32_MAX // (a * b)  # a >= 128, b >= 128
+
+
 def storage_alias(t: Tensor) -> Tensor:
     """A tensor over ``t``'s storage that holds no reference to ``t`` itself: a pre-pack can
     keep it (for oneDNN's packed copy, made on first need) while the pre-pack cache still

@@ -32,20 +32,29 @@
  * out_zp, out_qmin, out_qmax: the quantization; out_qmin >= 0 gives uint8, else int8.
  * Output: a new contiguous [B, H, Sq, D] (attention_q) or [B, Sq, H * D]
  * (attention_q_merged) uint8 / int8 tensor. A fully masked row gives
- * zeros before quantization (= out_zp), as torch's SDPA does on the CPU.
+ * zeros before quantization (= out_zp), as torch's SDPA does on the CPU; a float mask of
+ * -FLT_MAX (torch.finfo.min, HF's) is a finite number as in torch (a row of it averages v).
+ * Declined (PDLKIT_UNSUPPORTED: the reference runs, whose NaN / inf results are torch's):
+ * q, k or v with a NaN or an infinity (or beyond about 1e19, whose square overflows), and a
+ * NaN or +inf in the float mask or the scores (-inf masks out, as in torch).
  *
  * Method, per (b, h) (two-pass softmax over whole rows, MR query rows at a time):
  *   1. Pack K and V to BF16 in the pair layout of _mm512_dpbf16_ps (a 32-bit lane of it
  *      holds two bf16, multiplied pairwise and added to one fp32 accumulator):
  *        kp[D/2][SkP] words, word (d2, j) = (k[j, 2 d2], k[j, 2 d2 + 1])   (16x16 transposes)
  *        vp[Sk/2][DP] words, word (j2, d) = (v[2 j2, d], v[2 j2 + 1, d])   (one vpermw)
- *      zero padded: odd D, odd Sk, SkP = Sk and DP = D rounded up to 16.
- *   2. Q rows -> bf16 pair words; S = Q K^T with MR x 64 fp32 accumulators (4 zmm per row):
- *      per pair d2, one broadcast q word per row and 4 loads of kp[d2]; one dpbf16 each.
+ *      zero padded: odd D, odd Sk, SkP = Sk and DP = D rounded up to 16; and max_j |k_j|^2
+ *      (one dpbf16 of each transposed word with itself: a row's squares in its lane).
+ *   2. Q rows -> bf16 pair words (and |q_i|^2 the same way); S = Q K^T with MR x 64 fp32
+ *      accumulators (4 zmm per row): per pair d2, one broadcast q word per row and 4 loads of
+ *      kp[d2]; one dpbf16 each. Where a logit of the MR rows could exceed QK_BF16_MAX = 16
+ *      (|q_i| |k_j| scale, Cauchy-Schwarz), S in float32 instead: K packed once per head as
+ *      kf[D][SkP] floats (16x16 transposes), per d one broadcast q per row, 4 loads, 16 FMAs.
  *   3. Softmax in fp32, the MR rows phase by phase (their max / sum reductions overlap):
- *      t = s * scale * log2(e) (+ mask * log2(e); -inf where masked out, by is_causal, or past
- *      Sk), m = max t, p = 2^(t - m) by our own vectorised exp2 (round to nearest n,
- *      f = t - n in [-0.5, 0.5], degree-5 polynomial, vscalefps by n; no libm). p is rounded
+ *      t = s * scale * log2(e) (-inf where masked out, by is_causal, or past Sk; with a float
+ *      mask t = s * scale + mask, times log2(e) after subtracting the max), m = max t,
+ *      p = 2^(t - m) by our own vectorised exp2 (round to nearest n, f = t - n in
+ *      [-0.5, 0.5], degree-5 polynomial, vscalefps by n; no libm). p is rounded
  *      to bf16 for the P V product and the row sum adds the rounded values, so the weights the
  *      product uses sum to exactly 1 after normalisation. A bool mask row that is one value
  *      (stride 0 along Sk: HF BERT's expanded mask) costs nothing per element.
@@ -55,23 +64,28 @@
  *
  * Precision. The products use BF16 inputs (8-bit significand, relative rounding <= 2^-9)
  * with FP32 accumulation; softmax, normalisation and quantization are FP32. The result is an
- * 8-bit code right after: one step is out_scale, about 1/255 of the calibrated output range,
- * while the BF16 rounding perturbs the result by a few 1e-3 relative (mostly from q and k:
- * an error of the logits moves the weights; it averages out over the D- and Sk-long sums).
- * Values within that distance of a rounding boundary land on the neighbouring code. Measured
- * (benchmarks/x86_attention.py, tests/test_x86_attention.py): on bert-mini's PT2E activations
- * 1.3-1.6% of the codes differ by one from FP32 SDPA + quantize, none by more; on random
- * N(0, 1) q, k, v with the output range calibrated, 4-10%, none by more. It is not a bound:
- * with an out_scale much finer than the inputs' spread (a badly calibrated quantizer) a code
- * can move by two.
+ * 8-bit code right after: one step is out_scale, about 1/255 of the calibrated output range.
+ * A logit's error from BF16 q and k grows with |q| |k| (2^-8 of sum_d |q_d k_d| at most): on
+ * logits in the tens (q, k of standard deviation 3, 10, 30 at D = 64) BF16 Q K^T moved codes by
+ * 3, 20, 55. Hence float32 Q K^T wherever a logit could exceed 16 (step 2); below, the logit
+ * errors stay under about 0.06 (typically 0.002). P and V in BF16 move the output by at most
+ * 2^-9 (max |v| + range of v): below a code where out_scale is calibrated on outputs that span
+ * v's range, and averaged out over the Sk-long sums otherwise. Measured against FP32 SDPA +
+ * quantize (tests/test_x86_attention.py, benchmarks/x86_attention.py): random q, k, v of
+ * standard deviation 0.8 to 100, D 8 to 256, S 16 to 384, outlier tokens, output range
+ * calibrated: no code off by more than one, 1-9% off by one; bert-mini's PT2E activations:
+ * 1.3-1.6% off by one. It is not a bound: with an out_scale much finer than v's values (a
+ * badly calibrated quantizer) a code can move by two.
  *
  * Threads: built with -fopenmp (attention.py tries that first), calls of 2^20 multiply-adds
  * (B H Sq Sk D) or more share their heads over torch's OpenMP threads, each thread with its
- * own scratch (allocated per call); otherwise, and without OpenMP, one thread. Memory: about 4 Sk D bytes of packed K and V plus row buffers; the host's
- * workspace (WORKSPACE_BYTES, 256 KiB) holds them up to Sk D of about 60000 (Sk 512 with
- * D 64, Sk 256 with D up to 200); larger calls allocate their scratch with aligned_alloc and
+ * own scratch (allocated per call); otherwise, and without OpenMP, one thread. Memory: about
+ * 8 Sk D bytes of packed K (bf16 pairs and float32) and V plus row buffers; the host's
+ * workspace (WORKSPACE_BYTES, 576 KiB, one per thread, reused) holds them up to Sk D of about
+ * 70000 (Sk 512 with D 128); larger calls allocate their scratch with aligned_alloc and
  * free it before returning (declining if that fails). Sk and D up to 65536.
  */
+#include <float.h>
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
@@ -91,8 +105,10 @@
 
 enum { MR = 4, NV = 4 };                /* micro-tile: MR rows x NV zmm (64 fp32 columns) */
 enum { MAX_DIM = 1 << 16 };             /* Sk and D beyond this are declined */
-#define WORKSPACE_BYTES ((size_t)256 << 10)
+#define WORKSPACE_BYTES ((size_t)576 << 10)
 #define LOG2E 1.44269504088896340736f
+/* BF16 Q K^T where every logit |q . k * scale| is at most this (by the row norms), else FP32 */
+#define QK_BF16_MAX 16.0f
 
 typedef struct {
   const float *q, *k, *v;
@@ -102,7 +118,7 @@ typedef struct {
   int mask_float;
   int64_t ms[4];       /* mask strides in elements, 0 on broadcast dims */
   int causal;
-  float alpha;         /* scale * log2(e) */
+  float scale;         /* the softmax scale (1 / sqrt(D) for None) */
   float inv_out_scale;
   int32_t zp, qmin, qmax;
   int8_t* out;         /* bytes; row (b, h, i) at out + b os[0] + h os[1] + i os[2] */
@@ -111,7 +127,7 @@ typedef struct {
 
 typedef struct { /* sizes of the scratch buffers for one call */
   int64_t SkP, DP, D2, D2P, Sk2;
-  size_t kp, vp, qb, sb, pb, mrow, total; /* byte offsets; total = size */
+  size_t kp, kf, vp, qb, sb, pb, mrow, total; /* byte offsets; total = size */
 } attn_layout;
 
 static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
@@ -125,6 +141,7 @@ static attn_layout layout_of(int64_t Sk, int64_t D) {
   L.Sk2 = (Sk + 1) / 2;
   size_t off = 0;
   L.kp = off, off += round64((size_t)(L.D2 * L.SkP) * 4);
+  L.kf = off, off += round64((size_t)(D * L.SkP) * 4); /* K in float32, where a block needs it */
   L.vp = off, off += round64((size_t)(L.Sk2 * L.DP) * 4);
   L.qb = off, off += round64((size_t)(MR * L.D2P) * 4);
   L.sb = off, off += round64((size_t)(MR * L.SkP) * 4);
@@ -177,9 +194,10 @@ INLINE BF16_TARGET void transpose16(__m512i r[16]) {
 
 /* 2^x for x <= 0 (and -inf): n = round(x), f = x - n in [-0.5, 0.5], 2^f by its Taylor
  * polynomial of degree 5 (relative error < 3e-6, far below the bf16 rounding that follows),
- * times 2^n by vscalefps. x is clamped at -150 so that -inf gives exactly 0. */
+ * times 2^n by vscalefps. x is clamped at -150 so that -inf gives exactly 0; NaN stays NaN
+ * (vmaxps returns its second operand where one is NaN). */
 INLINE BF16_TARGET __m512 exp2_ps(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-150.0f));
+  x = _mm512_max_ps(_mm512_set1_ps(-150.0f), x);
   __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 f = _mm512_sub_ps(x, n);
   __m512 p = _mm512_set1_ps(1.3333558146e-3f);
@@ -193,27 +211,57 @@ INLINE BF16_TARGET __m512 exp2_ps(__m512 x) {
 
 /* ---- packing -------------------------------------------------------------------------- */
 
-/* kp[d2][j] (row length SkP) = bf16 pair (k[j, 2 d2], k[j, 2 d2 + 1]); zero past Sk / D. */
-static BF16_TARGET void pack_k(const float* k, int64_t ld, int64_t Sk, int64_t D,
-                               const attn_layout* L, uint32_t* kp) {
+/* kp[d2][j] (row length SkP) = bf16 pair (k[j, 2 d2], k[j, 2 d2 + 1]); zero past Sk / D.
+ * Returns max_j |k_j|^2 of the bf16 values (one dpbf16 of each transposed word with itself
+ * adds a pair's squares to its row's lane; inf for huge values). */
+static BF16_TARGET float pack_k_bf16(const float* k, int64_t ld, int64_t Sk, int64_t D,
+                                     const attn_layout* L, uint32_t* kp) {
   __m512i r[16];
+  __m512 kmax = _mm512_setzero_ps();
   for (int64_t j0 = 0; j0 < L->SkP; j0 += 16) {
+    __m512 n2 = _mm512_setzero_ps();
     for (int64_t w0 = 0; w0 < L->D2; w0 += 16) {
       for (int i = 0; i < 16; ++i)
         r[i] = j0 + i < Sk ? pair_words(k + (j0 + i) * ld, 2 * w0, D) : _mm512_setzero_si512();
       transpose16(r);
       int64_t nw = L->D2 - w0 < 16 ? L->D2 - w0 : 16;
-      for (int64_t c = 0; c < nw; ++c) _mm512_storeu_si512(kp + (w0 + c) * L->SkP + j0, r[c]);
+      for (int64_t c = 0; c < nw; ++c) {
+        _mm512_storeu_si512(kp + (w0 + c) * L->SkP + j0, r[c]);
+        n2 = _mm512_dpbf16_ps(n2, (__m512bh)r[c], (__m512bh)r[c]);
+      }
+    }
+    kmax = _mm512_max_ps(kmax, n2);
+  }
+  return _mm512_reduce_max_ps(kmax);
+}
+
+/* kf[d][j] (row length SkP) = k[j, d], float32 (K transposed); zero past Sk. */
+static BF16_TARGET void pack_k_f32(const float* k, int64_t ld, int64_t Sk, int64_t D,
+                                   const attn_layout* L, float* kf) {
+  __m512i r[16];
+  for (int64_t j0 = 0; j0 < L->SkP; j0 += 16) {
+    for (int64_t d0 = 0; d0 < D; d0 += 16) {
+      const __mmask16 m = first_n(D - d0);
+      for (int i = 0; i < 16; ++i)
+        r[i] = j0 + i < Sk ? _mm512_castps_si512(_mm512_maskz_loadu_ps(m, k + (j0 + i) * ld + d0))
+                           : _mm512_setzero_si512();
+      transpose16(r);
+      int64_t nd = D - d0 < 16 ? D - d0 : 16;
+      for (int64_t c = 0; c < nd; ++c) _mm512_storeu_si512(kf + (d0 + c) * L->SkP + j0, r[c]);
     }
   }
 }
 
-/* vp[j2][d] (row length DP) = bf16 pair (v[2 j2, d], v[2 j2 + 1, d]); zero past Sk / D. */
-static BF16_TARGET void pack_v(const float* v, int64_t ld, int64_t Sk, int64_t D,
-                               const attn_layout* L, uint32_t* vp) {
+/* vp[j2][d] (row length DP) = bf16 pair (v[2 j2, d], v[2 j2 + 1, d]); zero past Sk / D.
+ * Returns the sum of the products v[2 j2, d] v[2 j2 + 1, d] (and v * 0 for odd Sk): NaN or inf
+ * where some v is not finite (or past 1e19 in magnitude, which the caller also declines). */
+static BF16_TARGET __m512 pack_v(const float* v, int64_t ld, int64_t Sk, int64_t D,
+                                 const attn_layout* L, uint32_t* vp) {
   const __m512i interleave = _mm512_set_epi16(
       31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
       23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);  /* element i: 0, 16, 1, 17.. */
+  const __m512 zero = _mm512_setzero_ps();
+  __m512 nf = zero;
   for (int64_t j2 = 0; j2 < L->Sk2; ++j2) {
     const float* r0 = v + 2 * j2 * ld;
     const float* r1 = r0 + ld;
@@ -221,17 +269,37 @@ static BF16_TARGET void pack_v(const float* v, int64_t ld, int64_t Sk, int64_t D
     for (int64_t d0 = 0; d0 < L->DP; d0 += 16) {
       __mmask16 m = first_n(D - d0);
       __m512 a = _mm512_maskz_loadu_ps(m, r0 + d0);
-      __m512 b = has1 ? _mm512_maskz_loadu_ps(m, r1 + d0) : _mm512_setzero_ps();
+      __m512 b = has1 ? _mm512_maskz_loadu_ps(m, r1 + d0) : zero;
+      nf = _mm512_fmadd_ps(a, b, nf); /* a * 0 for odd Sk: NaN for a non-finite a */
       __m512i ab = (__m512i)_mm512_cvtne2ps_pbh(b, a); /* a0..a15, b0..b15 */
       _mm512_storeu_si512(vp + j2 * L->DP + d0, _mm512_permutexvar_epi16(interleave, ab));
     }
   }
+  return nf;
+}
+
+/* max over r < MR of the lane sums of a[r] (a 4 x 16 transposing reduction); NaN where one
+ * is NaN */
+INLINE BF16_TARGET float max_row_sum4(const __m512 a[MR]) {
+  const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a[0], a[1]), _mm512_unpackhi_ps(a[0], a[1]));
+  const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(a[2], a[3]), _mm512_unpackhi_ps(a[2], a[3]));
+  /* per 128-bit lane: a, b, c, d partial sums after these two adds */
+  __m512 x = _mm512_add_ps(
+      _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(ab), _mm512_castps_pd(cd))),
+      _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(ab), _mm512_castps_pd(cd))));
+  x = _mm512_add_ps(x, _mm512_shuffle_f32x4(x, x, 0x4E)); /* + the other 256-bit half */
+  x = _mm512_add_ps(x, _mm512_shuffle_f32x4(x, x, 0xB1)); /* + the neighbouring 128 bits */
+  __m128 m = _mm512_castps512_ps128(x);                  /* the 4 rows' sums, in some order */
+  if (_mm_movemask_ps(_mm_cmpunord_ps(m, m))) return NAN; /* vmaxps would drop it */
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+  return _mm_cvtss_f32(m);
 }
 
 /* ---- micro-kernels -------------------------------------------------------------------- */
 
 /* acc[r][0 .. 16 nv) = sum_w a[r][w] . b[w][0 .. 16 nv) over w < n (MR rows of bf16 pair
- * words against n rows of ldb words): the product loop of Q K^T and of P V. */
+ * words against n rows of ldb words): the product loop of P V and of BF16 Q K^T. */
 INLINE BF16_TARGET void dot_tile(const int nv, const uint32_t* a, int64_t lda, int64_t n,
                                  const uint32_t* b, int64_t ldb, __m512 acc[MR][NV]) {
   for (int r = 0; r < MR; ++r)
@@ -247,10 +315,28 @@ INLINE BF16_TARGET void dot_tile(const int nv, const uint32_t* a, int64_t lda, i
 }
 
 /* s[r][0 .. 16 nv) = sum_d2 qb[r][d2] . kp[d2][0 .. 16 nv)  (MR rows, bf16 pairs). */
-INLINE BF16_TARGET void qk_tile(const int nv, const uint32_t* qb, int64_t ldq, int64_t d2n,
-                                const uint32_t* kp, int64_t ldk, float* s, int64_t lds) {
+INLINE BF16_TARGET void qk_tile_bf16(const int nv, const uint32_t* qb, int64_t ldq, int64_t d2n,
+                                     const uint32_t* kp, int64_t ldk, float* s, int64_t lds) {
   __m512 acc[MR][NV];
   dot_tile(nv, qb, ldq, d2n, kp, ldk, acc);
+  for (int r = 0; r < MR; ++r)
+    for (int j = 0; j < nv; ++j) _mm512_storeu_ps(s + r * lds + 16 * j, acc[r][j]);
+}
+
+/* s[r][0 .. 16 nv) = sum_d q[r][d] kf[d][0 .. 16 nv)  (MR rows, float32 FMA). */
+INLINE BF16_TARGET void qk_tile_f32(const int nv, const float* const* q, int64_t D,
+                                    const float* kf, int64_t ldk, float* s, int64_t lds) {
+  __m512 acc[MR][NV];
+  for (int r = 0; r < MR; ++r)
+    for (int j = 0; j < nv; ++j) acc[r][j] = _mm512_setzero_ps();
+  for (int64_t d = 0; d < D; ++d) {
+    __m512 b[NV];
+    for (int j = 0; j < nv; ++j) b[j] = _mm512_loadu_ps(kf + d * ldk + 16 * j);
+    for (int r = 0; r < MR; ++r) {
+      const __m512 a = _mm512_set1_ps(q[r][d]);
+      for (int j = 0; j < nv; ++j) acc[r][j] = _mm512_fmadd_ps(a, b[j], acc[r][j]);
+    }
+  }
   for (int r = 0; r < MR; ++r)
     for (int j = 0; j < nv; ++j) _mm512_storeu_ps(s + r * lds + 16 * j, acc[r][j]);
 }
@@ -282,23 +368,26 @@ INLINE BF16_TARGET void pv_tile(const int nv, const uint32_t* pw, int64_t ldp, i
 
 /* ---- softmax -------------------------------------------------------------------------- */
 
-/* Phase 1 of one row: t = s * scale * log2(e) (+ mask * log2(e)), -inf past `keep` (Sk or
- * is_causal) and where a bool mask is false; stored back into s; returns the lane-wise max. */
+/* Phase 1 of one row: t = s * mul (+ mask), -inf past `keep` (Sk or is_causal) and where a
+ * bool mask is false; stored back into s; returns the lane-wise max. mul is scale log2(e)
+ * (t in log2 units) but for a float mask, which is added as torch adds it, in natural-log
+ * units (mul = scale; exp_row converts after subtracting the max): so a mask of -FLT_MAX, which
+ * torch's masks use, stays finite (times log2(e) it would be -inf, which means "fully masked").
+ * Lanes where a float mask made t NaN are or'ed into *nan (the max below could drop them). */
 INLINE BF16_TARGET __m512 scores_row(float* s, int64_t SkP, int64_t keep, const uint8_t* mrow,
-                                    int mask_float, const attn_params* p) {
+                                    int mask_float, float mul, __mmask16* nan) {
   const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-  const __m512 ninf = _mm512_set1_ps(-INFINITY);
-  const __m512 alpha = _mm512_set1_ps(p->alpha), log2e = _mm512_set1_ps(LOG2E);
+  const __m512 ninf = _mm512_set1_ps(-INFINITY), vmul = _mm512_set1_ps(mul);
   __m512 vmax = ninf;
   for (int64_t j = 0; j < SkP; j += 16) {
-    __m512 t = _mm512_mul_ps(_mm512_loadu_ps(s + j), alpha);
+    __m512 t = _mm512_mul_ps(_mm512_loadu_ps(s + j), vmul);
     __mmask16 ok = _mm512_cmplt_epi32_mask(_mm512_add_epi32(iota, _mm512_set1_epi32((int)j)),
                                            _mm512_set1_epi32((int)keep));
     if (mrow != NULL) {
       __mmask16 in = first_n(keep - j);
       if (mask_float) {
-        __m512 m = _mm512_maskz_loadu_ps(in, (const float*)mrow + j);
-        t = _mm512_fmadd_ps(m, log2e, t);
+        t = _mm512_add_ps(t, _mm512_maskz_loadu_ps(in, (const float*)mrow + j));
+        *nan |= _mm512_cmp_ps_mask(t, t, _CMP_UNORD_Q);
       } else {
         __m128i bytes;
         if (in == 0xFFFF) {
@@ -319,12 +408,15 @@ INLINE BF16_TARGET __m512 scores_row(float* s, int64_t SkP, int64_t keep, const 
   return vmax;
 }
 
-/* Phase 2 of one row: prow = bf16(2^(t - mx)) (zero where t = -inf); returns the lane-wise
- * sums of the rounded values. */
-INLINE BF16_TARGET __m512 exp_row(const float* s, uint16_t* prow, int64_t SkP, float mx) {
-  __m512 vm = _mm512_set1_ps(mx), vsum = _mm512_setzero_ps();
+/* Phase 2 of one row: prow = bf16(2^(t - mx)) (times log2(e) first where t is in natural-log
+ * units, `natural`; zero where t = -inf); returns the lane-wise sums of the rounded values (NaN
+ * where a t was NaN, or +inf with mx = +inf). */
+INLINE BF16_TARGET __m512 exp_row(const float* s, uint16_t* prow, int64_t SkP, float mx,
+                                  const int natural) {
+  __m512 vm = _mm512_set1_ps(mx), vsum = _mm512_setzero_ps(), log2e = _mm512_set1_ps(LOG2E);
   for (int64_t j = 0; j < SkP; j += 16) {
-    __m512 e = exp2_ps(_mm512_sub_ps(_mm512_loadu_ps(s + j), vm));
+    __m512 x = _mm512_sub_ps(_mm512_loadu_ps(s + j), vm);
+    __m512 e = exp2_ps(natural ? _mm512_mul_ps(x, log2e) : x);
     __m256i h = (__m256i)_mm512_cvtneps_pbh(e);
     _mm256_storeu_si256((__m256i*)(prow + j), h);
     vsum = _mm512_add_ps(vsum, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
@@ -346,9 +438,14 @@ static void gather_row(const uint8_t* mrow, int64_t st, int64_t Sk, int mask_flo
 
 /* ---- one (b, h) ----------------------------------------------------------------------- */
 
-static BF16_TARGET void attention_head(const attn_params* p, int64_t b, int64_t h,
-                                       const attn_layout* L, char* ws) {
-  uint32_t* kp = (uint32_t*)(ws + L->kp);
+/* One (b, h). Returns 1 where the call must be declined (the reference, whose NaN / inf results
+ * are torch's, runs instead): a q, k or v that is not finite (or past about 1e19, where |q|^2
+ * overflows), a NaN score or mask value, or +inf (which makes the row's max +inf and its sum
+ * NaN); -inf is fine (masked out). Else 0. */
+static BF16_TARGET int attention_head(const attn_params* p, int64_t b, int64_t h,
+                                      const attn_layout* L, char* ws) {
+  const uint32_t* kp = (const uint32_t*)(ws + L->kp);
+  const float* kf = (const float*)(ws + L->kf);
   uint32_t* vp = (uint32_t*)(ws + L->vp);
   uint32_t* qb = (uint32_t*)(ws + L->qb);
   float* sb = (float*)(ws + L->sb);
@@ -356,30 +453,60 @@ static BF16_TARGET void attention_head(const attn_params* p, int64_t b, int64_t 
   uint8_t* mbuf = (uint8_t*)(ws + L->mrow);
   const int64_t Sq = p->Sq, Sk = p->Sk, D = p->D, SkP = L->SkP;
   const float* q = p->q + b * p->qs[0] + h * p->qs[1];
-  pack_k(p->k + b * p->ks[0] + h * p->ks[1], p->ks[2], Sk, D, L, kp);
-  pack_v(p->v + b * p->vs[0] + h * p->vs[1], p->vs[2], Sk, D, L, vp);
+  const float* kh = p->k + b * p->ks[0] + h * p->ks[1];
+  const float kn = pack_k_bf16(kh, p->ks[2], Sk, D, L, (uint32_t*)kp);
+  const __m512 vsum = pack_v(p->v + b * p->vs[0] + h * p->vs[1], p->vs[2], Sk, D, L, vp);
+  int bad = !(kn <= FLT_MAX) || _mm512_cmp_ps_mask(_mm512_mul_ps(vsum, _mm512_setzero_ps()),
+                                                  _mm512_setzero_ps(), _CMP_NEQ_UQ) != 0;
+  int kf_ready = 0; /* K in float32, packed when the first row block needs it */
   const uint8_t* mhead = NULL;
   const size_t esize = p->mask_float ? 4 : 1;
   if (p->mask) mhead = p->mask + (b * p->ms[0] + h * p->ms[1]) * (int64_t)esize;
   int8_t* out = p->out + b * p->os[0] + h * p->os[1];
   const int64_t ldo = p->os[2];
+  /* scores in log2 units (scale log2(e)), or natural ones with a float mask (scores_row) */
+  const float mul = p->mask_float ? p->scale : p->scale * LOG2E;
   float inv[MR];
 
   for (int64_t i0 = 0; i0 < Sq; i0 += MR) {
     int mr = Sq - i0 < MR ? (int)(Sq - i0) : MR;
-    for (int r = 0; r < MR; ++r)
-      for (int64_t w0 = 0; w0 < L->D2P; w0 += 16)
-        _mm512_storeu_si512(qb + r * L->D2P + w0,
-                            r < mr ? pair_words(q + (i0 + r) * p->qs[2], 2 * w0, D)
-                                   : _mm512_setzero_si512());
-    for (int64_t c0 = 0; c0 < SkP; c0 += 16 * NV) {
-      const uint32_t* kc = kp + c0;
-      float* sc = sb + c0;
-      switch ((SkP - c0) / 16 < NV ? (int)((SkP - c0) / 16) : NV) {
-        case 1: qk_tile(1, qb, L->D2P, L->D2, kc, SkP, sc, SkP); break;
-        case 2: qk_tile(2, qb, L->D2P, L->D2, kc, SkP, sc, SkP); break;
-        case 3: qk_tile(3, qb, L->D2P, L->D2, kc, SkP, sc, SkP); break;
-        default: qk_tile(4, qb, L->D2P, L->D2, kc, SkP, sc, SkP); break;
+    __m512 n2[MR]; /* |q_r|^2 in lanes (bf16 values, as for k) */
+    for (int r = 0; r < MR; ++r) {
+      n2[r] = _mm512_setzero_ps();
+      for (int64_t w0 = 0; w0 < L->D2P; w0 += 16) {
+        const __m512i w = r < mr ? pair_words(q + (i0 + r) * p->qs[2], 2 * w0, D)
+                                 : _mm512_setzero_si512();
+        _mm512_storeu_si512(qb + r * L->D2P + w0, w);
+        n2[r] = _mm512_dpbf16_ps(n2[r], (__m512bh)w, (__m512bh)w);
+      }
+    }
+    /* BF16 products only where no logit of the block can be large: |q_i . k_j| scale <=
+     * |q_i| |k_j| scale <= QK_BF16_MAX (Cauchy-Schwarz); else float32 (see Precision) */
+    const float qn = max_row_sum4(n2);
+    bad |= !(qn <= FLT_MAX);
+    if (p->scale * p->scale * qn * kn <= QK_BF16_MAX * QK_BF16_MAX) {
+      for (int64_t c0 = 0; c0 < SkP; c0 += 16 * NV) {
+        const uint32_t* kc = kp + c0;
+        float* sc = sb + c0;
+        switch ((SkP - c0) / 16 < NV ? (int)((SkP - c0) / 16) : NV) {
+          case 1: qk_tile_bf16(1, qb, L->D2P, L->D2, kc, SkP, sc, SkP); break;
+          case 2: qk_tile_bf16(2, qb, L->D2P, L->D2, kc, SkP, sc, SkP); break;
+          case 3: qk_tile_bf16(3, qb, L->D2P, L->D2, kc, SkP, sc, SkP); break;
+          default: qk_tile_bf16(4, qb, L->D2P, L->D2, kc, SkP, sc, SkP); break;
+        }
+      }
+    } else {
+      if (!kf_ready) pack_k_f32(kh, p->ks[2], Sk, D, L, (float*)kf);
+      kf_ready = 1;
+      const float* qr[MR]; /* rows past Sq repeat the last one (their scores are not used) */
+      for (int r = 0; r < MR; ++r) qr[r] = q + (i0 + (r < mr ? r : mr - 1)) * p->qs[2];
+      for (int64_t c0 = 0; c0 < SkP; c0 += 16 * NV) {
+        switch ((SkP - c0) / 16 < NV ? (int)((SkP - c0) / 16) : NV) {
+          case 1: qk_tile_f32(1, qr, D, kf + c0, SkP, sb + c0, SkP); break;
+          case 2: qk_tile_f32(2, qr, D, kf + c0, SkP, sb + c0, SkP); break;
+          case 3: qk_tile_f32(3, qr, D, kf + c0, SkP, sb + c0, SkP); break;
+          default: qk_tile_f32(4, qr, D, kf + c0, SkP, sb + c0, SkP); break;
+        }
       }
     }
     /* softmax of the MR rows, phase by phase (their reductions overlap) */
@@ -401,19 +528,24 @@ static BF16_TARGET void attention_head(const attn_params* p, int64_t b, int64_t 
           mrow = mbuf;
         }
       }
-      red[r] = scores_row(sb + r * SkP, SkP, keep, mrow, p->mask_float, p);
+      __mmask16 nan = 0;
+      red[r] = scores_row(sb + r * SkP, SkP, keep, mrow, p->mask_float, mul, &nan);
+      bad |= nan != 0;
     }
     for (int r = 0; r < MR; ++r) mx[r] = _mm512_reduce_max_ps(red[r]);
     for (int r = 0; r < MR; ++r) {
       red[r] = _mm512_setzero_ps();
+      bad |= mx[r] != mx[r];
       if (!(mx[r] > -INFINITY)) { /* fully masked (torch gives zeros) or a padding row */
         memset(pb + r * SkP, 0, (size_t)SkP * 2);
         continue;
       }
-      red[r] = exp_row(sb + r * SkP, pb + r * SkP, SkP, mx[r]);
+      red[r] = p->mask_float ? exp_row(sb + r * SkP, pb + r * SkP, SkP, mx[r], 1)
+                             : exp_row(sb + r * SkP, pb + r * SkP, SkP, mx[r], 0);
     }
     for (int r = 0; r < MR; ++r) { /* 1 / (rowsum out_scale); 0: fully masked, out = zp */
       float t = _mm512_reduce_add_ps(red[r]);
+      bad |= t != t; /* a NaN score, or +inf (mx = +inf) */
       inv[r] = t > 0.0f ? p->inv_out_scale / t : 0.0f;
     }
     const uint32_t* pw = (const uint32_t*)pb;
@@ -428,12 +560,16 @@ static BF16_TARGET void attention_head(const attn_params* p, int64_t b, int64_t 
       }
     }
   }
+  return bad;
 }
 
-/* Heads one after another on this thread, with the scratch ws. */
-static BF16_TARGET void attention(const attn_params* p, const attn_layout* L, char* ws) {
+/* Heads one after another on this thread, with the scratch ws; 1 where some head saw a value
+ * that is not finite (see attention_head). */
+static BF16_TARGET int attention(const attn_params* p, const attn_layout* L, char* ws) {
+  int bad = 0;
   for (int64_t b = 0; b < p->B; ++b)
-    for (int64_t h = 0; h < p->H; ++h) attention_head(p, b, h, L, ws);
+    for (int64_t h = 0; h < p->H; ++h) bad |= attention_head(p, b, h, L, ws);
+  return bad;
 }
 
 /* Threads for this call: torch's OpenMP threads (the library links libgomp.so.1, which torch
@@ -453,16 +589,18 @@ static int attention_threads(const attn_params* p) {
 
 /* The heads shared over `threads` threads, each with its own scratch: thread i uses
  * ws + i * L->total (heads write disjoint slices of the output). */
-static BF16_TARGET void attention_parallel(const attn_params* p, const attn_layout* L, char* ws,
-                                           int threads) {
+static BF16_TARGET int attention_parallel(const attn_params* p, const attn_layout* L, char* ws,
+                                          int threads) {
 #if defined(_OPENMP)
   const int64_t heads = p->B * p->H;
-#pragma omp parallel for schedule(static) num_threads(threads)
+  int bad = 0;
+#pragma omp parallel for schedule(static) num_threads(threads) reduction(| : bad)
   for (int64_t t = 0; t < heads; ++t)
-    attention_head(p, t / p->H, t % p->H, L, ws + (size_t)omp_get_thread_num() * L->total);
+    bad |= attention_head(p, t / p->H, t % p->H, L, ws + (size_t)omp_get_thread_num() * L->total);
+  return bad;
 #else
   (void)threads;
-  attention(p, L, ws);
+  return attention(p, L, ws);
 #endif
 }
 
@@ -547,7 +685,8 @@ static int has_isa(void) {
 
 /* Runs p (already checked) with the caller's scratch ws of ws_size bytes (NULL: none): on
  * one thread in ws, or allocated where it is too small or several threads share the heads.
- * 0, or -1 when the scratch cannot be allocated. */
+ * 0; 1 when some input, score or mask value was not finite (see attention_head); -1 when the
+ * scratch cannot be allocated. */
 static int execute(const attn_params* p, char* ws, size_t ws_size) {
   attn_layout L = layout_of(p->Sk, p->D);
   void* own = NULL;
@@ -556,18 +695,19 @@ static int execute(const attn_params* p, char* ws, size_t ws_size) {
     own = aligned_alloc(64, (size_t)threads * L.total);
     threads = own != NULL ? threads : 1; /* no memory for all: one thread, as below */
   }
+  int bad;
   if (threads > 1) {
-    attention_parallel(p, &L, (char*)own, threads);
+    bad = attention_parallel(p, &L, (char*)own, threads);
   } else {
     if (ws == NULL || ws_size < L.total) {
       own = aligned_alloc(64, L.total);
       if (own == NULL) return -1;
       ws = (char*)own;
     }
-    attention(p, &L, ws);
+    bad = attention(p, &L, ws);
   }
   free(own);
-  return 0;
+  return bad;
 }
 
 #define DECLINE(...) pdlkit_error(f->error, f->error_size, PDLKIT_UNSUPPORTED, __VA_ARGS__)
@@ -623,7 +763,7 @@ static int32_t run(const pdlkit_call_frame* f, int merged) {
   if (!has_isa()) return DECLINE("this CPU lacks AVX512F / AVX512BW / AVX512_BF16");
 
   if (!(scale > 0.0)) scale = 1.0 / sqrt((double)p.D); /* scale <= 0 / NaN: None */
-  p.alpha = (float)(scale * 1.4426950408889634);
+  p.scale = (float)scale;
   p.inv_out_scale = (float)(1.0 / out_scale);
   p.zp = (int32_t)zp, p.qmin = (int32_t)qmin, p.qmax = (int32_t)qmax;
   p.causal = at[0]->i != 0;
@@ -652,8 +792,11 @@ static int32_t run(const pdlkit_call_frame* f, int merged) {
   else /* out[b, h, i, d] */
     p.os[0] = p.H * p.Sq * p.D, p.os[1] = p.Sq * p.D, p.os[2] = p.D;
 
-  if (execute(&p, (char*)f->workspace, f->workspace_size) != 0)
-    return DECLINE("no memory for the attention's scratch");
+  int rc = execute(&p, (char*)f->workspace, f->workspace_size);
+  if (rc > 0)
+    return DECLINE("q, k, v, a score q . k * scale or the mask is not finite (NaN or inf; a "
+                   "mask's -inf is fine): the reference runs, whose NaN / inf results are torch's");
+  if (rc < 0) return DECLINE("no memory for the attention's scratch");
   return PDLKIT_OK;
 }
 
@@ -672,7 +815,8 @@ PDLKIT_EXPORT int64_t pdlkit_attention_params_size(void) { return (int64_t)sizeo
  * bytes; scratch S x 3 N floats; tmpl holds what is the same in every call of a site (B, H,
  * S, D, the strides of q, k, v in scratch and of out, scale, quantization, the mask's
  * strides), checked by the caller as run() checks them. 0; 1: the CPU lacks AVX512F /
- * AVX512BW / AVX512_BF16; 2: no memory for the scratch; 3 + rc: the GEMM returned rc > 0. */
+ * AVX512BW / AVX512_BF16; 2: no memory for the scratch; 3: a value was not finite (as run()
+ * declines it); 10 + rc: the GEMM returned rc > 0. */
 typedef int32_t (*qkv_gemm_fn)(const void* x, int64_t m, int64_t ldx, void* out, int64_t ldo,
                                const void* w_scale, const void* bias, const void* w_zp,
                                const void* params);
@@ -697,12 +841,13 @@ PDLKIT_EXPORT int32_t pdlkit_attention_run_qkv(const attn_params* tmpl, qkv_gemm
     int32_t g = gemm(x + b * S * ldx, S, ldx, scratch, 3 * N, vectors[0], vectors[1],
                      vectors[2], params);
     if (g != 0) {
-      rc = g < 0 ? 2 : 3 + g;
+      rc = g < 0 ? 2 : 10 + g;
       break;
     }
     p.mask = mask != NULL ? mask + b * tmpl->ms[0] * (int64_t)esize : NULL;
     p.out = out + b * tmpl->os[0];
-    if (execute(&p, ws, ws_size) != 0) rc = 2;
+    const int e = execute(&p, ws, ws_size);
+    rc = e > 0 ? 3 : e < 0 ? 2 : 0;
   }
   free(ws);
   return rc;
@@ -742,9 +887,10 @@ static const char* const kIsa[] = {"avx512f", "avx512_bf16"};
 static const pdlkit_kernel_desc kAttentionQ = DESC(
     "x86_attention_q_bf16", "attention_q", attention_q_meta, attention_q_run,
     "quantize_per_tensor(scaled_dot_product_attention(q, k, v, mask)) -> u8 / s8 [B, H, Sq, D]: "
-    "AVX512_BF16 dpbf16 for Q K^T and P V with fp32 accumulation, fp32 softmax (own exp2), "
-    "quantization fused into the store; any B, H, S, D, bool / float / no mask, causal; "
-    "single-threaded; declines a non-contiguous last dim.");
+    "AVX512_BF16 dpbf16 for Q K^T (float32 FMA where a logit could exceed 16) and P V with "
+    "fp32 accumulation, fp32 softmax (own exp2), quantization fused into the store; any B, H, "
+    "S, D, bool / float / no mask, causal; declines a non-contiguous last dim and NaN / inf "
+    "inputs, scores or mask values (but a mask's -inf).");
 
 static const pdlkit_kernel_desc kAttentionQMerged = DESC(
     "x86_attention_q_merged_bf16", "attention_q_merged", attention_q_merged_meta,

@@ -23,9 +23,12 @@ static float gelu_tanh_scalar(float y) {
 /* GELU as 0.5 y (1 + G(y)), G odd: G(y) = erf(y / sqrt 2) (erf GELU) or
  * tanh(sqrt(2/pi) (y + 0.044715 y^3)) (tanh GELU). G(|y|) on [0, YMAX) is 16 degree-4
  * polynomials in v = |y| * VSCALE, one per interval [i - 1/2, i + 1/2) of v, i = 0..15, in the
- * local variable t = v - i (Chebyshev interpolants, built by gelu_tables_init below). Beyond
- * YMAX = 4 sqrt 2, |1 - G| < 1.6e-8. The interval index is round(v) (the magic-number trick);
- * the 16 coefficients of each degree fill one zmm register, selected with vpermps. */
+ * local variable t = v - i (Chebyshev interpolants, built by gelu_tables_init below), but for
+ * the last, v >= 14.5 (|y| >= 5.29), which is the constant 1 (|1 - G| <= 1.4e-7 there), as is G
+ * beyond YMAX = 4 sqrt 2, where v is clamped: GELU is then exactly 0 below -5.29 and y above
+ * 5.29 but for its roundings (a polynomial there, 1e-7 off, made GELU(-1e6) about -0.1). The
+ * interval index is round(v) (the magic-number trick); the 16 coefficients of each degree fill
+ * one zmm register, selected with vpermps. */
 #define GELU_DEG 4
 #define GELU_YMAX 5.6568542494923802
 #define GELU_VMAX 15.49f
@@ -41,7 +44,10 @@ static double g_of(double y, int which) { return which ? g_tanh(y) : g_erf(y); }
  * a cheaper form: Phi(y) = 0.5 (1 + G(y)) itself on [-YMAX, YMAX] as 31 degree-3 pieces in
  * v = y * VSCALE, interval i = round(v) in -15..15 at slot i & 31 (slot 16 unused), so that
  * one vpermt2ps per coefficient selects it and neither |y| nor the sign needs handling:
- * GELU(y) = y Phi(y), 4 selects and 4 FMA / multiplies per 16 values. Accuracy: |Phi - exact|
+ * GELU(y) = y Phi(y), 4 selects and 4 FMA / multiplies per 16 values. The end pieces are the
+ * constants 0 (i = -15) and 1 (i = 15), within 6.7e-8 of Phi there and beyond, where v is
+ * clamped: GELU(y) is exactly 0 for y <= -5.29, however large |y| (a polynomial's 2e-8 there
+ * made GELU(-1e9) -20, hundreds of codes at a fine output scale). Accuracy: |Phi - exact|
  * <= 3e-6 (a GELU error far below any code step that calibration gives). */
 #define QGELU_DEG 3
 static float qgelu_tab[2][QGELU_DEG + 1][32] __attribute__((aligned(64)));
@@ -76,8 +82,8 @@ static double phi_of(double y, int which) { return 0.5 * (1.0 + g_of(y, which));
 static void qgelu_tables_init(void) {
     for (int which = 0; which < 2; which++)
         for (int i = -15; i <= 15; i++) {
-            double mono[QGELU_DEG + 1];
-            cheb_mono(QGELU_DEG, which, (double)i, phi_of, mono);
+            double mono[QGELU_DEG + 1] = {i == 15 ? 1.0 : 0.0}; /* the ends: Phi = 0 or 1 */
+            if (i > -15 && i < 15) cheb_mono(QGELU_DEG, which, (double)i, phi_of, mono);
             for (int e = 0; e <= QGELU_DEG; e++) qgelu_tab[which][e][i & 31] = (float)mono[e];
         }
 }
@@ -86,8 +92,8 @@ static void gelu_tables_init(void) {
     if (gelu_ready) return;
     for (int which = 0; which < 2; which++)
         for (int i = 0; i < 16; i++) {
-            double mono[GELU_DEG + 1];
-            cheb_mono(GELU_DEG, which, (double)i, g_of, mono);
+            double mono[GELU_DEG + 1] = {1.0}; /* the last piece: G = 1 */
+            if (i < 15) cheb_mono(GELU_DEG, which, (double)i, g_of, mono);
             for (int e = 0; e <= GELU_DEG; e++) gelu_tab[which][e][i] = (float)mono[e];
         }
     qgelu_tables_init();

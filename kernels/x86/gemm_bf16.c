@@ -3,7 +3,11 @@
  *   out[m, n] = bf16(act(sum_k x[m, k] w[n, k] + bias[n]))     x, w, bias, out: bfloat16
  *
  * with the products accumulated in float32 and act = none, ReLU or GELU (erf, tanh), the result
- * rounded to bfloat16 once (nearest even), as oneDNN's BF16 matmul with a post-op does. Not a
+ * rounded to bfloat16 once (nearest even), as oneDNN's BF16 matmul with a post-op does. NaN and
+ * infinities propagate as in eager torch: ReLU is max(0, y), which keeps NaN (vmaxps returns its
+ * second operand where one is NaN), GELU (gelu_avx512.h) is NaN for NaN and -inf, +inf for
+ * +inf, and exactly 0 below y = -5.29 (torch's eager erf GELU gives NaN for +inf; Inductor's
+ * +inf, as here). Not a
  * pdlkit ABI library (no pdlkit_register): plain C functions that
  * kernels/x86/linear_bf16.py calls through ctypes.
  *
@@ -98,7 +102,7 @@ static inline uint16_t f32_to_bf16(float f) {
 
 static float act_scalar(float y, int act) {
     switch (act) {
-    case ACT_RELU: return y > 0.0f ? y : 0.0f;
+    case ACT_RELU: return y < 0.0f ? 0.0f : y; /* NaN stays NaN, as torch.relu */
     case ACT_GELU_ERF: return gelu_erf_scalar(y);
     case ACT_GELU_TANH: return gelu_tanh_scalar(y);
     default: return y;
@@ -185,7 +189,8 @@ BF16 static inline __attribute__((always_inline)) void tile_out(
         const __m512 b = _mm512_maskz_loadu_ps(m, B + col);
         for (int r = 0; r < mr; r++) {
             __m512 y = _mm512_fmadd_ps(_mm512_load_ps(acc + r * NR + 16 * j), csv, b);
-            if (act == ACT_RELU) y = _mm512_max_ps(y, _mm512_setzero_ps());
+            /* max(0, y): vmaxps returns its second operand where one is NaN: NaN stays NaN */
+            if (act == ACT_RELU) y = _mm512_max_ps(_mm512_setzero_ps(), y);
             if (act == ACT_GELU_ERF || act == ACT_GELU_TANH) y = gelu16(y, hk, tab);
             _mm256_mask_storeu_epi16(out + r * ldo + col, m, (__m256i)_mm512_cvtneps_pbh(y));
         }

@@ -14,6 +14,12 @@
  *   acc = sum_k x w,  colcorr[n] = -x_zp sum_k w[n, k]            (exact in int32),
  *
  * the last term only when some w_zp[n] != 0 (X86InductorQuantizer's weights are symmetric).
+ * All of it is int32 arithmetic that wraps modulo 2^32 (vpdpbusd does not saturate), so the
+ * result is exact whenever the true sum fits in int32: every term is at most A B,
+ * A = max(|x_zp|, |255 - x_zp|), B = max(w_zp + 128, 127 - w_zp), so K A B <= 2^31 - 1
+ * (k_fits): K <= 65793 with symmetric weights and any x_zp, 131071 for x_zp = 128, 33025 for
+ * any 8-bit zero points. Beyond it the call is declined (x = 255, w = -128 throughout would
+ * wrap; K of about 65.8k and more gave wrong numbers before this check).
  * The weight is packed once (pdlkit_qgemm_pack) into panels of 64 columns, K in groups of
  * four bytes: panel[q][c][i] = w[n0 + c, 4q + i], zero padded, so each group of 4 k is four
  * 64-byte loads. The micro-kernel keeps a 6 x 64 int32 tile in 24 zmm registers, broadcasts
@@ -25,24 +31,33 @@
  *
  * Epilogue. y = (acc + colcorr) * S[n] + B[n] with S, B folded per call
  * (S = x_scale * w_scale * c, B = bias * c; c = inv_out_scale, or the GELU table's index
- * scale), the activation, then q = clamp(round_half_even(y') + out_zp, qmin, qmax) as torch's
- * quantize_per_tensor computes it (inv_out_scale = (float)(1.0 / out_scale)); the clamp is
- * applied in float before the rounding (same result for integer bounds, no overflow of the
- * float -> int32 conversion). vcvtps2dq rounds to nearest even, like torch.round.
+ * scale), the activation (ReLU as max(0, y), which keeps a NaN as torch.relu does), then
+ * q = clamp(round_half_even(y') + out_zp, qmin, qmax) as torch's quantize_per_tensor computes
+ * it (inv_out_scale = (float)(1.0 / out_scale)); the clamp is applied in float before the
+ * rounding (same result for integer bounds, no overflow of the float -> int32 conversion).
+ * vcvtps2dq rounds to nearest even, like torch.round. A call whose S or B is not finite, or
+ * where |S| 2^31 + |B| could overflow float32, is declined (returns 3): no value here is then
+ * NaN or inf, and NaN / inf results, and the code torch gives a NaN (0, whatever the zero
+ * point), are the reference's. The add + LayerNorm entry declines a row of linear(x) + residual
+ * that is NaN, infinite or past about 1.8e19 (returns 5: torch's LayerNorm can give NaN there);
+ * its codes give a NaN (from a NaN LayerNorm weight or bias) code 0, as torch does.
  *
  * GELU (both forms) is 0.5 y (1 + G(y)) with G odd: erf(y / sqrt 2), or
  * tanh(sqrt(2/pi) (y + 0.044715 y^3)). G(|y|) on [0, 4 sqrt 2) is 16 degree-4 polynomials,
  * one per interval of width 4 sqrt 2 / 15.5 ~ 0.365 (Chebyshev interpolants computed in
  * double at load time by gelu_tables_init, no magic constants), selected per lane with
- * vpermps: 5 permutes and 4 FMAs per 16 values, no division, no exp. Beyond 4 sqrt 2,
- * |1 - G| < 1.6e-8. Accuracy (float32, against double precision): |G - erf(y / sqrt 2)| and
+ * vpermps: 5 permutes and 4 FMAs per 16 values, no division, no exp. The last one, |y| >= 5.29,
+ * and beyond 4 sqrt 2 is G = 1 exactly (|1 - G| <= 1.4e-7 there): GELU of a huge y is y or 0,
+ * not y times a polynomial's 1e-7 (GELU(-1e6) was -0.03 to -0.1, 2 to 8 codes of a following
+ * quantize). Accuracy (float32, against double precision): |G - erf(y / sqrt 2)| and
  * |G - tanh(...)| <= 2.7e-7 over all y; the whole GELU is within 5.1e-7 absolute for
  * |y| <= 4 and 1.2e-6 (about one float32 ulp of y) up to |y| = 12. The requantized outputs
  * are within one code of PT2E's reference chain (which rounds its float GEMM differently),
  * as oneDNN's are. A GELU whose output is quantized right away uses a cheaper form instead
- * (gelu_avx512.h, qgelu16: y Phi(y) with Phi as 31 degree-3 pieces over [-4 sqrt 2, 4 sqrt 2]
- * and the output scale folded into the coefficients per call; 4 vpermt2ps and 4 FMA / MUL,
- * no |y| or sign handling; GELU error <= 3e-6): 512 x 256 x 1024 with GELU + uint8 codes
+ * (gelu_avx512.h, qgelu16: y Phi(y) with Phi as 31 degree-3 pieces over [-4 sqrt 2, 4 sqrt 2],
+ * the end ones the constants 0 and 1, and the output scale folded into the coefficients per
+ * call; 4 vpermt2ps and 4 FMA / MUL, no |y| or sign handling; GELU error <= 3e-6, exactly 0
+ * below y = -5.29 however large |y|): 512 x 256 x 1024 with GELU + uint8 codes
  * went from 767 to 740 us, codes unchanged but for a few in 10^5.
  *
  * Add + LayerNorm (pdlkit_qgemm_run_add_ln, a transformer block's output projection):
@@ -67,6 +82,7 @@
  *   cc -O3 -fopenmp -shared -fPIC -Wall kernels/x86/qgemm_vnni.c -lm -o libpdlkit_qgemm_vnni.so
  */
 
+#include <float.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -142,19 +158,20 @@ static inline int8_t packed_at(const pdlkit_qgemm_params *p, int64_t row, int64_
 
 static float act_scalar(float y, int act) {
     switch (act) {
-    case ACT_RELU: return y > 0.0f ? y : 0.0f;
+    case ACT_RELU: return y < 0.0f ? 0.0f : y; /* NaN stays NaN, as torch.relu */
     case ACT_GELU_ERF: return gelu_erf_scalar(y);
     case ACT_GELU_TANH: return gelu_tanh_scalar(y);
     default: return y;
     }
 }
 
+/* acc: the zero-point corrected sums sum_k (x - x_zp)(w - w_zp) of one row */
 static void row_scalar(const int32_t *acc, int64_t n, const pdlkit_qgemm_params *p,
                        const float *w_scale, const float *bias, void *out) {
     const float lo = (float)(p->qmin - p->out_zp), hi = (float)(p->qmax - p->out_zp);
     for (int64_t j = 0; j < n; j++) {
         float s = (float)p->x_scale * w_scale[j];
-        float y = (float)(acc[j] + p->colcorr[j]) * s + (bias ? bias[j] : 0.0f);
+        float y = (float)acc[j] * s + (bias ? bias[j] : 0.0f);
         y = act_scalar(y, p->act);
         if (p->out_kind == OUT_F32) {
             ((float *)out)[j] = y;
@@ -180,7 +197,8 @@ static void row_scalar(const int32_t *acc, int64_t n, const pdlkit_qgemm_params 
 AVX512 static inline __m512 y16(__m512i acc, __m512i cc, __m512 s, __m512 b, int act, __m512 hk,
                                 const float (*tab)[16]) {
     __m512 y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc, cc)), s, b);
-    if (act == ACT_RELU) return _mm512_max_ps(y, _mm512_setzero_ps());
+    /* max(0, y): vmaxps returns its second operand where one is NaN, so NaN stays NaN */
+    if (act == ACT_RELU) return _mm512_max_ps(_mm512_setzero_ps(), y);
     if (act == ACT_GELU_ERF || act == ACT_GELU_TANH) return gelu16(y, hk, tab);
     return y;
 }
@@ -190,6 +208,14 @@ AVX512 static inline __m512i q16(__m512 y, __m512 lo, __m512 hi, __m512i zp) {
     const __m512 v = _mm512_min_ps(_mm512_max_ps(y, lo), hi);
     return _mm512_add_epi32(
         _mm512_cvt_roundps_epi32(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zp);
+}
+
+/* q16, with code 0 where y is NaN: what torch's quantize_per_tensor gives for NaN (its clamp
+ * keeps NaN, and the conversion of NaN to uint8 / int8 gives 0 on x86), for outputs whose
+ * inputs are not checked for NaN (the LayerNorm's residual). */
+AVX512 static inline __m512i q16_nan(__m512 y, __m512 lo, __m512 hi, __m512i zp) {
+    return _mm512_mask_mov_epi32(q16(y, lo, hi, zp), _mm512_cmp_ps_mask(y, y, _CMP_UNORD_Q),
+                                 _mm512_setzero_si512());
 }
 
 #define VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
@@ -428,9 +454,10 @@ enum { LN_ROWS = 4 };
 VNNI static inline __attribute__((always_inline)) void ln_rows(float *const *o, const int R,
                                                                int64_t n,
                                                                const pdlkit_qgemm_ln_args *a,
-                                                               void *const *codes) {
+                                                               void *const *codes, int *bad) {
     const __m512 z = _mm512_setzero_ps();
     __m512 s[LN_ROWS][4], mv[LN_ROWS], rstd[LN_ROWS];
+    float mean[LN_ROWS];
     for (int r = 0; r < R; r++) s[r][0] = s[r][1] = s[r][2] = s[r][3] = z;
 #define SUM(u)                                                                                  \
     {                                                                                           \
@@ -441,7 +468,8 @@ VNNI static inline __attribute__((always_inline)) void ln_rows(float *const *o, 
     for (int64_t j = 0; j < n; j += 64) { COLS4(SUM) }
     for (int r = 0; r < R; r++) {
         const __m512 t = _mm512_add_ps(_mm512_add_ps(s[r][0], s[r][1]), _mm512_add_ps(s[r][2], s[r][3]));
-        mv[r] = _mm512_set1_ps(_mm512_reduce_add_ps(t) / (float)n);
+        mean[r] = _mm512_reduce_add_ps(t) / (float)n;
+        mv[r] = _mm512_set1_ps(mean[r]);
         s[r][0] = s[r][1] = s[r][2] = s[r][3] = z;
     }
 #define SQ(u)                                                                                   \
@@ -455,8 +483,12 @@ VNNI static inline __attribute__((always_inline)) void ln_rows(float *const *o, 
     for (int64_t j = 0; j < n; j += 64) { COLS4(SQ) }
     for (int r = 0; r < R; r++) {
         const __m512 t = _mm512_add_ps(_mm512_add_ps(s[r][0], s[r][1]), _mm512_add_ps(s[r][2], s[r][3]));
-        const float var = _mm512_reduce_add_ps(t) / (float)n;
+        const float ssd = _mm512_reduce_add_ps(t), var = ssd / (float)n;
         rstd[r] = _mm512_set1_ps(1.0f / sqrtf(var + (float)a->eps));
+        /* sum x^2 = ssd + n mean^2: past float32 (or NaN) where torch's LayerNorm, whose variance
+         * goes through it, can give NaN (a value past about 1.8e19, an infinity, a NaN): the
+         * caller declines then (per row, nothing per element) */
+        *bad |= !((double)ssd + (double)n * mean[r] * mean[r] <= FLT_MAX);
     }
     const __m512 inv = _mm512_set1_ps(a->inv_scale);
     const __m512 lo = _mm512_set1_ps((float)(a->qmin - a->zp)), hi = _mm512_set1_ps((float)(a->qmax - a->zp));
@@ -481,7 +513,7 @@ VNNI static inline __attribute__((always_inline)) void ln_rows(float *const *o, 
         if (a->gamma) y = _mm512_mul_ps(y, g[u]);                                               \
         if (a->beta) y = _mm512_add_ps(y, be[u]);                                               \
         _mm512_mask_storeu_ps(o[r] + j + 16 * u, m, y);                                         \
-        q##u = q16(_mm512_mul_ps(y, inv), lo, hi, zp);                                          \
+        q##u = q16_nan(_mm512_mul_ps(y, inv), lo, hi, zp);                                      \
     }
             COLS4(NORM)
             if (codes[r])
@@ -494,9 +526,11 @@ VNNI static inline __attribute__((always_inline)) void ln_rows(float *const *o, 
 #undef NORM
 }
 
-/* Rows i0 .. i1 of out (rows ldo apart) and their codes (rows ldc apart, or none) */
-VNNI static void ln_range(float *out, int64_t ldo, int64_t i0, int64_t i1, int64_t n,
-                          const pdlkit_qgemm_ln_args *a, void *codes, int64_t ldc) {
+/* Rows i0 .. i1 of out (rows ldo apart) and their codes (rows ldc apart, or none); 1 where a
+ * row's sum of squares was not finite (see ln_rows), else 0 */
+VNNI static int ln_range(float *out, int64_t ldo, int64_t i0, int64_t i1, int64_t n,
+                         const pdlkit_qgemm_ln_args *a, void *codes, int64_t ldc) {
+    int bad = 0;
     int64_t i = i0;
     for (; i + LN_ROWS <= i1; i += LN_ROWS) {
         float *o[LN_ROWS];
@@ -505,20 +539,21 @@ VNNI static void ln_range(float *out, int64_t ldo, int64_t i0, int64_t i1, int64
             o[r] = out + (i + r) * ldo;
             c[r] = codes ? (char *)codes + (i + r) * ldc : NULL;
         }
-        ln_rows(o, LN_ROWS, n, a, c);
+        ln_rows(o, LN_ROWS, n, a, c, &bad);
     }
     for (; i < i1; i++) {
         float *o[1] = {out + i * ldo};
         void *c[1] = {codes ? (char *)codes + i * ldc : NULL};
-        ln_rows(o, 1, n, a, c);
+        ln_rows(o, 1, n, a, c, &bad);
     }
+    return bad;
 }
 
 /* Rows i0 .. i1 (a group whose float32 output stays in L2, about 128 KB): panels outside and
  * 6-row blocks inside, as in gemm_tile (a panel of K <= 256 stays in L1 across the blocks: with
  * all panels per block instead, a 512 x 256 x 256 call took 50 us more), then the group's rows
  * are complete and get their LayerNorm while in L2. */
-VNNI static inline __attribute__((always_inline)) void add_ln_group(
+VNNI static inline __attribute__((always_inline)) int add_ln_group(
     const uint8_t *x, int64_t i0, int64_t i1, int64_t ldx, float *out, int64_t ldo,
     const pdlkit_qgemm_params *p, const epi_t *e, const pdlkit_qgemm_ln_args *a, const float *res,
     int64_t ldr, void *codes, int64_t ldc) {
@@ -539,20 +574,22 @@ VNNI static inline __attribute__((always_inline)) void add_ln_group(
                      ACT_NONE, OUT_F32, res + i * ldr, ldr);
         }
     }
-    ln_range(out, ldo, i0, i1, n, a, codes, ldc);
+    return ln_range(out, ldo, i0, i1, n, a, codes, ldc);
 }
 
 /* The 6-row blocks are split evenly over the threads first, then each thread's run into groups
  * of about 128 KB of output (equal sizes): groups of a fixed size handed out whole left one of
- * two threads with 84 of 128 rows on BERT-base's 128 x K x 768 (a 4th group of 2 rows). */
-VNNI static void gemm_add_ln(const uint8_t *x, int64_t m, int64_t ldx, float *out, int64_t ldo,
+ * two threads with 84 of 128 rows on BERT-base's 128 x K x 768 (a 4th group of 2 rows).
+ * Returns 1 where some row's sum of squares was not finite (ln_rows), else 0. */
+VNNI static int gemm_add_ln(const uint8_t *x, int64_t m, int64_t ldx, float *out, int64_t ldo,
                              const pdlkit_qgemm_params *p, const epi_t *e,
                              const pdlkit_qgemm_ln_args *a, const float *res, int64_t ldr,
                              void *codes, int64_t ldc) {
     const int64_t n = p->n, blocks = (m + MR - 1) / MR;
     const int64_t group_max = n * 4 * MR < (128 << 10) ? (128 << 10) / (n * 4 * MR) : 1;
+    int bad = 0;
 #if defined(_OPENMP)
-#pragma omp parallel if (m * n * p->k >= PARALLEL_MIN_MACS)
+#pragma omp parallel if (m * n * p->k >= PARALLEL_MIN_MACS) reduction(| : bad)
 #endif
     {
         int64_t b0 = 0, b1 = blocks;
@@ -564,10 +601,11 @@ VNNI static void gemm_add_ln(const uint8_t *x, int64_t m, int64_t ldx, float *ou
         const int64_t groups = (b1 - b0 + group_max - 1) / group_max;
         for (int64_t g = 0; g < groups; g++) {
             const int64_t g0 = b0 + (b1 - b0) * g / groups, g1 = b0 + (b1 - b0) * (g + 1) / groups;
-            add_ln_group(x, g0 * MR, g1 * MR < m ? g1 * MR : m, ldx, out, ldo, p, e, a, res, ldr,
-                         codes, ldc);
+            bad |= add_ln_group(x, g0 * MR, g1 * MR < m ? g1 * MR : m, ldx, out, ldo, p, e, a,
+                                res, ldr, codes, ldc);
         }
     }
+    return bad;
 }
 
 static int has_vnni(void) {
@@ -603,13 +641,34 @@ int pdlkit_qgemm_parallel(void) {
 #endif
 }
 
+/* Whether every sum_k (x - x_zp)(w - w_zp) fits in int32 for these zero points (w_zp in
+ * [zlo, zhi]), so that the int32 arithmetic, which wraps modulo 2^32 (vpdpbusd, the epilogue's
+ * adds and multiplies, colcorr and rowcorr), gives it exactly: each term is at most
+ * A B with A = max |x - x_zp| = max(|x_zp|, |255 - x_zp|) over uint8 x and
+ * B = max |w - w_zp| = max(zhi + 128, 127 - zlo) over int8 w, so K A B <= 2^31 - 1 suffices
+ * (and is needed: x = 255 or 0 and w = -128 throughout reach it). With symmetric weights
+ * (w_zp = 0, B = 128): K <= 65793 whatever x_zp in [0, 255]; K <= 131071 for x_zp = 128. */
+static int k_fits(const pdlkit_qgemm_params *p, int64_t zlo, int64_t zhi) {
+    const int64_t bound = 2147483647, xz = p->x_zp;
+    if (zlo < -(1 << 20) || zhi > (1 << 20)) return 0; /* no int8 weight has such zero points */
+    const int64_t a = xz > 255 - xz ? (xz < 0 ? -xz : xz) : 255 - xz;
+    const int64_t b = zhi + 128 > 127 - zlo ? zhi + 128 : 127 - zlo;
+    return p->k <= bound / (a * b); /* a >= 128, b >= 128 */
+}
+
 /* The weight zero-point terms, when some w_zp[n] != 0: wzp[n] as int32 and
- * rowcorr[m] = rowsum_x[m] - K x_zp; returns 0 (nothing to do) or 1, -1 without memory. */
+ * rowcorr[m] = rowsum_x[m] - K x_zp; returns 0 (nothing to do) or 1; -1 without memory; -2
+ * where K is too long for exact int32 sums (k_fits). */
 static int weight_zp_terms(const int64_t *w_zp, const uint8_t *x, int64_t m, int64_t ldx,
                            const pdlkit_qgemm_params *p, int32_t **wzp, int32_t **rowcorr) {
-    int64_t any = 0;
+    int64_t any = 0, zlo = 0, zhi = 0;
     for (int64_t j = 0; w_zp && j < p->n; j++) any |= w_zp[j];
+    for (int64_t j = 0; any && j < p->n; j++) { /* asymmetric weights only */
+        zlo = w_zp[j] < zlo ? w_zp[j] : zlo;
+        zhi = w_zp[j] > zhi ? w_zp[j] : zhi;
+    }
     *wzp = *rowcorr = NULL;
+    if (!k_fits(p, zlo, zhi)) return -2;
     if (!any) return 0;
     *wzp = (int32_t *)malloc(sizeof(int32_t) * (size_t)(p->n + m + 1));
     if (!*wzp) return -1;
@@ -626,24 +685,31 @@ static int weight_zp_terms(const int64_t *w_zp, const uint8_t *x, int64_t m, int
 #if PDLKIT_X86
 /* The epilogue's per-call vectors: S = x_scale * w_scale * c, B = bias * c (c = the output
  * scale's inverse, or the GELU table's index scale), and the weight zero-point terms. On
- * success the caller frees e->S unless it is `local`, and e->wzp. -1: out of memory. */
-static int epilogue(const uint8_t *x, int64_t m, int64_t ldx, const float *w_scale,
-                    const float *bias, const int64_t *w_zp, const pdlkit_qgemm_params *p,
-                    float *local, epi_t *e) {
+ * success the caller frees e->S unless it is `local`, and e->wzp. -1: out of memory; -2: K
+ * too long for exact int32 sums (k_fits); -3: some S or B is not finite, or |S| 2^31 + |B|
+ * overflows float32 (then no value the epilogue computes is NaN or inf: NaN and inf results
+ * are left to the reference, whose NaN handling is torch's). AVX-512 (its callers run on VNNI
+ * CPUs only): the per-column loop is 16 lanes wide. */
+VNNI static int epilogue(const uint8_t *x, int64_t m, int64_t ldx, const float *w_scale,
+                         const float *bias, const int64_t *w_zp, const pdlkit_qgemm_params *p,
+                         float *local, epi_t *e) {
     const int gelu = p->act == ACT_GELU_ERF || p->act == ACT_GELU_TANH;
     const float inv = p->out_kind == OUT_F32 ? 1.0f : p->inv_out_scale;
     const float cs = gelu ? (float)GELU_VSCALE : inv;
     float *S = p->n <= 4096 ? local : (float *)malloc(sizeof(float) * 2 * (size_t)p->n);
     if (!S) return -1;
     float *B = S + p->n;
+    int finite = 1; /* |S| 2^31 + |B| <= 3e38 for every column: false for NaN and inf too */
     for (int64_t j = 0; j < p->n; j++) {
         S[j] = (float)p->x_scale * w_scale[j] * cs;
         B[j] = bias ? bias[j] * cs : 0.0f;
+        finite &= fabsf(S[j]) * 2147483648.0f + fabsf(B[j]) <= 3.0e38f;
     }
     int32_t *wzp, *rowcorr;
-    if (weight_zp_terms(w_zp, x, m, ldx, p, &wzp, &rowcorr) < 0) {
+    const int zt = finite ? weight_zp_terms(w_zp, x, m, ldx, p, &wzp, &rowcorr) : -3;
+    if (zt < 0) {
         if (S != local) free(S);
-        return -1;
+        return zt;
     }
     if (gelu && !gelu_ready) gelu_tables_init();
     e->S = S;
@@ -671,7 +737,9 @@ static void epilogue_free(epi_t *e, const float *local) {
 /* out[m, n] (rows ldo elements apart; uint8, int8 or float32 by p->out_kind) from x [m, k]
  * (uint8, rows ldx bytes apart). w_scale: float32 [n]; bias: float32 [n] or NULL; w_zp:
  * int64 [n] or NULL (= all zero). Returns 0; 1 where this CPU lacks AVX-512 VNNI; -1 when
- * out of memory; 2 when the params' activation or output kind is out of range. */
+ * out of memory; 2 when the params' activation or output kind is out of range; 3 when a
+ * scale or bias is not finite (or so large that the epilogue could overflow); 4 when K is too
+ * long for exact int32 sums with these zero points (k_fits). Nothing is written for 1 to 4. */
 int pdlkit_qgemm_run(const uint8_t *x, int64_t m, int64_t ldx, void *out, int64_t ldo,
                      const float *w_scale, const float *bias, const int64_t *w_zp,
                      const pdlkit_qgemm_params *p) {
@@ -681,7 +749,8 @@ int pdlkit_qgemm_run(const uint8_t *x, int64_t m, int64_t ldx, void *out, int64_
     if (m <= 0 || p->n <= 0) return 0;
     float local[2 * 4096];
     epi_t e;
-    if (epilogue(x, m, ldx, w_scale, bias, w_zp, p, local, &e) < 0) return -1;
+    const int rc = epilogue(x, m, ldx, w_scale, bias, w_zp, p, local, &e);
+    if (rc < 0) return rc == -1 ? -1 : rc == -2 ? 4 : 3;
     GEMMS[p->act][p->out_kind](x, m, ldx, out, ldo, p, &e);
     epilogue_free(&e, local);
     return 0;
@@ -694,7 +763,10 @@ int pdlkit_qgemm_run(const uint8_t *x, int64_t m, int64_t ldx, void *out, int64_
 /* out[m, n] = layer_norm(x w^T (dequantized, + bias) + res) (float32, rows ldo apart; res
  * rows ldr apart; the params' out_kind must be float32 and act none), and codes (uint8 or
  * int8 by a->qmin, rows ldc apart) = its quantize_per_tensor when not NULL. Returns as
- * pdlkit_qgemm_run; 2 when the params do not fit. */
+ * pdlkit_qgemm_run; 2 when the params do not fit; 5 when a row of linear(x) + res held a NaN,
+ * an infinity or a value whose square overflows float32 (past about 1.8e19), where torch's
+ * LayerNorm can give NaN through its variance (short rows; longer ones give beta) while this
+ * one's two passes would not: the caller declines (the reference runs). */
 int pdlkit_qgemm_run_add_ln(const uint8_t *x, int64_t m, int64_t ldx, float *out, int64_t ldo,
                             const float *w_scale, const float *bias, const int64_t *w_zp,
                             const pdlkit_qgemm_params *p, const pdlkit_qgemm_ln_args *a,
@@ -705,10 +777,11 @@ int pdlkit_qgemm_run_add_ln(const uint8_t *x, int64_t m, int64_t ldx, float *out
     if (m <= 0 || p->n <= 0) return 0;
     float local[2 * 4096];
     epi_t e;
-    if (epilogue(x, m, ldx, w_scale, bias, w_zp, p, local, &e) < 0) return -1;
-    gemm_add_ln(x, m, ldx, out, ldo, p, &e, a, res, ldr, codes, ldc);
+    const int rc = epilogue(x, m, ldx, w_scale, bias, w_zp, p, local, &e);
+    if (rc < 0) return rc == -1 ? -1 : rc == -2 ? 4 : 3;
+    const int bad = gemm_add_ln(x, m, ldx, out, ldo, p, &e, a, res, ldr, codes, ldc);
     epilogue_free(&e, local);
-    return 0;
+    return bad ? 5 : 0;
 #else
     (void)x, (void)m, (void)ldx, (void)out, (void)ldo, (void)w_scale, (void)bias, (void)w_zp, (void)p, (void)a,
         (void)res, (void)ldr, (void)codes, (void)ldc;
@@ -722,16 +795,17 @@ int pdlkit_qgemm_run_scalar(const uint8_t *x, int64_t m, int64_t ldx, void *out,
                             const pdlkit_qgemm_params *p) {
     int32_t *wzp, *rowcorr;
     int32_t *acc = (int32_t *)malloc(sizeof(int32_t) * (size_t)(p->n > 0 ? p->n : 1));
-    if (!acc || weight_zp_terms(w_zp, x, m, ldx, p, &wzp, &rowcorr) < 0) {
+    const int zt = acc ? weight_zp_terms(w_zp, x, m, ldx, p, &wzp, &rowcorr) : -1;
+    if (zt < 0) {
         free(acc);
-        return -1;
+        return zt == -2 ? 4 : -1;
     }
     const int64_t esize = p->out_kind == OUT_F32 ? 4 : 1;
     for (int64_t i = 0; i < m; i++) {
-        for (int64_t j = 0; j < p->n; j++) {
-            int32_t s = 0;
-            for (int64_t t = 0; t < p->k; t++) s += (int32_t)x[i * ldx + t] * packed_at(p, j, t);
-            acc[j] = s - (wzp ? wzp[j] * rowcorr[i] : 0);
+        for (int64_t j = 0; j < p->n; j++) { /* in int64: exact; the result fits (k_fits) */
+            int64_t s = p->colcorr[j] - (wzp ? (int64_t)wzp[j] * rowcorr[i] : 0);
+            for (int64_t t = 0; t < p->k; t++) s += (int64_t)x[i * ldx + t] * packed_at(p, j, t);
+            acc[j] = (int32_t)s;
         }
         row_scalar(acc, p->n, p, w_scale, bias, (char *)out + i * ldo * esize);
     }

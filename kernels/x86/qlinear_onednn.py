@@ -10,11 +10,13 @@ and 3.1 ms for an FP32 linear.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 from pdlkit.kernels._qlinear_meta import qlinear_meta, qlinear_q_meta, quantized_dtype
+from pdlkit.kernels.x86._native_gemm import int32_exact_k
 from torch import Tensor
 
 import pdlkit
@@ -30,8 +32,62 @@ def _post(post_op: str, algorithm: str) -> tuple[str, str]:
     raise pdlkit.KernelUnsupported(f"post op {post_op!r} ({algorithm!r})")
 
 
+# oneDNN accumulates u8 x s8 products in int32 (the zero-point term too): K beyond what keeps
+# every sum exact gives wrong numbers (measured: K = 70000, x = 255, w = -128 gave +2010 for
+# -2285). With symmetric weights (the only ones it computes, see _check_operands) and any
+# x_zp in [0, 255] that is K <= 65793.
+_K_MAX = min(int32_exact_k(z) for z in (0, 255))
+
+
 def _pack(w_q: Tensor, attrs: Mapping[str, Any]) -> Tensor:
+    if w_q.dim() == 2 and w_q.shape[1] > _K_MAX:
+        raise pdlkit.KernelUnsupported(
+            f"K = {w_q.shape[1]}: oneDNN's int32 sums could overflow (exact up to {_K_MAX})"
+        )
     return torch.ops.onednn.qlinear_prepack(w_q, None)
+
+
+# (w_scale, w_zp, bias) already checked, by w_scale's identity, with their versions: a compiled
+# graph passes the same constant tensors in every call (a lookup instead of three reductions)
+_CHECKED: dict[int, tuple[Any, ...]] = {}
+
+
+def _check_operands(x_zp: int | Tensor, w_scale: Tensor, w_zp: Tensor, bias: Tensor | None) -> None:
+    """What oneDNN's qlinear_pointwise does not compute as the reference does, declined (the
+    reference runs): nonzero weight zero points, which it ignores (measured: columns with w_zp
+    3, -5, 127 came out as for 0); a weight scale or bias that is not finite (a NaN became code
+    -128 where torch's quantize_per_tensor gives 0); an int x_zp outside uint8 (it would loosen
+    _K_MAX's bound; a tensor one comes from choose_qparams, within [0, 255])."""
+    if isinstance(x_zp, int) and not 0 <= x_zp <= 255:
+        raise pdlkit.KernelUnsupported(f"x_zp {x_zp} outside uint8")
+    hit = _CHECKED.get(id(w_scale))
+    if (
+        hit is not None
+        and hit[0]() is w_scale
+        and hit[1]() is w_zp
+        and hit[2]() is bias
+        and hit[3] == w_scale._version
+        and hit[4] == w_zp._version
+        and (bias is None or hit[5] == bias._version)
+    ):
+        return
+    if bool(w_zp.any()):
+        raise pdlkit.KernelUnsupported("weight zero points: oneDNN ignores them")
+    if not bool(w_scale.isfinite().all()) or (bias is not None and not bool(bias.isfinite().all())):
+        raise pdlkit.KernelUnsupported("a weight scale or bias is not finite: the reference runs")
+    if len(_CHECKED) >= 256:  # sites that keep changing tensors: start over
+        _CHECKED.clear()
+    _CHECKED[id(w_scale)] = (
+        weakref.ref(w_scale), weakref.ref(w_zp), _NONE if bias is None else weakref.ref(bias),
+        w_scale._version, w_zp._version, None if bias is None else bias._version,
+    )  # fmt: skip
+
+
+def _none() -> None:
+    return None
+
+
+_NONE = _none  # stands for the weak reference of a bias that is None
 
 
 def _call(
@@ -50,6 +106,7 @@ def _call(
 ) -> Tensor:
     """One oneDNN call; ``op`` is the overload (tensor scales: ``.tensor``). oneDNN takes any
     leading dims and strides itself: reshaping here would cost two views per call (~6 us)."""
+    _check_operands(x_zp, w_scale, w_zp, bias)
     return (op or torch.ops.onednn.qlinear_pointwise.default)(
         x_q,
         x_scale,
@@ -184,6 +241,7 @@ def qlinear_add_onednn(
     """dequantize(x_q) @ dequantize(w_q).T + bias + other in one oneDNN call (binary "add" post-op,
     which leaves ``other`` untouched; "sum" would accumulate into it in place)."""
     n = w_scale.shape[0]
+    _check_operands(x_zp, w_scale, w_zp, bias)
     if tuple(other.shape) != (*x_q.shape[:-1], n):
         raise pdlkit.KernelUnsupported(f"residual of shape {list(other.shape)} would broadcast")
     x2 = x_q.reshape(-1, x_q.shape[-1]).contiguous()

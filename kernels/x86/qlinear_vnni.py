@@ -47,7 +47,12 @@ from pdlkit.kernels._qlinear_meta import (
     qlinear_q_meta,
     quantized_dtype,
 )
-from pdlkit.kernels.x86._native_gemm import load_gemm_library, rows, storage_alias
+from pdlkit.kernels.x86._native_gemm import (
+    int32_exact_k,
+    load_gemm_library,
+    rows,
+    storage_alias,
+)
 from torch import Tensor
 
 import pdlkit
@@ -136,6 +141,11 @@ class _Packed:
         assert _LIB is not None
         n, k = w_q.shape
         x_zp = int(attrs["x_zp"])
+        if k > int32_exact_k(x_zp):  # too long even for symmetric weights (the C checks w_zp)
+            raise pdlkit.KernelUnsupported(
+                f"K = {k}: sums of u8 x s8 products could overflow the int32 accumulator "
+                f"(exact up to K = {int32_exact_k(x_zp)} with x_zp {x_zp} and symmetric weights)"
+            )
         self.w = storage_alias(w_q)
         wc = w_q.contiguous()
         self.packed = torch.empty(_LIB.pdlkit_qgemm_packed_size(n, k), dtype=torch.int8)
@@ -278,6 +288,21 @@ if _LIB is not None:
         """What a non-zero return of the library's run functions means."""
         if rc == 1:
             raise pdlkit.KernelUnsupported("this CPU has no AVX-512 VNNI")
+        if rc == 3:
+            raise pdlkit.KernelUnsupported(
+                "a scale or bias is not finite, or so large that the epilogue could overflow "
+                "float32: the reference runs (its NaN / inf results are torch's)"
+            )
+        if rc == 4:
+            raise pdlkit.KernelUnsupported(
+                "K is too long for exact int32 sums with these weight zero points "
+                "(qgemm_vnni.c, k_fits)"
+            )
+        if rc == 5:
+            raise pdlkit.KernelUnsupported(
+                "a row of linear(x) + residual holds a NaN, an infinity or a value past about "
+                "1.8e19, where torch's LayerNorm gives NaN: the reference runs"
+            )
         if rc < 0:
             raise MemoryError("qgemm_vnni: out of memory for the weight zero-point terms")
         raise RuntimeError(f"qgemm_vnni: the pre-packed parameters do not fit this entry (rc {rc})")
@@ -296,7 +321,12 @@ if _LIB is not None:
         """One call of either op (the pre-pack fixed the output kind)."""
         k, n = p.k, p.n
         m = x_q.numel() // k  # k > 0: the pre-pack declines K = 0
-        if not _parallel and m * n * k >= PARALLEL_MIN_MACS and _threads() > 1:
+        if (
+            not _parallel
+            and m * n * k >= PARALLEL_MIN_MACS
+            and _threads() > 1
+            and not bool(w_zp.any())  # oneDNN ignores weight zero points (qlinear_onednn.py)
+        ):
             return _onednn(
                 x_q, x_scale, x_zp, p.onednn_weight(), w_scale, w_zp, bias, out_scale, out_zp,
                 p.out_dtype, p.post[0], [], p.post[1],
@@ -466,6 +496,11 @@ if _LIB is not None:
 
 # -- Q, K, V projections + attention: one GEMM for the three, then attention.c on its output --
 
+_NOT_FINITE_ATTENTION = (
+    "a value of q, k, v, a score or the mask is not finite (NaN or inf; a mask's -inf is fine): "
+    "the reference runs, whose NaN / inf results are torch's"
+)
+
 
 class _AttnParams(ctypes.Structure):
     """``attn_params`` of attention.c."""
@@ -486,7 +521,7 @@ class _AttnParams(ctypes.Structure):
         ("mask_float", ctypes.c_int),
         ("ms", ctypes.c_int64 * 4),
         ("causal", ctypes.c_int),
-        ("alpha", ctypes.c_float),
+        ("scale", ctypes.c_float),
         ("inv_out_scale", ctypes.c_float),
         ("zp", ctypes.c_int32),
         ("qmin", ctypes.c_int32),
@@ -546,7 +581,7 @@ class _PackedQkv(_Packed):
         scale = float(attrs["scale"])
         self.codes_dtype = quantized_dtype(int(attrs["out_qmin"]))
         self.attn = {
-            "alpha": (scale if scale > 0.0 else d**-0.5) * 1.4426950408889634,  # log2(e)
+            "scale": scale if scale > 0.0 else d**-0.5,
             "inv_out_scale": 1.0 / out_scale,
             "zp": int(attrs["out_zp"]),
             "qmin": int(attrs["out_qmin"]),
@@ -690,10 +725,12 @@ if _ATTN is not None:
             tmpl, _GEMM_FN, x.data_ptr(), k, vectors, p.params_addr, scratch.data_ptr(), mask,
             out.data_ptr(),
         )  # fmt: skip
-        if rc >= 3:
-            _failed(rc - 3)
+        if rc >= 10:
+            _failed(rc - 10)
         if rc == 1:
             raise pdlkit.KernelUnsupported("this CPU lacks AVX512F / AVX512BW / AVX512_BF16")
+        if rc == 3:
+            raise pdlkit.KernelUnsupported(_NOT_FINITE_ATTENTION)
         if rc:
             raise MemoryError("attention.c: no memory for its scratch")
         return out
