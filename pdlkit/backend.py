@@ -395,6 +395,48 @@ def _tuner(
     return Tuner(mode, traced, example_inputs)
 
 
+def _tuned(opts: Options, plan: Plan, example_inputs: list[Any], gm: fx.GraphModule) -> bool:
+    """Whether the whole graph is also measured against Inductor's (matcher/graph_guard.py)."""
+    from pdlkit.matcher.graph_guard import timeable
+    from pdlkit.runtime_abi.autotune import resolve_mode
+
+    return (
+        resolve_mode(opts.autotune) != "off"
+        and plan.target.name == "host"
+        and not any(p.kernel for p in plan.patterns.patterns)  # pins decide, unmeasured
+        and timeable(gm, example_inputs)
+    )
+
+
+def _faster_graph(
+    gm: fx.GraphModule,
+    traced: fx.GraphModule,
+    example_inputs: list[Any],
+    report: GraphReport,
+    opts: Options,
+) -> Callable[..., Any]:
+    """The substituted graph's code, unless Inductor's code for Dynamo's graph measured
+    faster: then that, and the substitutions are counted as undone."""
+    from torch._inductor.compile_fx import compile_fx
+
+    from pdlkit.matcher import graph_guard
+    from pdlkit.runtime_abi.autotune import resolve_mode
+
+    kernels = [s.kernel for s in report.substitutions]
+    verdict, fn, decision = graph_guard.choose(
+        graph_guard.graph_key(gm, example_inputs, kernels),
+        lambda: compile_fx(traced, example_inputs),
+        lambda: compile_fx(gm, example_inputs),
+        example_inputs,
+        resolve_mode(opts.autotune),
+    )
+    report.whole_graph = decision.describe()
+    if verdict == graph_guard.INDUCTOR:
+        for k in kernels:
+            count("substitutions_undone", k)
+    return cast(Callable[..., Any], fn)
+
+
 _WARNED: set[str] = set()
 
 
@@ -526,6 +568,8 @@ class PdlkitBackend:
 
         # Nothing substituted: Dynamo's own graph, so the result is exactly Inductor's.
         chosen = traced if report.substitutions else gm
+        if report.substitutions and _tuned(opts, plan, example_inputs, gm):
+            return _faster_graph(gm, traced, example_inputs, report, opts)
         return cast(Callable[..., Any], compile_fx(chosen, example_inputs))
 
     # Dynamo reuses a compiled frame while the backend compares equal. Comparing unequal once

@@ -27,6 +27,7 @@ _TOTALS = (
     "tuning_hits",  # sites whose kernel choice came from the autotune cache
     "tuning_misses",  # sites measured
     "tuning_us",  # microseconds spent measuring
+    "substitutions_undone",  # in graphs whose Inductor-only code measured faster as a whole
 )
 
 

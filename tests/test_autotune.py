@@ -211,7 +211,8 @@ def test_corrupted_cache_is_ignored_with_one_warning_and_rewritten(folders, tmp_
     msgs = [str(w.message) for w in seen if "ignoring autotune cache" in str(w.message)]
     assert len(msgs) == 1 and str(path) in msgs[0]
     assert calls(st, "fast_chain") == 1
-    assert len(json.loads(path.read_text())["decisions"]) == 1
+    choices = [d["choice"] for d in json.loads(path.read_text())["decisions"].values()]
+    assert "fast_chain" in choices  # the site's decision, written again
 
 
 def test_two_processes_writing_at_once_lose_nothing(tmp_path):
@@ -322,3 +323,47 @@ def test_an_older_graph_keeps_its_shared_site_when_the_newer_one_is_freed():
     del older
     gc.collect()
     assert sites.site(key) is None
+
+
+def test_whole_graph_keeps_inductors_code_when_it_is_faster(tmp_path, monkeypatch):
+    """The last check (matcher/graph_guard.py): the two compiled graphs timed as wholes; the
+    verdict is cached, so a second compilation compiles only the winner."""
+    from pdlkit.matcher import graph_guard
+
+    monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
+    compiled = []
+
+    def compile_slow():
+        compiled.append("substituted")
+        return lambda *a: time.sleep(0.002)
+
+    def compile_fast():
+        compiled.append("inductor")
+        return lambda *a: None
+
+    import time
+
+    args = (torch.randn(2),)
+    verdict, fn, decision = graph_guard.choose("k1", compile_slow, compile_fast, args, "cached")
+    assert verdict == "inductor" and fn(*args) is None
+    assert "substituted" in decision.describe() and decision.describe().endswith("-> inductor")
+    again, _, _ = graph_guard.choose("k1", compile_slow, compile_fast, args, "cached")
+    assert again == "inductor" and compiled == ["substituted", "inductor", "inductor"]
+
+
+def test_whole_graph_keeps_substitutions_that_make_it_faster(folders):
+    p, k = folders(FAST, SLOW)
+    st = run(p, k, "full")
+    assert calls(st, "fast_chain") == 1 and st["substitutions_undone"] == 0
+
+
+def test_a_graph_that_writes_in_place_is_not_run_again_to_time_it():
+    from pdlkit.matcher import graph_guard
+
+    def f(x, buf):
+        buf.add_(1)
+        return x * 2
+
+    gm = torch.fx.symbolic_trace(f)
+    assert not graph_guard.timeable(gm, [torch.randn(2), torch.zeros(2)])
+    assert graph_guard.timeable(torch.fx.symbolic_trace(lambda x: x * 2), [torch.randn(2)])

@@ -1,0 +1,97 @@
+"""The last word on a compiled graph: with substitutions, or Inductor's code for the whole graph.
+
+    before: every site chose its fastest implementation on its own (matcher/choose.py), yet
+            the graph can still be slower than Inductor alone: an opaque kernel call ends
+            Inductor's fusions across the sites around it (seen on a Xeon with AMX: int8
+            bert-mini 1.19x slower than PyTorch's int8 path with every site's choice a win)
+    after:  both graphs are compiled and timed on the compilation's example inputs, and the
+            faster one runs; the verdict is cached with the sites' decisions (per host)
+
+Only inference graphs that change nothing are timed (no input needs a gradient, no op writes
+in place): running one a few more times has no effect a caller could see.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.fx as fx
+from pdlkit.runtime_abi import autotune
+from pdlkit.runtime_abi.autotune import Decision, Timing
+from pdlkit.runtime_abi.binding_stats import uncounted
+
+SUBSTITUTED, INDUCTOR = "substituted", "inductor"
+
+
+def timeable(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> bool:
+    """Whether running ``gm`` again on its example inputs is invisible to the caller, and
+    its shapes are static. (With dynamic shapes each site chooses per shape bucket at run
+    time instead; compiling both graphs would also add both compilers' shape guards to the
+    frame, and with them recompilations.)"""
+    if any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs):
+        return False
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            v = n.meta.get("example_value", n.meta.get("val"))
+            if isinstance(v, torch.SymInt) or (
+                isinstance(v, torch.Tensor) and not all(type(d) is int for d in v.shape)
+            ):
+                return False
+    for n in gm.graph.nodes:
+        if n.op not in ("call_function", "call_method"):
+            continue
+        name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
+        schema = getattr(n.target, "_schema", None)
+        if (schema is not None and schema.is_mutable) or str(name).endswith("_"):
+            return False
+        if n.target in (torch._C._set_grad_enabled, torch.Tensor.__setitem__):
+            return False
+    return True
+
+
+def graph_key(gm: fx.GraphModule, example_inputs: Sequence[Any], kernels: Sequence[str]) -> str:
+    shapes = [
+        (list(x.shape), str(x.dtype), x.device.type) if isinstance(x, torch.Tensor) else repr(x)
+        for x in example_inputs
+    ]
+    return autotune.site_key(["whole graph", str(gm.graph), shapes, sorted(kernels)])
+
+
+def choose(
+    key: str,
+    substituted: Callable[[], Callable[..., Any]],
+    inductor: Callable[[], Callable[..., Any]],
+    example_inputs: Sequence[Any],
+    mode: str,
+) -> tuple[str, Callable[..., Any], Decision]:
+    """Compile and time both graphs (``substituted`` / ``inductor`` compile one each), or
+    read the verdict from the decision cache; return the verdict and the faster graph's code."""
+    cache = autotune.decision_cache()
+    decision = cache.get(key) if mode == "cached" else None
+    if decision is not None:
+        fn = substituted() if decision.choice == SUBSTITUTED else inductor()
+        return decision.choice, fn, decision
+    ours, theirs = substituted(), inductor()
+    tensors = list(example_inputs)
+    device = next(
+        (x.device.type for x in tensors if isinstance(x, torch.Tensor)), "cpu"
+    )  # fmt: skip
+    with torch.no_grad(), uncounted():
+        timings = autotune.measure(
+            [(SUBSTITUTED, lambda: ours(*tensors)), (INDUCTOR, lambda: theirs(*tensors))],
+            device,
+            autotune.budget_s(),
+        )
+    decision = Decision(_faster(timings), timings)
+    cache.put(key, decision)
+    return decision.choice, ours if decision.choice == SUBSTITUTED else theirs, decision
+
+
+def _faster(timings: Sequence[Timing]) -> str:
+    t = {x.name: x.us for x in timings}
+    ours, theirs = t.get(SUBSTITUTED), t.get(INDUCTOR)
+    if ours is None or (theirs is not None and ours >= theirs * (1 - autotune.MARGIN / 3)):
+        return INDUCTOR  # on a tie, or when ours failed: Inductor's code
+    return SUBSTITUTED
