@@ -8,6 +8,14 @@ The core pipeline does not depend on this package.
 """
 
 from pdlkit.quantization.metrics import cosine_similarity, max_abs_error
-from pdlkit.quantization.pt2e import SCHEMES, quantize
+from pdlkit.quantization.pt2e import SCHEMES, QuantizationError, quantize
+from pdlkit.quantization.summary import QuantizationSummary
 
-__all__ = ["SCHEMES", "cosine_similarity", "max_abs_error", "quantize"]
+__all__ = [
+    "SCHEMES",
+    "QuantizationError",
+    "QuantizationSummary",
+    "cosine_similarity",
+    "max_abs_error",
+    "quantize",
+]

@@ -23,9 +23,11 @@ compiles their converted model directly.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import types
-from collections.abc import Iterable
+import warnings
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
@@ -35,13 +37,17 @@ SCHEMES = ("int8-static", "int8-dynamic", "int8-dynamic-per-token", "bf16")
 _NEEDS_TORCHAO = "pdlkit.quantization needs torchao (pip install -e '.[quant]')"
 
 
+class QuantizationError(RuntimeError):
+    """torch.export or torchao failed on the model; the message says where and what to try."""
+
+
 def quantize(
     model: torch.nn.Module,
     example_inputs: tuple[Any, ...],
     *,
     calibration: Iterable[tuple[Any, ...]] | None = None,
     scheme: str = "int8-static",
-    dynamic_shapes: Any = None,
+    dynamic_shapes: Any = "auto",
 ) -> torch.nn.Module:
     """Quantize ``model`` for inference with ``scheme``; the input model is left unchanged.
 
@@ -65,15 +71,25 @@ def quantize(
       as they are). ``example_inputs`` and ``calibration`` are not used.
 
     The int8 model is captured with ``torch.export`` on ``example_inputs`` in eval mode
-    (dropout off; the input model's training flag is restored afterwards). Export
-    specialises on their shapes: a model that must accept other shapes (another batch size
-    or sequence length, in calibration too) needs ``dynamic_shapes``, passed on to
-    ``torch.export.export`` as is, e.g. ``({0: torch.export.Dim("batch")},)``.
+    (dropout off; the input model's training flag is restored afterwards).
+    ``dynamic_shapes="auto"`` (the default) lets every input dim the model allows vary
+    (batch, sequence length, image size; see :mod:`pdlkit.quantization.shapes`), so the
+    quantized model takes other shapes than the example's; None captures the example's
+    shapes only; anything else is passed to ``torch.export.export`` as is, e.g.
+    ``({0: torch.export.Dim("batch")},)``.
+
+    Before the quantizer annotates the graph, dead outputs are removed, in-place ops made
+    functional, each call of a module called twice (ResNet's ``relu``) given a partition of
+    its own, and GEMMs written as ``matmul`` / ``addmm`` with a weight (GPT-2's ``Conv1D``)
+    made ``linear`` (:mod:`pdlkit.quantization.prepare`): torchao fails on the first three
+    and leaves the last in float. The result's ``pdlkit_quantization`` attribute says how many GEMMs got
+    int8 weights and which stayed in float (a warning names the latter).
 
     Returns, for int8, torchao's converted ``torch.fx.GraphModule``: weights int8 per output
     channel (symmetric), activations uint8 per tensor (asymmetric). Its ``eval()`` is a
     no-op and ``train()`` raises: it is for inference. Raises ValueError for an unknown
-    scheme and ImportError when torchao is missing.
+    scheme, ImportError when torchao is missing and :class:`QuantizationError` when
+    torch.export or torchao fails on the model.
     """
     if scheme not in SCHEMES:
         raise ValueError(
@@ -86,7 +102,25 @@ def quantize(
     if scheme == "bf16":
         # deepcopy first: Module.to() converts in place and the caller keeps the FP32 model.
         return copy.deepcopy(model).to(torch.bfloat16)
+    example_inputs = _as_tuple(example_inputs)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            return _pt2e(model, example_inputs, calibration, scheme, dynamic_shapes)
+    finally:
+        model.train(was_training)
 
+
+def _torchao() -> tuple[Any, Any, Any, Any]:
+    """torchao's PT2E entry points, imported without its load-time chatter (extension
+    libraries for other hardware that do not load here; deprecation notices)."""
+    import logging
+
+    loggers = [logging.getLogger(n) for n in ("torchao", "torch.utils._pytree")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
     try:
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
         from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
@@ -95,29 +129,75 @@ def quantize(
         )
     except ImportError as e:
         raise ImportError(f"{_NEEDS_TORCHAO}; importing it failed: {e}") from e
-
-    example_inputs = _as_tuple(example_inputs)
-    dynamic = scheme == "int8-dynamic"
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            exported = torch.export.export(
-                model, example_inputs, dynamic_shapes=dynamic_shapes
-            ).module()
-            quantizer = X86InductorQuantizer().set_global(
-                get_default_x86_inductor_quantization_config(is_dynamic=dynamic)
-            )
-            prepared = prepare_pt2e(exported, quantizer)
-            # Dynamic: one run still matters, the weight observers record their ranges then.
-            if dynamic or calibration is None:
-                calibration = [example_inputs]
-            for inputs in calibration:
-                prepared(*_as_tuple(inputs))
-            converted = convert_pt2e(prepared)
     finally:
-        model.train(was_training)
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+    return (
+        prepare_pt2e,
+        convert_pt2e,
+        X86InductorQuantizer,
+        get_default_x86_inductor_quantization_config,
+    )
+
+
+def _pt2e(
+    model: torch.nn.Module,
+    example_inputs: tuple[Any, ...],
+    calibration: Iterable[tuple[Any, ...]] | None,
+    scheme: str,
+    dynamic_shapes: Any,
+) -> torch.fx.GraphModule:
+    from pdlkit.quantization.prepare import prepare_for_quantizer
+    from pdlkit.quantization.shapes import capture, describe_dynamic
+    from pdlkit.quantization.summary import summarize
+
+    prepare_pt2e, convert_pt2e, quantizer_cls, default_config = _torchao()
+    dynamic = scheme == "int8-dynamic"
+    try:
+        exported = capture(model, example_inputs, dynamic_shapes)
+    except Exception as e:
+        raise QuantizationError(
+            f"quantize: torch.export could not capture the model ({type(e).__name__}: "
+            f"{_first_line(e)}); int8 quantization through PT2E needs an exportable model. "
+            "Try dynamic_shapes=None (the example's shapes only), or scheme='bf16' / "
+            "'int8-dynamic-per-token', which do not export"
+        ) from e
+    dynamic_dims = describe_dynamic(exported)  # before torchao's passes rewrite the inputs' meta
+    prepared_counts = prepare_for_quantizer(exported)
+    quantizer = quantizer_cls().set_global(default_config(is_dynamic=dynamic))
+    with _torchao_step("prepare_pt2e (the quantizer annotating the graph)"):
+        prepared = prepare_pt2e(exported, quantizer)
+    # Dynamic: one run still matters, the weight observers record their ranges then.
+    with _torchao_step("calibration"):
+        for inputs in [example_inputs] if dynamic or calibration is None else calibration:
+            prepared(*_as_tuple(inputs))
+    with _torchao_step("convert_pt2e"):
+        converted = convert_pt2e(prepared)
+    summary = summarize(converted, scheme, prepared_counts, dynamic_dims)
+    if summary.left or not summary.quantized:
+        warnings.warn(f"pdlkit.quantization.quantize: {summary}", stacklevel=3)
+    converted.pdlkit_quantization = summary
     return _inference_only(converted)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+@contextlib.contextmanager
+def _torchao_step(step: str) -> Iterator[None]:
+    """An error inside torchao, said as what failed and what the user can do."""
+    try:
+        yield
+    except Exception as e:
+        raise QuantizationError(
+            f"quantize: torchao's PT2E flow failed in {step} with {type(e).__name__}: "
+            f"{_first_line(e)}. PyTorch's own int8 path (torchao PT2E + Inductor) fails on this "
+            "model the same way. What you can do: quantize only the parts that fail less "
+            "(quantize submodules), use scheme='int8-dynamic-per-token' (plain torch ops, "
+            "no torchao) or 'bf16', or report the model to torchao with this message"
+        ) from e
 
 
 def _inference_only(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
