@@ -203,7 +203,10 @@ class Report:
         if verbose:
             if not silent:
                 return []
-            return ["patterns that matched nothing:", *(f"  {n}: {w}" for n, w in silent.items())]
+            return [
+                "patterns that matched nothing:",
+                *(f"  {n}: {_plain(w)}" for n, w in silent.items()),
+            ]
         # in short: the patterns that had candidates here; the others are counted
         kept = {k.split(" at ", 1)[0] for g in self.graphs for k in g.kept}  # listed with them
         candidates = {n: w for n, w in silent.items() if "candidate root" in w and n not in kept}
@@ -278,6 +281,15 @@ class Report:
 
 
 _SHORT_MISSES = 10  # near-miss lines in the short view
+
+
+def _plain(reason: str) -> str:
+    """A reason in the user's terms: ops outside the Torch dialect import as the generic
+    ``torch.operator``, a name that means nothing to someone reading about their model."""
+    return reason.replace(
+        "op torch.operator does not occur",
+        "an op outside the Torch dialect that it matches (imported as torch.operator) does not occur",
+    )
 
 
 def _where(user_line: str) -> str:

@@ -234,6 +234,13 @@ def test_why_of_a_pattern_that_matched_says_it_matched(mlp):
     assert "why linear_relu did not match" not in text
 
 
+def test_verbose_report_names_no_bare_torch_operator(mlp):
+    model, x = mlp
+    text = pdlkit.explain(model, x).format(verbose=True)
+    assert "qlinear_dyn_relu: an op outside the Torch dialect that it matches" in text
+    assert "op torch.operator does not occur" not in text
+
+
 def test_no_substitution_without_near_misses_does_not_point_at_them():
     text = str(pdlkit.explain(torch.nn.Sequential(torch.nn.Tanh()), torch.randn(2, 8)))
     assert "NO SUBSTITUTION" in text and "near misses above" not in text
