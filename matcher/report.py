@@ -333,6 +333,8 @@ def _graph_lines(g: GraphReport, verbose: bool) -> list[str]:
         lines.extend(f"    {s.root}: passed over {why}" for why in s.passed_over if verbose)
         if s.tuning:
             lines.append(f"    {s.root}: {s.tuning}")
+    if g.whole_graph:  # the substituted graph timed against Inductor's (graph_guard.py)
+        lines.append(f"  whole graph: {g.whole_graph}")
     if g.kept:
         lines.append(f"  kept for Inductor, measured faster than every kernel ({len(g.kept)}):")
         lines.extend(f"    {k}" for k in g.kept)
