@@ -957,7 +957,11 @@ class _LazyModule:
             a for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in constants
         ]
         try:
-            return compile_fx(gm, inputs)
+            # outside the tracing context of a compilation in progress (autotune compiles
+            # subgraphs while Dynamo compiles the model): nothing of this compile may reach
+            # that frame's fake mode, shape env or guards
+            with torch._guards.tracing(None):
+                return compile_fx(gm, inputs)
         except Exception as e:  # keep interpreting: slower, still the right numbers
             self.compile_error = f"{type(e).__name__}: {e}"
             return None
