@@ -1,19 +1,44 @@
 #!/usr/bin/env bash
-# The GPU half of pdlkit's checks, in one call on a CUDA machine (the lent GPU machine):
-# installs pdlkit from a wheel built here and torch-mlir from its carry tarball, runs the
-# CUDA tests, then benchmarks/cuda_gemm.py; results land in ${OUT:-benchmarks/results}.
+# The GPU half of pdlkit's checks on a CUDA machine (the lent GPU machine): installs pdlkit
+# and any other carried wheels from .whl/ and torch-mlir from its carry tarball, then runs the
+# parts named (all of tests, abi-check and gemm when none is); logs land in ${OUT:-benchmarks/results}.
 #   here:  pip wheel --no-deps -w .whl . && ../shared/tools/gpu-carry-torch-mlir
-#   there: bash benchmarks/run_gpu.sh [--sweep] [--quick]
+#   there: bash benchmarks/run_gpu.sh [tests [pytest args]] [abi] [gemm [--sweep] [--quick]]
+#                                      [decode [--sweep]] [llama [cuda_llama.py args]]
+# Each part's arguments follow its name up to the next part's name.
 set -uo pipefail
 out=${OUT:-benchmarks/results}
 mkdir -p /tmp/site "$out"
-tar xJf .carry/torch_mlir-cp312.tar.xz -C /tmp/site
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/pdlkit-*.whl
+[ -d /tmp/site/torch_mlir ] || tar xJf .carry/torch_mlir-cp312.tar.xz -C /tmp/site
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
-# from a copy of tests/, so that the repo's pdlkit/ folder does not shadow the installed package
-rm -rf /tmp/t && mkdir -p /tmp/t && cp -r tests /tmp/t/
-(cd /tmp/t && python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py) 2>&1 | tee "$out/cuda_tests.log" | tail -25
-(cd /tmp/t && python3 -c "import sys; from pdlkit.cli import main; sys.exit(main())" \
-  abi-check /tmp/site/pdlkit/kernels/cuda/gemm.py /tmp/site/pdlkit/kernels/_optin) 2>&1 | tee "$out/cuda_abi_check.log" | tail -4
-python3 benchmarks/cuda_gemm.py --out "$out" "$@" 2>&1 | tee "$out/cuda_gemm.log"
+# from copies of tests/ and benchmarks/, so that the repo's pdlkit/ folder does not shadow the
+# installed package
+rm -rf /tmp/t && mkdir -p /tmp/t && cp -r tests benchmarks /tmp/t/
+
+parts=() ; declare -A args
+[ $# -eq 0 ] && set -- tests abi gemm
+part=""
+for a in "$@"; do
+  case "$a" in
+    tests|abi|gemm|decode|llama) part=$a; parts+=("$a"); args[$a]="" ;;
+    *) args[$part]+=" $(printf %q "$a")" ;;
+  esac
+done
+
+for p in "${parts[@]}"; do
+  case "$p" in
+    tests) (cd /tmp/t && eval python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py \
+              tests/test_cuda_launch.py ${args[tests]}) 2>&1 | tee "$out/cuda_tests.log" | tail -25 ;;
+    abi) (cd /tmp/t && python3 -c "import sys; from pdlkit.cli import main; sys.exit(main())" \
+            abi-check /tmp/site/pdlkit/kernels/cuda/gemm.py /tmp/site/pdlkit/kernels/_optin) 2>&1 \
+            | tee "$out/cuda_abi_check.log" | tail -4 ;;
+    gemm) eval python3 /tmp/t/benchmarks/cuda_gemm.py --out "$out" ${args[gemm]} 2>&1 \
+            | tee "$out/cuda_gemm.log" ;;
+    decode) eval python3 /tmp/t/benchmarks/cuda_decode.py --out "$out" ${args[decode]} 2>&1 \
+              | tee "$out/cuda_decode.log" ;;
+    llama) eval python3 /tmp/t/benchmarks/cuda_llama.py --out "$out" ${args[llama]} 2>&1 \
+             | tee -a "$out/cuda_llama.log" ;;
+  esac
+done

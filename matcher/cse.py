@@ -6,8 +6,10 @@ that wants both GEMMs to share one quantized input only matches once the copies 
 node. Inductor does the same CSE later, so results do not change.
 
 Only exact: a node is merged with an earlier one when both call the same ATen overload, with
-the same arguments, the op is functional and not random; and nothing is merged in a graph
-that mutates any tensor (an in-place op between two reads would make them differ).
+the same arguments, the op is functional and not random (a random op, such as attention with
+its dropout, is itself never merged, and stops nothing else). Where the graph mutates a
+tensor (a KV cache written in place), no read of that tensor or of a view of it is merged:
+an in-place op between two reads would make them differ.
 """
 
 from __future__ import annotations
@@ -40,6 +42,47 @@ def _key(node: fx.Node) -> Any:
     return (node.target, freeze(node.args), freeze(node.kwargs))
 
 
+# ops whose output may share memory with their first argument
+_VIEWS = frozenset(
+    {
+        "view", "reshape", "slice", "select", "t", "transpose", "permute", "expand", "unsqueeze",
+        "squeeze", "alias", "detach", "as_strided", "narrow", "unflatten", "flatten", "split",
+        "chunk", "unbind", "diagonal", "view_as", "expand_as", "numpy_T", "_reshape_alias",
+    }
+)  # fmt: skip
+
+
+def _base(node: fx.Node) -> fx.Node:
+    while (
+        node.op == "call_function"
+        and isinstance(node.target, torch._ops.OpOverload)
+        and node.target._schema.name.split("::")[-1] in _VIEWS
+        and node.args
+        and isinstance(node.args[0], fx.Node)
+    ):
+        node = node.args[0]
+    return node
+
+
+def _tainted(nodes: list[fx.Node]) -> set[fx.Node] | None:
+    """The nodes that read a tensor some op writes in place, or a view of one: two such reads
+    may see different values. (A value computed from such a read is a fresh tensor, and two
+    equal computations from it agree.) None where the graph calls modules or methods."""
+    if any(n.op in ("call_module", "call_method") for n in nodes):
+        return None
+    written: set[fx.Node] = set()
+    for n in nodes:
+        op = n.target
+        if isinstance(op, torch._ops.OpOverload) and op._schema.is_mutable:
+            for i, spec in enumerate(op._schema.arguments):
+                a = n.args[i] if i < len(n.args) else n.kwargs.get(spec.name)
+                if isinstance(a, fx.Node) and spec.alias_info and spec.alias_info.is_write:
+                    written.add(_base(a))
+    if not written:
+        return set()
+    return {n for n in nodes if any(_base(a) in written for a in n.all_input_nodes)}
+
+
 def eliminate_common_subexpressions(gm: fx.GraphModule) -> int:
     """Merge duplicate pure ATen nodes of ``gm`` in place; returns how many were removed.
 
@@ -47,15 +90,13 @@ def eliminate_common_subexpressions(gm: fx.GraphModule) -> int:
     after:  q1 = abs(x); y = add(q1, q1)
     """
     nodes = list(gm.graph.nodes)
-    if any(
-        n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and not _pure(n)
-        for n in nodes
-    ) or any(n.op == "call_module" or n.op == "call_method" for n in nodes):
+    tainted = _tainted(nodes)
+    if tainted is None:
         return 0
     seen: dict[Any, fx.Node] = {}
     removed = 0
     for n in nodes:
-        if n.op != "call_function" or not _pure(n):
+        if n.op != "call_function" or not _pure(n) or n in tainted:
             continue
         try:
             key = _key(n)

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from pdlkit.runtime_abi import binding_stats, outputs, sites
+from pdlkit.runtime_abi import binding_stats, outputs, sites, triton_binding
 from pdlkit.runtime_abi.binding_stats import count
 from pdlkit.runtime_abi.kernel import KernelDecl, KernelUnsupported
 from pdlkit.runtime_abi.outputs import KernelCallError, check, recheck
@@ -407,6 +407,8 @@ def bind(decl: KernelDecl) -> Any:
             register(decl, f"pdlkit::{name}", _LIB)
         _TAKEN.add(name)
         op = getattr(torch.ops.pdlkit, name).default
+        if not grad:  # compiled graphs trace into a kernel Inductor launches (triton_binding.py)
+            triton_binding.register(op, decl, _LIB)
         _call_sites_directly(op, direct)
         _BOUND[key] = op
         return op

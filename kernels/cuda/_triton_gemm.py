@@ -17,6 +17,7 @@ import torch
 import triton
 import triton.language as tl
 from pdlkit.kernels.cuda._common import INTERPRET
+from pdlkit.runtime_abi.triton_binding import launch
 
 # activation name (the act= of gemm()) -> the kernels' ACT code
 ACTS = {"none": 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
@@ -35,6 +36,8 @@ class Config:
 
 @functools.cache
 def _sms() -> int:
+    if not torch.cuda.is_available():  # traced on a host without a GPU: plan for an H100
+        return 132
     return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
 
 
@@ -103,6 +106,13 @@ def gemm_kernel(
     A_SCALE 0 none, 1 scalar ``a_scale_val``, 2 one per row; B_SCALE per column. Then bias,
     activation, and the output cast, or requantization (REQUANT) to [qmin, qmax].
     """
+    # float arguments arrive as fp64 from Inductor's launcher (fp32 from Triton's): the
+    # epilogue's arithmetic, and its rounding trick, are fp32
+    a_scale_val = tl.cast(a_scale_val, tl.float32)
+    out_inv_scale = tl.cast(out_inv_scale, tl.float32)
+    out_zp = tl.cast(out_zp, tl.float32)
+    qmin = tl.cast(qmin, tl.float32)
+    qmax = tl.cast(qmax, tl.float32)
     pid_m, pid_n = _tile(tl.program_id(0), M, N, BM, BN, GROUP_M)
     rm = pid_m * BM + tl.arange(0, BM)
     rn = pid_n * BN + tl.arange(0, BN)
@@ -202,6 +212,8 @@ def quant_rows_kernel(
     K: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     """q[m] = clamp(round(x[m] / s[m]), -qmax, qmax), s[m] = max(amax |x[m]|, eps) / qmax."""
+    eps = tl.cast(eps, tl.float32)  # fp64 from Inductor's launcher, fp32 from Triton's
+    qmax = tl.cast(qmax, tl.float32)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     amax = tl.zeros((BLOCK,), dtype=tl.float32)
@@ -240,14 +252,14 @@ def gemm(
     if isinstance(a_scale, torch.Tensor):
         a_scale_mode, a_scale_t, a_scale_v = 2, a_scale, 1.0
     elif a_scale is None:
-        a_scale_mode, a_scale_t, a_scale_v = 0, out, 1.0
+        a_scale_mode, a_scale_t, a_scale_v = 0, a, 1.0
     else:
-        a_scale_mode, a_scale_t, a_scale_v = 1, out, float(a_scale)
+        a_scale_mode, a_scale_t, a_scale_v = 1, a, float(a_scale)
     os_, ozp, qmin, qmax = requant or (1.0, 0, 0, 0)
     grid = (triton.cdiv(m, cfg.bm) * triton.cdiv(n, cfg.bn),)
-    gemm_kernel[grid](
-        a, b, out, a_scale_t, b_scale if b_scale is not None else out,
-        bias if bias is not None else out, wsum if wsum is not None else out,
+    launch(gemm_kernel)[grid](
+        a, b, out, a_scale_t, b_scale if b_scale is not None else a,  # a: a pointer not read
+        bias if bias is not None else a, wsum if wsum is not None else a,
         m, n, a.stride(0), b.stride(0), out.stride(0),
         int(a_zp) - (128 if a.dtype == torch.uint8 else 0), a_scale_v,
         1.0 / os_, float(ozp), float(qmin), float(qmax),
@@ -274,7 +286,7 @@ def gated(
     n = g.shape[0]
     cfg = config or pick_config(m, n, k, True, gated=True)
     grid = (triton.cdiv(m, cfg.bm) * triton.cdiv(n, cfg.bn),)
-    gated_kernel[grid](
+    launch(gated_kernel)[grid](
         a, g, u, out, a_scale, g_scale, u_scale,
         m, n, a.stride(0), g.stride(0), out.stride(0),
         K=k, BM=cfg.bm, BN=cfg.bn, BK=cfg.bk, GROUP_M=cfg.group_m,
@@ -288,7 +300,7 @@ def quant_rows(x: torch.Tensor, eps: float, qmax: float) -> tuple[torch.Tensor, 
     q = torch.empty((m, k), dtype=torch.int8, device=x.device)
     s = torch.empty((m, 1), dtype=torch.float32, device=x.device)
     block = min(triton.next_power_of_2(k), 16 if INTERPRET else 4096)
-    quant_rows_kernel[(m,)](
+    launch(quant_rows_kernel)[(m,)](
         x, q, s, x.stride(0), float(eps), float(qmax), K=k, BLOCK=block,
         num_warps=1 if INTERPRET else 8,
     )  # fmt: skip

@@ -12,7 +12,17 @@ Logical ops (patterns in ``patterns/cuda/``, reference semantics in
 BF16 linears are left to Inductor (cuBLAS): the Triton BF16 GEMM in
 ``kernels/_optin/cuda_bf16_linear.py`` measured 0.78-0.88x of cuBLAS on an H100.
 
-``torch._int_mm`` (cuBLASLt) is declared as a second, lower-priority ``int8_linear``.
+Up to 64 rows (decode) the int8 GEMMs stream their weights with the split-K kernel of
+``_triton_splitk.py``; its declarations (``*_splitk``, up to 256 rows) are also candidates of
+their own for measured choice. ``torch._int_mm`` (cuBLASLt) is declared as a lower-priority
+``int8_linear``.
+
+The per-token quantization and int8 GEMMs are declared ``@launched_by_inductor``
+(``runtime_abi/triton_binding.py``): a compiled graph traces their bodies, and Inductor's own
+code launches the Triton kernels (no pdlkit runner, no Triton Python launcher per call).
+They decline only by shape, at compile time. The PT2E kernels read zero points on the host
+and stay opaque ops.
+
 Triton launches on PyTorch's current CUDA stream, so these kernels follow the caller's
 stream. Under ``TRITON_INTERPRET=1`` (set before anything imports Triton) they are declared
 for the CPU instead and run in Triton's interpreter: how CI tests them without a GPU (slow;
@@ -27,9 +37,14 @@ from typing import Any, cast
 import torch
 from pdlkit.kernels._qlinear_meta import qlinear_meta, qlinear_q_meta, quantized_dtype
 from pdlkit.kernels.cuda._common import _ON, _dtype, _triton
+from pdlkit.runtime_abi.triton_binding import launched_by_inductor
 from torch import Tensor
 
 import pdlkit
+
+# the modules whose @triton.jit kernels the declarations below launch (launched_by_inductor)
+_GEMM = "pdlkit.kernels.cuda._triton_gemm"
+_SPLITK = "pdlkit.kernels.cuda._triton_splitk"
 
 
 def _rows(s: Tensor, m: int) -> Tensor:
@@ -56,6 +71,7 @@ def _meta_quant(x: Tensor, eps: float, qmax: float) -> tuple[Tensor, Tensor]:
     traits=["deterministic", "graph_capture_safe"],
     **_ON,
 )
+@launched_by_inductor(_GEMM)
 def quantize_per_token_triton(x: Tensor, eps: float, qmax: float) -> tuple[Tensor, Tensor]:
     """One pass per row: amax, scale, round-half-even, clamp; equal to the torch ops bit for bit."""
     if x.stride(-1) != 1:
@@ -84,11 +100,16 @@ _INT8_SHAPES = {"q": {"rank": 2}, "w": {"rank": 2, "contiguous": True}}
     traits=["deterministic", "graph_capture_safe"],
     **_ON,
 )
+@launched_by_inductor(_GEMM, _SPLITK)
 def int8_linear_triton(
     q: Tensor, x_scale: Tensor, w: Tensor, w_scale: Tensor, bias: Tensor | None, dtype: int
 ) -> Tensor:
-    """int8 x int8 -> int32 on the tensor cores, rescaled, biased and cast in registers."""
+    """int8 x int8 -> int32 on the tensor cores, rescaled, biased and cast in registers;
+    up to 64 rows the weight-streaming split-K kernel (faster at every Llama shape measured,
+    1 and 64 rows on an H100: benchmarks/results/cuda_decode.md), tiles above."""
     m = q.shape[0]
+    if m <= _STREAM_ROWS:
+        return int8_linear_splitk.fn(q, x_scale, w, w_scale, bias, dtype)
     out = torch.empty((m, w.shape[0]), dtype=_dtype(dtype), device=q.device)
     return _triton().gemm(
         q if q.stride(-1) == 1 else q.contiguous(),
@@ -143,9 +164,11 @@ def _meta_gated(
     dtypes={"q": [torch.int8], "wg": [torch.int8], "wu": [torch.int8]},
     shapes={"q": {"rank": 2}, "wg": {"rank": 2, "contiguous": True}, "wu": {"rank": 2}},
     meta=_meta_gated,
+    priority=1,
     traits=["deterministic", "graph_capture_safe"],
     **_ON,
 )
+@launched_by_inductor(_GEMM, _SPLITK)
 def int8_gated_silu_triton(
     q: Tensor,
     x_scale: Tensor,
@@ -156,10 +179,13 @@ def int8_gated_silu_triton(
     dtype: int,
     shape: list[int] | None,
 ) -> Tensor:
-    """silu(q @ wg.T * x_scale * sg) * (q @ wu.T * x_scale * su), one pass over q."""
+    """silu(q @ wg.T * x_scale * sg) * (q @ wu.T * x_scale * su), one pass over q; up to 64
+    rows the split-K kernel streams both weights (as in int8_linear_triton)."""
     if wu.shape != wg.shape or not wu.is_contiguous():
         raise pdlkit.KernelUnsupported("gate and up weights differ in shape or layout")
     m = q.shape[0]
+    if m <= _STREAM_ROWS:
+        return int8_gated_silu_splitk.fn(q, x_scale, wg, sg, wu, su, dtype, shape)
     out = torch.empty((m, wg.shape[0]), dtype=_dtype(dtype), device=q.device)
     _triton().gated(
         q if q.stride(-1) == 1 else q.contiguous(),
@@ -169,6 +195,95 @@ def int8_gated_silu_triton(
         wu,
         su.to(torch.float32).contiguous(),
         out,
+    )
+    return out.reshape(shape) if shape is not None else out
+
+
+# -- decode-shaped GEMMs (M <= 256): weights streamed once, K split over programs --------------
+# The tiled kernels above call these up to 64 rows (a fixed policy: measured faster there);
+# declared on their own (priority 0) too, so that measured choice (autotune) can take them
+# up to 256 rows where they win.
+
+_DECODE_ROWS = 256  # the split-K declarations take up to this many rows
+_STREAM_ROWS = 64  # and the tiled ones hand up to this many to them
+
+
+def _splitk() -> Any:
+    _triton()  # the same message when Triton is missing
+    from pdlkit.kernels.cuda import _triton_splitk
+
+    return _triton_splitk
+
+
+def _decode_rows(q: Tensor) -> int:
+    m = q.shape[0]
+    if m > _DECODE_ROWS:
+        raise pdlkit.KernelUnsupported(
+            f"{m} rows: the split-K kernels take {_DECODE_ROWS} or fewer"
+        )
+    return m
+
+
+@pdlkit.kernel(
+    op="int8_linear",
+    dtypes={"q": [torch.int8], "w": [torch.int8]},
+    shapes=_INT8_SHAPES,
+    meta=_meta_linear,
+    priority=0,
+    traits=["deterministic", "graph_capture_safe"],
+    **_ON,
+)
+@launched_by_inductor(_SPLITK)
+def int8_linear_splitk(
+    q: Tensor, x_scale: Tensor, w: Tensor, w_scale: Tensor, bias: Tensor | None, dtype: int
+) -> Tensor:
+    """int8_linear for up to 256 rows: BN-column programs over K slices stream the weight once
+    (kernels/cuda/_triton_splitk.py); deterministic (int32 partial sums)."""
+    m = _decode_rows(q)
+    out = torch.empty((m, w.shape[0]), dtype=_dtype(dtype), device=q.device)
+    return _splitk().splitk(
+        q if q.stride(-1) == 1 else q.contiguous(),
+        _rows(x_scale, m),
+        w,
+        w_scale.to(torch.float32).contiguous(),
+        out,
+        bias=bias,
+    )
+
+
+@pdlkit.kernel(
+    op="int8_gated_silu",
+    dtypes={"q": [torch.int8], "wg": [torch.int8], "wu": [torch.int8]},
+    shapes={"q": {"rank": 2}, "wg": {"rank": 2, "contiguous": True}, "wu": {"rank": 2}},
+    meta=_meta_gated,
+    priority=0,
+    traits=["deterministic", "graph_capture_safe"],
+    **_ON,
+)
+@launched_by_inductor(_SPLITK)
+def int8_gated_silu_splitk(
+    q: Tensor,
+    x_scale: Tensor,
+    wg: Tensor,
+    sg: Tensor,
+    wu: Tensor,
+    su: Tensor,
+    dtype: int,
+    shape: list[int] | None,
+) -> Tensor:
+    """int8_gated_silu for up to 256 rows: the gate and up weights streamed side by side."""
+    if wu.shape != wg.shape or not wu.is_contiguous():
+        raise pdlkit.KernelUnsupported("gate and up weights differ in shape or layout")
+    m = _decode_rows(q)
+    out = torch.empty((m, wg.shape[0]), dtype=_dtype(dtype), device=q.device)
+    _splitk().splitk(
+        q if q.stride(-1) == 1 else q.contiguous(),
+        _rows(x_scale, m),
+        wg,
+        sg.to(torch.float32).contiguous(),
+        out,
+        u=wu,
+        u_scale=su.to(torch.float32).contiguous(),
     )
     return out.reshape(shape) if shape is not None else out
 

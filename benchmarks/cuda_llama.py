@@ -1,0 +1,444 @@
+"""A transformers Llama end to end on a GPU: BF16 Inductor vs torchao int8 vs pdlkit int8.
+
+Run on a GPU machine (``benchmarks/run_gpu.sh --llama`` runs it after the GPU tests):
+
+    python benchmarks/cuda_llama.py [--config llama2-7b|llama3-gqa] [--rows ...] [--out DIR]
+
+The model is ``transformers.LlamaModel`` with 2 decoder layers at the config's sizes
+(Llama-2-7B: hidden 4096, intermediate 11008, 32 heads; the GQA config: 8 KV heads,
+intermediate 14336), random weights (std 0.02), BF16. Rows:
+
+- prefill ``B x S``: ``model(input_ids)``, no cache;
+- decode ``B``: one token for each of B sequences over a static KV cache of ``--ctx``
+  earlier tokens: the model's own embedding, rotary embedding, decoder layers and final
+  norm, called by :class:`DecodeStep` with a small cache object of its own that writes the
+  new keys and values in place at position ``ctx`` (transformers' ``StaticCache`` moves its
+  position counter with every call from 5.x on, so timing one step again and again would
+  run past its end).
+
+Paths: BF16 eager (the reference), BF16 Inductor (``torch.compile``), torchao's
+``Int8DynamicActivationInt8WeightConfig`` + Inductor (where torchao imports), pdlkit int8
+(``quantize(..., "int8-dynamic-per-token")`` + ``pdlkit.optimize``). Each compiled path is
+timed as compiled and as a CUDA graph of its compiled call (captured after warm-up;
+``graph ms``; a path whose capture fails says why), medians of ``triton.testing.do_bench``.
+Also: compile time (first call), cosine of the last hidden state against BF16 eager, and for
+decode rows the agreement of greedy next tokens under a random 32000-word head.
+
+``--device cpu --config tiny`` (with ``TRITON_INTERPRET=1``) runs the same code on tiny
+shapes on the CPU, the kernels in Triton's interpreter: a smoke test, no timing worth reading.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import shlex
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+CONFIGS = {
+    "llama2-7b": {"hidden_size": 4096, "intermediate_size": 11008, "heads": 32, "kv_heads": 32},
+    "llama3-gqa": {"hidden_size": 4096, "intermediate_size": 14336, "heads": 32, "kv_heads": 8},
+    "tiny": {"hidden_size": 64, "intermediate_size": 96, "heads": 4, "kv_heads": 2},
+}
+ROWS = ["prefill 1x2048", "prefill 8x512", "decode 1", "decode 16", "decode 64", "decode 256"]
+TINY_ROWS = ["prefill 1x32", "prefill 2x16", "decode 1", "decode 4"]
+PATHS = ["bf16_eager", "bf16_inductor", "pdlkit_int8", "torchao_int8"]
+VOCAB = 32000
+
+
+def build_model(name: str, device: str) -> nn.Module:
+    from transformers import LlamaConfig, LlamaModel
+
+    c = CONFIGS[name]
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=c["hidden_size"],
+        intermediate_size=c["intermediate_size"],
+        num_attention_heads=c["heads"],
+        num_key_value_heads=c["kv_heads"],
+        num_hidden_layers=2,
+        max_position_embeddings=4096,
+    )
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model: Any = LlamaModel(config)
+    for p in model.parameters():
+        if p.dim() == 2:
+            nn.init.normal_(p, std=0.02)
+    return model.to(device=device, dtype=torch.bfloat16).eval()
+
+
+class _StaticKV:
+    """What a decoder layer's attention calls ``update`` on: the step's keys and values are
+    written in place at position ``ctx`` of fixed buffers, which are returned whole."""
+
+    def __init__(self, keys: list[torch.Tensor], values: list[torch.Tensor], ctx: int):
+        self.keys, self.values, self.ctx = keys, values, ctx
+
+    def update(self, k: torch.Tensor, v: torch.Tensor, layer: int, *_: Any, **__: Any) -> Any:
+        self.keys[layer][:, :, self.ctx : self.ctx + 1].copy_(k)
+        self.values[layer][:, :, self.ctx : self.ctx + 1].copy_(v)
+        return self.keys[layer], self.values[layer]
+
+
+class DecodeStep(nn.Module):
+    """One decode step of ``model`` for B sequences over ``ctx`` cached tokens."""
+
+    def __init__(self, model: Any, kv: _StaticKV):
+        super().__init__()
+        self.model, self.kv = model, kv
+        pos = torch.full((1, 1), kv.ctx, dtype=torch.long, device=kv.keys[0].device)
+        self.register_buffer("pos", pos)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        m: Any = self.model
+        h = m.embed_tokens(ids)
+        rope = m.rotary_emb(h, self.pos)
+        for layer in m.layers:
+            h = layer(h, position_ids=self.pos, past_key_values=self.kv, position_embeddings=rope)
+        return m.norm(h)
+
+
+class Prefill(nn.Module):
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=ids, use_cache=False).last_hidden_state
+
+
+def parse_row(row: str) -> tuple[str, int, int]:
+    kind, size = row.split()
+    if kind == "prefill":
+        b, s = size.split("x")
+        return kind, int(b), int(s)
+    return kind, int(size), 1
+
+
+def make_kv(model: Any, batch: int, ctx: int, device: str) -> _StaticKV:
+    """Random keys and values for ``ctx`` earlier tokens (never zeros), one slot more."""
+    cfg = model.config
+    shape = (batch, cfg.num_key_value_heads, ctx + 1, cfg.hidden_size // cfg.num_attention_heads)
+    g = torch.Generator(device=device).manual_seed(1)
+    keys, values = [], []
+    for _ in range(cfg.num_hidden_layers):
+        keys.append(torch.randn(shape, generator=g, device=device).to(torch.bfloat16))
+        values.append(torch.randn(shape, generator=g, device=device).to(torch.bfloat16))
+    return _StaticKV(keys, values, ctx)
+
+
+# -- paths --------------------------------------------------------------------------------------
+
+
+def quantized_copies(
+    model: nn.Module, ids: torch.Tensor, paths: list[str]
+) -> dict[str, nn.Module | str]:
+    """The int8 models: pdlkit's scheme, and torchao's (or why there is none)."""
+    from pdlkit.quantization import quantize
+
+    out: dict[str, nn.Module | str] = {}
+    if "pdlkit_int8" in paths:
+        out["pdlkit_int8"] = quantize(model, (ids,), scheme="int8-dynamic-per-token")
+    if "torchao_int8" not in paths:
+        return out
+    try:
+        from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
+
+        ao = copy.deepcopy(model)
+        quantize_(ao, Int8DynamicActivationInt8WeightConfig())
+        out["torchao_int8"] = ao
+    except Exception as e:  # not installed, or its config missing in this version
+        out["torchao_int8"] = f"torchao unavailable: {type(e).__name__}: {str(e)[:120]}"
+    return out
+
+
+def compile_path(path: str, runner: nn.Module, device: str) -> Callable[..., Any]:
+    if path == "bf16_eager":
+        return runner
+    if path == "pdlkit_int8":
+        import pdlkit
+
+        target = None
+        if device == "cpu":  # the interpreter smoke test: plan the CUDA patterns for the CPU
+            target = {"name": "cpu-triton-interpreter", "devices": ["cpu", "cuda"]}
+        return pdlkit.optimize(runner, target=target, dynamic=False)
+    return torch.compile(runner, dynamic=False)
+
+
+def runner_for(kind: str, model: Any, kv: _StaticKV | None) -> nn.Module:
+    return DecodeStep(model, kv) if kind == "decode" and kv is not None else Prefill(model)
+
+
+# -- measuring ----------------------------------------------------------------------------------
+
+
+def bench_ms(fn: Callable[[], Any], device: str) -> float:
+    if device == "cuda":
+        import triton.testing
+
+        return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def graph_ms(fn: Callable[[], Any]) -> tuple[float | None, str]:
+    """The compiled call captured in a CUDA graph and replayed: its GPU time without launches."""
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        torch.cuda.synchronize()
+        return bench_ms(graph.replay, "cuda"), ""
+    except Exception as e:
+        torch.cuda.synchronize()
+        return None, f"capture failed: {type(e).__name__}: {str(e)[:160]}"
+
+
+def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    return F.cosine_similarity(a.float().flatten(), b.float().flatten(), dim=0).item()
+
+
+def agreement(h: torch.Tensor, ref: torch.Tensor, head: torch.Tensor) -> float:
+    """Share of sequences whose greedy next token (last position, random head) matches."""
+    a = (h[:, -1].float() @ head.T).argmax(-1)
+    b = (ref[:, -1].float() @ head.T).argmax(-1)
+    return (a == b).float().mean().item()
+
+
+def measure_row(
+    row: str,
+    models: dict[str, Any],
+    ctx: int,
+    device: str,
+    head: torch.Tensor,
+    save: Callable[[dict[str, Any]], None],
+) -> dict[str, Any]:
+    """Every path of ``models`` on one row; the first (BF16 eager) is the reference.
+    ``save`` gets the row's results after each path (a run stopped by its time limit keeps
+    what it measured)."""
+    kind, batch, seq = parse_row(row)
+    base = models["bf16_eager"]
+    g = torch.Generator(device=device).manual_seed(2)
+    ids = torch.randint(0, VOCAB, (batch, seq), generator=g, device=device)
+    kv = make_kv(base, batch, ctx, device) if kind == "decode" else None
+    results: dict[str, Any] = {}
+    ref = None
+    for path in [p for p in PATHS if p in models]:
+        model = models.get(path)
+        if not isinstance(model, nn.Module):
+            results[path] = {"skipped": model or "not built"}
+            continue
+        results[path] = r = measure_path(path, runner_for(kind, model, kv), ids, device)
+        if ref is None:
+            ref = r.pop("out")
+        else:
+            out = r.pop("out")
+            r["cosine_vs_bf16_eager"] = cosine(out, ref)
+            if kind == "decode":
+                r["greedy_agreement"] = agreement(out, ref, head)
+        print(f"  {row:16s} {path:14s} {summary(r)}", flush=True)
+        save(results)
+    return results
+
+
+def measure_path(path: str, runner: nn.Module, ids: torch.Tensor, device: str) -> dict[str, Any]:
+    fn = compile_path(path, runner, device)
+    r: dict[str, Any] = {}
+
+    def first() -> None:  # compiles
+        r["out"] = fn(ids)
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        if path == "pdlkit_int8":
+            pdlkit_stats_during(r, first)
+        else:
+            first()
+        r["compile_s"] = time.perf_counter() - t0
+        out = r["out"]
+        r["ms"] = bench_ms(lambda: fn(ids), device)
+        if device == "cuda" and path != "bf16_eager":
+            r["graph_ms"], r["graph_note"] = graph_ms(lambda: fn(ids))
+        r["out"] = out.detach().clone()
+    return r
+
+
+def summary(r: dict[str, Any]) -> str:
+    if "skipped" in r:
+        return f"skipped ({r['skipped']})"
+    s = f"{r['ms']:8.3f} ms  compile {r['compile_s']:5.1f} s"
+    if r.get("graph_ms") is not None:
+        s += f"  graph {r['graph_ms']:.3f} ms"
+    elif r.get("graph_note"):
+        s += f"  graph: {r['graph_note']}"
+    if "cosine_vs_bf16_eager" in r:
+        s += f"  cos {r['cosine_vs_bf16_eager']:.5f}"
+    if "greedy_agreement" in r:
+        s += f"  greedy {r['greedy_agreement']:.3f}"
+    return s
+
+
+def pdlkit_stats_during(r: dict[str, Any], run: Callable[[], Any]) -> None:
+    """What pdlkit substituted while ``run`` compiled and ran (stats, per kernel)."""
+    import pdlkit
+
+    pdlkit.stats(reset=True)
+    run()
+    by = pdlkit.stats()["by_kernel"]
+    r["kernels"] = {k: v.get("substitutions", 0) for k, v in by.items() if v.get("substitutions")}
+    r["runner_calls"] = sum(v.get("kernel_calls", 0) for v in by.values())
+
+
+def merged_rows(path: str | None, res: dict[str, Any]) -> dict[str, Any]:
+    """The rows of an earlier run (``--merge``), noted in ``res["earlier"]``."""
+    if not path or not Path(path).exists():
+        return {}
+    old = json.loads(Path(path).read_text())
+    res["earlier"] = [*old.get("earlier", []), {k: old[k] for k in ("argv", "device", "machine")}]
+    return dict(old["rows"])
+
+
+# -- report -------------------------------------------------------------------------------------
+
+
+def _ms(r: dict[str, Any], key: str) -> str:
+    v = r.get(key)
+    return f"{v:.3f}" if isinstance(v, float) else "-"
+
+
+def markdown(res: dict[str, Any]) -> str:
+    lines = [
+        f"# Llama end to end on {res['device']}: BF16 Inductor vs torchao int8 vs pdlkit int8",
+        "",
+        f"Written by `benchmarks/cuda_llama.py {shlex.join(res['argv'])}` (torch {res['torch']}, "
+        f"Triton {res['triton']}, transformers {res['transformers']}, torchao "
+        f"{res['torchao']}). {res['machine']}",
+        *[
+            f"Rows not run again come from `cuda_llama.py {shlex.join(e['argv'])}` on "
+            f"{e['device']} {e['machine']}"
+            for e in res.get("earlier", [])
+        ],
+        "",
+        f"transformers `LlamaModel`, 2 decoder layers, config {res['config']} "
+        f"({res['sizes']}), random weights, BF16 activations; decode rows: one token per "
+        f"sequence over a static KV cache of {res['ctx']} tokens. Medians of "
+        "`triton.testing.do_bench` (ms); `graph` = the compiled call captured in a CUDA graph "
+        "and replayed. Cosine: last hidden state against BF16 eager; greedy: agreement of the "
+        "next token under a random 32000-word head.",
+        "",
+        "| row | path | ms | graph ms | vs BF16 Inductor (graph) | compile s | cosine | greedy |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row, paths in res["rows"].items():
+        base = paths.get("bf16_inductor", {})
+        for path, r in paths.items():
+            if "skipped" in r:
+                lines.append(f"| {row} | {path} | skipped: {r['skipped']} | | | | | |")
+                continue
+            speed = ""
+            if path != "bf16_inductor" and "ms" in base and path != "bf16_eager":
+                speed = f"{base['ms'] / r['ms']:.2f}x"
+                if r.get("graph_ms") and base.get("graph_ms"):
+                    speed += f" ({base['graph_ms'] / r['graph_ms']:.2f}x)"
+            lines.append(
+                f"| {row} | {path} | {_ms(r, 'ms')} | {_ms(r, 'graph_ms') or r.get('graph_note')} "
+                f"| {speed} | {r['compile_s']:.1f} | {r.get('cosine_vs_bf16_eager', 1.0):.5f} | "
+                f"{r.get('greedy_agreement', '')} |"
+            )
+    subs = [
+        f"- {row}: {p['pdlkit_int8']['kernels']}; runner calls {p['pdlkit_int8']['runner_calls']}"
+        for row, p in res["rows"].items()
+        if "kernels" in p.get("pdlkit_int8", {})
+    ]
+    if subs:
+        lines += ["", "pdlkit's substitutions (kernel: sites) and calls through its runner:", ""]
+        lines += subs
+    notes = [r.get("graph_note") for p in res["rows"].values() for r in p.values()]
+    lines += ["", *sorted({f"- {n}" for n in notes if n})]
+    return "\n".join(lines) + "\n"
+
+
+def versions() -> dict[str, str]:
+    import transformers
+
+    out = {"torch": torch.__version__, "transformers": transformers.__version__}
+    for name in ("triton", "torchao"):
+        try:
+            out[name] = __import__(name).__version__
+        except Exception as e:
+            out[name] = f"not available ({type(e).__name__})"
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--config", default="llama2-7b", choices=sorted(CONFIGS))
+    ap.add_argument("--rows", nargs="*", help="rows to run, e.g. 'prefill 1x2048' 'decode 64'")
+    ap.add_argument("--ctx", type=int, default=128, help="cached tokens in decode rows")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--paths", nargs="*", default=PATHS[1:], help="besides bf16_eager")
+    ap.add_argument("--merge", help="an earlier run's JSON: its rows stay unless run again")
+    ap.add_argument("--out", default="benchmarks/results")
+    a = ap.parse_args()
+    warnings.filterwarnings("ignore", message=".*TF32.*")
+    rows = a.rows or (TINY_ROWS if a.config == "tiny" else ROWS)
+    res: dict[str, Any] = {"argv": sys.argv[1:], "config": a.config, "ctx": a.ctx, **versions()}
+    res["sizes"] = CONFIGS[a.config]
+    res["device"] = torch.cuda.get_device_name() if a.device == "cuda" else "CPU (interpreter)"
+    try:
+        from machine import provenance
+
+        res["machine"] = provenance()
+    except Exception:
+        res["machine"] = ""
+    print(res["device"], {k: res[k] for k in ("torch", "triton", "transformers", "torchao")})
+    model = build_model(a.config, a.device)
+    ids = torch.randint(0, VOCAB, (1, 16), device=a.device)
+    models: dict[str, Any] = {"bf16_eager": model, "bf16_inductor": model}
+    models.update(quantized_copies(model, ids, a.paths))
+    models = {k: v for k, v in models.items() if k == "bf16_eager" or k in a.paths}
+    head = torch.randn(VOCAB, CONFIGS[a.config]["hidden_size"], device=a.device)
+    res["rows"] = merged_rows(a.merge, res)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    name = "cuda_llama" if a.config == "llama2-7b" else f"cuda_llama_{a.config}"
+    for row in rows:
+        torch._dynamo.reset()
+
+        def save(results: dict[str, Any], row: str = row) -> None:
+            res["rows"][row] = results
+            (out / f"{name}.json").write_text(json.dumps(res, indent=1, default=str))
+            (out / f"{name}.md").write_text(markdown(res))
+
+        measure_row(row, models, a.ctx, a.device, head, save)
+    print(markdown(res))
+
+
+if __name__ == "__main__":
+    main()

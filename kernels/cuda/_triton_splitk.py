@@ -1,0 +1,191 @@
+"""Decode-shaped int8 GEMMs (M from 1 to a few hundred rows): stream the int8 weights once.
+
+With few rows a GEMM is a pass over its weights: 64 x 4096 x 4096 moves 16 MB of int8
+weights and does 2.1 GOP, 5.6 us at the H100's 3.0 TB/s against about 2 us of tensor-core
+work. The tiled GEMM in ``_triton_gemm.py`` gives each program a 64 x 128 tile, so N = 4096
+makes 32 programs for 132 SMs, and most of the memory system idles (29 us measured). Here a
+program owns BN output columns (16 to 64) for BM rows: N = 4096 makes 256 programs, each
+keeping a few BK-wide loads of weights in flight (14.6 us measured; BF16 cuBLAS 22.3 us;
+benchmarks/results/cuda_decode.md).
+
+K can also be split over programs (grid (N / BN, SPLIT_K, M / BM)) without losing
+determinism: each slice adds its int32 partial sums into an int32 workspace with atomics
+(integer addition is exact, so the order does not matter) and bumps the tile's counter; the
+slice that finds the counter at SPLIT_K - 1 takes the sums with an atomic exchange (which
+leaves zeros), resets the counter and runs the epilogue. The workspace starts zeroed
+(``torch.zeros`` per call, one small fill that Inductor launches with the kernel). At the
+Llama shapes measured one slice won; ``pick_split_config`` splits only when the tiles are
+too few for a quarter of the SMs.
+
+Both int8 logical ops use it: ``int8_linear`` (one weight) and ``int8_gated_silu`` (gate and
+up weights share the activation tiles). The per-token quantization of the activations stays
+its own kernel (``quantize_per_token``, M x K bytes): fused here, each of the N / BN
+programs would read its rows of bf16 activations in full for their absolute maximum before
+its first weight load, 2 x M x K bytes a program (a 64-row activation is 512 KB at K = 4096,
+eight times the program's share of the weights).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from pdlkit.kernels.cuda._common import INTERPRET
+from pdlkit.kernels.cuda._triton_gemm import _sms
+from pdlkit.runtime_abi.triton_binding import launch
+
+
+@dataclass(frozen=True)
+class SplitConfig:
+    bm: int
+    bn: int
+    bk: int
+    split_k: int
+    warps: int
+    stages: int
+
+
+def pick_split_config(m: int, n: int, k: int, gated: bool, sms: int = 132) -> SplitConfig:
+    """Tiles measured on an H100 (benchmarks/cuda_decode.py --sweep, M = 1 and 64,
+    benchmarks/results/cuda_decode.md): BM covers the rows (at most 64 a tile); 16 output
+    columns a program (32 where K is long, more for a wide gated pair); one K slice, since
+    splitting K lost to the zero fill and atomics it costs at every Llama shape measured,
+    unless there are too few tiles to occupy a quarter of the SMs."""
+    if INTERPRET:
+        return SplitConfig(16, 16, 32, 2 if k >= 64 else 1, 1, 1)
+    bm = min(64, max(16, triton.next_power_of_2(m)))
+    if gated:
+        bn = 64 if n > 12288 else 32 if m <= 16 else 16
+    else:
+        bn = 32 if k >= 8192 else 16
+    bk, warps, stages = (512, 8, 3) if k >= 8192 and m <= 16 else (256, 4, 4)
+    tiles = triton.cdiv(n, bn) * triton.cdiv(m, bm)
+    split = 1
+    while tiles * split < sms // 4 and k // (bk * split * 2) >= 4:
+        split *= 2
+    return SplitConfig(bm, bn, bk, split, warps, stages)
+
+
+@triton.jit
+def _epilogue(
+    acc, acc_u, rm, rn, c_ptr, stride_cm, a_scale_ptr, b_scale_ptr, u_scale_ptr, bias_ptr, M, N,
+    GATED: tl.constexpr, HAS_BIAS: tl.constexpr,
+):  # fmt: skip
+    """y = acc * sa * sb (+ bias), or silu(gate) * up for a gated pair, cast and stored."""
+    cm = rm < M
+    cn = rn < N
+    sa = tl.load(a_scale_ptr + rm, mask=cm, other=0.0)[:, None]
+    y = acc.to(tl.float32) * sa * tl.load(b_scale_ptr + rn, mask=cn, other=0.0)[None, :]
+    if GATED:
+        up = acc_u.to(tl.float32) * sa * tl.load(u_scale_ptr + rn, mask=cn, other=0.0)[None, :]
+        y = y * tl.sigmoid(y) * up
+    if HAS_BIAS:
+        y = y + tl.load(bias_ptr + rn, mask=cn, other=0.0).to(tl.float32)[None, :]
+    c_ptrs = c_ptr + rm[:, None] * stride_cm + rn[None, :]
+    tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty), mask=cm[:, None] & cn[None, :])
+
+
+@triton.jit
+def splitk_kernel(
+    a_ptr, b_ptr, u_ptr, c_ptr, ws_ptr, a_scale_ptr, b_scale_ptr, u_scale_ptr, bias_ptr,
+    M, N, stride_am, stride_bn, stride_cm,
+    K: tl.constexpr, K_SPLIT: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr,
+    GATED: tl.constexpr, HAS_BIAS: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+):  # fmt: skip
+    """C[M, N] = epilogue(A[M, K] @ B[N, K]^T) (and U for a gated pair), int8 in, int32
+    sums; program (n, s, m) sums K slice s of tile (m, n). ``ws`` holds SPLIT_K > 1's
+    partial sums (M x N, twice for a pair) and one counter per tile, all zero between calls."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    pid_m = tl.program_id(2)
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = pid_n * BN + tl.arange(0, BN)
+    rk = pid_k * K_SPLIT + tl.arange(0, BK)
+    m_ok = (rm < M)[:, None]
+    n_ok = (rn < N)[:, None]
+    a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :]
+    b_ptrs = b_ptr + rn[:, None] * stride_bn + rk[None, :]
+    u_ptrs = u_ptr + rn[:, None] * stride_bn + rk[None, :]
+    acc = tl.zeros((BM, BN), dtype=tl.int32)
+    acc_u = tl.zeros((BM, BN), dtype=tl.int32)
+    for k0 in range(0, K_SPLIT, BK):
+        if EVEN_K:
+            a = tl.load(a_ptrs, mask=m_ok, other=0)
+            b = tl.load(b_ptrs, mask=n_ok, other=0)
+        else:
+            k_ok = (rk + k0 < K)[None, :]
+            a = tl.load(a_ptrs, mask=m_ok & k_ok, other=0)
+            b = tl.load(b_ptrs, mask=n_ok & k_ok, other=0)
+        acc = tl.dot(a, tl.trans(b), acc, out_dtype=tl.int32)
+        if GATED:
+            if EVEN_K:
+                u = tl.load(u_ptrs, mask=n_ok, other=0)
+            else:
+                u = tl.load(u_ptrs, mask=n_ok & (rk + k0 < K)[None, :], other=0)
+            acc_u = tl.dot(a, tl.trans(u), acc_u, out_dtype=tl.int32)
+            u_ptrs += BK
+        a_ptrs += BK
+        b_ptrs += BK
+    if SPLIT_K == 1:
+        _epilogue(
+            acc, acc_u, rm, rn, c_ptr, stride_cm, a_scale_ptr, b_scale_ptr, u_scale_ptr,
+            bias_ptr, M, N, GATED, HAS_BIAS,
+        )  # fmt: skip
+    else:
+        w_ptrs = ws_ptr + rm[:, None] * N + rn[None, :]
+        ok = m_ok & (rn < N)[None, :]
+        tl.atomic_add(w_ptrs, acc, mask=ok, sem="relaxed")
+        if GATED:
+            tl.atomic_add(w_ptrs + M * N, acc_u, mask=ok, sem="relaxed")
+        tl.debug_barrier()  # every thread's partial sums are in before the counter moves
+        count_ptr = ws_ptr + (1 + GATED) * M * N + pid_m * tl.num_programs(0) + pid_n
+        done = tl.atomic_add(count_ptr, 1, sem="acq_rel")
+        if done == SPLIT_K - 1:  # the last slice of this tile: the sums are complete
+            acc = tl.atomic_xchg(w_ptrs, tl.zeros((BM, BN), dtype=tl.int32), mask=ok)
+            if GATED:
+                zero = tl.zeros((BM, BN), dtype=tl.int32)
+                acc_u = tl.atomic_xchg(w_ptrs + M * N, zero, mask=ok)
+            tl.atomic_xchg(count_ptr, 0)
+            _epilogue(
+                acc, acc_u, rm, rn, c_ptr, stride_cm, a_scale_ptr, b_scale_ptr, u_scale_ptr,
+                bias_ptr, M, N, GATED, HAS_BIAS,
+            )  # fmt: skip
+
+
+def splitk(
+    a: torch.Tensor,
+    a_scale: torch.Tensor,
+    b: torch.Tensor,
+    b_scale: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    u: torch.Tensor | None = None,
+    u_scale: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    config: SplitConfig | None = None,
+) -> torch.Tensor:
+    """out = (a @ b.T) * a_scale[:, None] * b_scale (+ bias), or silu(that) * (a @ u.T) * ...
+    for a gated pair; a [M, K] and b, u [N, K] int8 with unit inner strides, scales float32."""
+    m, k = a.shape
+    n = b.shape[0]
+    cfg = config or pick_split_config(m, n, k, u is not None, 0 if INTERPRET else _sms())
+    k_split = triton.cdiv(triton.cdiv(k, cfg.split_k), cfg.bk) * cfg.bk
+    split = triton.cdiv(k, k_split)  # K slices that hold any of K
+    grid_n, grid_m = triton.cdiv(n, cfg.bn), triton.cdiv(m, cfg.bm)
+    gated = u is not None
+    if split > 1:
+        ws = torch.zeros((1 + gated) * m * n + grid_n * grid_m, dtype=torch.int32, device=a.device)
+    else:
+        ws = a  # not read
+    launch(splitk_kernel)[(grid_n, split, grid_m)](
+        a, b, u if u is not None else b, out, ws, a_scale, b_scale,
+        u_scale if u_scale is not None else b_scale, bias if bias is not None else b_scale,
+        m, n, a.stride(0), b.stride(0), out.stride(0),
+        K=k, K_SPLIT=k_split, SPLIT_K=split, EVEN_K=split * k_split == k,
+        GATED=gated, HAS_BIAS=bias is not None, BM=cfg.bm, BN=cfg.bn, BK=cfg.bk,
+        num_warps=cfg.warps, num_stages=cfg.stages,
+    )  # fmt: skip
+    return out
