@@ -174,7 +174,7 @@ class Tuner:
         """The fastest of ``cands`` and ``subgraph`` (``args``: FX nodes and constants).
 
         ``subgraph`` is a callable ``(*args)`` with ``compile(args)`` for Inductor's code
-        (``matcher.substitute._LazyModule``). A pinned kernel keeps its site; the timings
+        (``runtime_abi.fallback.ReplacedSubgraph``). A pinned kernel keeps its site; the timings
         say whether another candidate was faster."""
         key = self.key(op, cands, args, sl)
         decision = self._memo.get(key)

@@ -14,7 +14,6 @@ on the FX graph, which is the graph that gets compiled.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import operator
 import time
@@ -33,8 +32,9 @@ from pdlkit.matcher.report import GraphReport, NearMiss, Substitution, describe_
 from pdlkit.matcher.to_mlir import import_graph, new_context
 from pdlkit.matcher.why import PatternWalk, explain_constraint
 from pdlkit.runtime_abi.autotune import KEEP
-from pdlkit.runtime_abi.binding import CallSite, bind, many_threads, needs_guard, new_site
+from pdlkit.runtime_abi.binding import CallSite, bind, needs_guard, new_site
 from pdlkit.runtime_abi.capability import Target
+from pdlkit.runtime_abi.fallback import ReplacedSubgraph, SubgraphSpec
 from pdlkit.runtime_abi.kernel import KernelDecl
 from pdlkit.runtime_abi.registry import KernelRegistry
 from pdlkit.runtime_abi.verify import FirstCallVerifier, resolve_mode
@@ -876,129 +876,7 @@ def _why(
     return lines
 
 
-class _LazyModule:
-    """The replaced subgraph, run when a kernel declines a call or a guard fails.
-
-    Tiered like a JIT: the first fallback for an input signature runs the subgraph op by op
-    (most sites never fall back, or once); from the second one on it runs code compiled by
-    Inductor for that signature (up to ``_MAX_COMPILED`` signatures per site), unless
-    kernels have run on several threads: then it keeps running op by op.
-    """
-
-    def __init__(self, root: fx.GraphModule, spec: _SubgraphSpec):
-        self._root, self._spec = root, spec
-        self._module: fx.GraphModule | None = None
-        self._seen: Counter[tuple[Any, ...]] = Counter()
-        self._compiled: dict[tuple[Any, ...], Any] = {}
-        self.compile_error: str = ""
-
-    def module(self) -> fx.GraphModule:
-        """The subgraph as a module of its own, run op by op."""
-        if self._module is None:
-            graph = self._spec.build()
-            self._module = fx.GraphModule(self._root, graph, class_name="PdlkitReference")
-        return self._module
-
-    def __call__(self, *args: Any) -> Any:
-        self.module()
-        sig = tuple(
-            (a.shape, a.stride(), a.dtype, a.device) if isinstance(a, torch.Tensor) else repr(a)
-            for a in args
-        )
-        fn = self._compiled.get(sig)
-        if fn is not None:
-            return fn(*[a for a in args if isinstance(a, torch.Tensor)])
-        self._seen[sig] += 1
-        if (
-            self._seen[sig] >= 2
-            and len(self._compiled) < _MAX_COMPILED
-            and not self.compile_error
-            # tracing patches torch.nn.Module.__call__ process-wide: once kernels run on
-            # several threads, keep interpreting (same numbers, no compile under their feet)
-            and not many_threads()
-        ):
-            fn = self.compile(args)
-            if fn is not None:
-                self._compiled[sig] = fn
-                return fn(*[a for a in args if isinstance(a, torch.Tensor)])
-        return self.module()(*args)
-
-    @property
-    def compiled_signatures(self) -> int:
-        return len(self._compiled)
-
-    def compile(self, args: Sequence[Any], constants: Sequence[int] = ()) -> Any:
-        """Inductor code for these arguments' signature, called with their tensors alone
-        (non-tensor arguments become literals); None when Inductor fails (``compile_error``).
-
-        The tensors at ``constants`` become the module's own buffers, as a model's weights
-        are under Inductor's freezing (``matcher/choose.py`` times a subgraph so, since with
-        freezing Inductor lowers int8 subgraphs to oneDNN); the code then takes the other
-        tensors alone."""
-        from torch._inductor.compile_fx import compile_fx
-
-        gm = copy.deepcopy(self.module())
-        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-        for i, (ph, a) in enumerate(zip(placeholders, args, strict=True)):
-            if isinstance(a, torch.Tensor) and i not in constants:
-                continue
-            value: Any = a
-            if isinstance(a, torch.Tensor):
-                gm.register_buffer(f"_pdlkit_constant{i}", a)
-                with gm.graph.inserting_before(ph):
-                    value = gm.graph.get_attr(f"_pdlkit_constant{i}")
-                    value.meta = dict(ph.meta)
-            for user in list(ph.users):
-                user.args = fx.map_arg(user.args, lambda n, ph=ph, v=value: v if n is ph else n)  # type: ignore[misc]
-                user.kwargs = fx.map_arg(user.kwargs, lambda n, ph=ph, v=value: v if n is ph else n)  # type: ignore[misc]
-            gm.graph.erase_node(ph)
-        gm.recompile()
-        inputs = [
-            a for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in constants
-        ]
-        try:
-            # outside the tracing context of a compilation in progress (autotune compiles
-            # subgraphs while Dynamo compiles the model): nothing of this compile may reach
-            # that frame's fake mode, shape env or guards
-            with torch._guards.tracing(None):
-                return compile_fx(gm, inputs)
-        except Exception as e:  # keep interpreting: slower, still the right numbers
-            self.compile_error = f"{type(e).__name__}: {e}"
-            return None
-
-
-_MAX_COMPILED = 8
-
-
-@dataclass(frozen=True)
-class _SubgraphSpec:
-    """What it takes to rebuild a replaced subgraph later, captured before the FX edit:
-    argument bindings, and each node's op, target, args and kwargs (immutable tuples that
-    still name the original nodes after those are erased from the graph)."""
-
-    bindings: tuple[tuple[int, int | None, fx.Node], ...]  # (arg index, list index, node)
-    nodes: tuple[tuple[fx.Node, str, Any, tuple[Any, ...], dict[str, Any]], ...]
-    outputs: tuple[fx.Node, ...]
-    n_args: int
-
-    def build(self) -> fx.Graph:
-        g = fx.Graph()
-        env: dict[fx.Node, fx.Node] = {}
-        phs = [g.placeholder(f"arg{i}") for i in range(self.n_args)]
-        for i, j, node in self.bindings:
-            env[node] = phs[i] if j is None else g.call_function(operator.getitem, (phs[i], j))
-        for node, op, target, args, kwargs in self.nodes:
-            new = g.create_node(
-                op, target, fx.map_arg(args, env.__getitem__), fx.map_arg(kwargs, env.__getitem__)
-            )
-            new.meta = node.meta
-            env[node] = new
-        outs = [env.get(o, o) for o in self.outputs]
-        g.output(outs[0] if len(outs) == 1 else tuple(outs))
-        return g
-
-
-def _fallback_module(gm: fx.GraphModule, s: _Session, rec: Record) -> _LazyModule:
+def _fallback_module(gm: fx.GraphModule, s: _Session, rec: Record) -> ReplacedSubgraph:
     bindings: list[tuple[int, int | None, fx.Node]] = []
     for i, r in enumerate(rec.args):
         if isinstance(r, ListRef):
@@ -1010,7 +888,9 @@ def _fallback_module(gm: fx.GraphModule, s: _Session, rec: Record) -> _LazyModul
         elif isinstance(r, NodeRef | SubRef):
             bindings.append((i, None, s.fx_node(r)))
     nodes = tuple((n, n.op, n.target, n.args, dict(n.kwargs)) for n in rec.slice)
-    return _LazyModule(gm, _SubgraphSpec(tuple(bindings), nodes, tuple(rec.outputs), len(rec.args)))
+    return ReplacedSubgraph(
+        gm, SubgraphSpec(tuple(bindings), nodes, tuple(rec.outputs), len(rec.args))
+    )
 
 
 def _intercept(rec: Record, mode: str | None) -> Any:

@@ -142,7 +142,7 @@ def _memo(w: torch.Tensor, others: tuple[torch.Tensor, ...], packed: Any) -> Any
 class _Threads:
     """Whether kernels have run on more than one thread. Compiling a fallback traces, and
     tracing patches ``torch.nn.Module.__call__`` process-wide, so fallbacks are compiled
-    only while one thread runs kernels (see ``_LazyModule``)."""
+    only while one thread runs kernels (see ``runtime_abi.fallback.ReplacedSubgraph``)."""
 
     __slots__ = ("first", "many")
 
