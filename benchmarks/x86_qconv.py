@@ -108,7 +108,9 @@ def _without_qconv(tmp: Path) -> Path:
     return folder
 
 
-def measure(batch: int, size: int, rounds: int, calls: int, autotune: str) -> dict[str, Any]:
+def measure(
+    batch: int, size: int, rounds: int, calls: int, autotune: str, freezing: bool
+) -> dict[str, Any]:
     import torch._inductor.config as ic
     from pdlkit.quantization import cosine_similarity, quantize
 
@@ -124,7 +126,7 @@ def measure(batch: int, size: int, rounds: int, calls: int, autotune: str) -> di
         ic.freezing = True  # PyTorch's int8 path: Inductor lowers dq -> conv -> q to oneDNN
         peer = torch.compile(q)
         peer(x)
-        ic.freezing = False  # pdlkit as a user calls it: Inductor's defaults
+        ic.freezing = freezing  # default off: pdlkit as a user calls it, Inductor's defaults
         mine = pdlkit.optimize(q, autotune=autotune)
         mine(x)
         cos = cosine_similarity(mine(x), ref)
@@ -157,18 +159,24 @@ def main() -> None:
     p.add_argument(
         "--autotune",
         default="off",
-        help="pdlkit's kernel choice (default off: the qconv kernels by priority; measuring "
-        "a convolution subgraph under Inductor inside the compile can fail, see the results)",
+        help="pdlkit's kernel choice (default off: the qconv kernels by priority)",
+    )
+    p.add_argument(
+        "--freezing",
+        action="store_true",
+        help="compile pdlkit with Inductor's freezing too, as its peer: what the peer's "
+        "compiler would do with the sites pdlkit leaves to it (with --autotune cached)",
     )
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     rows = [
-        measure(int(b), args.size, args.rounds, args.calls, args.autotune)
+        measure(int(b), args.size, args.rounds, args.calls, args.autotune, args.freezing)
         for b in args.batches.split(",")
     ]
     lines = [
         f"# int8 ResNet-18-shaped CNN on x86 ({platform.processor() or platform.machine()}, "
-        f"{args.threads} thread(s), torch {torch.__version__}, pdlkit autotune={args.autotune})",
+        f"{args.threads} thread(s), torch {torch.__version__}, pdlkit autotune={args.autotune}"
+        f"{', freezing' if args.freezing else ''})",
         "",
         "| input | FP32 eager | PyTorch int8 | pdlkit int8 | pdlkit / PyTorch (paired) | "
         "pdlkit int8 without the qconv kernels | cos vs converted |",
