@@ -23,7 +23,7 @@ Timings and choices are cached per host (:mod:`pdlkit.runtime_abi.autotune`).
 
 from __future__ import annotations
 
-import contextlib
+import statistics
 import threading
 import time
 import warnings
@@ -178,19 +178,12 @@ class Tuner:
         say whether another candidate was faster."""
         key = self.key(op, cands, args, sl)
         decision = self._memo.get(key)
-        if decision is None and self.mode == "cached":
-            decision = self.cache.get(key)
-            if decision is not None:
-                count("tuning_hits", decision.choice)
         if decision is None:
-            t0 = time.perf_counter()
-            with uncounted():
-                decision = self._measure(cands, args, subgraph, where)
-            spent = time.perf_counter() - t0
+            decision, spent = cached_or_measured(
+                self.cache, key, self.mode == "cached",
+                lambda: self._measure(cands, args, subgraph, where),
+            )  # fmt: skip
             self.seconds += spent
-            count("tuning_misses", decision.choice)
-            count("tuning_us", decision.choice, int(spent * 1e6))
-            self.cache.put(key, decision)
         self._memo[key] = decision
         names = {k.name for k in cands}
         if decision.choice != KEEP and decision.choice not in names:
@@ -376,35 +369,27 @@ class BucketChoice:
         op, sid = self._siblings[choice]
         return op(*args, sid)
 
+    def _measure(self, cs: Any, cands: Sequence[KernelDecl], args: tuple[Any, ...]) -> Decision:
+        runs, sites = [], []
+        try:
+            for k in cands:
+                op, sid = timing_site(k, self.where)
+                runs.append((k.name, lambda op=op, sid=sid: op(*args, sid)))
+                sites.append(sid)
+            device = autotune.device_of(args)
+            return decide(runs, cs.fallback, list(args), device, self.budget, self.where)
+        finally:
+            for sid in sites:
+                drop_site(sid)
+
     def _tune(self, cs: Any, args: tuple[Any, ...], buckets: tuple[int, ...]) -> str:
         op_name, cands, templates, targets = self.prefix
         key = _key(
             op_name, cands, [_fill(t, a) for t, a in zip(templates, args, strict=True)], targets
         )
-        decision = self.cache.get(key)
-        if decision is not None:
-            count("tuning_hits", decision.choice)
-        else:
-            t0 = time.perf_counter()
-            runs, sites = [], []
-            for k in cands:
-                op, sid = timing_site(k, self.where)
-                runs.append((k.name, lambda op=op, sid=sid: op(*args, sid)))
-                sites.append(sid)
-            try:
-                with uncounted():
-                    device = next(
-                        (a.device.type for a in args if isinstance(a, torch.Tensor)), "cpu"
-                    )
-                    decision = decide(
-                        runs, cs.fallback, list(args), device, self.budget, self.where
-                    )
-            finally:
-                for sid in sites:
-                    drop_site(sid)
-            count("tuning_misses", decision.choice)
-            count("tuning_us", decision.choice, int((time.perf_counter() - t0) * 1e6))
-            self.cache.put(key, decision)
+        decision, _ = cached_or_measured(
+            self.cache, key, True, lambda: self._measure(cs, cands, args)
+        )
         choice = decision.choice
         if choice not in (KEEP, cs.kernel.name) and choice not in self._siblings:
             k = next((k for k in cands if k.name == choice), None)
@@ -418,12 +403,27 @@ class BucketChoice:
         return choice
 
 
+def cached_or_measured(
+    cache: autotune.DecisionCache, key: str, use_cache: bool, measure: Callable[[], Decision]
+) -> tuple[Decision, float]:
+    """The decision for ``key``: from the cache (``use_cache``), else measured (its kernel
+    calls not counted in ``stats()``) and written there; and the seconds spent measuring."""
+    decision = cache.get(key) if use_cache else None
+    if decision is not None:
+        count("tuning_hits", decision.choice)
+        return decision, 0.0
+    t0 = time.perf_counter()
+    with uncounted():
+        decision = measure()
+    spent = time.perf_counter() - t0
+    count("tuning_misses", decision.choice)
+    count("tuning_us", decision.choice, int(spent * 1e6))
+    cache.put(key, decision)
+    return decision, spent
+
+
 def _device(args: Sequence[Any]) -> str:
-    for a in args:
-        v = a.meta.get("val") if isinstance(a, fx.Node) else None
-        if isinstance(v, torch.Tensor):
-            return v.device.type
-    return "cpu"
+    return autotune.device_of(a.meta.get("val") if isinstance(a, fx.Node) else a for a in args)
 
 
 class _Timed(fx.Interpreter):
@@ -446,7 +446,7 @@ def _eager_bounds(subgraph: Any, real: Sequence[Any], budget: float) -> tuple[fl
     module = subgraph.module()
     lows, highs = [], []
     deadline = time.perf_counter() + budget / 2
-    with torch.no_grad(), contextlib.suppress(StopIteration):
+    with torch.no_grad():
         for i in range(9):
             interp = _Timed(module)
             t0 = time.perf_counter()
@@ -455,7 +455,5 @@ def _eager_bounds(subgraph: Any, real: Sequence[Any], budget: float) -> tuple[fl
                 highs.append(time.perf_counter() - t0)
                 lows.append(interp.extern)
             if i >= 3 and time.perf_counter() > deadline:
-                raise StopIteration
-    lows.sort()
-    highs.sort()
-    return lows[len(lows) // 2] * 1e6, highs[len(highs) // 2] * 1e6
+                break
+    return statistics.median_high(lows) * 1e6, statistics.median_high(highs) * 1e6

@@ -75,9 +75,7 @@ def choose(
         return decision.choice, fn, decision
     ours, theirs = substituted(), inductor()
     tensors = list(example_inputs)
-    device = next(
-        (x.device.type for x in tensors if isinstance(x, torch.Tensor)), "cpu"
-    )  # fmt: skip
+    device = autotune.device_of(tensors)
     with torch.no_grad(), uncounted():
         timings = autotune.measure(
             [(SUBSTITUTED, lambda: ours(*tensors)), (INDUCTOR, lambda: theirs(*tensors))],

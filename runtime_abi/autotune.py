@@ -35,7 +35,7 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -161,6 +161,11 @@ class Decision:
 
 class Excluded(Exception):
     """A candidate that cannot be timed (it raised, declined, or lied about its output)."""
+
+
+def device_of(values: Iterable[Any]) -> str:
+    """The device type of the first tensor among ``values`` ("cpu" when none is a tensor)."""
+    return next((v.device.type for v in values if isinstance(v, torch.Tensor)), "cpu")
 
 
 def _sync(device: str) -> None:
