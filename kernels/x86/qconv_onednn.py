@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
+from pdlkit.kernels._qlinear_meta import quantized_dtype
 from torch import Tensor
 
 import pdlkit
@@ -39,7 +40,7 @@ def _meta(x_q: Tensor, x_scale: Any, x_zp: Any, w_q: Tensor, w_scale: Any, w_zp:
           groups: int, *rest: Any) -> Tensor:  # fmt: skip
     """float32 (``qconv``) or uint8 / int8 (``qconv_q``: ``rest`` starts with out_scale,
     out_zp, out_qmin), channels-last."""
-    dtype = torch.float32 if len(rest) == 1 else torch.uint8 if rest[2] >= 0 else torch.int8
+    dtype = torch.float32 if len(rest) == 1 else quantized_dtype(rest[2])
     return _channels_last(x_q, _out_shape(x_q, w_q, stride, padding, dilation), dtype)
 
 
@@ -107,7 +108,7 @@ def qconv_q_onednn(
     _check(post_op, padding)
     if (out_qmin, out_qmax) not in ((0, 255), (-128, 127)):
         raise pdlkit.KernelUnsupported(f"output range [{out_qmin}, {out_qmax}]")
-    dtype = torch.uint8 if out_qmin == 0 else torch.int8
+    dtype = quantized_dtype(out_qmin)
     return torch.ops.onednn.qconv_pointwise(
         x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, stride, padding, dilation, groups,
         out_scale, out_zp, dtype, post_op, [], "",
@@ -142,7 +143,7 @@ def _add_meta(x_q: Tensor, x_scale: Any, x_zp: Any, w_q: Tensor, w_scale: Any, w
               groups: int, accum_q: Tensor, accum_scale: Any, accum_zp: Any, out_scale: Any,
               out_zp: Any, out_qmin: int, *rest: Any) -> Tensor:  # fmt: skip
     """uint8 / int8 by ``out_qmin``, the convolution's shape, channels-last."""
-    dtype = torch.uint8 if out_qmin >= 0 else torch.int8
+    dtype = quantized_dtype(out_qmin)
     return _channels_last(x_q, _out_shape(x_q, w_q, stride, padding, dilation), dtype)
 
 
