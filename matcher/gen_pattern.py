@@ -41,6 +41,8 @@ from typing import Any
 
 import torch
 
+from pdlkit.errors import PdlkitError
+
 _CONSTANT_OPS = {
     "torch.constant.int",
     "torch.constant.float",
@@ -68,7 +70,7 @@ _INT_SENTINEL = 1_000_003
 _FLOAT_SENTINEL = 0.123456789
 
 
-class GenPatternError(ValueError):
+class GenPatternError(PdlkitError, ValueError):
     """The function cannot become a pattern (the message says which part, and why)."""
 
 

@@ -106,7 +106,7 @@ class _Converter:
             except yaml.YAMLError as e:  # e.g. a tag safe_load refuses
                 raise PatternError(
                     f"{_where(self.path, n)}: invalid YAML value: {getattr(e, 'problem', e)}"
-                ) from None
+                ) from e
         return self.scalars[id(n)]
 
 
@@ -121,11 +121,11 @@ def yaml_with_lines(path: Path) -> Any:
         col = e.position - (text.rfind("\n", 0, e.position) + 1) + 1
         raise PatternError(
             f"{path}:{line}:{col}: invalid YAML: unacceptable character #x{e.character:04x}"
-        ) from None
+        ) from e
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{mark.line + 1}:{mark.column + 1}" if mark else "1:1"
-        raise PatternError(f"{path}:{where}: invalid YAML: {getattr(e, 'problem', e)}") from None
+        raise PatternError(f"{path}:{where}: invalid YAML: {getattr(e, 'problem', e)}") from e
     try:
         return _Converter(path, loader).convert(node) if node is not None else None
     finally:

@@ -33,8 +33,10 @@ from typing import Any
 
 from pdlkit.matcher.pdl_checks import AttributeBounds, nesting_problem, op_name_problem
 
+from pdlkit.errors import PdlkitError
 
-class PatternError(ValueError):
+
+class PatternError(PdlkitError, ValueError):
     """A pattern file or manifest is invalid; the message starts with ``file:line:col:``."""
 
 
@@ -112,7 +114,7 @@ def check_utf8(path: Path) -> bytes:
         col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
         raise PatternError(
             f"{path}:{line}:{col}: not UTF-8 text: {e.reason} at byte {e.start}"
-        ) from None
+        ) from e
     return data
 
 
@@ -136,13 +138,13 @@ def read_pdl_module(path: Path, ctx: Any) -> Any:
             try:
                 return ir.Module.parse(compile_pdll(path), ctx)
             except PdllError as e:
-                raise PatternError(str(e)) from None
+                raise PatternError(str(e)) from e
         deep = nesting_problem(text)
         if deep is not None:
             raise PatternError(f"{path}:{deep[0]}:{deep[1]}: {deep[2]}")
         return ir.Module.parseFile(str(path), ctx)
     except ir.MLIRError as e:
-        raise PatternError(_diag_text(e, path)) from None
+        raise PatternError(_diag_text(e, path)) from e
 
 
 def parse_pdl_file(path: Path, ctx: Any | None = None) -> list[Pattern]:

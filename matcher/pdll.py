@@ -42,6 +42,8 @@ from typing import Any
 from pdlkit.matcher.patterns import nested_ops
 from pdlkit.matcher.pdl_checks import nesting_problem
 
+from pdlkit.errors import PdlkitError
+
 ENV = "PDLKIT_MLIR_PDLL"
 INSTALL_HINT = (
     "install mlir-pdll (Debian/Ubuntu: apt-get install mlir-16-tools; any LLVM build with MLIR "
@@ -50,7 +52,7 @@ INSTALL_HINT = (
 _CALL_FORMS = {"pdlkit_call", "pdlkit_call_attrs"}
 
 
-class PdllError(ValueError):
+class PdllError(PdlkitError, ValueError):
     """A .pdll file does not compile (message: ``file:line:col: ...``) or mlir-pdll is missing."""
 
 
@@ -150,7 +152,7 @@ def _flatten_calls(pdl_text: str, path: Path) -> str:
     try:
         module = ir.Module.parse(pdl_text, ctx)
     except ir.MLIRError as e:
-        raise PdllError(f"{path}:1:1: mlir-pdll's output does not parse: {e}") from None
+        raise PdllError(f"{path}:1:1: mlir-pdll's output does not parse: {e}") from e
     calls = [
         o
         for o in nested_ops(module.operation)

@@ -41,11 +41,13 @@ from pdlkit.runtime_abi.verify import FirstCallVerifier, resolve_mode
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch_mlir import ir, rewrite
 
+from pdlkit.errors import PdlkitError
+
 _SUB_PREFIX = "pdlkit.sub"
 _MAX_NEAR_MISSES = 20  # per pattern and graph
 
 
-class SubstitutionError(RuntimeError):
+class SubstitutionError(PdlkitError, RuntimeError):
     """A pattern's rewrite is malformed (e.g. pdlkit_call without the op it replaces)."""
 
 

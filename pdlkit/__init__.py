@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
+    "ConfigError": "pdlkit.errors",
     "KernelCallError": "pdlkit.runtime_abi.binding",
     "KernelDeclarationError": "pdlkit.runtime_abi.kernel",
     "KernelUnsupported": "pdlkit.runtime_abi.kernel",
     "PdlkitBackend": "pdlkit.backend",
-    "PdlkitError": "pdlkit.backend",
+    "PdlkitError": "pdlkit.errors",
     "bisect": "pdlkit.bisection",
     "explain": "pdlkit.backend",
     "kernel": "pdlkit.runtime_abi.kernel",
@@ -33,6 +34,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "ConfigError",
     "KernelCallError",
     "KernelDeclarationError",
     "KernelUnsupported",
@@ -47,9 +49,10 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from pdlkit.backend import PdlkitBackend, PdlkitError, explain, optimize
+    from pdlkit.backend import PdlkitBackend, explain, optimize
     from pdlkit.backend import pdlkit_backend as pdlkit_backend
     from pdlkit.bisection import bisect
+    from pdlkit.errors import ConfigError, PdlkitError
     from pdlkit.runtime_abi.binding import KernelCallError
     from pdlkit.runtime_abi.binding_stats import stats
     from pdlkit.runtime_abi.kernel import KernelDeclarationError, KernelUnsupported, kernel

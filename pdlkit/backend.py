@@ -23,6 +23,7 @@ import torch
 import torch.fx as fx
 
 from pdlkit import config
+from pdlkit.errors import ConfigError
 from pdlkit.matcher.report import GraphReport, PatternInfo, Report
 from pdlkit.runtime_abi.binding_stats import count
 from pdlkit.runtime_abi.capability import Target, host, resolve
@@ -49,10 +50,6 @@ _OPTION_KEYS = {
     "allow_world_writable",
     "autotune",
 }
-
-
-class PdlkitError(RuntimeError):
-    """A configuration error: bad pattern, manifest or kernel file, unknown kernel pin."""
 
 
 @dataclass(frozen=True)
@@ -135,11 +132,11 @@ def load_plan(opts: Options) -> Plan:
             kpaths, allow_world_writable=opts.allow_world_writable
         )
     except (PatternError, KernelLoadError, TrustError, config.PathError) as e:
-        raise PdlkitError(str(e)) from None
+        raise ConfigError(str(e)) from e
     for p in patterns.patterns:
         if p.kernel is not None and registry.get(p.kernel) is None:
             known = ", ".join(registry.names()) or "none"
-            raise PdlkitError(
+            raise ConfigError(
                 f"{p.pin_source}: pattern {p.name!r} pins kernel {p.kernel!r}, which no kernel folder "
                 f"declares (known: {known})"
             )
@@ -524,7 +521,7 @@ class PdlkitBackend:
             plan = load_plan(opts)
         except MissingDependency as e:
             if self.explain_only:
-                raise PdlkitError(str(e)) from None
+                raise ConfigError(str(e)) from e
             _warn_once(f"pdlkit: {e}; compiling with Inductor alone, nothing is substituted")
             if opts.default_codegen == "eager":
                 return gm
@@ -533,7 +530,7 @@ class PdlkitBackend:
             return cast(Callable[..., Any], compile_fx(gm, example_inputs))
         on = plan.target.models_on
         if on and not self.explain_only and on not in host().devices:
-            raise PdlkitError(
+            raise ConfigError(
                 f"target {plan.target.name} plans for tensors on {on}, which this host lacks; "
                 f"use it with pdlkit.explain / `pdlkit explain --target {plan.target.name}`"
             )
@@ -698,7 +695,7 @@ def explain(
     try:
         plan = load_plan(backend.options)
     except MissingDependency as e:
-        raise PdlkitError(str(e)) from None
+        raise ConfigError(str(e)) from e
     compiled = _compile(model, backend)
     with torch.no_grad() if no_grad else torch.enable_grad():
         compiled(*example_inputs)

@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pdlkit.errors import ConfigError
+
 
 def _load_example(spec: str) -> tuple[Any, tuple[Any, ...]]:
     """``module:function`` or ``file.py[:function]``; the function returns ``(model, inputs)``."""
@@ -396,9 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.fn(args))
     except Exception as e:
-        from pdlkit.backend import PdlkitError  # imports torch: not before the command runs
-
-        if not isinstance(e, PdlkitError):
+        if not isinstance(e, ConfigError):
             raise
         print(e, file=sys.stderr)
         return 1

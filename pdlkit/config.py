@@ -17,6 +17,8 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from pdlkit.errors import PdlkitError
+
 PATTERN_ENV = "PDLKIT_PATTERN_PATH"
 KERNEL_ENV = "PDLKIT_KERNEL_PATH"
 SHIPPED = "@shipped"
@@ -24,7 +26,7 @@ SHIPPED = "@shipped"
 PathArg = str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None
 
 
-class PathError(ValueError):
+class PathError(PdlkitError, ValueError):
     """A configured pattern or kernel path is not acceptable (e.g. relative in the environment)."""
 
 

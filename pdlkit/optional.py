@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import importlib
 
+from pdlkit.errors import PdlkitError
+
 INSTALL = {
     "torch_mlir": "pip install torch-mlir==20261001",
     "numba": "pip install numba",
@@ -22,7 +24,7 @@ INSTALL = {
 PACKAGE = {"torch_mlir": "torch-mlir"}
 
 
-class MissingDependency(RuntimeError):
+class MissingDependency(PdlkitError, RuntimeError):
     """An optional dependency is not installed; the message names it and how to install it."""
 
     def __init__(self, module: str, purpose: str, detail: str = ""):
@@ -39,7 +41,7 @@ def require(module: str, purpose: str) -> None:
     try:
         importlib.import_module(module)
     except ImportError as e:
-        raise MissingDependency(module, purpose, str(e)) from None
+        raise MissingDependency(module, purpose, str(e)) from e
 
 
 def require_matcher() -> None:

@@ -20,8 +20,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from pdlkit.errors import PdlkitError
 
-class TargetError(ValueError):
+
+class TargetError(PdlkitError, ValueError):
     """The target cannot be loaded; the message names it and says why."""
 
 
@@ -75,7 +77,7 @@ def _from_module(target: str) -> ModuleType:
             raise TargetError(
                 f"cannot import {target!r}: no module {e.name!r} in the current directory "
                 f"({cwd}) or on the Python path"
-            ) from None
+            ) from e
         raise TargetError(f"cannot import {target!r}: {e}") from e
     except Exception as e:
         raise TargetError(f"cannot import {target!r}: {type(e).__name__}: {e}") from e

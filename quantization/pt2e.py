@@ -32,12 +32,14 @@ from typing import Any
 
 import torch
 
+from pdlkit.errors import PdlkitError
+
 SCHEMES = ("int8-static", "int8-dynamic", "int8-dynamic-per-token", "bf16")
 
 _NEEDS_TORCHAO = "pdlkit.quantization needs torchao (pip install -e '.[quant]')"
 
 
-class QuantizationError(RuntimeError):
+class QuantizationError(PdlkitError, RuntimeError):
     """torch.export or torchao failed on the model; the message says where and what to try."""
 
 

@@ -42,6 +42,8 @@ from typing import Any
 
 import torch
 
+from pdlkit.errors import PdlkitError
+
 MODES = ("cached", "off", "full")
 MODE_ENV = "PDLKIT_AUTOTUNE"
 CACHE_ENV = "PDLKIT_CACHE_DIR"
@@ -53,7 +55,7 @@ _MAX_ENTRIES = 20_000
 MARGIN = 0.03
 
 
-class AutotuneError(ValueError):
+class AutotuneError(PdlkitError, ValueError):
     """A bad ``autotune=`` value or ``PDLKIT_AUTOTUNE`` / ``PDLKIT_AUTOTUNE_BUDGET`` setting."""
 
 
@@ -159,7 +161,7 @@ class Decision:
         return cls(d["choice"], timings, "cache")
 
 
-class Excluded(Exception):
+class Excluded(PdlkitError):
     """A candidate that cannot be timed (it raised, declined, or lied about its output)."""
 
 

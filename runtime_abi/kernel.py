@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from pdlkit.errors import PdlkitError
+
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _OP = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 DEVICES = ("cpu", "cuda")
@@ -88,11 +90,11 @@ class ShapeRule:
         return None
 
 
-class KernelUnsupported(Exception):
+class KernelUnsupported(PdlkitError):
     """Raised by a kernel to decline one call; pdlkit then runs the replaced subgraph instead."""
 
 
-class KernelDeclarationError(ValueError):
+class KernelDeclarationError(PdlkitError, ValueError):
     """A kernel declaration is invalid; the message names the kernel and its source line."""
 
 

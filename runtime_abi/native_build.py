@@ -57,6 +57,7 @@ from pdlkit.runtime_abi.trust import (
 )
 
 from pdlkit.config import PathError
+from pdlkit.errors import PdlkitError
 
 KERNELS = Path(__file__).resolve().parents[1] / "kernels"
 A64_GEMM_SOURCE = KERNELS / "aarch64" / "a64_gemm.c"
@@ -69,7 +70,7 @@ CROSS_COMPILERS = {"aarch64": "aarch64-linux-gnu-gcc"}
 APT_PACKAGES = {"aarch64": "gcc-aarch64-linux-gnu"}
 
 
-class BuildError(RuntimeError):
+class BuildError(PdlkitError, RuntimeError):
     """A native build failed or its compiler is missing; the message says what to install."""
 
 

@@ -21,6 +21,8 @@ from typing import Any
 import torch
 from pdlkit.runtime_abi.kernel import KernelDecl
 
+from pdlkit.errors import PdlkitError
+
 # input signatures (shapes and dtypes) whose expected outputs a call site remembers; in a
 # graph with dynamic shapes, a site that meets more leaves further shapes to the sampled
 # calls' whole check (the meta function is too slow to run on every call)
@@ -29,7 +31,7 @@ CACHED_SIGNATURES = 256
 Expected = list[tuple[torch.Size, torch.dtype]]
 
 
-class KernelCallError(RuntimeError):
+class KernelCallError(PdlkitError, RuntimeError):
     """A kernel failed or returned something its declaration does not allow."""
 
 

@@ -39,8 +39,10 @@ from pdlkit.runtime_abi.trust import (
     read_pins,
 )
 
+from pdlkit.errors import PdlkitError
 
-class KernelLoadError(RuntimeError):
+
+class KernelLoadError(PdlkitError, RuntimeError):
     """A kernel file could not be loaded; the message starts with ``file:line:``."""
 
 

@@ -37,6 +37,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
+from pdlkit.errors import PdlkitError
+
 PINS_FILE = "kernels.yaml"
 PINS_VERSION = 1
 ALLOW_ENV = "PDLKIT_ALLOW_WORLD_WRITABLE"
@@ -54,7 +56,7 @@ BUILD_FILE_NAMES = frozenset(
 )
 
 
-class TrustError(RuntimeError):
+class TrustError(PdlkitError, RuntimeError):
     """A kernel or pattern file or folder is refused; the message names it."""
 
 
@@ -109,7 +111,7 @@ def read_pins(folder: Path) -> dict[Path, str] | None:
     except (yaml.YAMLError, UnicodeDecodeError, ValueError) as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{mark.line + 1}:{mark.column + 1}" if mark else "1:1"
-        raise TrustError(f"{path}:{where}: invalid YAML: {getattr(e, 'problem', e)}") from None
+        raise TrustError(f"{path}:{where}: invalid YAML: {getattr(e, 'problem', e)}") from e
     if not isinstance(data, dict) or data.get("version") != PINS_VERSION:
         raise TrustError(
             f"{path}:1:1: a kernel pin file is a mapping with 'version: {PINS_VERSION}' and 'sha256'"
@@ -331,9 +333,7 @@ def read_private_file(path: Path) -> bytes | None:
     except FileNotFoundError:
         return None
     except OSError as e:
-        raise TrustError(
-            f"{path}: cannot open it safely (a symbolic link?): {e.strerror}"
-        ) from None
+        raise TrustError(f"{path}: cannot open it safely (a symbolic link?): {e.strerror}") from e
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

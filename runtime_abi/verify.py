@@ -36,12 +36,14 @@ from pdlkit.runtime_abi.kernel import KernelDecl
 from pdlkit.runtime_abi.outputs import KernelCallError, as_list
 from pdlkit.runtime_abi.outputs import fresh as _fresh
 
+from pdlkit.errors import PdlkitError
+
 MODES = ("off", "strict", "first_call")
 ENV = "PDLKIT_VERIFY"
 _RTOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 1e-3, torch.float64: 1e-9}
 
 
-class VerifyTimeout(RuntimeError):
+class VerifyTimeout(PdlkitError, RuntimeError):
     pass
 
 

@@ -15,8 +15,9 @@ from pdlkit.matcher import PatternError, load_patterns
 from pdlkit.matcher.lint import lint_paths
 from pdlkit.matcher.pdll import find_mlir_pdll
 
-from pdlkit.backend import Options, PdlkitError, load_plan
+from pdlkit.backend import Options, load_plan
 from pdlkit.check import check_paths
+from pdlkit.errors import PdlkitError
 
 needs_pdll = pytest.mark.skipif(
     find_mlir_pdll() is None, reason="needs mlir-pdll (apt-get install mlir-16-tools)"
