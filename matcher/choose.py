@@ -92,6 +92,11 @@ class Tuner:
         self.cache = autotune.decision_cache()
         self.budget = autotune.budget_s()
         self.seconds = 0.0  # spent measuring in this compilation
+        # what the substituted sites save against their subgraphs, by their timings: the
+        # whole-graph check (matcher/graph_guard.py) skips compiling Inductor's graph when
+        # this is a large share of the substituted graph's time; None once a site's saving
+        # is unknown (a pin, a subgraph that could not be timed)
+        self.saved_us: float | None = 0.0
 
     # real arguments ---------------------------------------------------------------------------
     def value(self, node: fx.Node) -> Any:
@@ -190,7 +195,20 @@ class Tuner:
             decision = Decision(cands[0].name, decision.timings, "static")  # a stale entry
         if pin is not None:
             decision = Decision(pin, decision.timings, "pinned")
+        self._account(decision)
         return decision
+
+    def _account(self, decision: Decision) -> None:
+        """Add a site's saving to :attr:`saved_us` (a lower bound when the subgraph's time
+        is its library calls alone)."""
+        if decision.choice == KEEP or self.saved_us is None:
+            return
+        t = {x.name: x.us for x in decision.timings}
+        keep, ours = t.get(KEEP), t.get(decision.choice)
+        if decision.source == "pinned" or keep is None or ours is None:
+            self.saved_us = None
+        else:
+            self.saved_us += max(keep - ours, 0.0)
 
     def _measure(
         self,

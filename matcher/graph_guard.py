@@ -5,7 +5,9 @@
             Inductor's fusions across the sites around it (seen on a Xeon with AMX: int8
             bert-mini 1.19x slower than PyTorch's int8 path with every site's choice a win)
     after:  both graphs are compiled and timed on the compilation's example inputs, and the
-            faster one runs; the verdict is cached with the sites' decisions (per host)
+            faster one runs; the verdict is cached with the sites' decisions (per host). When
+            the sites' own timings already say the substituted graph is much faster
+            (:data:`CONFIDENT`), Inductor's graph is not compiled.
 
 Only inference graphs that change nothing are timed (no input needs a gradient, no op writes
 in place): running one a few more times has no effect a caller could see.
@@ -59,32 +61,54 @@ def graph_key(gm: fx.GraphModule, example_inputs: Sequence[Any], kernels: Sequen
     return autotune.site_key(["whole graph", str(gm.graph), shapes, sorted(kernels)])
 
 
+# the sites' measured saving, as a share of the substituted graph's time, above which
+# Inductor's whole graph is not compiled: a fusion that an opaque kernel call ends costs a few
+# percent of a graph's time, not this much (benchmarks/x86_models.py shows the verdicts)
+CONFIDENT = 0.15
+
+
 def choose(
     key: str,
     substituted: Callable[[], Callable[..., Any]],
     inductor: Callable[[], Callable[..., Any]],
     example_inputs: Sequence[Any],
     mode: str,
+    saved_us: float | None = None,
 ) -> tuple[str, Callable[..., Any], Decision]:
     """Compile and time both graphs (``substituted`` / ``inductor`` compile one each), or
-    read the verdict from the decision cache; return the verdict and the faster graph's code."""
+    read the verdict from the decision cache; return the verdict and the faster graph's code.
+
+    ``saved_us``: what the substituted sites saved against their subgraphs, each timed on its
+    own (matcher/choose.py). When that is at least :data:`CONFIDENT` of the substituted
+    graph's own time, the substituted graph wins without compiling Inductor's (a whole
+    Inductor compile: most of the first compile's cost)."""
     cache = autotune.decision_cache()
     decision = cache.get(key) if mode == "cached" else None
     if decision is not None:
         fn = substituted() if decision.choice == SUBSTITUTED else inductor()
         return decision.choice, fn, decision
-    ours, theirs = substituted(), inductor()
+    ours = substituted()
     tensors = list(example_inputs)
     device = autotune.device_of(tensors)
     with torch.no_grad(), uncounted():
-        timings = autotune.measure(
-            [(SUBSTITUTED, lambda: ours(*tensors)), (INDUCTOR, lambda: theirs(*tensors))],
-            device,
-            autotune.budget_s(),
+        timings = _measure([(SUBSTITUTED, lambda: ours(*tensors))], device)
+        own = timings[0].us
+        if saved_us is not None and own is not None and saved_us >= CONFIDENT * own:
+            note = f"not compiled: the sites save {saved_us:.0f} us, over {CONFIDENT:.0%}"
+            decision = Decision(SUBSTITUTED, [*timings, Timing(INDUCTOR, None, note)])
+            cache.put(key, decision)
+            return SUBSTITUTED, ours, decision
+        theirs = inductor()
+        timings = _measure(
+            [(SUBSTITUTED, lambda: ours(*tensors)), (INDUCTOR, lambda: theirs(*tensors))], device
         )
     decision = Decision(_faster(timings), timings)
     cache.put(key, decision)
     return decision.choice, ours if decision.choice == SUBSTITUTED else theirs, decision
+
+
+def _measure(runs: list[tuple[str, Callable[[], Any]]], device: str) -> list[Timing]:
+    return autotune.measure(runs, device, autotune.budget_s())
 
 
 def _faster(timings: Sequence[Timing]) -> str:

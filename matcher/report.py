@@ -74,6 +74,7 @@ class GraphReport:
     silent: dict[str, str] = field(default_factory=dict)  # pattern -> why it matched nothing
     kept: list[str] = field(default_factory=list)  # matches left to Inductor: measured faster
     whole_graph: str = ""  # the substituted graph against Inductor's, timed (graph_guard.py)
+    sites_saved_us: float | None = None  # the substituted sites' measured saving (choose.py)
     skipped: str = ""  # why the whole graph was left alone
     canonicalized: dict[str, int] = field(default_factory=dict)  # canonicalize rule -> count
     why: dict[str, list[str]] = field(default_factory=dict)  # explain --why: pattern -> lines

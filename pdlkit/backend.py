@@ -312,6 +312,8 @@ def run_pass(
     for sub, enabled in grad_mode_regions(traced):  # torch.no_grad() regions: a graph each
         _merge(report, _substitute_region(sub, enabled, plan, kw))
     report.timings = {"retrace": t1 - t0, "canonicalize": t_canon, **report.timings}
+    if tuner is not None:
+        report.sites_saved_us = tuner.saved_us
     if tuner is not None and tuner.seconds:  # measured inside the PDL application
         report.timings["pdl_apply"] -= tuner.seconds
         report.timings["autotune"] = tuner.seconds
@@ -426,6 +428,7 @@ def _faster_graph(
         lambda: compile_fx(gm, example_inputs),
         example_inputs,
         resolve_mode(opts.autotune),
+        report.sites_saved_us,
     )
     report.whole_graph = decision.describe()
     if verdict == graph_guard.INDUCTOR:

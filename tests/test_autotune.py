@@ -351,6 +351,47 @@ def test_whole_graph_keeps_inductors_code_when_it_is_faster(tmp_path, monkeypatc
     assert again == "inductor" and compiled == ["substituted", "inductor", "inductor"]
 
 
+def _guarded(tmp_path, monkeypatch, saved_us):
+    """graph_guard.choose over a 1 ms substituted graph, with the sites' measured saving."""
+    import time
+
+    from pdlkit.matcher import graph_guard
+
+    monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
+    compiled = []
+
+    def substituted():
+        compiled.append("substituted")
+        return lambda *a: time.sleep(0.001)
+
+    def inductor():
+        compiled.append("inductor")
+        return lambda *a: time.sleep(0.0015)
+
+    verdict, _, decision = graph_guard.choose(
+        "k", substituted, inductor, (torch.randn(2),), "cached", saved_us
+    )
+    return verdict, compiled, decision
+
+
+def test_a_large_measured_saving_skips_compiling_inductors_graph(tmp_path, monkeypatch):
+    """Sites that saved 600 us of a 1 ms graph: Inductor's whole graph is not compiled (it
+    would be most of the first compile's time), and explain says so."""
+    verdict, compiled, decision = _guarded(tmp_path, monkeypatch, 600.0)
+    assert verdict == "substituted" and compiled == ["substituted"]
+    assert "inductor excluded (not compiled: the sites save 600 us" in decision.describe()
+
+
+def test_a_small_measured_saving_still_times_both_graphs(tmp_path, monkeypatch):
+    verdict, compiled, _ = _guarded(tmp_path, monkeypatch, 20.0)
+    assert compiled == ["substituted", "inductor"] and verdict == "substituted"
+
+
+def test_an_unknown_saving_still_times_both_graphs(tmp_path, monkeypatch):
+    _, compiled, _ = _guarded(tmp_path, monkeypatch, None)
+    assert compiled == ["substituted", "inductor"]
+
+
 def test_whole_graph_keeps_substitutions_that_make_it_faster(folders):
     p, k = folders(FAST, SLOW)
     st = run(p, k, "full")
