@@ -22,7 +22,7 @@ from typing import Any, cast
 import torch
 import torch.fx as fx
 
-from pdlkit import config
+from pdlkit import config, inductor_options
 from pdlkit.errors import ConfigError
 from pdlkit.matcher.report import GraphReport, PatternInfo, Report
 from pdlkit.runtime_abi.binding_stats import count
@@ -41,17 +41,6 @@ def _compile(model: Callable[..., Any], backend: Any, **kw: Any) -> Callable[...
     return torch.compile(model, backend=backend, **kw)
 
 
-_OPTION_KEYS = {
-    "patterns",
-    "kernels",
-    "target",
-    "default_codegen",
-    "verify",
-    "allow_world_writable",
-    "autotune",
-}
-
-
 @dataclass(frozen=True)
 class Options:
     patterns: config.PathArg = None
@@ -61,6 +50,8 @@ class Options:
     verify: bool | str = False
     allow_world_writable: bool | None = None  # None: PDLKIT_ALLOW_WORLD_WRITABLE decides
     autotune: str | None = None  # None: PDLKIT_AUTOTUNE, else "cached"
+    mode: str | None = None  # Inductor's mode ("reduce-overhead": CUDA graphs, ...)
+    inductor_config: Mapping[str, Any] | None = None  # Inductor config patches
 
     def __post_init__(self) -> None:
         if self.default_codegen not in _CODEGENS:
@@ -73,16 +64,22 @@ class Options:
         from pdlkit.runtime_abi.autotune import resolve_mode as autotune_mode
 
         autotune_mode(self.autotune)
+        inductor_options.check_mode(self.mode)
 
     def with_(self, extra: Mapping[str, Any] | None) -> Options:
+        """These options with ``extra``'s: pdlkit's own keys, and Inductor config keys
+        (``torch.compile(..., options={"triton.cudagraphs": True})``) added to
+        ``inductor_config``."""
         if not extra:
             return self
-        bad = set(extra) - _OPTION_KEYS
-        if bad:
-            raise ValueError(
-                f"unknown pdlkit option(s) {sorted(bad)}; known: {sorted(_OPTION_KEYS)}"
-            )
-        return replace(self, **extra)
+        ours, theirs = inductor_options.split(extra)
+        if theirs:
+            ours["inductor_config"] = {**(self.inductor_config or {}), **theirs}
+        return replace(self, **ours)
+
+    def config_patches(self) -> dict[str, Any]:
+        """What every ``compile_fx`` of this compilation gets as ``config_patches``."""
+        return inductor_options.patches(self.mode, self.inductor_config)
 
 
 @dataclass
@@ -413,9 +410,11 @@ def _faster_graph(
     example_inputs: list[Any],
     report: GraphReport,
     opts: Options,
+    patches: dict[str, Any],
 ) -> Callable[..., Any]:
     """The substituted graph's code, unless Inductor's code for Dynamo's graph measured
-    faster: then that, and the substitutions are counted as undone."""
+    faster: then that, and the substitutions are counted as undone. Both are compiled with
+    the compilation's Inductor options (``patches``: CUDA graphs on both sides or neither)."""
     from torch._inductor.compile_fx import compile_fx
 
     from pdlkit.matcher import graph_guard
@@ -424,8 +423,8 @@ def _faster_graph(
     kernels = [s.kernel for s in report.substitutions]
     verdict, fn, decision = graph_guard.choose(
         graph_guard.graph_key(gm, example_inputs, kernels),
-        lambda: compile_fx(traced, example_inputs),
-        lambda: compile_fx(gm, example_inputs),
+        lambda: compile_fx(traced, example_inputs, config_patches=patches),
+        lambda: compile_fx(gm, example_inputs, config_patches=dict(opts.config_patches())),
         example_inputs,
         resolve_mode(opts.autotune),
         report.sites_saved_us,
@@ -484,9 +483,19 @@ class PdlkitBackend:
         why: tuple[str, ...] = (),
         allow_world_writable: bool | None = None,
         autotune: str | None = None,
+        mode: str | None = None,
+        inductor_config: Mapping[str, Any] | None = None,
     ):
         self.options = Options(
-            patterns, kernels, target, default_codegen, verify, allow_world_writable, autotune
+            patterns,
+            kernels,
+            target,
+            default_codegen,
+            verify,
+            allow_world_writable,
+            autotune,
+            mode,
+            inductor_config,
         )
         self.on_report = on_report
         self.explain_only = explain_only
@@ -519,6 +528,9 @@ class PdlkitBackend:
         from pdlkit.optional import MissingDependency
 
         opts = self.options.with_(options)
+        if mode is not None and mode != "default":  # torch.compile(..., mode=...)
+            opts = replace(opts, mode=mode)
+        patches = opts.config_patches()
         self._stamp = self._current_stamp(opts)
         try:
             plan = load_plan(opts)
@@ -530,13 +542,16 @@ class PdlkitBackend:
                 return gm
             from torch._inductor.compile_fx import compile_fx
 
-            return cast(Callable[..., Any], compile_fx(gm, example_inputs))
+            return cast(Callable[..., Any], compile_fx(gm, example_inputs, config_patches=patches))
         on = plan.target.models_on
         if on and not self.explain_only and on not in host().devices:
             raise ConfigError(
                 f"target {plan.target.name} plans for tensors on {on}, which this host lacks; "
                 f"use it with pdlkit.explain / `pdlkit explain --target {plan.target.name}`"
             )
+        capture = inductor_options.captured(patches, example_inputs, on)
+        if capture:  # only kernels declared graph_capture_safe; explain names the others
+            plan = replace(plan, registry=inductor_options.CaptureSafe(plan.registry, capture))
         used = _kernels_in_use(opts)
         index = self._graphs
         self._graphs += 1
@@ -568,9 +583,11 @@ class PdlkitBackend:
 
         # Nothing substituted: Dynamo's own graph, so the result is exactly Inductor's.
         chosen = traced if report.substitutions else gm
+        if report.substitutions:
+            patches = inductor_options.with_static_launch(patches)
         if report.substitutions and _tuned(opts, plan, example_inputs, gm):
-            return _faster_graph(gm, traced, example_inputs, report, opts)
-        return cast(Callable[..., Any], compile_fx(chosen, example_inputs))
+            return _faster_graph(gm, traced, example_inputs, report, opts, patches)
+        return cast(Callable[..., Any], compile_fx(chosen, example_inputs, config_patches=patches))
 
     # Dynamo reuses a compiled frame while the backend compares equal. Comparing unequal once
     # a pattern or kernel file changed makes the next torch.compile(...) recompile with it.
@@ -596,6 +613,8 @@ def optimize(
     dynamic: bool | None = None,
     allow_world_writable: bool | None = None,
     autotune: str | None = None,
+    mode: str | None = None,
+    inductor_config: Mapping[str, Any] | None = None,
 ) -> Callable[..., Any]:
     """Compile ``model`` with pattern substitution; everything unmatched goes to Inductor.
 
@@ -618,6 +637,11 @@ def optimize(
     (``PDLKIT_CACHE_DIR``, default ``~/.cache/pdlkit``), ``"full"`` measures again,
     ``"off"`` takes the kernel of highest priority (reproducible). A manifest's ``kernel:``
     pin always decides its pattern's sites.
+
+    ``mode`` is Inductor's (``"reduce-overhead"``: CUDA graphs; see ``torch.compile``) and
+    ``inductor_config`` holds Inductor config keys (``{"triton.cudagraphs": True}``); both
+    apply to everything the backend compiles. Where the graph is captured in CUDA graphs,
+    kernels not declared ``graph_capture_safe`` are not used (``explain`` says so).
     """
     backend = PdlkitBackend(
         patterns=patterns,
@@ -627,6 +651,8 @@ def optimize(
         verify=verify,
         allow_world_writable=allow_world_writable,
         autotune=autotune,
+        mode=mode,
+        inductor_config=inductor_config,
     )
     from pdlkit.optional import MissingDependency
 
@@ -651,6 +677,8 @@ def explain(
     default_codegen: str | None = None,
     verify: bool | str | None = None,
     allow_world_writable: bool | None = None,
+    mode: str | None = None,
+    inductor_config: Mapping[str, Any] | None = None,
 ) -> Report:
     """What ``optimize`` would substitute for these inputs, and why other candidates were not.
 
@@ -680,6 +708,8 @@ def explain(
             default_codegen=default_codegen,
             verify=verify,
             allow_world_writable=allow_world_writable,
+            mode=mode,
+            inductor_config=inductor_config,
         ),
     )
     reports: list[GraphReport] = []

@@ -1,0 +1,149 @@
+"""Inductor's own options through the pdlkit backend: ``mode=``, Inductor config keys, CUDA graphs.
+
+    before: ``torch.compile(model, backend="pdlkit", mode="reduce-overhead")`` compiled without
+            CUDA graphs (the backend dropped the mode), ``options={"triton.cudagraphs": True}``
+            was refused as an unknown pdlkit option, and ``pdlkit.optimize`` had no way to ask
+            for either; a kernel that is not safe to capture could be captured all the same
+    after:  the mode's Inductor settings (``torch._inductor.list_mode_options``) and any
+            Inductor config key given in ``options`` (or ``optimize(inductor_config=...)``)
+            reach every ``compile_fx`` call the backend makes, including the whole-graph
+            timing; where the compiled graph will be captured in a CUDA graph, only kernels
+            declared ``graph_capture_safe`` are eligible, and each one refused is a near miss
+            in ``explain`` saying so (its site keeps the replaced subgraph, compiled by Inductor)
+
+Graphs with kernels that Inductor launches itself (``runtime_abi/triton_binding.py``) are
+compiled with ``static_launch_user_defined_triton_kernels`` on where this torch has it:
+Inductor then launches those Triton kernels with its own static CUDA launcher, as it launches
+its own kernels, instead of through Triton's Python launcher (tens of microseconds a launch,
+which decided decode-shaped steps on an H100: benchmarks/results/cuda_llama.md). An explicit
+``options={"static_launch_user_defined_triton_kernels": False}`` keeps Triton's launcher.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+# the options that are pdlkit's own; any other key must name an Inductor config entry
+PDLKIT_KEYS = frozenset(
+    {
+        "patterns",
+        "kernels",
+        "target",
+        "default_codegen",
+        "verify",
+        "allow_world_writable",
+        "autotune",
+        "mode",
+        "inductor_config",
+    }
+)
+CAPTURE_TRAIT = "graph_capture_safe"
+_STATIC_LAUNCH = "static_launch_user_defined_triton_kernels"
+
+
+def _inductor_keys() -> set[str]:
+    import torch._inductor.config as inductor_config
+
+    return set(inductor_config.get_config_copy())
+
+
+def split(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``options`` as (pdlkit's keys, Inductor config keys); a key that is neither fails,
+    naming both sets' documentation."""
+    ours = {k: v for k, v in options.items() if k in PDLKIT_KEYS}
+    theirs = {k: v for k, v in options.items() if k not in PDLKIT_KEYS}
+    unknown = sorted(set(theirs) - _inductor_keys())
+    if unknown:
+        raise ValueError(
+            f"unknown option(s) {unknown}: neither a pdlkit option ({sorted(PDLKIT_KEYS)}) nor "
+            "an Inductor config key (torch._inductor.config, e.g. 'triton.cudagraphs')"
+        )
+    return ours, theirs
+
+
+def check_mode(mode: str | None) -> None:
+    """A bad ``mode`` fails where it is given, with Inductor's list of modes."""
+    if mode is None:
+        return
+    from torch._inductor import list_mode_options
+
+    try:
+        list_mode_options(mode)
+    except RuntimeError as e:
+        raise ValueError(f"mode={mode!r}: {e}") from None
+
+
+def patches(mode: str | None, inductor_config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The Inductor config patches for ``compile_fx``: the mode's, then the explicit keys."""
+    out: dict[str, Any] = {}
+    if mode is not None:
+        from torch._inductor import list_mode_options
+
+        out.update(list_mode_options(mode))
+    out.update(inductor_config or {})
+    return out
+
+
+def with_static_launch(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` plus Inductor's static launcher for user-defined Triton kernels, unless
+    the caller set that key or this torch has no such setting."""
+    out = dict(config)
+    if _STATIC_LAUNCH not in out and _STATIC_LAUNCH in _inductor_keys():
+        out[_STATIC_LAUNCH] = True
+    return out
+
+
+def cuda_graphs(config: Mapping[str, Any]) -> bool:
+    """Whether Inductor will wrap the compiled graph in CUDA graphs (the patch, else the
+    global ``torch._inductor.config.triton.cudagraphs``)."""
+    import torch._inductor.config as inductor_config
+
+    return bool(config.get("triton.cudagraphs", inductor_config.triton.cudagraphs))
+
+
+def captured(
+    config: Mapping[str, Any], example_inputs: Sequence[Any], models_on: str | None
+) -> str:
+    """Why the graph will be captured in a CUDA graph ("" if it will not): CUDA graphs are
+    on and its tensors are on a GPU (or the target plans for one)."""
+    if not cuda_graphs(config):
+        return ""
+    on_gpu = any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs)
+    if not on_gpu and models_on != "cuda":
+        return ""
+    how = "mode / triton.cudagraphs" if "triton.cudagraphs" in config else "triton.cudagraphs"
+    return f"the graph is captured in a CUDA graph ({how} is on)"
+
+
+class CaptureSafe:
+    """A kernel registry that offers only kernels declared ``graph_capture_safe``; the
+    others are passed over with ``why`` (near misses in ``explain``)."""
+
+    def __init__(self, registry: Any, why: str):
+        self._registry = registry
+        self._why = why
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._registry, name)
+
+    def candidates(
+        self, op: str, args: Sequence[Any], target: Any, pin: str | None = None
+    ) -> tuple[list[Any], list[str]]:
+        eligible, reasons = self._registry.candidates(op, args, target, pin)
+        safe: list[Any] = []
+        reasons = list(reasons)
+        for k in eligible:
+            if CAPTURE_TRAIT in k.traits:
+                safe.append(k)
+            elif not safe:
+                reasons.append(f"{k.name}: not declared {CAPTURE_TRAIT}, and {self._why}")
+        return safe, reasons
+
+    def select(self, op: str, args: Sequence[Any], target: Any, pin: str | None = None) -> Any:
+        from pdlkit.runtime_abi.registry import Selection
+
+        eligible, reasons = self.candidates(op, args, target, pin)
+        return Selection(eligible[0] if eligible else None, reasons)
