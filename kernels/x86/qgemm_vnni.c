@@ -104,6 +104,7 @@
 #endif
 
 #include "gelu_avx512.h" /* GELU: scalar reference, tables, 16 lanes at a time */
+#include "qgemm_amx.h"     /* the AMX tile path: permission, configuration, 32 x 64 blocks */
 
 enum { ACT_NONE = 0, ACT_RELU = 1, ACT_GELU_ERF = 2, ACT_GELU_TANH = 3 };
 enum { OUT_U8 = 0, OUT_S8 = 1, OUT_F32 = 2 };
@@ -122,8 +123,15 @@ typedef struct {
     int32_t qmax;
     int32_t act;      /* ACT_* */
     int32_t out_kind; /* OUT_* */
-    int32_t pad_;
+    int32_t flags;    /* QG_AMX | QG_S8 */
+    /* s8 activations (QG_S8): colcorr is the correction of their u8 view x + 128 (what the
+     * VNNI path multiplies), -(x_zp + 128) sum_k w[n, k]; colcorr_ss, -x_zp sum_k w[n, k], the
+     * one of TDPBSSD's s8 x s8 sums (the AMX path). NULL otherwise. */
+    const int32_t *colcorr_ss;
 } pdlkit_qgemm_params;
+
+/* flags: run on AMX tiles where the call allows it (qgemm_amx.h); the activations are int8 */
+enum { QG_AMX = 1, QG_S8 = 2 };
 
 int pdlkit_qgemm_params_size(void) { return (int)sizeof(pdlkit_qgemm_params); }
 
@@ -253,10 +261,12 @@ static inline int32_t quad_tail(const uint8_t *x, int64_t left) {
     const int8_t *g = panel + q * NR;                                                            \
     const __m512i b0 = _mm512_loadu_si512(g), b1 = _mm512_loadu_si512(g + 64);                   \
     const __m512i b2 = _mm512_loadu_si512(g + 128), b3 = _mm512_loadu_si512(g + 192);
-#define KLOOP(R)                                                                                 \
-    VNNI __attribute__((noinline)) static void kloop##R(const uint8_t *x, int64_t ldx, int64_t k,  \
-                                                        const int8_t *panel, int32_t *acc) {      \
+#define KLOOP(R, SUF, FLIP)                                                                      \
+    VNNI __attribute__((noinline)) static void kloop##R##SUF(const uint8_t *x, int64_t ldx,       \
+                                                             int64_t k, const int8_t *panel,      \
+                                                             int32_t *acc) {                      \
         enum { ROWS = R };                                                                       \
+        const int32_t flip = (int32_t)(FLIP);                                                    \
         ROWS6(DECL)                                                                              \
         int64_t q = 0;                                                                           \
         for (; q + 4 <= k; q += 4) {                                                             \
@@ -269,33 +279,42 @@ static inline int32_t quad_tail(const uint8_t *x, int64_t left) {
         }                                                                                        \
         ROWS6(SAVE)                                                                              \
     }
-#define QUAD(r) (*(const int32_t *)(x + (r) * ldx + q))
+/* four activation bytes; s8 activations (flip 0x80808080) become their u8 view x + 128 */
+#define QUAD(r) ((*(const int32_t *)(x + (r) * ldx + q)) ^ flip)
 #define STEP_TAIL(r)                                                    \
     if (ROWS > r) {                                                     \
-        const __m512i av = _mm512_set1_epi32(quad_tail(x + (r) * ldx + q, k - q)); \
+        const __m512i av = _mm512_set1_epi32(quad_tail(x + (r) * ldx + q, k - q) ^ flip); \
         DPBUSD(c##r##0, av, b0);                                        \
         DPBUSD(c##r##1, av, b1);                                        \
         DPBUSD(c##r##2, av, b2);                                        \
         DPBUSD(c##r##3, av, b3);                                        \
     }
-KLOOP(1)
-KLOOP(2)
-KLOOP(3)
-KLOOP(4)
-KLOOP(5)
-KLOOP(6)
+#define KLOOPS(R) KLOOP(R, , 0) KLOOP(R, _s8, 0x80808080u)
+KLOOPS(1)
+KLOOPS(2)
+KLOOPS(3)
+KLOOPS(4)
+KLOOPS(5)
+KLOOPS(6)
 #undef QUAD
 
-/* The micro-kernel for a block of mr = 1..6 rows. */
-VNNI static inline void kloop(int mr, const uint8_t *x, int64_t ldx, int64_t k,
+/* The micro-kernel for a block of mr = 1..6 rows; s8: the activations are int8 (multiplied as
+ * x + 128, which the s8 colcorr takes back). */
+VNNI static inline void kloop(int mr, int s8, const uint8_t *x, int64_t ldx, int64_t k,
                               const int8_t *panel, int32_t *acc) {
-    switch (mr) {
+    switch (mr + 8 * s8) {
     case 6: kloop6(x, ldx, k, panel, acc); break;
     case 5: kloop5(x, ldx, k, panel, acc); break;
     case 4: kloop4(x, ldx, k, panel, acc); break;
     case 3: kloop3(x, ldx, k, panel, acc); break;
     case 2: kloop2(x, ldx, k, panel, acc); break;
-    default: kloop1(x, ldx, k, panel, acc); break;
+    case 1: kloop1(x, ldx, k, panel, acc); break;
+    case 14: kloop6_s8(x, ldx, k, panel, acc); break;
+    case 13: kloop5_s8(x, ldx, k, panel, acc); break;
+    case 12: kloop4_s8(x, ldx, k, panel, acc); break;
+    case 11: kloop3_s8(x, ldx, k, panel, acc); break;
+    case 10: kloop2_s8(x, ldx, k, panel, acc); break;
+    default: kloop1_s8(x, ldx, k, panel, acc); break;
     }
 }
 
@@ -385,9 +404,34 @@ VNNI static inline __attribute__((always_inline)) void gemm_tile(
     const int8_t *panel = p->packed + (n0 / NR) * k4 * NR * 4;
     const int64_t nc = n - n0 < NR ? n - n0 : NR;
     const int mr = m - i < MR ? (int)(m - i) : MR;
-    kloop(mr, x + i * ldx, ldx, k, panel, acc);
+    kloop(mr, (p->flags & QG_S8) != 0, x + i * ldx, ldx, k, panel, acc);
     tile_out(acc, mr, nc, p->colcorr, e, n0, i, (char *)out + i * ldo * esize, ldo, act, kind,
              NULL, 0);
+}
+
+/* Rows i .. i + rows - 1 (rows <= AMX_MR) of panel column n0 into acc (rows NR apart), then
+ * the epilogue: AMX tiles for a whole block of AMX_MR rows, the VNNI micro-kernel (6 rows at a
+ * time) for the rows past the last whole block. res: as in tile_out. */
+VNNI static inline __attribute__((always_inline)) void amx_rows(
+    int32_t *acc, const uint8_t *x, int64_t i, int64_t rows, int64_t ldx, int64_t n0,
+    const pdlkit_qgemm_params *p, const epi_t *e, void *out, int64_t ldo, int act, int kind,
+    const float *res, int64_t ldr) {
+    const int64_t n = p->n, k = p->k, k4 = (k + 3) / 4, esize = kind == OUT_F32 ? 4 : 1;
+    const int8_t *panel = p->packed + (n0 / NR) * k4 * NR * 4;
+    const int64_t nc = n - n0 < NR ? n - n0 : NR;
+    const int s8 = (p->flags & QG_S8) != 0;
+    if (rows == AMX_MR) {
+        (s8 ? amx_block_s8 : amx_block_u8)(x + i * ldx, ldx, k4, panel, acc);
+        tile_out(acc, AMX_MR, nc, s8 ? p->colcorr_ss : p->colcorr, e, n0, i,
+                 (char *)out + i * ldo * esize, ldo, act, kind, res ? res + i * ldr : NULL, ldr);
+        return;
+    }
+    for (int64_t r = i; r < i + rows; r += MR) {
+        const int mr = i + rows - r < MR ? (int)(i + rows - r) : MR;
+        kloop(mr, s8, x + r * ldx, ldx, k, panel, acc);
+        tile_out(acc, mr, nc, p->colcorr, e, n0, r, (char *)out + r * ldo * esize, ldo, act, kind,
+                 res ? res + r * ldr : NULL, ldr);
+    }
 }
 
 /* One function per (activation, output kind), each with its own parallel loop: GCC outlines an
@@ -410,7 +454,36 @@ VNNI static inline __attribute__((always_inline)) void gemm_tile(
         OMP_TILES                                                                                 \
         for (int64_t t = 0; t < tiles; t++) gemm_tile(t, blocks, x, m, ldx, out, ldo, p, e, ACT, KIND); \
     }
-#define GEMM_KINDS(ACT) GEMM_VARIANT(ACT, OUT_U8) GEMM_VARIANT(ACT, OUT_S8) GEMM_VARIANT(ACT, OUT_F32)
+/* The AMX variant: tiles of AMX_MR rows x one panel; each thread configures the tiles for its
+ * share and releases them at its end. */
+#if defined(_OPENMP)
+#define OMP_REGION _Pragma("omp parallel if (m * p->n * p->k >= PARALLEL_MIN_MACS)")
+#define OMP_FOR _Pragma("omp for schedule(static)")
+#else
+#define OMP_REGION
+#define OMP_FOR
+#endif
+#define AMX_VARIANT(ACT, KIND)                                                                   \
+    VNNI static void amx_##ACT##_##KIND(const uint8_t *x, int64_t m, int64_t ldx, void *out,      \
+                                        int64_t ldo, const pdlkit_qgemm_params *p,                 \
+                                        const epi_t *e) {                                          \
+        const int64_t blocks = (m + AMX_MR - 1) / AMX_MR, tiles = ((p->n + NR - 1) / NR) * blocks; \
+        OMP_REGION                                                                                \
+        {                                                                                         \
+            int32_t acc[AMX_MR * NR] __attribute__((aligned(64)));                                \
+            amx_configure();                                                                      \
+            OMP_FOR                                                                               \
+            for (int64_t t = 0; t < tiles; t++) {                                                 \
+                const int64_t i = (t % blocks) * AMX_MR;                                          \
+                amx_rows(acc, x, i, m - i < AMX_MR ? m - i : AMX_MR, ldx, (t / blocks) * NR, p, e, \
+                         out, ldo, ACT, KIND, NULL, 0);                                           \
+            }                                                                                     \
+            amx_release();                                                                        \
+        }                                                                                         \
+    }
+#define GEMM_KINDS(ACT)                                                                          \
+    GEMM_VARIANT(ACT, OUT_U8) GEMM_VARIANT(ACT, OUT_S8) GEMM_VARIANT(ACT, OUT_F32)               \
+    AMX_VARIANT(ACT, OUT_U8) AMX_VARIANT(ACT, OUT_S8) AMX_VARIANT(ACT, OUT_F32)
 GEMM_KINDS(ACT_NONE)
 GEMM_KINDS(ACT_RELU)
 GEMM_KINDS(ACT_GELU_ERF)
@@ -418,9 +491,9 @@ GEMM_KINDS(ACT_GELU_TANH)
 
 typedef void (*gemm_fn)(const uint8_t *, int64_t, int64_t, void *, int64_t,
                         const pdlkit_qgemm_params *, const epi_t *);
-#define KINDS(ACT) {gemm_##ACT##_OUT_U8, gemm_##ACT##_OUT_S8, gemm_##ACT##_OUT_F32}
-static const gemm_fn GEMMS[4][3] = {KINDS(ACT_NONE), KINDS(ACT_RELU), KINDS(ACT_GELU_ERF),
-                                    KINDS(ACT_GELU_TANH)};
+#define KINDS(P, ACT) {P##ACT##_OUT_U8, P##ACT##_OUT_S8, P##ACT##_OUT_F32}
+#define TABLE(P) {KINDS(P, ACT_NONE), KINDS(P, ACT_RELU), KINDS(P, ACT_GELU_ERF), KINDS(P, ACT_GELU_TANH)}
+static const gemm_fn GEMMS[2][4][3] = {TABLE(gemm_), TABLE(amx_)}; /* [amx][act][out kind] */
 
 /* ---------------------------------------------------------------- add + LayerNorm epilogue */
 
@@ -556,9 +629,9 @@ VNNI static int ln_range(float *out, int64_t ldo, int64_t i0, int64_t i1, int64_
 VNNI static inline __attribute__((always_inline)) int add_ln_group(
     const uint8_t *x, int64_t i0, int64_t i1, int64_t ldx, float *out, int64_t ldo,
     const pdlkit_qgemm_params *p, const epi_t *e, const pdlkit_qgemm_ln_args *a, const float *res,
-    int64_t ldr, void *codes, int64_t ldc) {
+    int64_t ldr, void *codes, int64_t ldc, int amx) {
     const int64_t n = p->n, k = p->k, k4 = (k + 3) / 4;
-    int32_t acc[MR * NR] __attribute__((aligned(64)));
+    int32_t acc[AMX_MR * NR] __attribute__((aligned(64)));
     /* In a model the residual was written a few GEMMs ago and lies in L3: the tiles read it 256
      * bytes per row, 1 KB apart, which the hardware prefetchers do not follow (a third of this
      * function's time sat on that load in bert-mini). Ask for the group's rows up front; the
@@ -567,9 +640,15 @@ VNNI static inline __attribute__((always_inline)) int add_ln_group(
         for (int64_t j = 0; j < n; j += 16) _mm_prefetch((const char *)(res + i * ldr + j), _MM_HINT_T1);
     for (int64_t n0 = 0; n0 < n; n0 += NR) {
         const int8_t *panel = p->packed + (n0 / NR) * k4 * NR * 4;
+        if (amx) { /* whole AMX blocks, then the VNNI micro-kernel for the rest */
+            for (int64_t i = i0; i < i1; i += AMX_MR)
+                amx_rows(acc, x, i, i1 - i < AMX_MR ? i1 - i : AMX_MR, ldx, n0, p, e, out, ldo,
+                         ACT_NONE, OUT_F32, res, ldr);
+            continue;
+        }
         for (int64_t i = i0; i < i1; i += MR) {
             const int mr = i1 - i < MR ? (int)(i1 - i) : MR;
-            kloop(mr, x + i * ldx, ldx, k, panel, acc);
+            kloop(mr, (p->flags & QG_S8) != 0, x + i * ldx, ldx, k, panel, acc);
             tile_out(acc, mr, n - n0 < NR ? n - n0 : NR, p->colcorr, e, n0, i, out + i * ldo, ldo,
                      ACT_NONE, OUT_F32, res + i * ldr, ldr);
         }
@@ -577,21 +656,23 @@ VNNI static inline __attribute__((always_inline)) int add_ln_group(
     return ln_range(out, ldo, i0, i1, n, a, codes, ldc);
 }
 
-/* The 6-row blocks are split evenly over the threads first, then each thread's run into groups
- * of about 128 KB of output (equal sizes): groups of a fixed size handed out whole left one of
- * two threads with 84 of 128 rows on BERT-base's 128 x K x 768 (a 4th group of 2 rows).
- * Returns 1 where some row's sum of squares was not finite (ln_rows), else 0. */
+/* The row blocks (6 rows, or AMX_MR on AMX) are split evenly over the threads first, then each
+ * thread's run into groups of about 128 KB of output (equal sizes): groups of a fixed size
+ * handed out whole left one of two threads with 84 of 128 rows on BERT-base's 128 x K x 768
+ * (a 4th group of 2 rows). Returns 1 where some row's sum of squares was not finite (ln_rows),
+ * else 0. */
 VNNI static int gemm_add_ln(const uint8_t *x, int64_t m, int64_t ldx, float *out, int64_t ldo,
                              const pdlkit_qgemm_params *p, const epi_t *e,
                              const pdlkit_qgemm_ln_args *a, const float *res, int64_t ldr,
-                             void *codes, int64_t ldc) {
-    const int64_t n = p->n, blocks = (m + MR - 1) / MR;
-    const int64_t group_max = n * 4 * MR < (128 << 10) ? (128 << 10) / (n * 4 * MR) : 1;
+                             void *codes, int64_t ldc, int amx) {
+    const int64_t n = p->n, unit = amx ? AMX_MR : MR, blocks = (m + unit - 1) / unit;
+    const int64_t group_max = n * 4 * unit < (128 << 10) ? (128 << 10) / (n * 4 * unit) : 1;
     int bad = 0;
 #if defined(_OPENMP)
 #pragma omp parallel if (m * n * p->k >= PARALLEL_MIN_MACS) reduction(| : bad)
 #endif
     {
+        if (amx) amx_configure();
         int64_t b0 = 0, b1 = blocks;
 #if defined(_OPENMP)
         const int64_t threads = omp_get_num_threads(), me = omp_get_thread_num();
@@ -601,9 +682,10 @@ VNNI static int gemm_add_ln(const uint8_t *x, int64_t m, int64_t ldx, float *out
         const int64_t groups = (b1 - b0 + group_max - 1) / group_max;
         for (int64_t g = 0; g < groups; g++) {
             const int64_t g0 = b0 + (b1 - b0) * g / groups, g1 = b0 + (b1 - b0) * (g + 1) / groups;
-            bad |= add_ln_group(x, g0 * MR, g1 * MR < m ? g1 * MR : m, ldx, out, ldo, p, e, a,
-                                res, ldr, codes, ldc);
+            bad |= add_ln_group(x, g0 * unit, g1 * unit < m ? g1 * unit : m, ldx, out, ldo, p, e,
+                                a, res, ldr, codes, ldc, amx);
         }
+        if (amx) amx_release();
     }
     return bad;
 }
@@ -622,6 +704,18 @@ static int has_vnni(void) { return 0; }
 #endif
 
 /* ---------------------------------------------------------------- entry points */
+
+/* Whether a call of m rows with these params runs on AMX tiles: asked for (QG_AMX), K a
+ * multiple of 64, at least one block of AMX_MR rows, and this process may use the tiles (the CPU
+ * has AMX-INT8 and Linux granted the tile state: amx_ready). Otherwise the call runs the VNNI
+ * path on the same packed weight. */
+int pdlkit_qgemm_uses_amx(const pdlkit_qgemm_params *p, int64_t m) {
+    return (p->flags & QG_AMX) && p->k % AMX_KSTEP == 0 && m >= AMX_MR &&
+           (!(p->flags & QG_S8) || p->colcorr_ss) && amx_ready();
+}
+
+/* 1 where this process may use the AMX tiles (asks Linux for them on the first call). */
+int pdlkit_qgemm_amx_ready(void) { return amx_ready(); }
 
 /* Builds the GELU tables (call once before using the library from several threads);
  * returns 1 when the VNNI path runs on this CPU, 0 otherwise. */
@@ -649,7 +743,8 @@ int pdlkit_qgemm_parallel(void) {
  * (and is needed: x = 255 or 0 and w = -128 throughout reach it). With symmetric weights
  * (w_zp = 0, B = 128): K <= 65793 whatever x_zp in [0, 255]; K <= 131071 for x_zp = 128. */
 static int k_fits(const pdlkit_qgemm_params *p, int64_t zlo, int64_t zhi) {
-    const int64_t bound = 2147483647, xz = p->x_zp;
+    /* s8 activations: the same bound as their u8 view x + 128 with zero point x_zp + 128 */
+    const int64_t bound = 2147483647, xz = p->x_zp + (p->flags & QG_S8 ? 128 : 0);
     if (zlo < -(1 << 20) || zhi > (1 << 20)) return 0; /* no int8 weight has such zero points */
     const int64_t a = xz > 255 - xz ? (xz < 0 ? -xz : xz) : 255 - xz;
     const int64_t b = zhi + 128 > 127 - zlo ? zhi + 128 : 127 - zlo;
@@ -674,9 +769,10 @@ static int weight_zp_terms(const int64_t *w_zp, const uint8_t *x, int64_t m, int
     if (!*wzp) return -1;
     *rowcorr = *wzp + p->n;
     for (int64_t j = 0; j < p->n; j++) (*wzp)[j] = (int32_t)w_zp[j];
+    const int s8 = (p->flags & QG_S8) != 0;
     for (int64_t i = 0; i < m; i++) {
-        int64_t rs = 0;
-        for (int64_t t = 0; t < p->k; t++) rs += x[i * ldx + t];
+        int64_t rs = 0; /* sum_k (x - x_zp), the same for s8 activations and their u8 view */
+        for (int64_t t = 0; t < p->k; t++) rs += s8 ? (int8_t)x[i * ldx + t] : x[i * ldx + t];
         (*rowcorr)[i] = (int32_t)(rs - p->k * (int64_t)p->x_zp);
     }
     return 1;
@@ -751,7 +847,7 @@ int pdlkit_qgemm_run(const uint8_t *x, int64_t m, int64_t ldx, void *out, int64_
     epi_t e;
     const int rc = epilogue(x, m, ldx, w_scale, bias, w_zp, p, local, &e);
     if (rc < 0) return rc == -1 ? -1 : rc == -2 ? 4 : 3;
-    GEMMS[p->act][p->out_kind](x, m, ldx, out, ldo, p, &e);
+    GEMMS[pdlkit_qgemm_uses_amx(p, m)][p->act][p->out_kind](x, m, ldx, out, ldo, p, &e);
     epilogue_free(&e, local);
     return 0;
 #else
@@ -779,7 +875,8 @@ int pdlkit_qgemm_run_add_ln(const uint8_t *x, int64_t m, int64_t ldx, float *out
     epi_t e;
     const int rc = epilogue(x, m, ldx, w_scale, bias, w_zp, p, local, &e);
     if (rc < 0) return rc == -1 ? -1 : rc == -2 ? 4 : 3;
-    const int bad = gemm_add_ln(x, m, ldx, out, ldo, p, &e, a, res, ldr, codes, ldc);
+    const int bad =
+        gemm_add_ln(x, m, ldx, out, ldo, p, &e, a, res, ldr, codes, ldc, pdlkit_qgemm_uses_amx(p, m));
     epilogue_free(&e, local);
     return bad ? 5 : 0;
 #else
@@ -800,11 +897,12 @@ int pdlkit_qgemm_run_scalar(const uint8_t *x, int64_t m, int64_t ldx, void *out,
         free(acc);
         return zt == -2 ? 4 : -1;
     }
-    const int64_t esize = p->out_kind == OUT_F32 ? 4 : 1;
+    const int64_t esize = p->out_kind == OUT_F32 ? 4 : 1, s8 = (p->flags & QG_S8) != 0;
     for (int64_t i = 0; i < m; i++) {
         for (int64_t j = 0; j < p->n; j++) { /* in int64: exact; the result fits (k_fits) */
             int64_t s = p->colcorr[j] - (wzp ? (int64_t)wzp[j] * rowcorr[i] : 0);
-            for (int64_t t = 0; t < p->k; t++) s += (int64_t)x[i * ldx + t] * packed_at(p, j, t);
+            for (int64_t t = 0; t < p->k; t++) /* s8: the u8 view x + 128, as colcorr expects */
+                s += (s8 ? (int8_t)x[i * ldx + t] + 128 : x[i * ldx + t]) * (int64_t)packed_at(p, j, t);
             acc[j] = (int32_t)s;
         }
         row_scalar(acc, p->n, p, w_scale, bias, (char *)out + i * ldo * esize);

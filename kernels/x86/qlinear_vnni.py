@@ -86,8 +86,12 @@ class _Params(ctypes.Structure):
         ("qmax", ctypes.c_int32),
         ("act", ctypes.c_int32),
         ("out_kind", ctypes.c_int32),
-        ("pad_", ctypes.c_int32),
+        ("flags", ctypes.c_int32),  # QG_AMX | QG_S8
+        ("colcorr_ss", ctypes.c_void_p),
     ]
+
+
+QG_AMX, QG_S8 = 1, 2  # qgemm_vnni.c's flags: AMX tiles where the call allows; int8 activations
 
 
 class _LnArgs(ctypes.Structure):
@@ -133,11 +137,15 @@ class _Packed:
     storage (aliased, not copied) for oneDNN's packed weight, made on first need."""
 
     __slots__ = (
-        "__weakref__", "colcorr", "n", "k", "onednn", "out_dtype", "packed", "params",
-        "params_addr", "post", "w", "vectors",
+        "__weakref__", "colcorr", "colsum", "n", "k", "onednn", "out_dtype", "packed", "params",
+        "params_addr", "post", "s8", "w", "vectors",
     )  # fmt: skip
 
-    def __init__(self, w_q: Tensor, attrs: Mapping[str, Any], out_dtype: torch.dtype):
+    def __init__(
+        self, w_q: Tensor, attrs: Mapping[str, Any], out_dtype: torch.dtype, amx: bool = False
+    ):
+        """``amx``: the GEMM runs on AMX tiles where a call allows it (qgemm_amx.h), else on
+        the VNNI path; the packed weight is the same."""
         assert _LIB is not None
         n, k = w_q.shape
         x_zp = int(attrs["x_zp"])
@@ -150,7 +158,8 @@ class _Packed:
         wc = w_q.contiguous()
         self.packed = torch.empty(_LIB.pdlkit_qgemm_packed_size(n, k), dtype=torch.int8)
         _LIB.pdlkit_qgemm_pack(wc.data_ptr(), k, n, k, self.packed.data_ptr())
-        self.colcorr = (wc.sum(dim=1, dtype=torch.int32) * -x_zp).to(torch.int32).contiguous()
+        self.colsum = wc.sum(dim=1, dtype=torch.int32)
+        self.colcorr = (self.colsum * -x_zp).to(torch.int32).contiguous()
         self.n, self.k, self.out_dtype = n, k, out_dtype
         act = _ACTS[(str(attrs["post_op"]), str(attrs["algorithm"]))]
         self.post = _POSTS[act]
@@ -169,17 +178,62 @@ class _Packed:
             qmax=int(attrs.get("out_qmax", 0)),
             act=act,
             out_kind=_OUT_KIND[out_dtype],
+            flags=QG_AMX if amx else 0,
         )
         self.params_addr = ctypes.addressof(self.params)
+        self.s8: tuple[Any, ...] | None = None  # the params for int8 activations, made on need
         # the last (w_scale, bias, w_zp) seen with their data pointers, as one tuple (threads
         # replace it whole): a compiled graph passes the same constant tensors in every call,
         # and three .contiguous().data_ptr() cost about 2.5 us per call
         self.vectors: tuple[Any, ...] = (None, None, None, ())
 
-    def pointers(self, w_scale: Tensor, bias: Tensor | None, w_zp: Tensor) -> tuple[Any, ...]:
+    def addr(self, x_q: Tensor) -> int:
+        """The address of the C params for activations of ``x_q``'s dtype: uint8 as packed;
+        int8 (symmetric quantizers' activations) with the correction of their u8 view
+        ``x + 128`` (zero point ``x_zp + 128``) that the VNNI path multiplies, and TDPBSSD's
+        own for the AMX path (made once per site)."""
+        if x_q.dtype is torch.uint8:
+            return self.params_addr
+        if x_q.dtype is not torch.int8:
+            raise pdlkit.KernelUnsupported(f"activations of dtype {x_q.dtype}")
+        if self.s8 is None:
+            x_zp = self.params.x_zp
+            if self.k > int32_exact_k(x_zp + 128):
+                raise pdlkit.KernelUnsupported(
+                    f"K = {self.k}: sums of s8 x s8 products could overflow the int32 "
+                    f"accumulator (exact up to K = {int32_exact_k(x_zp + 128)} with x_zp {x_zp})"
+                )
+            u8 = (self.colsum * -(x_zp + 128)).to(torch.int32).contiguous()
+            ss = (self.colsum * -x_zp).to(torch.int32).contiguous()
+            params = _Params.from_buffer_copy(self.params)
+            params.colcorr, params.colcorr_ss = u8.data_ptr(), ss.data_ptr()
+            params.flags |= QG_S8
+            self.s8 = (ctypes.addressof(params), params, u8, ss)  # the vectors live with it
+        return int(self.s8[0])
+
+    def pointers(
+        self, w_scale: Tensor | float, bias: Tensor | None, w_zp: Tensor | int
+    ) -> tuple[Any, ...]:
+        """Pointers to (w_scale, bias, w_zp) as the C reads them: [n] vectors (per-tensor
+        weight parameters, numbers, become [n] vectors once per value)."""
         v = self.vectors
         if v[0] is w_scale and v[1] is bias and v[2] is w_zp:
             return v[3]
+        if not isinstance(w_scale, Tensor):
+            if v[4:] == (float(w_scale), bias, int(w_zp)):
+                return v[3]
+            full = torch.full((self.n,), float(w_scale), dtype=torch.float32)
+            zps = torch.full((self.n,), int(w_zp), dtype=torch.int64) if int(w_zp) else None
+            b = None if bias is None else bias.contiguous()
+            ptrs: tuple[Any, ...] = (
+                full.data_ptr(),
+                None if b is None else b.data_ptr(),
+                None if zps is None else zps.data_ptr(),
+                (full, b, zps),
+            )
+            self.vectors = (None, None, None, ptrs, float(w_scale), bias, int(w_zp))
+            return ptrs
+        assert isinstance(w_zp, Tensor)
         vs = (w_scale.contiguous(), None if bias is None else bias.contiguous(), w_zp.contiguous())
         ptrs = tuple(None if t is None else t.data_ptr() for t in vs)
         if all(t is None or t.is_contiguous() for t in (w_scale, bias, w_zp)):
@@ -211,15 +265,15 @@ def _check_range(attrs: Mapping[str, Any]) -> None:
         raise pdlkit.KernelUnsupported(f"output range {qrange}")
 
 
-def _pack_q(w_q: Tensor, attrs: Mapping[str, Any]) -> _Packed:
+def _pack_q(w_q: Tensor, attrs: Mapping[str, Any], amx: bool = False) -> _Packed:
     _check_post(attrs, w_q.shape[1])
     _check_range(attrs)
-    return _Packed(w_q, attrs, quantized_dtype(int(attrs["out_qmin"])))
+    return _Packed(w_q, attrs, quantized_dtype(int(attrs["out_qmin"])), amx)
 
 
-def _pack_f32(w_q: Tensor, attrs: Mapping[str, Any]) -> _Packed:
+def _pack_f32(w_q: Tensor, attrs: Mapping[str, Any], amx: bool = False) -> _Packed:
     _check_post(attrs, w_q.shape[1])
-    return _Packed(w_q, attrs, torch.float32)
+    return _Packed(w_q, attrs, torch.float32, amx)
 
 
 _UNSET = object()
@@ -232,8 +286,8 @@ class _PackedLn(_Packed):
 
     __slots__ = ("codes_dtype", "ln", "ln_const")
 
-    def __init__(self, w_q: Tensor, attrs: Mapping[str, Any]):
-        super().__init__(w_q, {**attrs, "post_op": "none", "algorithm": ""}, torch.float32)
+    def __init__(self, w_q: Tensor, attrs: Mapping[str, Any], amx: bool = False):
+        super().__init__(w_q, {**attrs, "post_op": "none", "algorithm": ""}, torch.float32, amx)
         if list(attrs["normalized_shape"]) != [self.n]:
             raise pdlkit.KernelUnsupported(
                 f"layer_norm over {list(attrs['normalized_shape'])}, not the GEMM's row [{self.n}]"
@@ -267,12 +321,12 @@ class _PackedLn(_Packed):
         return self.ln[3]  # type: ignore[no-any-return]
 
 
-def _pack_ln(w_q: Tensor, attrs: Mapping[str, Any]) -> _PackedLn:
+def _pack_ln(w_q: Tensor, attrs: Mapping[str, Any], amx: bool = False) -> _PackedLn:
     if w_q.shape[1] == 0:
         raise pdlkit.KernelUnsupported("K = 0")
     if "out_qmin" in attrs:
         _check_range(attrs)
-    return _PackedLn(w_q, attrs)
+    return _PackedLn(w_q, attrs, amx)
 
 
 _LIB = _load()
@@ -325,6 +379,8 @@ if _LIB is not None:
             not _parallel
             and m * n * k >= PARALLEL_MIN_MACS
             and _threads() > 1
+            and x_q.dtype is torch.uint8
+            and isinstance(w_zp, Tensor)
             and not bool(w_zp.any())  # oneDNN ignores weight zero points (qlinear_onednn.py)
         ):
             return _onednn(
@@ -336,9 +392,7 @@ if _LIB is not None:
         if m == 0:
             return out
         ptrs = p.pointers(w_scale, bias, w_zp)  # a 4th item keeps temporary copies alive
-        rc = _run(
-            x_q.data_ptr(), m, ldx, out.data_ptr(), n, ptrs[0], ptrs[1], ptrs[2], p.params_addr
-        )
+        rc = _run(x_q.data_ptr(), m, ldx, out.data_ptr(), n, ptrs[0], ptrs[1], ptrs[2], p.addr(x_q))
         if rc:
             _failed(rc)
         return out
@@ -352,7 +406,7 @@ if _LIB is not None:
         "traits": ["deterministic"],
     }
     _DTYPES = {
-        "x_q": [torch.uint8],
+        "x_q": [torch.uint8, torch.int8],  # int8: symmetric quantizers' activations (x + 128)
         "w_q": [torch.int8],
         "w_scale": [torch.float32],
         "w_zp": [torch.int64],
@@ -425,7 +479,7 @@ if _LIB is not None:
             return out, codes
         ptrs = p.pointers(w_scale, bias, w_zp)
         rc = _run_ln(
-            x_q.data_ptr(), m, ldx, out.data_ptr(), n, ptrs[0], ptrs[1], ptrs[2], p.params_addr,
+            x_q.data_ptr(), m, ldx, out.data_ptr(), n, ptrs[0], ptrs[1], ptrs[2], p.addr(x_q),
             p.ln_args(ln_weight, ln_bias), res.data_ptr(), ldr,
             None if codes is None else codes.data_ptr(), n,
         )  # fmt: skip

@@ -1,0 +1,118 @@
+/* The AMX compute path of qgemm_vnni.c (included by it: one library, one packing, one
+ * epilogue; only the multiply differs).
+ *
+ * Tiles. TDPBUSD (u8 x s8) / TDPBSSD (s8 x s8) multiply a 16 x 64-byte A tile (16 rows, 64 k)
+ * by a 16 x 64-byte B tile holding 16 groups of 4 k for 16 columns, the "VNNI-4" layout, into
+ * a 16 x 16 int32 C tile. That B layout is the VNNI kernels' packed panel as it is:
+ * panel[q][c][i] = w[n0 + c, 4 q + i], 64 columns (256 bytes) per group q, so the B tile of
+ * columns c0 .. c0 + 15 and groups q0 .. q0 + 15 is the 64 bytes at panel + q0 * 256 + 4 c0,
+ * 16 rows 256 bytes apart: the AMX path reads the VNNI pre-pack, no second packed copy.
+ * The block: 32 rows x 32 columns as 2 x 2 C tiles (tmm0-3), two A tiles (tmm4-5, rows
+ * i .. i + 15 and i + 16 .. i + 31) and two B tiles (tmm6-7), four tile loads per four
+ * dot-product instructions (16384 multiply-adds each), K in steps of 64; a 32 x 64 block (one
+ * panel) is two such halves, stored as int32 rows 64 apart into the caller's L1 scratch,
+ * which the shared epilogue (tile_out) finishes like a VNNI tile of 32 rows.
+ *
+ * The OS. Linux hands out the AMX tile state only to processes that ask for it:
+ * arch_prctl(ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18), asked once per process
+ * (amx_ready); where the CPU lacks AMX (cpuid) or the kernel refuses, amx_ready is 0 and every
+ * call runs the VNNI path instead (same packed weight, same results). Each thread loads the
+ * tile configuration (palette 1, eight 16 x 64-byte tiles) at the start of its share of a call
+ * and releases the tiles at its end (other code, oneDNN's, may configure them differently
+ * between calls).
+ *
+ * Portability: the functions carry target("amx-tile,amx-int8") attributes (GCC emits the tile
+ * instructions as inline assembly), so the library builds and loads on any x86-64 host and runs
+ * them only where amx_ready said so. */
+
+#ifndef PDLKIT_QGEMM_AMX_H
+#define PDLKIT_QGEMM_AMX_H
+
+enum { AMX_MR = 32, AMX_KSTEP = 64 }; /* rows per AMX block; K per tile step */
+
+#if PDLKIT_X86
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define AMX __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512vnni")))
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+/* 1 when the CPU has AMX-TILE and AMX-INT8 (cpuid leaf 7: EDX bits 24 and 25) */
+static int amx_cpu(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+    return (d >> 24 & 1) && (d >> 25 & 1);
+}
+
+/* 1 once this process may use the AMX tiles (asked once; later calls read the answer) */
+static int amx_ready(void) {
+    static int state = -1; /* -1: not asked yet; 0: no; 1: yes */
+    int s = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
+    if (s >= 0) return s;
+    s = amx_cpu() && syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+    __atomic_store_n(&state, s, __ATOMIC_RELEASE);
+    return s;
+}
+
+typedef struct {
+    uint8_t palette;
+    uint8_t start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} __attribute__((packed, aligned(64))) amx_cfg_t;
+
+/* Palette 1, tiles 0-7 of 16 rows x 64 bytes: what every block of this file uses. */
+AMX __attribute__((noinline)) static void amx_configure(void) {
+    amx_cfg_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg.colsb[t] = 64;
+        cfg.rows[t] = 16;
+    }
+    _tile_loadconfig(&cfg);
+}
+
+AMX __attribute__((noinline)) static void amx_release(void) { _tile_release(); }
+
+/* acc[r * 64 + c] (r < 32, c < 64) = sum_k x[r, k] w[n0 + c, k] over one packed panel of k4
+ * groups (k4 a multiple of 16), x rows ldx bytes apart; DP: _tile_dpbusd or _tile_dpbssd. */
+#define AMX_BLOCK(NAME, DP)                                                                    \
+    AMX __attribute__((noinline)) static void NAME(const void *x, int64_t ldx, int64_t k4,       \
+                                                   const int8_t *panel, int32_t *acc) {         \
+        const char *xa = (const char *)x, *xb = xa + 16 * ldx;                                   \
+        for (int h = 0; h < 2; h++) {                                                            \
+            const int8_t *b = panel + h * 32 * 4;                                                \
+            _tile_zero(0);                                                                       \
+            _tile_zero(1);                                                                       \
+            _tile_zero(2);                                                                       \
+            _tile_zero(3);                                                                       \
+            for (int64_t q = 0; q < k4; q += 16) {                                               \
+                _tile_loadd(4, xa + 4 * q, ldx);                                                 \
+                _tile_loadd(6, b + q * 256, 256);                                                \
+                _tile_loadd(7, b + q * 256 + 64, 256);                                           \
+                DP(0, 4, 6);                                                                     \
+                DP(1, 4, 7);                                                                     \
+                _tile_loadd(5, xb + 4 * q, ldx);                                                 \
+                DP(2, 5, 6);                                                                     \
+                DP(3, 5, 7);                                                                     \
+            }                                                                                    \
+            int32_t *c = acc + h * 32;                                                           \
+            _tile_stored(0, c, 256);                                                             \
+            _tile_stored(1, c + 16, 256);                                                        \
+            _tile_stored(2, c + 16 * 64, 256);                                                   \
+            _tile_stored(3, c + 16 * 64 + 16, 256);                                              \
+        }                                                                                        \
+    }
+AMX_BLOCK(amx_block_u8, _tile_dpbusd)
+AMX_BLOCK(amx_block_s8, _tile_dpbssd)
+
+#else
+static int amx_ready(void) { return 0; }
+#endif
+
+#endif

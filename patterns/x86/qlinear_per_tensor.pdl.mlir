@@ -1,0 +1,310 @@
+// PT2E int8 linear with the weight quantized per tensor on x86 (symmetric quantizers:
+// XNNPACKQuantizer's get_symmetric_quantization_config(is_per_channel=False), Arm-style
+// configs): s8 activations with a zero point, per-tensor symmetric s8 weights,
+// dequantize_per_tensor(w) in place of dequantize_per_channel(w). The weight's scale and zero
+// point reach the kernel as numbers (logical ops qlinear_pt / qlinear_q_pt:
+// kernels/x86/qlinear_amx.py, on AMX tiles or AVX-512 VNNI). The same patterns as
+// patterns/aarch64/qlinear_per_tensor.pdl.mlir without its dynamic ones (no x86 kernel for
+// qlinear_dynamic_pt): s8 activations with per-channel weights need no pattern of their own
+// (qlinear.pdl.mlir does not constrain the activation dtype; the x86 kernels take int8).
+
+// PT2E int8 linear (symmetric quantizers): dequantize_per_tensor(x) and
+// dq_per_tensor(w) feeding aten.linear, optionally an activation, optionally
+// quantize_per_tensor of the result. One pattern per shape; longer chains have higher benefit.
+
+// dq(x), dq_per_tensor(w) -> linear -> relu -> q   ->   pdlkit_call("qlinear_q", ..., "relu")
+pdl.pattern @x86_pt_qlinear_relu_q : benefit(5) {
+  %xq = pdl.operand
+  %xs = pdl.operand
+  %xzp = pdl.operand
+  %xmin = pdl.operand
+  %xmax = pdl.operand
+  %xdt = pdl.operand
+  %xod = pdl.operand
+  %tx = pdl.type
+  %dqx = pdl.operation "torch.quantized_decomposed.dequantize_per_tensor"(%xq, %xs, %xzp, %xmin, %xmax, %xdt, %xod : !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value) -> (%tx : !pdl.type)
+  %x = pdl.result 0 of %dqx
+  %wq = pdl.operand
+  %ws = pdl.operand
+  %wzp = pdl.operand
+  %wmin = pdl.operand
+  %wmax = pdl.operand
+  %wdt = pdl.operand
+  %wod = pdl.operand
+  %tw = pdl.type
+  %dqw = pdl.operation "torch.quantized_decomposed.dequantize_per_tensor"(%wq, %ws, %wzp, %wmin, %wmax, %wdt, %wod : !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value) -> (%tw : !pdl.type)
+  %w = pdl.result 0 of %dqw
+  %b = pdl.operand
+  %ty = pdl.type
+  %lin = pdl.operation "torch.aten.linear"(%x, %w, %b : !pdl.value, !pdl.value, !pdl.value) -> (%ty : !pdl.type)
+  %y = pdl.result 0 of %lin
+  pdl.apply_native_constraint "is_constant"(%xs : !pdl.value)
+  pdl.apply_native_constraint "is_constant"(%xzp : !pdl.value)
+  pdl.apply_native_constraint "is_constant"(%ws : !pdl.value)
+  pdl.apply_native_constraint "is_constant"(%wzp : !pdl.value)
+  %i8 = pdl.attribute = "int8"
+  pdl.apply_native_constraint "has_dtype"(%wq, %i8 : !pdl.value, !pdl.attribute)
+  %two = pdl.attribute = 2 : i64
+  pdl.apply_native_constraint "has_rank"(%wq, %two : !pdl.value, !pdl.attribute)
+  %act = pdl.operation "torch.aten.relu"(%y : !pdl.value) -> (%ty : !pdl.type)
+  pdl.apply_native_constraint "single_use"(%y : !pdl.value)
+  %a = pdl.result 0 of %act
+  %os = pdl.operand
+  %ozp = pdl.operand
+  %omin = pdl.operand
+  %omax = pdl.operand
+  %odt = pdl.operand
+  %tq = pdl.type
+  %q = pdl.operation "torch.quantized_decomposed.quantize_per_tensor"(%a, %os, %ozp, %omin, %omax, %odt : !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value) -> (%tq : !pdl.type)
+  pdl.apply_native_constraint "single_use"(%a : !pdl.value)
+  pdl.apply_native_constraint "is_constant"(%os : !pdl.value)
+  pdl.apply_native_constraint "is_constant"(%ozp : !pdl.value)
+  pdl.rewrite %q {
+    %op = pdl.attribute = "qlinear_q_pt"
+    %post = pdl.attribute = "relu"
+    %noalgo = pdl.attribute = ""
+    pdl.apply_native_rewrite "pdlkit_call"(%op, %xq, %xs, %xzp, %wq, %ws, %wzp, %b, %os, %ozp, %omin, %omax, %post, %noalgo, %q : !pdl.attribute, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.attribute, !pdl.attribute, !pdl.operation)
+  }
+}
+
+// dq(x), dq_per_tensor(w) -> linear -> relu   ->   pdlkit_call("qlinear", ..., "relu")
+pdl.pattern @x86_pt_qlinear_relu : benefit(3) {
+  %xq = pdl.operand
+  %xs = pdl.operand
+  %xzp = pdl.operand
+  %xmin = pdl.operand
+  %xmax = pdl.operand
+  %xdt = pdl.operand
+  %xod = pdl.operand
+  %tx = pdl.type
+  %dqx = pdl.operation "torch.quantized_decomposed.dequantize_per_tensor"(%xq, %xs, %xzp, %xmin, %xmax, %xdt, %xod : !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value) -> (%tx : !pdl.type)
+  %x = pdl.result 0 of %dqx
+  %wq = pdl.operand
+  %ws = pdl.operand
+  %wzp = pdl.operand
+  %wmin = pdl.operand
+  %wmax = pdl.operand
+  %wdt = pdl.operand
+  %wod = pdl.operand
+  %tw = pdl.type
+  %dqw = pdl.operation "torch.quantized_decomposed.dequantize_per_tensor"(%wq, %ws, %wzp, %wmin, %wmax, %wdt, %wod : !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value) -> (%tw : !pdl.type)
+  %w = pdl.result 0 of %dqw
+  %b = pdl.operand
+  %ty = pdl.type
+  %lin = pdl.operation "torch.aten.linear"(%x, %w, %b : !pdl.value, !pdl.value, !pdl.value) -> (%ty : !pdl.type)
+  %y = pdl.result 0 of %lin
+  pdl.apply_native_constraint "is_constant"(%xs : !pdl.value)
+  pdl.apply_native_constraint "is_constant"(%xzp : !pdl.value)
+  pdl.apply_native_constraint "is_constant"(%ws : !pdl.value)
+  pdl.apply_native_constraint "is_constant"(%wzp : !pdl.value)
+  %i8 = pdl.attribute = "int8"
+  pdl.apply_native_constraint "has_dtype"(%wq, %i8 : !pdl.value, !pdl.attribute)
+  %two = pdl.attribute = 2 : i64
+  pdl.apply_native_constraint "has_rank"(%wq, %two : !pdl.value, !pdl.attribute)
+  %act = pdl.operation "torch.aten.relu"(%y : !pdl.value) -> (%ty : !pdl.type)
+  pdl.apply_native_constraint "single_use"(%y : !pdl.value)
+  %a = pdl.result 0 of %act
+  pdl.rewrite %act {
+    %op = pdl.attribute = "qlinear_pt"
+    %post = pdl.attribute = "relu"
+    %noalgo = pdl.attribute = ""
+    pdl.apply_native_rewrite "pdlkit_call"(%op, %xq, %xs, %xzp, %wq, %ws, %wzp, %b, %post, %noalgo, %act : !pdl.attribute, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.attribute, !pdl.attribute, !pdl.operation)
+  }
+}
+
+// dq(x), dq_per_tensor(w) -> linear -> gelu -> q   ->   pdlkit_call("qlinear_q", ..., "gelu")
+pdl.pattern @x86_pt_qlinear_gelu_q : benefit(5) {
+  %xq = pdl.operand
+  %xs = pdl.operand
+  %xzp = pdl.operand
+  %xmin = pdl.operand
+  %xmax = pdl.operand
+  %xdt = pdl.operand
+  %xod = pdl.operand
+  %tx = pdl.type
+  %dqx = pdl.operation "torch.quantized_decomposed.dequantize_per_tensor"(%xq, %xs, %xzp, %xmin, %xmax, %xdt, %xod : !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value) -> (%tx : !pdl.type)
+  %x = pdl.result 0 of %dqx
+  %wq = pdl.operand
+  %ws = pdl.operand
+  %wzp = pdl.operand
+  %wmin = pdl.operand
+  %wmax = pdl.operand
+  %wdt = pdl.operand
+  %wod = pdl.operand
+  %tw = pdl.type
+  %dqw = pdl.operation "torch.quantized_decomposed.dequantize_per_tensor"(%wq, %ws, %wzp, %wmin, %wmax, %wdt, %wod : !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value) -> (%tw : !pdl.type)
+  %w = pdl.result 0 of %dqw
+  %b = pdl.operand
+  %ty = pdl.type
+  %lin = pdl.operation "torch.aten.linear"(%x, %w, %b : !pdl.value, !pdl.value, !pdl.value) -> (%ty : !pdl.type)
+  %y = pdl.result 0 of %lin
+  pdl.apply_native_constraint "is_constant"(%xs : !pdl.value)
+  pdl.apply_native_constraint "is_constant"(%xzp : !pdl.value)
+  pdl.apply_native_constraint "is_constant"(%ws : !pdl.value)
+  pdl.apply_native_constraint "is_constant"(%wzp : !pdl.value)
+  %i8 = pdl.attribute = "int8"
+  pdl.apply_native_constraint "has_dtype"(%wq, %i8 : !pdl.value, !pdl.attribute)
+  %two = pdl.attribute = 2 : i64
+  pdl.apply_native_constraint "has_rank"(%wq, %two : !pdl.value, !pdl.attribute)
+  %approx = pdl.operand
+  %act = pdl.operation "torch.aten.gelu"(%y, %approx : !pdl.value, !pdl.value) -> (%ty : !pdl.type)
+  pdl.apply_native_constraint "single_use"(%y : !pdl.value)
+  pdl.apply_native_constraint "is_constant"(%approx : !pdl.value)
+  %a = pdl.result 0 of %act
+  %os = pdl.operand
+  %ozp = pdl.operand
+  %omin = pdl.operand
+  %omax = pdl.operand
+  %odt = pdl.operand
+  %tq = pdl.type
+  %q = pdl.operation "torch.quantized_decomposed.quantize_per_tensor"(%a, %os, %ozp, %omin, %omax, %odt : !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value) -> (%tq : !pdl.type)
+  pdl.apply_native_constraint "single_use"(%a : !pdl.value)
+  pdl.apply_native_constraint "is_constant"(%os : !pdl.value)
+  pdl.apply_native_constraint "is_constant"(%ozp : !pdl.value)
+  pdl.rewrite %q {
+    %op = pdl.attribute = "qlinear_q_pt"
+    %post = pdl.attribute = "gelu"
+    pdl.apply_native_rewrite "pdlkit_call"(%op, %xq, %xs, %xzp, %wq, %ws, %wzp, %b, %os, %ozp, %omin, %omax, %post, %approx, %q : !pdl.attribute, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.attribute, !pdl.value, !pdl.operation)
+  }
+}
+
+// dq(x), dq_per_tensor(w) -> linear -> gelu   ->   pdlkit_call("qlinear", ..., "gelu")
+pdl.pattern @x86_pt_qlinear_gelu : benefit(3) {
+  %xq = pdl.operand
+  %xs = pdl.operand
+  %xzp = pdl.operand
+  %xmin = pdl.operand
+  %xmax = pdl.operand
+  %xdt = pdl.operand
+  %xod = pdl.operand
+  %tx = pdl.type
+  %dqx = pdl.operation "torch.quantized_decomposed.dequantize_per_tensor"(%xq, %xs, %xzp, %xmin, %xmax, %xdt, %xod : !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value) -> (%tx : !pdl.type)
+  %x = pdl.result 0 of %dqx
+  %wq = pdl.operand
+  %ws = pdl.operand
+  %wzp = pdl.operand
+  %wmin = pdl.operand
+  %wmax = pdl.operand
+  %wdt = pdl.operand
+  %wod = pdl.operand
+  %tw = pdl.type
+  %dqw = pdl.operation "torch.quantized_decomposed.dequantize_per_tensor"(%wq, %ws, %wzp, %wmin, %wmax, %wdt, %wod : !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value) -> (%tw : !pdl.type)
+  %w = pdl.result 0 of %dqw
+  %b = pdl.operand
+  %ty = pdl.type
+  %lin = pdl.operation "torch.aten.linear"(%x, %w, %b : !pdl.value, !pdl.value, !pdl.value) -> (%ty : !pdl.type)
+  %y = pdl.result 0 of %lin
+  pdl.apply_native_constraint "is_constant"(%xs : !pdl.value)
+  pdl.apply_native_constraint "is_constant"(%xzp : !pdl.value)
+  pdl.apply_native_constraint "is_constant"(%ws : !pdl.value)
+  pdl.apply_native_constraint "is_constant"(%wzp : !pdl.value)
+  %i8 = pdl.attribute = "int8"
+  pdl.apply_native_constraint "has_dtype"(%wq, %i8 : !pdl.value, !pdl.attribute)
+  %two = pdl.attribute = 2 : i64
+  pdl.apply_native_constraint "has_rank"(%wq, %two : !pdl.value, !pdl.attribute)
+  %approx = pdl.operand
+  %act = pdl.operation "torch.aten.gelu"(%y, %approx : !pdl.value, !pdl.value) -> (%ty : !pdl.type)
+  pdl.apply_native_constraint "single_use"(%y : !pdl.value)
+  pdl.apply_native_constraint "is_constant"(%approx : !pdl.value)
+  %a = pdl.result 0 of %act
+  pdl.rewrite %act {
+    %op = pdl.attribute = "qlinear_pt"
+    %post = pdl.attribute = "gelu"
+    pdl.apply_native_rewrite "pdlkit_call"(%op, %xq, %xs, %xzp, %wq, %ws, %wzp, %b, %post, %approx, %act : !pdl.attribute, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.attribute, !pdl.value, !pdl.operation)
+  }
+}
+
+// dq(x), dq_per_tensor(w) -> linear -> q   ->   pdlkit_call("qlinear_q", ..., "none")
+pdl.pattern @x86_pt_qlinear_q : benefit(4) {
+  %xq = pdl.operand
+  %xs = pdl.operand
+  %xzp = pdl.operand
+  %xmin = pdl.operand
+  %xmax = pdl.operand
+  %xdt = pdl.operand
+  %xod = pdl.operand
+  %tx = pdl.type
+  %dqx = pdl.operation "torch.quantized_decomposed.dequantize_per_tensor"(%xq, %xs, %xzp, %xmin, %xmax, %xdt, %xod : !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value) -> (%tx : !pdl.type)
+  %x = pdl.result 0 of %dqx
+  %wq = pdl.operand
+  %ws = pdl.operand
+  %wzp = pdl.operand
+  %wmin = pdl.operand
+  %wmax = pdl.operand
+  %wdt = pdl.operand
+  %wod = pdl.operand
+  %tw = pdl.type
+  %dqw = pdl.operation "torch.quantized_decomposed.dequantize_per_tensor"(%wq, %ws, %wzp, %wmin, %wmax, %wdt, %wod : !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value) -> (%tw : !pdl.type)
+  %w = pdl.result 0 of %dqw
+  %b = pdl.operand
+  %ty = pdl.type
+  %lin = pdl.operation "torch.aten.linear"(%x, %w, %b : !pdl.value, !pdl.value, !pdl.value) -> (%ty : !pdl.type)
+  %y = pdl.result 0 of %lin
+  pdl.apply_native_constraint "is_constant"(%xs : !pdl.value)
+  pdl.apply_native_constraint "is_constant"(%xzp : !pdl.value)
+  pdl.apply_native_constraint "is_constant"(%ws : !pdl.value)
+  pdl.apply_native_constraint "is_constant"(%wzp : !pdl.value)
+  %i8 = pdl.attribute = "int8"
+  pdl.apply_native_constraint "has_dtype"(%wq, %i8 : !pdl.value, !pdl.attribute)
+  %two = pdl.attribute = 2 : i64
+  pdl.apply_native_constraint "has_rank"(%wq, %two : !pdl.value, !pdl.attribute)
+  %os = pdl.operand
+  %ozp = pdl.operand
+  %omin = pdl.operand
+  %omax = pdl.operand
+  %odt = pdl.operand
+  %tq = pdl.type
+  %q = pdl.operation "torch.quantized_decomposed.quantize_per_tensor"(%y, %os, %ozp, %omin, %omax, %odt : !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value) -> (%tq : !pdl.type)
+  pdl.apply_native_constraint "single_use"(%y : !pdl.value)
+  pdl.apply_native_constraint "is_constant"(%os : !pdl.value)
+  pdl.apply_native_constraint "is_constant"(%ozp : !pdl.value)
+  pdl.rewrite %q {
+    %op = pdl.attribute = "qlinear_q_pt"
+    %post = pdl.attribute = "none"
+    %noalgo = pdl.attribute = ""
+    pdl.apply_native_rewrite "pdlkit_call"(%op, %xq, %xs, %xzp, %wq, %ws, %wzp, %b, %os, %ozp, %omin, %omax, %post, %noalgo, %q : !pdl.attribute, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.attribute, !pdl.attribute, !pdl.operation)
+  }
+}
+
+// dq(x), dq_per_tensor(w) -> linear   ->   pdlkit_call("qlinear", ..., "none")
+pdl.pattern @x86_pt_qlinear : benefit(2) {
+  %xq = pdl.operand
+  %xs = pdl.operand
+  %xzp = pdl.operand
+  %xmin = pdl.operand
+  %xmax = pdl.operand
+  %xdt = pdl.operand
+  %xod = pdl.operand
+  %tx = pdl.type
+  %dqx = pdl.operation "torch.quantized_decomposed.dequantize_per_tensor"(%xq, %xs, %xzp, %xmin, %xmax, %xdt, %xod : !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value) -> (%tx : !pdl.type)
+  %x = pdl.result 0 of %dqx
+  %wq = pdl.operand
+  %ws = pdl.operand
+  %wzp = pdl.operand
+  %wmin = pdl.operand
+  %wmax = pdl.operand
+  %wdt = pdl.operand
+  %wod = pdl.operand
+  %tw = pdl.type
+  %dqw = pdl.operation "torch.quantized_decomposed.dequantize_per_tensor"(%wq, %ws, %wzp, %wmin, %wmax, %wdt, %wod : !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value) -> (%tw : !pdl.type)
+  %w = pdl.result 0 of %dqw
+  %b = pdl.operand
+  %ty = pdl.type
+  %lin = pdl.operation "torch.aten.linear"(%x, %w, %b : !pdl.value, !pdl.value, !pdl.value) -> (%ty : !pdl.type)
+  %y = pdl.result 0 of %lin
+  pdl.apply_native_constraint "is_constant"(%xs : !pdl.value)
+  pdl.apply_native_constraint "is_constant"(%xzp : !pdl.value)
+  pdl.apply_native_constraint "is_constant"(%ws : !pdl.value)
+  pdl.apply_native_constraint "is_constant"(%wzp : !pdl.value)
+  %i8 = pdl.attribute = "int8"
+  pdl.apply_native_constraint "has_dtype"(%wq, %i8 : !pdl.value, !pdl.attribute)
+  %two = pdl.attribute = 2 : i64
+  pdl.apply_native_constraint "has_rank"(%wq, %two : !pdl.value, !pdl.attribute)
+  pdl.rewrite %lin {
+    %op = pdl.attribute = "qlinear_pt"
+    %post = pdl.attribute = "none"
+    %noalgo = pdl.attribute = ""
+    pdl.apply_native_rewrite "pdlkit_call"(%op, %xq, %xs, %xzp, %wq, %ws, %wzp, %b, %post, %noalgo, %lin : !pdl.attribute, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.attribute, !pdl.attribute, !pdl.operation)
+  }
+}
+
