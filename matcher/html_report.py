@@ -17,10 +17,24 @@ import html
 import math
 import operator
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pdlkit.matcher.report import GraphReport, NodeInfo, Report
+if TYPE_CHECKING:  # report.py imports this module (Report.to_html)
+    from pdlkit.matcher.report import GraphReport, Report
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One FX node of the graph before substitution (for the HTML picture)."""
+
+    name: str
+    op: str  # "aten.linear", "placeholder", ...
+    inputs: tuple[str, ...]
+    shape: str = ""  # "f32[8, 64, 256]"
+    flops: int = 0  # estimated: 2*M*N*K for GEMMs, one per output element otherwise
+
 
 # saturated, distinct, readable with black text; a near miss is drawn in _MISS
 PALETTE = [

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pdlkit.matcher.patterns import Pattern, PatternError, check_utf8, parse_pdl_file
+from pdlkit.matcher.pattern_file import Pattern, PatternError, check_utf8, parse_pdl_file
 
 MANIFEST_VERSION = 1
 ENTRY_KEYS = {"file", "pattern", "enabled", "benefit", "targets", "kernel", "tolerance", "timeout"}

@@ -265,3 +265,12 @@ def op_name_problem(name: str) -> str | None:
         f"{msg} (and none is close); ops the dialect does not define import as "
         '"torch.operator" with a "name" attribute'
     )
+
+
+def nested_ops(op: Any) -> Any:
+    """Every operation inside ``op``'s regions, depth first (a pattern's ops, its rewrite's)."""
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                yield inner.operation
+                yield from nested_ops(inner.operation)

@@ -39,8 +39,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from pdlkit.matcher.patterns import nested_ops
-from pdlkit.matcher.pdl_checks import nesting_problem
+from pdlkit.matcher.pdl_checks import nested_ops, nesting_problem
 
 from pdlkit.errors import PdlkitError
 

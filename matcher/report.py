@@ -26,6 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pdlkit.matcher.html_report import NodeInfo, write_html
+
 
 @dataclass
 class Substitution:
@@ -52,17 +54,6 @@ class NearMiss:
     def reason(self) -> str:
         r = self._reason
         return r() if callable(r) else r
-
-
-@dataclass(frozen=True)
-class NodeInfo:
-    """One FX node of the graph before substitution (for the HTML picture)."""
-
-    name: str
-    op: str  # "aten.linear", "placeholder", ...
-    inputs: tuple[str, ...]
-    shape: str = ""  # "f32[8, 64, 256]"
-    flops: int = 0  # estimated: 2*M*N*K for GEMMs, one per output element otherwise
 
 
 @dataclass
@@ -131,8 +122,6 @@ class Report:
 
     def to_html(self, path: Any) -> None:
         """Write the report as one self-contained HTML page (graph, regions, near misses)."""
-        from pdlkit.matcher.html_report import write_html
-
         write_html(self, path)
 
     def __str__(self) -> str:

@@ -119,23 +119,30 @@ def _flat(a: Any) -> list[Any]:
     return [x for item in a for x in _flat(item)] if isinstance(a, tuple | list) else [a]
 
 
-_CACHES: dict[int, _NameLocations] = {}
+class GraphImporter:
+    """Imports graphs into one context, with one type and location cache for all of them:
+    repeated compilations against one pattern set do not rebuild the same tensor types.
+    Whoever owns the context holds this (``MatchContext.importer``), so the cache is freed
+    with the context (it was a process-wide table keyed by ``id(ctx)`` before)."""
+
+    def __init__(self, ctx: ir.Context) -> None:
+        self.ctx = ctx
+        self._cache: _NameLocations | None = None
+
+    def import_graph(self, gm: fx.GraphModule) -> Imported:
+        """Import ``gm`` (pre-dispatch ATen, with ``meta["val"]`` on every node)."""
+        graph, inputs = _graph_for_import(gm)
+        importer = FxImporter(context=self.ctx, config_check=False)
+        if self._cache is None:
+            self._cache = _NameLocations(self.ctx, py_attr_tracker=importer._py_attr_tracker)
+        importer._cc = self._cache
+        func = importer.import_stateless_graph(graph)
+        return Imported(importer.module, func.operation, inputs)
 
 
 def import_graph(gm: fx.GraphModule, ctx: ir.Context) -> Imported:
-    """Import ``gm`` (pre-dispatch ATen, with ``meta["val"]`` on every node) into ``ctx``.
-
-    The type cache lives as long as the context, so repeated compilations against one
-    pattern set do not rebuild the same tensor types.
-    """
-    graph, inputs = _graph_for_import(gm)
-    importer = FxImporter(context=ctx, config_check=False)
-    cc = _CACHES.get(id(ctx))
-    if cc is None or cc._c is not ctx:
-        cc = _CACHES[id(ctx)] = _NameLocations(ctx, py_attr_tracker=importer._py_attr_tracker)
-    importer._cc = cc
-    func = importer.import_stateless_graph(graph)
-    return Imported(importer.module, func.operation, inputs)
+    """Import ``gm`` into ``ctx`` once (a context used for one graph: gen-pattern, tests)."""
+    return GraphImporter(ctx).import_graph(gm)
 
 
 def is_tensor_val(v: Any) -> bool:

@@ -22,12 +22,13 @@ native constraints of :mod:`pdlkit.matcher.natives`); for other constructs (``pd
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pdlkit.matcher import natives
+from pdlkit.matcher.patterns import Pattern
 from torch_mlir import ir
 
 Describe = Callable[[Any], str]
@@ -426,3 +427,87 @@ def _op_label(op: Any) -> str:
     if op.name == "torch.operator" and "name" in op.attributes:
         return f"{name or '?'} (torch.operator {op.attributes['name'].value})"
     return f"{name or '?'} ({op.name})"
+
+
+# -- explain --why for one pattern over one graph (called by matcher/substitute.py) -----------
+
+MAX_WALKED = 50  # candidate roots walked per pattern
+
+
+def _mlir_name(node: Any) -> str:
+    schema = getattr(node.target, "_schema", None)
+    return "torch." + schema.name.replace("::", ".") if schema is not None else ""
+
+
+def walk_candidates(
+    p: Pattern, pattern_op: Any, func: ir.Operation, describe: Describe
+) -> list[Any]:
+    """Walk pattern ``p`` (its ``pdl.pattern`` op) from each of its candidate roots in
+    ``func`` (at most ``MAX_WALKED``): a :class:`Candidate` each, then a line for the rest."""
+    if p.root is None:
+        return []
+    walk = PatternWalk(pattern_op, p.file)
+    ops = func.regions[0].blocks[0].operations
+    roots = [op.operation for op in ops if op.operation.name == p.root]
+    return [walk.walk(op, describe) for op in roots[:MAX_WALKED]] + (
+        [f"... and {len(roots) - MAX_WALKED} more candidate root(s)"]
+        if len(roots) > MAX_WALKED
+        else []
+    )
+
+
+def pattern_why(
+    name: str,
+    patterns: Sequence[Pattern],
+    target: Any,
+    records: Sequence[Any],
+    near: Sequence[Any],
+    walked: list[Any] | None,
+    walk: Callable[[Pattern], list[Any]],
+) -> list[str]:
+    """For ``explain --why``: each candidate root of pattern ``name`` with its first mismatch,
+    closest matches first. ``records`` and ``near`` are the application's substitution
+    records and near misses; ``walked`` is the walk made just before the pattern was applied
+    (None when it was not applied: then ``walk(pattern)`` walks the final IR)."""
+    p = next((q for q in patterns if q.name == name), None)
+    if p is None:
+        known = ", ".join(q.name for q in patterns)
+        return [f"no pattern named {name!r} is loaded (loaded: {known})"]
+    lines = []
+    if not p.active_on(target):
+        why = (
+            "it is disabled"
+            if not p.enabled
+            else f"its targets {list(p.targets)} exclude {target.name}"
+        )
+        lines.append(f"not applied: {why}")
+    if p.root is None:
+        return [*lines, "unexplained: the pattern's root op has no fixed name"]
+    fired = {r.outputs[-1].name: r for r in records if r.pattern.name == name}
+    for r in records:
+        if r.pattern.name != name:
+            for n in r.slice:
+                if _mlir_name(n) == p.root:
+                    lines.append(
+                        f"root {n.name}: claimed first by pattern {r.pattern.name} "
+                        f"(benefit {r.pattern.benefit}) -> kernel {r.kernel.name}"
+                    )
+    found = walked if walked is not None else walk(p)
+    cands = [c for c in found if not isinstance(c, str)]
+    if not cands and not lines:
+        lines.append(f"no candidate root: op {p.root} does not occur in the graph")
+    for c in sorted(cands, key=lambda c: -c.progress):
+        if c.root in fired:
+            lines.append(f"root {c.root}: matched -> kernel {fired[c.root].kernel.name}")
+            continue
+        if not c.failure:
+            nm = [m for m in near if m.pattern == name and c.root in m.at]
+            c.failure = (
+                nm[0].reason
+                if nm
+                else "unexplained: every op and constraint pdlkit can check holds, yet MLIR's "
+                "PDL interpreter did not match here"
+            )
+        lines.append(str(c))
+    lines.extend(c for c in found if isinstance(c, str))
+    return lines

@@ -33,7 +33,7 @@ from pdlkit.runtime_abi.kernel import KernelDecl, KernelUnsupported
 from pdlkit.runtime_abi.outputs import KernelCallError, check, recheck
 from pdlkit.runtime_abi.prepack import CACHE as PREPACK
 from pdlkit.runtime_abi.prepack import attrs_key_of, storage_of
-from pdlkit.runtime_abi.sites import _SITES, CallSite, site
+from pdlkit.runtime_abi.sites import _SITES, CallSite, site, transpose_args
 from pdlkit.runtime_abi.verify import strict
 
 _SITE_ARG = "pdlkit_site"
@@ -52,10 +52,6 @@ _BOUND: dict[tuple[str, int, str, str, str, bool], Any] = {}
 _TAKEN: set[str] = set()
 _LIB = torch.library.Library("pdlkit", "FRAGMENT")  # must live as long as the process
 _BIND_LOCK = threading.Lock()
-
-
-def transpose_args(args: Sequence[Any], which: tuple[int, ...]) -> tuple[Any, ...]:
-    return tuple(a.t() if i in which else a for i, a in enumerate(args))
 
 
 def needs_guard(decl: KernelDecl, args: Sequence[Any]) -> bool:

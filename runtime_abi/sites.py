@@ -5,14 +5,21 @@ A site made for a graph module (``new_site``'s owner) lives as long as that modu
 module holds what the site calls back into (its replaced subgraph, which reads the module's
 parameters), the registry holds the site, and the module's end removes the site's id. So a
 graph that is freed (``torch._dynamo.reset()``, a recompiled model dropped) frees its sites.
+
+The id -> site table is process-wide on purpose: compiled code passes the id through a
+``torch.ops.pdlkit`` op whose one Python body serves every graph that calls that kernel.
+Which sites a compilation made is its compile session's to say (pdlkit/session.py, through
+:func:`noting`), never a diff of this table.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +28,9 @@ from pdlkit.runtime_abi.kernel import KernelDecl
 from pdlkit.runtime_abi.outputs import KernelCallError
 
 
-@dataclass(slots=True)  # slots: the direct path reads several fields per call
+# slots: the direct path reads several fields per call; a weak reference slot: a compile
+# session (pdlkit/session.py) lists its sites without keeping them alive
+@dataclass(slots=True, weakref_slot=True)
 class CallSite:
     """One substitution in one compiled graph."""
 
@@ -72,6 +81,19 @@ _SITE_IDS = itertools.count(1)
 # re-entrant: an owner's finalizer may run (garbage collection) while this thread holds it
 _SITES_LOCK = threading.RLock()
 _OWNED = "_pdlkit_call_sites"  # the owner's attribute that holds its sites' fallbacks
+# The compile session whose graph is being compiled in this context (pdlkit/session.py): a
+# site registered for a graph module is noted there too, weakly (the module owns it).
+_NOTING: ContextVar[list[weakref.ref[CallSite]] | None] = ContextVar("pdlkit_sites", default=None)
+
+
+@contextlib.contextmanager
+def noting(into: list[weakref.ref[CallSite]]) -> Iterator[None]:
+    """Append a weak reference to each graph's call site registered in the block to ``into``."""
+    token = _NOTING.set(into)
+    try:
+        yield
+    finally:
+        _NOTING.reset(token)
 
 
 class _Owned(list[Any]):
@@ -156,6 +178,9 @@ def new_site(site: CallSite, owner: Any = None, key: int | None = None) -> int:
             _KEYED.setdefault(key, []).append(site)
         if owned is not None:
             owned.ids.append((sid, site))
+    into = _NOTING.get()
+    if into is not None and owned is not None:
+        into.append(weakref.ref(site))
     return sid
 
 
@@ -176,6 +201,11 @@ def drop_site(sid: int) -> None:
     """Forget a call site (one made only to time a kernel: runtime_abi/autotune.py)."""
     with _SITES_LOCK:
         _SITES.pop(sid, None)
+
+
+def transpose_args(args: Sequence[Any], which: tuple[int, ...]) -> tuple[Any, ...]:
+    """A call's arguments with those at ``which`` transposed (``CallSite.transposed``)."""
+    return tuple(a.t() if i in which else a for i, a in enumerate(args))
 
 
 def _static_shapes(gm: Any) -> bool:

@@ -54,6 +54,7 @@ from typing import Any, TypeVar
 import torch
 from pdlkit.runtime_abi.kernel import KernelDecl, KernelDeclarationError, KernelUnsupported
 from pdlkit.runtime_abi.outputs import KernelCallError, as_list
+from pdlkit.runtime_abi.sites import site, transpose_args
 
 _ATTR = "__pdlkit_launched_by_inductor__"
 F = TypeVar("F", bound=Callable[..., Any])
@@ -172,8 +173,6 @@ def _note_kernels(op: Any, spec: Launched) -> None:
 
 
 def _rule(decl: KernelDecl) -> Callable[..., Any]:
-    from pdlkit.runtime_abi.binding import site
-
     def rule(mode: Any, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
         if any(not _traceable(t) for t in types):
             return NotImplemented  # a tensor subclass: let it handle the op first
@@ -207,8 +206,6 @@ def _exporting() -> bool:
 def inline(decl: KernelDecl, cs: Any, args: tuple[Any, ...]) -> Any:
     """What the graph computes for one call of ``decl`` at site ``cs``, traced under the
     active mode: the kernel's body, or the replaced subgraph where the kernel declines."""
-    from pdlkit.runtime_abi.binding import transpose_args
-
     if cs.transposed:
         args = transpose_args(args, cs.transposed)
     why = violation(decl, args)

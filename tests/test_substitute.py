@@ -349,7 +349,7 @@ def test_chained_substitutions_feed_each_other(tmp_path):
 
 
 def test_patterns_on_disjoint_ops_share_a_walk_and_keep_their_reports(tmp_path):
-    from pdlkit.matcher.substitute import _batches
+    from pdlkit.matcher.match_context import batches as _batches
 
     sig = linear_act_pattern("sig", "sigmoid", "lin_relu").replace(
         "torch.aten.linear", "torch.aten.matmul"

@@ -149,10 +149,13 @@ class _Packed:
         assert _LIB is not None
         n, k = w_q.shape
         x_zp = int(attrs["x_zp"])
-        if k > int32_exact_k(x_zp):  # too long even for symmetric weights (the C checks w_zp)
+        # too long even for symmetric weights, with u8 or s8 activations (x_zp + 128 is the
+        # zero point of s8 ones' u8 view); per call the C checks the one that applies and w_zp
+        exact = max(int32_exact_k(x_zp), int32_exact_k(x_zp + 128))
+        if k > exact:
             raise pdlkit.KernelUnsupported(
-                f"K = {k}: sums of u8 x s8 products could overflow the int32 accumulator "
-                f"(exact up to K = {int32_exact_k(x_zp)} with x_zp {x_zp} and symmetric weights)"
+                f"K = {k}: sums of 8-bit products could overflow the int32 accumulator "
+                f"(exact up to K = {exact} with x_zp {x_zp} and symmetric weights)"
             )
         self.w = storage_alias(w_q)
         wc = w_q.contiguous()
@@ -349,8 +352,8 @@ if _LIB is not None:
             )
         if rc == 4:
             raise pdlkit.KernelUnsupported(
-                "K is too long for exact int32 sums with these weight zero points "
-                "(qgemm_vnni.c, k_fits)"
+                "K is too long for exact int32 sums with these zero points: they could "
+                "overflow the int32 accumulator (qgemm_vnni.c, k_fits)"
             )
         if rc == 5:
             raise pdlkit.KernelUnsupported(

@@ -1,0 +1,137 @@
+"""Kernel choice: which kernel runs at a match, by the registry's rules and, with autotune on,
+by measurement (matcher/choose.py).
+
+    before: pdlkit_call("linear_gelu", x, w, b, gelu) matched at gelu_3
+    after:  Choice(kernel=linear_gelu_onednn, tuning="linear_gelu_onednn 41 us, ...")
+            or Choice(None, kept="...") when the replaced subgraph measured faster
+
+The registry's candidates (device, dtypes, ISA, shape rules, a manifest's pin) are kept
+where their meta function agrees with the outputs they replace; the first of them runs,
+unless a :class:`~pdlkit.matcher.choose.Tuner` times them and the subgraph on the site's
+shapes and weights. (The whole graph's last word is matcher/graph_guard.py's.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.fx as fx
+from pdlkit.matcher.choose import Tuner
+from pdlkit.matcher.fx_rewrite import fallback_module
+from pdlkit.matcher.match import Choice, MatchSession
+from pdlkit.matcher.records import Record
+from pdlkit.runtime_abi.autotune import KEEP
+from pdlkit.runtime_abi.capability import Target
+from pdlkit.runtime_abi.kernel import KernelDecl
+from pdlkit.runtime_abi.registry import KernelRegistry
+from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+
+class RegistryChoice:
+    """:class:`~pdlkit.matcher.match.KernelChoice` for one graph: the registry's eligible
+    kernels, measured by ``tuner`` when there is one (None: static priority)."""
+
+    def __init__(
+        self,
+        gm: fx.GraphModule,
+        registry: KernelRegistry,
+        target: Target,
+        tuner: Tuner | None = None,
+    ):
+        self.registry = registry
+        self.target = target
+        self.tuner = tuner
+        self.fake_mode = torch._guards.detect_fake_mode([n.meta.get("val") for n in gm.graph.nodes])
+        self._meta_seen: dict[tuple[Any, ...], str] = {}
+
+    def eligible(
+        self, op: str, pin: str | None, examples: list[Any], outputs: list[fx.Node]
+    ) -> tuple[list[KernelDecl], list[str]] | str:
+        """The eligible kernels whose meta function agrees, and the kernels passed over
+        with why; or why no kernel can run here."""
+        cands, passed_over = self.registry.candidates(op, examples, self.target, pin)
+        if not cands:
+            return f"no eligible kernel for {op!r}: {'; '.join(passed_over)}"
+        agree = [k for k in cands if not self._meta_mismatch(k, examples, outputs)]
+        if not agree:
+            return self._meta_mismatch(cands[0], examples, outputs)
+        return agree, passed_over
+
+    def choose(
+        self, s: MatchSession, rec: Record, agree: list[KernelDecl], examples: list[Any], at: str
+    ) -> Choice:
+        """The first eligible kernel, or with a tuner the fastest of them and the replaced
+        subgraph (a pinned kernel is measured all the same, so that explain can say what the
+        pin costs, and runs unless the subgraph is faster)."""
+        if self.tuner is None:
+            return Choice(agree[0])
+        pin = rec.pattern.kernel
+        if pin is not None:
+            others, _ = self.registry.candidates(rec.op, examples, self.target)
+            agree = [
+                k for k in others if not self._meta_mismatch(k, examples, rec.outputs)
+            ] or agree
+        args = [s.fx_arg(r) for r in rec.args]
+        fallback = fallback_module(s.gm, s, rec)
+        decision = self.tuner.choose(rec.op, agree, args, fallback, rec.slice, at, pin)
+        if decision.choice == KEEP:
+            return Choice(None, kept=decision.describe())
+        k = next(k for k in agree if k.name == decision.choice)
+        dispatch = None
+        if pin is None:  # dynamic dims: the other shape buckets choose at run time
+            dispatch = self.tuner.dispatcher(rec.op, agree, args, rec.slice, at, decision)
+        return Choice(k, decision.describe(), dispatch)
+
+    def _meta_mismatch(self, k: KernelDecl, examples: list[Any], outputs: list[fx.Node]) -> str:
+        """Why the kernel's meta function disagrees with the replaced outputs ("" = it agrees).
+
+        Fake-tensor dispatch is the costly part, and models repeat the same GEMM shapes, so
+        answers are remembered per kernel and argument signature for this graph."""
+        want = [o.meta.get("val") for o in outputs]
+        key = (k.name, k.version, _signature(examples), _signature(want))
+        known = self._meta_seen.get(key)
+        if known is None:
+            known = self._meta_seen[key] = self._meta_check(k, examples, want)
+        return known
+
+    def _meta_check(self, k: KernelDecl, examples: list[Any], want: list[Any]) -> str:
+        try:
+            with self.fake_mode if self.fake_mode is not None else contextlib.nullcontext():
+                got = k.meta(*examples)
+        except Exception as e:
+            return f"kernel {k.name}: meta function raised {type(e).__name__}: {e}"
+        got = list(got) if isinstance(got, tuple | list) else [got]
+        if len(got) != len(want):
+            return f"kernel {k.name} returns {len(got)} value(s), the pattern replaces {len(want)}"
+        for g, w in zip(got, want, strict=True):
+            if not isinstance(w, torch.Tensor) or not isinstance(g, torch.Tensor):
+                continue
+            same = (
+                g.dtype == w.dtype
+                and g.dim() == w.dim()
+                and all(
+                    statically_known_true(a == b) for a, b in zip(g.shape, w.shape, strict=True)
+                )
+            )
+            if not same:
+                return (
+                    f"kernel {k.name}: meta function gives {list(g.shape)} {g.dtype}, "
+                    f"the replaced subgraph produces {list(w.shape)} {w.dtype}"
+                )
+        return ""
+
+
+def _signature(values: Sequence[Any]) -> tuple[Any, ...]:
+    out: list[Any] = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            shape: tuple[Any, ...] = tuple(v.shape)
+            if not all(type(d) is int for d in shape):
+                shape = tuple(str(d) for d in shape)  # SymInts do not hash
+            out.append((shape, v.dtype))
+        else:
+            out.append(repr(v))
+    return tuple(out)
