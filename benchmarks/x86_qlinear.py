@@ -1,8 +1,13 @@
-"""qlinear_q and qlinear on x86: the fused VNNI GEMM kernels against oneDNN's, per shape; and
-the BF16 linear kernels (``linear_bf16.py``) against oneDNN's BF16 matmul.
+"""qlinear_q and qlinear on x86: the fused VNNI and AMX GEMM kernels against oneDNN's, per
+shape; and the BF16 linear kernels (``linear_bf16.py``) against oneDNN's BF16 matmul.
 
     python benchmarks/x86_qlinear.py                 # one thread, the shapes below
     python benchmarks/x86_qlinear.py --rounds 9 --repeats 20 --threads 1
+    python benchmarks/x86_qlinear.py --threads 2 --no-bf16 --out /tmp/x.md
+
+The AMX kernels (``qlinear_amx.py``) run on AMX tiles where the host has them (the ``tiles``
+column says whether the call did), else their VNNI path. First line of the results: the limit,
+a 2048^3 int8 GEMM through oneDNN's qlinear (no epilogue), in TOP/s per core.
 
 Calls the kernel functions themselves (``kernels/x86/qlinear_vnni.py`` and
 ``kernels/x86/qlinear_onednn.py``) with weights pre-packed once, as the compiled graph does
@@ -26,8 +31,6 @@ Writes ``benchmarks/results/x86_qlinear.md`` (``--out``).
 from __future__ import annotations
 
 import argparse
-import datetime
-import os
 import statistics
 import time
 from collections.abc import Callable
@@ -35,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from machine import cpu_model, provenance
+from machine import host_header
 from pdlkit.runtime_abi.registry import load_kernel_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,12 +56,21 @@ SHAPES: list[tuple[int, int, int, str, str]] = [
     (128, 768, 768, "none", ""),  # BERT-base 1 x 128
     (128, 768, 3072, "gelu", "none"),
     (128, 3072, 768, "none", ""),
+    (1024, 768, 768, "none", ""),  # BERT-base 8 x 128
+    (1024, 768, 3072, "gelu", "none"),
+    (1024, 3072, 768, "none", ""),
 ]
 
 
 def _kernels() -> dict[str, Any]:
     found = {}
-    for f in ("x86/qlinear_vnni.py", "x86/qlinear_onednn.py", "x86/linear_bf16.py"):
+    files = (
+        "x86/qlinear_vnni.py",
+        "x86/qlinear_amx.py",
+        "x86/qlinear_onednn.py",
+        "x86/linear_bf16.py",
+    )
+    for f in files:
         found.update({k.name: k for k in load_kernel_file(ROOT / "kernels" / f)})
     found.update({k.name: k for k in load_kernel_file(ROOT / "kernels/cpu/linear_epilogue.py")})
     return found
@@ -79,60 +91,49 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--no-bf16", action="store_true", help="skip the BF16 table")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    print(*host_header(args.threads), sep="\n", flush=True)
     ks = _kernels()
     if "qlinear_q_vnni" not in ks:
         raise SystemExit("qlinear_q_vnni is not declared on this host (see the warning above)")
     lines = [
         f"torch {torch.__version__}, {args.threads} thread(s), rounds {args.rounds} x {args.repeats}",
-        f"{'M':>5} {'K':>5} {'N':>5} {'post':>10} {'out':>4} {'oneDNN us':>10} {'vnni us':>9} "
-        f"{'ratio':>6} {'GOP/s':>6} {'_int_mm us':>10} {'codes':>5}",
+        _limit(args),
+        f"{'M':>5} {'K':>5} {'N':>5} {'post':>10} {'x':>2} {'out':>4} {'oneDNN us':>10} "
+        f"{'vnni us':>8} {'ratio':>6} {'amx us':>8} {'ratio':>6} {'tiles':>5} {'GOP/s':>6} "
+        f"{'TOP/s/c':>7} {'_int_mm us':>10} {'codes':>5}",
     ]
     print(*lines, sep="\n", flush=True)
     g = torch.Generator().manual_seed(0)
     for m, k, n, post, algo in SHAPES:
-        cases, codes = _cases(ks, g, m, k, n, post, algo)
-        times: dict[str, list[float]] = {c: [] for c in cases}
-        for f in cases.values():  # warm up
-            _time(f, 3)
-        for r in range(args.rounds):
-            order = list(cases) if r % 2 == 0 else list(reversed(cases))
-            for c in order:
-                times[c] += _time(cases[c], args.repeats)
-        med = {c: statistics.median(t) for c, t in times.items()}
-        name = f"{post}/{algo}" if algo else post
-        for out, suffix, code in (("u8", "", str(codes)), ("f32", "_f32", "")):
-            mine, peer = med["vnni" + suffix], med["onednn" + suffix]
-            line = (
-                f"{m:>5} {k:>5} {n:>5} {name:>10} {out:>4} {peer:>10.1f} {mine:>9.1f} "
-                f"{mine / peer:>6.2f} {2 * m * n * k / mine / 1e3:>6.0f} {med['int_mm']:>10.1f} "
-                f"{code:>5}"
-            )
-            print(line, flush=True)
-            lines.append(line)
-    if "linear_bf16" in ks:
+        for xs8 in (False, True) if (m, k, n) in S8_SHAPES else (False,):
+            lines += _qlinear_rows(ks, g, args, m, k, n, post, algo, xs8)
+    if "linear_bf16" in ks and not args.no_bf16:
         lines += ["", *_bf16(ks, g, args)]
     lines += ["", *_layer_norm(ks, g, args)]
-    load = " ".join(f"{v:.2f}" for v in os.getloadavg())
-    when = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     text = [
         "# benchmarks/x86_qlinear.py",
         "",
-        f"- date: {when}; CPU: {cpu_model()}; nproc {os.cpu_count()}; load at end {load}",
-        provenance(),
+        *host_header(args.threads),
         "",
-        "Per shape, medians of the timed calls (interleaved rounds); `out`: uint8 (`qlinear_q`) or "
-        "float32 (`qlinear`) output; ratio = VNNI kernel / oneDNN (< 1: faster); GOP/s of the VNNI "
-        "kernel (2 M N K per call); `_int_mm`: the GEMM alone (s8 x s8 -> s32, no epilogue); codes: "
-        "largest difference between the two kernels' uint8 outputs. Second table: the BF16 "
+        "Per shape, medians of the timed calls (interleaved rounds); `x`: u8 or s8 activations "
+        "(s8: oneDNN's row gets the same values as u8 with the zero point moved by 128); `out`: "
+        "uint8 (`qlinear_q`) or float32 (`qlinear`) output; ratio = kernel / oneDNN (< 1: faster) "
+        "for the VNNI kernel and the AMX kernel (`tiles`: whether its calls ran on AMX tiles); "
+        "GOP/s and TOP/s per core of the faster of the two (2 M N K per call); `_int_mm`: the GEMM "
+        "alone (s8 x s8 -> s32, no epilogue); codes: largest difference between the AMX kernel's "
+        "and oneDNN's uint8 outputs. The limit line: oneDNN's qlinear on a 2048^3 int8 GEMM "
+        "(no epilogue), the per-core TOP/s the issue's 'within 15%' refers to. Second table: the BF16 "
         "kernels (`linear_bf16`, `linear_gelu_bf16`) against oneDNN's BF16 matmul "
         "(`linear_onednn`, `linear_gelu_onednn`), GFLOP/s of the BF16 kernel, `F.linear` in "
         "bf16 (GEMM and bias, no activation), and the largest difference between the two "
         "kernels' outputs. Third table: `qlinear_add_layer_norm_q_vnni` (`fused`) against "
         "`qlinear_vnni` + Inductor's add + LayerNorm + quantize kernel (`unfused`), ratio "
         "fused / unfused, the GEMM alone (`qlinear_vnni`), what the fused epilogue adds to it, "
-        "and the largest code difference.",
+        "the largest code difference, and `qlinear_add_layer_norm_q_amx` (`amx`) with its ratio "
+        "to `unfused`.",
         "",
         "```",
         *lines,
@@ -198,7 +199,7 @@ def _layer_norm(ks: dict[str, Any], g: torch.Generator, args: argparse.Namespace
     """qlinear_add_layer_norm_q_vnni against qlinear_vnni + Inductor's add/LayerNorm/quantize."""
     lines = [
         f"{'M':>5} {'K':>5} {'N':>5} {'unfused us':>10} {'fused us':>9} {'ratio':>6} "
-        f"{'GEMM us':>8} {'epilogue us':>11} {'codes':>5}"
+        f"{'GEMM us':>8} {'epilogue us':>11} {'codes':>5} {'amx us':>8} {'ratio':>6}"
     ]
     print(lines[0], flush=True)
     for m, k, n in LN_SHAPES:
@@ -207,7 +208,8 @@ def _layer_norm(ks: dict[str, Any], g: torch.Generator, args: argparse.Namespace
         line = (
             f"{m:>5} {k:>5} {n:>5} {med['unfused']:>10.1f} {med['fused']:>9.1f} "
             f"{med['fused'] / med['unfused']:>6.2f} {med['gemm']:>8.1f} "
-            f"{med['fused'] - med['gemm']:>11.1f} {codes:>5}"
+            f"{med['fused'] - med['gemm']:>11.1f} {codes:>5} {med['amx']:>8.1f} "
+            f"{med['amx'] / med['unfused']:>6.2f}"
         )
         print(line, flush=True)
         lines.append(line)
@@ -234,44 +236,102 @@ def _ln_cases(
     pg = gemm.prepack(w, dict(x_scale=0.02, x_zp=128, post_op="none", algorithm=""))
     attrs = dict(x_scale=0.02, x_zp=128, normalized_shape=[n], eps=1e-12, out_scale=8 / 255)
     pf = fused.prepack(w, {**attrs, "out_zp": 128, "out_qmin": 0, "out_qmax": 255})
+    amx = ks["qlinear_add_layer_norm_q_amx"]
+    pa = amx.prepack(w, {**attrs, "out_zp": 128, "out_qmin": 0, "out_qmax": 255})
     compiled = torch.compile(tail, dynamic=False)
     gemm_args = (x, 0.02, 128, pg, ws, wz, b, "none", "")
     fused_args = (x, 0.02, 128, pf, ws, wz, b, res, [n], gamma, beta, 1e-12, 8 / 255, 128, 0, 255)
     cases: dict[str, Callable[[], Any]] = {
         "unfused": lambda: compiled(gemm.fn(*gemm_args), res, gamma, beta),
         "fused": lambda: fused.fn(*fused_args),
+        "amx": lambda: amx.fn(x, 0.02, 128, pa, *fused_args[4:]),
         "gemm": lambda: gemm.fn(*gemm_args),
     }
     codes = int((cases["unfused"]()[1].int() - cases["fused"]()[1].int()).abs().max().item())
     return cases, codes
 
 
+# shapes also timed with s8 activations (symmetric quantizers): the VNNI kernel's u8 view,
+# AMX's TDPBSSD
+S8_SHAPES = {(512, 256, 256), (128, 768, 768)}
+
+
+def _limit(args: argparse.Namespace) -> str:
+    """oneDNN's qlinear on a 2048^3 GEMM (u8 x s8, float32 out, no post op): TOP/s per core."""
+    onednn = _kernels()["qlinear_onednn"]
+    g = torch.Generator().manual_seed(1)
+    x = torch.randint(0, 256, (2048, 2048), generator=g, dtype=torch.uint8)
+    w = torch.randint(-127, 128, (2048, 2048), generator=g, dtype=torch.int8)
+    ws, wz = torch.full((2048,), 1e-3), torch.zeros(2048, dtype=torch.int64)
+    po = onednn.prepack(w, {})
+    t = _interleaved(
+        {"limit": lambda: onednn.fn(x, 0.02, 128, po, ws, wz, None, "none", "")},
+        argparse.Namespace(rounds=3, repeats=5),
+    )["limit"]
+    per_core = 2 * 2048**3 / t / 1e6 / args.threads
+    return f"limit: oneDNN qlinear 2048^3 {t:.0f} us = {per_core:.2f} TOP/s per core ({args.threads} thread(s))"
+
+
+def _qlinear_rows(
+    ks: dict[str, Any], g: torch.Generator, args: argparse.Namespace, m: int, k: int, n: int,
+    post: str, algo: str, xs8: bool,
+) -> list[str]:  # fmt: skip
+    """The two rows (uint8 and float32 output) of one shape."""
+    from pdlkit.kernels.x86 import qlinear_amx
+
+    cases, codes, packed = _cases(ks, g, m, k, n, post, algo, xs8)
+    med = _interleaved(cases, args)
+    name = f"{post}/{algo}" if algo else post
+    tiles = "yes" if qlinear_amx.uses_amx(packed, m, torch.int8 if xs8 else torch.uint8) else "no"
+    out_lines = []
+    for out, suffix, code in (("u8", "", str(codes)), ("f32", "_f32", "")):
+        vnni, amx, peer = med["vnni" + suffix], med["amx" + suffix], med["onednn" + suffix]
+        best = min(vnni, amx)
+        line = (
+            f"{m:>5} {k:>5} {n:>5} {name:>10} {'s8' if xs8 else 'u8':>2} {out:>4} {peer:>10.1f} "
+            f"{vnni:>8.1f} {vnni / peer:>6.2f} {amx:>8.1f} {amx / peer:>6.2f} {tiles:>5} "
+            f"{2 * m * n * k / best / 1e3:>6.0f} {2 * m * n * k / best / 1e6 / args.threads:>7.2f} "
+            f"{med['int_mm']:>10.1f} {code:>5}"
+        )
+        print(line, flush=True)
+        out_lines.append(line)
+    return out_lines
+
+
 def _cases(
-    ks: dict[str, Any], g: torch.Generator, m: int, k: int, n: int, post: str, algo: str
-) -> tuple[dict[str, Callable[[], Any]], int]:
-    """The calls to time for one shape, and the largest code difference between the kernels."""
-    mine, onednn = ks["qlinear_q_vnni"], ks["qlinear_q_onednn"]
-    mine_f32, onednn_f32 = ks["qlinear_vnni"], ks["qlinear_onednn"]
+    ks: dict[str, Any], g: torch.Generator, m: int, k: int, n: int, post: str, algo: str,
+    xs8: bool = False,
+) -> tuple[dict[str, Callable[[], Any]], int, Any]:  # fmt: skip
+    """The calls to time for one shape, the largest code difference between the AMX kernel
+    and oneDNN, and the AMX kernel's pre-pack. With ``xs8`` the VNNI / AMX kernels get int8
+    activations (zero point 0) and oneDNN the same values as uint8 (zero point 128)."""
+    onednn, onednn_f32 = ks["qlinear_q_onednn"], ks["qlinear_onednn"]
     x = torch.randint(0, 256, (m, k), generator=g, dtype=torch.uint8)
     w = torch.randint(-127, 128, (n, k), generator=g, dtype=torch.int8)
     ws = torch.rand(n, generator=g) * 0.01 + 1e-3
     wz = torch.zeros(n, dtype=torch.int64)
     b = torch.randn(n, generator=g)
+    xm, zpm = ((x ^ 0x80).view(torch.int8), 0) if xs8 else (x, 128)  # the same values
     attrs: dict[str, Any] = dict(x_scale=0.02, x_zp=128, out_scale=0.05, out_zp=3, out_qmin=0)
     attrs.update(out_qmax=255, post_op=post, algorithm=algo)
-    pm, po = mine.prepack(w, attrs), onednn.prepack(w, attrs)
-    pmf, pof = mine_f32.prepack(w, attrs), onednn_f32.prepack(w, attrs)
+    po, pof = onednn.prepack(w, attrs), onednn_f32.prepack(w, attrs)
     tail = (ws, wz, b, 0.05, 3, 0, 255, post, algo)
     xs, wt = (x ^ 0x80).view(torch.int8), w.t()
     cases: dict[str, Callable[[], Any]] = {
         "onednn": lambda: onednn.fn(x, 0.02, 128, po, *tail),
-        "vnni": lambda: mine.fn(x, 0.02, 128, pm, *tail),
         "onednn_f32": lambda: onednn_f32.fn(x, 0.02, 128, pof, ws, wz, b, post, algo),
-        "vnni_f32": lambda: mine_f32.fn(x, 0.02, 128, pmf, ws, wz, b, post, algo),
         "int_mm": lambda: torch._int_mm(xs, wt),
     }
-    codes = int((cases["onednn"]().int() - cases["vnni"]().int()).abs().max().item())
-    return cases, codes
+    mine_attrs = {**attrs, "x_zp": zpm}
+    packed = None
+    for engine in ("vnni", "amx"):
+        q, f = ks[f"qlinear_q_{engine}"], ks[f"qlinear_{engine}"]
+        pq, pf = q.prepack(w, mine_attrs), f.prepack(w, mine_attrs)
+        cases[engine] = lambda q=q, pq=pq: q.fn(xm, 0.02, zpm, pq, *tail)
+        cases[engine + "_f32"] = lambda f=f, pf=pf: f.fn(xm, 0.02, zpm, pf, ws, wz, b, post, algo)
+        packed = pq
+    codes = int((cases["onednn"]().int() - cases["amx"]().int()).abs().max().item())
+    return cases, codes, packed
 
 
 if __name__ == "__main__":
