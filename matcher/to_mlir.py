@@ -22,6 +22,8 @@ from torch_mlir.extras.fx_importer import (
     is_symbolic,
 )
 
+from pdlkit.distributed import has_opaque_argument, is_collective
+
 _DTYPE_OF_CODE = {code: dtype for dtype, code in TORCH_DTYPE_TO_INT.items()}
 
 
@@ -55,7 +57,8 @@ def _importable(node: fx.Node) -> bool:
     """Whether the FxImporter has a Torch-dialect form for ``node``'s own call: ATen ops,
     symbolic size arithmetic and ``getitem``. Higher-order ops (a ``torch.no_grad()`` or
     ``torch.autocast`` region wrapped as ``wrap_with_set_grad_enabled`` /
-    ``wrap_with_autocast``, ...) and other Python calls are not matched into."""
+    ``wrap_with_autocast``, ...), collectives (``_c10d_functional.*``, ``wait_tensor``), ops
+    taking an opaque object (a process group) and other Python calls are not matched into."""
     if node.op in ("placeholder", "output"):
         return True
     if node.op == "get_attr":
@@ -63,8 +66,10 @@ def _importable(node: fx.Node) -> bool:
     if node.op != "call_function":
         return False
     target = node.target
-    if target is operator.getitem or isinstance(target, torch._ops.OpOverload):
+    if target is operator.getitem:
         return True
+    if isinstance(target, torch._ops.OpOverload):  # collectives stay with Inductor
+        return not (is_collective(node) or has_opaque_argument(node))
     return is_symbolic(node.meta.get("val")) and is_builtin_function_or_method(target)
 
 

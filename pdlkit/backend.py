@@ -525,8 +525,11 @@ class PdlkitBackend:
         mode: str | None = None,
         options: Mapping[str, Any] | None = None,
     ) -> Callable[..., Any]:
+        from pdlkit import distributed
         from pdlkit.optional import MissingDependency
 
+        if distributed.has_subclass_inputs(gm, example_inputs):  # DTensor: local tensors
+            return distributed.compile_desugared(self, gm, example_inputs, mode=mode, options=options)
         opts = self.options.with_(options)
         if mode is not None and mode != "default":  # torch.compile(..., mode=...)
             opts = replace(opts, mode=mode)
@@ -543,6 +546,7 @@ class PdlkitBackend:
             from torch._inductor.compile_fx import compile_fx
 
             return cast(Callable[..., Any], compile_fx(gm, example_inputs, config_patches=patches))
+        opts = distributed.checked_options(gm, opts, plan)  # collectives: ranks agree first
         on = plan.target.models_on
         if on and not self.explain_only and on not in host().devices:
             raise ConfigError(
