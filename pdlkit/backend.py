@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import threading
 import time
-import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, cast
@@ -27,6 +26,7 @@ from pdlkit.errors import ConfigError
 from pdlkit.matcher.report import GraphReport, PatternInfo, Report
 from pdlkit.runtime_abi.binding_stats import count
 from pdlkit.runtime_abi.capability import Target, host, resolve
+from pdlkit.session import CompileSession
 
 _CODEGENS = ("inductor", "eager")
 
@@ -436,15 +436,6 @@ def _faster_graph(
     return cast(Callable[..., Any], fn)
 
 
-_WARNED: set[str] = set()
-
-
-def _warn_once(message: str) -> None:
-    if message not in _WARNED:
-        _WARNED.add(message)
-        warnings.warn(message, stacklevel=3)
-
-
 _IN_USE: dict[str, tuple[str, set[str]]] = {}  # folders -> (their fingerprint, kernels used)
 
 
@@ -500,9 +491,9 @@ class PdlkitBackend:
         self.on_report = on_report
         self.explain_only = explain_only
         self.why = why  # explain --why: patterns to walk candidate by candidate
-        self._graphs = 0
+        # the call sites, reports and warnings of this backend's compilations
+        self.session = CompileSession(keep_reports=explain_only)
         self._stamp: tuple[str, str] | None = None
-        self._warned = False
 
     def _current_stamp(self, opts: Options) -> tuple[str, str]:
         import os
@@ -540,7 +531,10 @@ class PdlkitBackend:
         except MissingDependency as e:
             if self.explain_only:
                 raise ConfigError(str(e)) from e
-            _warn_once(f"pdlkit: {e}; compiling with Inductor alone, nothing is substituted")
+            self.session.warn_once(
+                f"pdlkit: {e}; compiling with Inductor alone, nothing is substituted",
+                process_wide=True,  # torch-mlir is missing for every backend
+            )
             if opts.default_codegen == "eager":
                 return gm
             from torch._inductor.compile_fx import compile_fx
@@ -557,23 +551,24 @@ class PdlkitBackend:
         if capture:  # only kernels declared graph_capture_safe; explain names the others
             plan = replace(plan, registry=inductor_options.CaptureSafe(plan.registry, capture))
         used = _kernels_in_use(opts)
-        index = self._graphs
-        self._graphs += 1
-        traced, report = run_pass(
-            gm,
-            example_inputs,
-            plan,
-            verify=opts.verify,
-            index=index,
-            keep_text=self.explain_only,
-            why=self.why,
-            near_misses=self.explain_only or self.on_report is not None,
-            autotune=opts.autotune,
-            codegen=opts.default_codegen,
-        )
-        if report.skipped and not self._warned and not self.explain_only:
-            self._warned = True
-            warnings.warn(f"pdlkit: graph {index} left to Inductor: {report.skipped}", stacklevel=2)
+        with self.session.compiling() as index:  # the sites made here are the session's
+            traced, report = run_pass(
+                gm,
+                example_inputs,
+                plan,
+                verify=opts.verify,
+                index=index,
+                keep_text=self.explain_only,
+                why=self.why,
+                near_misses=self.explain_only or self.on_report is not None,
+                autotune=opts.autotune,
+                codegen=opts.default_codegen,
+            )
+        if report.skipped and not self.explain_only:
+            self.session.warn_once(
+                f"pdlkit: graph {index} left to Inductor: {report.skipped}", key="skipped"
+            )
+        self.session.report(report, plan)
         if self.on_report is not None:
             self.on_report(report, plan)
         if self.explain_only:
@@ -666,7 +661,8 @@ def optimize(
         pass  # the backend says so once, and compiles with Inductor alone
     from pdlkit.optimized import remember
 
-    return remember(_compile(model, backend, dynamic=dynamic), model, backend.options)
+    compiled = _compile(model, backend, dynamic=dynamic)
+    return remember(compiled, model, backend.options, backend.session)
 
 
 def explain(
@@ -716,18 +712,9 @@ def explain(
             inductor_config=inductor_config,
         ),
     )
-    reports: list[GraphReport] = []
-    plans: list[Plan] = []
-
-    def sink(r: GraphReport, plan: Plan) -> None:
-        reports.append(r)
-        plans.append(plan)
-
     from pdlkit.optional import MissingDependency
 
-    backend = PdlkitBackend(
-        on_report=sink, explain_only=True, why=(why,) if isinstance(why, str) else tuple(why)
-    )
+    backend = PdlkitBackend(explain_only=True, why=(why,) if isinstance(why, str) else tuple(why))
     backend.options = opts
     try:
         plan = load_plan(backend.options)
@@ -736,7 +723,8 @@ def explain(
     compiled = _compile(model, backend)
     with torch.no_grad() if no_grad else torch.enable_grad():
         compiled(*example_inputs)
-    plan = plans[-1] if plans else plan
+    reports = [r for r, _ in backend.session.reports]  # this backend's graphs, in order
+    plan = backend.session.reports[-1][1] if reports else plan
     return Report(
         target=plan.target.describe(),
         patterns=plan.pattern_infos(),

@@ -19,7 +19,6 @@ from typing import Any
 import torch
 
 from pdlkit import config
-from pdlkit.runtime_abi.sites import registered
 from pdlkit.runtime_abi.verify import compare, reference_only
 
 
@@ -81,7 +80,7 @@ def bisect(
     ones of ``verify``, relative to each output's largest magnitude).
     """
     from pdlkit.backend import optimize
-    from pdlkit.optimized import as_keywords, is_optimized, unwrap
+    from pdlkit.optimized import as_keywords, is_optimized, session_of, unwrap
 
     given = dict(patterns=patterns, kernels=kernels, target=target, autotune=autotune)
     given |= dict(default_codegen=default_codegen, allow_world_writable=allow_world_writable)
@@ -91,13 +90,12 @@ def bisect(
         opts = replace(opts, default_codegen="eager")
     with torch.no_grad():
         want = _outputs(model(*inputs))
-        before = dict(registered())
         # verify would switch diverging sites off by itself: bisection decides here
         compiled = optimize(model, **(as_keywords(opts) | {"verify": False}))
         compiled(*inputs)
-        # the sites this compilation registered, in graph order (registration order; a site
-        # may reuse an id: runtime_abi/sites.py); the compiled model keeps them alive
-        sites = [cs for i, cs in registered() if before.get(i) is not cs]
+        # the sites this compilation made, in graph order (its compile session's: the
+        # compiled model keeps them alive)
+        sites = session_of(compiled).sites()
         runs = 0
 
         def diverges(on: set[int]) -> str:

@@ -18,12 +18,20 @@ from typing import Any
 _ATTR = "_pdlkit_optimized"
 
 
-def remember(compiled: Any, model: Any, options: Any) -> Any:
-    """Note on ``compiled`` (optimize's result) the model and options it was built from."""
+def remember(compiled: Any, model: Any, options: Any, session: Any = None) -> Any:
+    """Note on ``compiled`` (optimize's result) the model and options it was built from, and
+    its backend's compile session (pdlkit/session.py)."""
     # object.__setattr__: torch.compile's module wrapper forwards attributes to the model,
     # which must not carry one optimize() call's options into the next.
-    object.__setattr__(compiled, _ATTR, (model, options))
+    object.__setattr__(compiled, _ATTR, (model, options, session))
     return compiled
+
+
+def session_of(compiled: Any) -> Any:
+    """The compile session of ``optimize``'s result (None for anything else): the call
+    sites its compilations made, in order."""
+    found = getattr(compiled, "__dict__", {}).get(_ATTR)
+    return found[2] if found is not None else None
 
 
 def unwrap(model: Any, given: dict[str, Any]) -> tuple[Any, Any]:
@@ -36,7 +44,7 @@ def unwrap(model: Any, given: dict[str, Any]) -> tuple[Any, Any]:
     explicit = {k: v for k, v in given.items() if v is not None}
     found = getattr(model, "__dict__", {}).get(_ATTR)
     if found is not None:
-        inner, options = found
+        inner, options, _ = found
         return inner, replace(options, **explicit)
     inner = getattr(model, "_orig_mod", None) or getattr(model, "_torchdynamo_orig_callable", None)
     return (inner if inner is not None else model), Options(**explicit)

@@ -188,15 +188,6 @@ def site(sid: int) -> CallSite | None:
     return _SITES.get(sid)
 
 
-def registered() -> list[tuple[int, CallSite]]:
-    """(id, site) of every registered site, in registration order."""
-    while True:
-        try:
-            return list(_SITES.items())
-        except RuntimeError:  # a finalizer removed sites meanwhile (garbage collection)
-            continue
-
-
 def drop_site(sid: int) -> None:
     """Forget a call site (one made only to time a kernel: runtime_abi/autotune.py)."""
     with _SITES_LOCK:

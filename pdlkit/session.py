@@ -1,0 +1,100 @@
+"""A compile session: what one backend's compilations leave behind, in one object.
+
+    before: bisect found the call sites a compilation made by diffing the process-wide site
+            table before and after it; explain collected reports through a callback; the
+            "nothing is substituted" warning was once per process
+    after:  backend = PdlkitBackend(...); torch.compile(model, backend=backend)(x)
+            backend.session.sites()     # the live call sites its compilations made, in order
+            backend.session.reports     # (GraphReport, Plan) per graph, where kept (explain)
+
+Every :class:`~pdlkit.backend.PdlkitBackend` has one (``pdlkit.optimize`` makes a backend per
+call; ``torch.compile(model, backend="pdlkit")`` uses the one process-wide backend). The
+session holds its call sites weakly: each compiled graph owns its sites and frees them with
+itself (runtime_abi/sites.py), so a session never keeps a dropped model's graph alive.
+
+Process-wide on purpose, and not here:
+
+* the id -> call site table (runtime_abi/sites.py): compiled code passes a site's integer id
+  through a ``torch.ops.pdlkit`` op, whose one Python body serves every graph and session;
+* the ``torch.ops.pdlkit`` registrations (runtime_abi/binding.py): torch.library is per process;
+* the pre-pack cache and its memory bound (runtime_abi/prepack.py), and the record of which
+  kernels each pattern / kernel folder uses (pdlkit/plan.py): one bound for the process;
+* loaded pattern sets and kernel files (pdlkit/plan.py, runtime_abi/registry.py), keyed by
+  their files' contents: immutable once loaded, and reused so that a second ``optimize`` of
+  the same folders does not parse or execute them again (a kernel file's module is
+  registered in ``sys.modules`` under its digest);
+* the warning that an optional dependency (torch-mlir) is missing: a fact about the process,
+  said once per process (``warn_once(..., process_wide=True)``).
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from pdlkit.runtime_abi import sites
+from pdlkit.runtime_abi.sites import CallSite
+
+
+class CompileSession:
+    """The call sites, reports and warnings of one backend's compilations."""
+
+    def __init__(self, keep_reports: bool = False) -> None:
+        self._sites: list[weakref.ref[CallSite]] = []
+        self.keep_reports = keep_reports  # explain reads them; a long-lived backend drops them
+        self.reports: list[tuple[Any, Any]] = []  # (GraphReport, Plan) per compiled graph
+        self.graphs = 0  # graphs compiled so far (a report's index)
+        self._warned: set[str] = set()
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def compiling(self) -> Iterator[int]:
+        """The block compiles one graph: the call sites registered in it, on this thread,
+        are this session's. Yields the graph's index."""
+        with self._lock:
+            index = self.graphs
+            self.graphs += 1
+            self._sites = [r for r in self._sites if r() is not None]  # freed graphs' sites
+        with sites.noting(self._sites):
+            yield index
+
+    def sites(self) -> list[CallSite]:
+        """The live call sites this session's compilations made, in registration order
+        (graph order within a graph)."""
+        return [cs for cs in (r() for r in list(self._sites)) if cs is not None]
+
+    def report(self, report: Any, plan: Any) -> None:
+        """Note a graph's report (kept only where ``keep_reports``)."""
+        if self.keep_reports:
+            with self._lock:
+                self.reports.append((report, plan))
+
+    def warn_once(
+        self,
+        message: str,
+        key: str | None = None,
+        stacklevel: int = 2,
+        process_wide: bool = False,
+    ) -> None:
+        """Warn with ``message`` unless this session already warned under ``key`` (default:
+        the message itself); ``stacklevel`` as the caller would give ``warnings.warn``.
+        ``process_wide``: a fact about the process (an optional dependency is missing),
+        said once per process whatever the session."""
+        key = message if key is None else key
+        warned, lock = (
+            (_PROCESS_WARNED, _PROCESS_LOCK) if process_wide else (self._warned, self._lock)
+        )
+        with lock:
+            if key in warned:
+                return
+            warned.add(key)
+        warnings.warn(message, stacklevel=stacklevel + 1)
+
+
+# warnings about the process rather than one backend's compilations (see warn_once)
+_PROCESS_WARNED: set[str] = set()
+_PROCESS_LOCK = threading.Lock()

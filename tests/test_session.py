@@ -1,0 +1,107 @@
+"""A backend's compile session: its call sites (freed with the compiled graph), reports, warnings."""
+
+from __future__ import annotations
+
+import gc
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import KERNEL_HEADER, linear_act_pattern, write
+
+import pdlkit
+from pdlkit.backend import PdlkitBackend
+from pdlkit.optimized import session_of
+from pdlkit.session import CompileSession
+
+KERNEL = """
+@pdlkit.kernel(op="lin_relu", meta=meta)
+def k_session(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
+    return torch.relu(torch.nn.functional.linear(x, w, b))
+"""
+
+
+class TwoLinearRelu(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(8, 8)
+        self.b = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.b(torch.relu(self.a(x))))
+
+
+@pytest.fixture
+def folders(tmp_path: Path) -> tuple[Path, Path]:
+    p, k = tmp_path / "p", tmp_path / "k"
+    write(p, "lr.pdl.mlir", linear_act_pattern("lin_relu", "relu", "lin_relu"))
+    write(k, "k.py", KERNEL_HEADER + KERNEL)
+    return p, k
+
+
+def test_session_lists_the_sites_its_compilation_made_in_graph_order(folders):
+    p, k = folders
+    f = pdlkit.optimize(TwoLinearRelu().eval(), patterns=p, kernels=k, default_codegen="eager")
+    with torch.no_grad():
+        f(torch.randn(2, 8))
+    sites = session_of(f).sites()
+    assert [cs.kernel.name for cs in sites] == ["k_session", "k_session"]
+    assert [cs.node for cs in sites] == sorted(cs.node for cs in sites)  # relu, relu_1
+
+
+def test_two_optimized_models_have_sessions_of_their_own(folders):
+    p, k = folders
+    x = torch.randn(2, 8)
+    f = pdlkit.optimize(TwoLinearRelu().eval(), patterns=p, kernels=k, default_codegen="eager")
+    g = pdlkit.optimize(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval(),
+                        patterns=p, kernels=k, default_codegen="eager")  # fmt: skip
+    with torch.no_grad():
+        f(x)
+        g(x)
+    assert len(session_of(f).sites()) == 2
+    assert len(session_of(g).sites()) == 1
+    assert not set(map(id, session_of(f).sites())) & set(map(id, session_of(g).sites()))
+
+
+def test_sites_are_freed_with_the_compiled_graph(folders):
+    p, k = folders
+    f = pdlkit.optimize(TwoLinearRelu().eval(), patterns=p, kernels=k, default_codegen="eager")
+    with torch.no_grad():
+        f(torch.randn(2, 8))
+    session = session_of(f)
+    assert len(session.sites()) == 2
+    del f
+    torch._dynamo.reset()  # drops the compiled frames, and with them the graphs
+    gc.collect()
+    assert session.sites() == []
+
+
+def test_explain_reads_its_reports_from_the_session(folders):
+    p, k = folders
+    report = pdlkit.explain(TwoLinearRelu().eval(), torch.randn(2, 8), patterns=p, kernels=k)
+    assert [s.kernel for g in report.graphs for s in g.substitutions] == ["k_session"] * 2
+
+
+def test_a_long_lived_backend_keeps_no_reports(folders):
+    p, k = folders
+    backend = PdlkitBackend(patterns=p, kernels=k, default_codegen="eager")
+    with torch.no_grad():
+        torch.compile(TwoLinearRelu().eval(), backend=backend)(torch.randn(2, 8))
+    assert backend.session.graphs == 1
+    assert backend.session.reports == []
+    assert len(backend.session.sites()) == 2
+
+
+def test_a_session_warns_once_per_key() -> None:
+    session = CompileSession()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        session.warn_once("pdlkit: graph 0 left to Inductor: x", key="skipped")
+        session.warn_once("pdlkit: graph 1 left to Inductor: y", key="skipped")
+        session.warn_once("pdlkit: another")
+        session.warn_once("pdlkit: another")
+    assert [str(w.message) for w in caught] == [
+        "pdlkit: graph 0 left to Inductor: x",
+        "pdlkit: another",
+    ]
