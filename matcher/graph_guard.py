@@ -67,6 +67,25 @@ def graph_key(gm: fx.GraphModule, example_inputs: Sequence[Any], kernels: Sequen
 CONFIDENT = 0.15
 
 
+def plan_key(gm: fx.GraphModule, example_inputs: Sequence[Any], plan: str) -> str:
+    """The key of a verdict known before matching: Dynamo's graph, its inputs and the plan
+    (pattern and kernel files, options) it would be matched with."""
+    return graph_key(gm, example_inputs, ["plan " + plan])
+
+
+def known_inductor(key: str, mode: str) -> bool:
+    """A cached verdict says Inductor's code for this graph is faster: a second compilation
+    then skips the re-trace and matching, and costs what Inductor's own does."""
+    if mode != "cached":
+        return False
+    decision = autotune.decision_cache().get(key)
+    return decision is not None and decision.choice == INDUCTOR
+
+
+def remember(key: str, decision: Decision) -> None:
+    autotune.decision_cache().put(key, decision)
+
+
 def choose(
     key: str,
     substituted: Callable[[], Callable[..., Any]],

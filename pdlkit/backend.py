@@ -404,6 +404,40 @@ def _tuned(opts: Options, plan: Plan, example_inputs: list[Any], gm: fx.GraphMod
     )
 
 
+def _verdict_key(
+    opts: Options, plan: Plan, example_inputs: list[Any], gm: fx.GraphModule, stamp: Any
+) -> str:
+    """The whole-graph verdict's key before matching ("" where the graph is not measured)."""
+    from pdlkit.matcher.graph_guard import plan_key
+
+    if not _tuned(opts, plan, example_inputs, gm):
+        return ""
+    return plan_key(gm, example_inputs, repr((stamp, opts)))
+
+
+def _inductor_if_known(
+    key: str, opts: Options, gm: fx.GraphModule, example_inputs: list[Any], patches: Any
+) -> Callable[..., Any] | None:
+    """Inductor's code for Dynamo's graph where a cached verdict found it faster than the
+    substituted graph (matcher/graph_guard.py): no re-trace, no matching; else None."""
+    from torch._inductor.compile_fx import compile_fx
+
+    from pdlkit.matcher import graph_guard
+    from pdlkit.runtime_abi.autotune import resolve_mode
+
+    if not graph_guard.known_inductor(key, resolve_mode(opts.autotune)):
+        return None
+    count("graphs_left_to_inductor", "(whole graph)")
+    return cast(Callable[..., Any], compile_fx(gm, example_inputs, config_patches=patches))
+
+
+def _remember_inductor(key: str) -> None:
+    from pdlkit.matcher import graph_guard
+    from pdlkit.runtime_abi.autotune import Decision
+
+    graph_guard.remember(key, Decision(graph_guard.INDUCTOR, [], "measured"))
+
+
 def _faster_graph(
     gm: fx.GraphModule,
     traced: fx.GraphModule,
@@ -550,6 +584,11 @@ class PdlkitBackend:
         capture = inductor_options.captured(patches, example_inputs, on)
         if capture:  # only kernels declared graph_capture_safe; explain names the others
             plan = replace(plan, registry=inductor_options.CaptureSafe(plan.registry, capture))
+        verdict_key = _verdict_key(opts, plan, example_inputs, gm, self._stamp)
+        if verdict_key and not self.explain_only and self.on_report is None:
+            known = _inductor_if_known(verdict_key, opts, gm, example_inputs, patches)
+            if known is not None:
+                return known
         used = _kernels_in_use(opts)
         with self.session.compiling() as index:  # the sites made here are the session's
             traced, report = run_pass(
@@ -585,7 +624,10 @@ class PdlkitBackend:
         if report.substitutions:
             patches = inductor_options.with_static_launch(patches)
         if report.substitutions and _tuned(opts, plan, example_inputs, gm):
-            return _faster_graph(gm, traced, example_inputs, report, opts, patches)
+            fn = _faster_graph(gm, traced, example_inputs, report, opts, patches)
+            if verdict_key and report.whole_graph.endswith("-> inductor"):
+                _remember_inductor(verdict_key)
+            return fn
         return cast(Callable[..., Any], compile_fx(chosen, example_inputs, config_patches=patches))
 
     # Dynamo reuses a compiled frame while the backend compares equal. Comparing unequal once

@@ -28,6 +28,7 @@ _TOTALS = (
     "tuning_misses",  # sites measured
     "tuning_us",  # microseconds spent measuring
     "substitutions_undone",  # in graphs whose Inductor-only code measured faster as a whole
+    "graphs_left_to_inductor",  # compiled by Inductor alone: a cached verdict, no matching
 )
 
 

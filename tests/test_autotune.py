@@ -398,6 +398,22 @@ def test_whole_graph_keeps_substitutions_that_make_it_faster(folders):
     assert calls(st, "fast_chain") == 1 and st["substitutions_undone"] == 0
 
 
+def test_a_graph_inductor_won_is_not_matched_again(folders, monkeypatch):
+    """Once the whole-graph verdict is Inductor's code, the next compilation of that graph
+    (a new process, the decision cache warm) skips the re-trace and matching: it costs what
+    Inductor's own compile costs."""
+    from pdlkit.matcher import graph_guard
+
+    p, k = folders(FAST)
+    monkeypatch.setattr(graph_guard, "_faster", lambda timings: graph_guard.INDUCTOR)
+    monkeypatch.setattr(graph_guard, "CONFIDENT", float("inf"))  # always compile both
+    first = run(p, k, "cached")
+    assert first["substitutions_undone"] == 1 and first["graphs_left_to_inductor"] == 0
+    second = run(p, k, "cached")
+    assert second["graphs_left_to_inductor"] == 1
+    assert second["substitutions"] == 0 and calls(second, "fast_chain") == 0
+
+
 def test_a_graph_that_writes_in_place_is_not_run_again_to_time_it():
     from pdlkit.matcher import graph_guard
 
