@@ -290,6 +290,13 @@ class PatternWalk:
             what = _op_label(ir_op)
             raise _Mismatch(f"{via} is {what}; the pattern wants {self.op_text(pdl_op)}")
         bound[me] = ir_op
+        self._match_attributes(pdl_op, ir_op, here, bound)
+        self._match_operands(pdl_op, ir_op, here, bound, stack, describe)
+        self._match_result_types(pdl_op, ir_op, here, bound)
+
+    def _match_attributes(
+        self, pdl_op: Any, ir_op: ir.Operation, here: str, bound: dict[Any, Any]
+    ) -> None:
         for aname, avalue in zip(pdl_op.attributeValueNames, pdl_op.attributeValues, strict=True):
             key = ir.StringAttr(aname).value
             if key not in ir_op.attributes:
@@ -300,6 +307,16 @@ class PatternWalk:
                 bound[avalue] = have
             elif str(fixed) != str(have):
                 raise _Mismatch(f"{here} has {key} = {have}; the pattern wants {fixed}")
+
+    def _match_operands(
+        self,
+        pdl_op: Any,
+        ir_op: ir.Operation,
+        here: str,
+        bound: dict[Any, Any],
+        stack: list[Any],
+        describe: Describe,
+    ) -> None:
         operands = list(pdl_op.operandValues)
         if any(_kind(v) == "pdl.operands" for v in operands):
             raise _Unexplained("unexplained: the pattern matches a variadic operand list")
@@ -314,7 +331,6 @@ class PatternWalk:
             )
         pos = 0
         for i, pv in enumerate(operands):
-            src = pv.owner.operation
             where = f"operand {pos} of {here} ({ir_op.name})"
             if i in ranges:
                 self._match_results(
@@ -322,38 +338,55 @@ class PatternWalk:
                 )
                 pos += width
                 continue
-            actual = ir_op.operands[pos]
+            self._match_operand(i, pv, ir_op.operands[pos], where, bound, stack, describe)
             pos += 1
-            if src.name == "pdl.operand":
-                if pv in bound and bound[pv] != actual:
-                    raise _Mismatch(
-                        f"{where} is {describe(actual)}, but {self.name(pv)} is already "
-                        f"{describe(bound[pv])}"
-                    )
-                bound[pv] = actual
-                vt = src.opview.valueType
-                if vt is not None:
-                    self._match_type(vt, actual.type, where, bound)
-            elif src.name in ("pdl.result", "pdl.results"):
-                index = src.opview.index.value
-                parent = src.opview.parent
-                if not isinstance(actual, ir.OpResult):
-                    raise _Mismatch(
-                        f"{where} is the graph input {describe(actual)}; the pattern wants the "
-                        f"result of {self.op_text(parent.owner)}"
-                    )
-                res = ir.OpResult(actual)
-                if res.result_number != index:
-                    raise _Mismatch(
-                        f"{where} is result {res.result_number} of {_op_label(res.owner.operation)}; "
-                        f"the pattern wants result {index}"
-                    )
-                if pv in bound and bound[pv] != actual:
-                    raise _Mismatch(f"{where} differs from {self.name(pv)}")
-                bound[pv] = actual
-                stack.append((parent.owner, res.owner.operation, where))
-            else:
-                raise _Unexplained(f"unexplained: operand {i} is defined by {src.name}")
+
+    def _match_operand(
+        self,
+        i: int,
+        pv: Any,
+        actual: Any,
+        where: str,
+        bound: dict[Any, Any],
+        stack: list[Any],
+        describe: Describe,
+    ) -> None:
+        """Operand ``i`` of the pattern's op (``pv``) against the graph's value ``actual``."""
+        src = pv.owner.operation
+        if src.name == "pdl.operand":
+            if pv in bound and bound[pv] != actual:
+                raise _Mismatch(
+                    f"{where} is {describe(actual)}, but {self.name(pv)} is already "
+                    f"{describe(bound[pv])}"
+                )
+            bound[pv] = actual
+            vt = src.opview.valueType
+            if vt is not None:
+                self._match_type(vt, actual.type, where, bound)
+        elif src.name in ("pdl.result", "pdl.results"):
+            index = src.opview.index.value
+            parent = src.opview.parent
+            if not isinstance(actual, ir.OpResult):
+                raise _Mismatch(
+                    f"{where} is the graph input {describe(actual)}; the pattern wants the "
+                    f"result of {self.op_text(parent.owner)}"
+                )
+            res = ir.OpResult(actual)
+            if res.result_number != index:
+                raise _Mismatch(
+                    f"{where} is result {res.result_number} of {_op_label(res.owner.operation)}; "
+                    f"the pattern wants result {index}"
+                )
+            if pv in bound and bound[pv] != actual:
+                raise _Mismatch(f"{where} differs from {self.name(pv)}")
+            bound[pv] = actual
+            stack.append((parent.owner, res.owner.operation, where))
+        else:
+            raise _Unexplained(f"unexplained: operand {i} is defined by {src.name}")
+
+    def _match_result_types(
+        self, pdl_op: Any, ir_op: ir.Operation, here: str, bound: dict[Any, Any]
+    ) -> None:
         types = list(pdl_op.typeValues)
         if len(types) == 1 and _kind(types[0]) == "pdl.types":
             fixed = types[0].owner.operation.opview.constantTypes
