@@ -208,6 +208,13 @@ def same_constant(a: ir.Value, b: ir.Value) -> bool:
     return value is not NOT_CONSTANT and value == constant_value(b)
 
 
+def distinct(a: ir.Value, b: ir.Value) -> bool:
+    """``"distinct"(%a, %b)``: two different SSA values. PDL lets two ``pdl.operation`` of a
+    pattern bind one op; a pattern with several roots over a shared operand (three GEMMs of
+    one activation) says with this that they are different ops."""
+    return a != b
+
+
 def single_use(v: ir.Value) -> bool:
     """``"single_use"(%y)``: %y has exactly one user, so replacing that user makes it dead."""
     return sum(1 for _ in v.uses) == 1
@@ -246,6 +253,7 @@ CONSTRAINTS: dict[str, Callable[..., bool]] = {
         is_not_none,
         constant_equals,
         same_constant,
+        distinct,
         single_use,
         not_dequantized,
     )

@@ -352,11 +352,16 @@ def test_llama_layers_get_gated_pairs_and_shared_quantization_for_cuda(row):
     with torch.no_grad():
         report = pdlkit.explain(runner, ids, target="cuda-sm90")
     kernels = sorted(s.kernel for s in report.substitutions)
-    # per layer: q, k, v, o and down as int8 GEMMs, gate + up as one, and four quantizations
-    # (q, k and v share theirs; gate and up too), also where the decode step writes its cache
+    # per layer (patterns/cuda/llama.pdl.mlir): q, k and v as one launch, o and down with the
+    # residual add in their epilogues, gate + up as one, both RMSNorms fused with the
+    # quantization after them, two more quantizations (attention output, gated product);
+    # also where the decode step writes its cache
+    assert kernels.count("int8_linear3_triton") == 2
+    assert kernels.count("int8_linear_residual_triton") == 4
     assert kernels.count("int8_gated_silu_triton") == 2
-    assert kernels.count("int8_linear_triton") == 10
-    assert kernels.count("quantize_per_token_triton") == 8
+    assert kernels.count("rmsnorm_quantize_triton") == 4
+    assert kernels.count("quantize_per_token_triton") == 4
+    assert "int8_linear_triton" not in kernels
 
 
 def test_reads_around_an_in_place_write_are_not_merged():

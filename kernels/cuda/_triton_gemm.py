@@ -90,12 +90,13 @@ def _tile(pid, M, N, BM: tl.constexpr, BN: tl.constexpr, GROUP_M: tl.constexpr):
 
 @triton.jit
 def gemm_kernel(
-    a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, bias_ptr, wsum_ptr,
+    a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, bias_ptr, wsum_ptr, res_ptr,
     M, N, stride_am, stride_bn, stride_cm,
     a_zp, a_scale_val, out_inv_scale, out_zp, qmin, qmax,
     K: tl.constexpr,
     IS_INT: tl.constexpr, UPCAST: tl.constexpr, A_U8: tl.constexpr, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr,
     HAS_BIAS: tl.constexpr, HAS_WSUM: tl.constexpr, ACT: tl.constexpr, REQUANT: tl.constexpr,
+    HAS_RES: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
 ):  # fmt: skip
     """C[M, N] = epilogue(A[M, K] @ B[N, K]^T).
@@ -104,7 +105,8 @@ def gemm_kernel(
     (column sums of B) carries the zero-point correction ``- a_zp * wsum``, where the caller
     passes ``a_zp - 128`` for uint8. Scales:
     A_SCALE 0 none, 1 scalar ``a_scale_val``, 2 one per row; B_SCALE per column. Then bias,
-    activation, and the output cast, or requantization (REQUANT) to [qmin, qmax].
+    activation, and the output cast, or requantization (REQUANT) to [qmin, qmax]; then
+    a residual laid out as C (HAS_RES) added to the cast result, in fp32, rounded once.
     """
     # float arguments arrive as fp64 from Inductor's launcher (fp32 from Triton's): the
     # epilogue's arithmetic, and its rounding trick, are fp32
@@ -162,6 +164,11 @@ def gemm_kernel(
         q = (y * out_inv_scale + _RNE) - _RNE + out_zp
         q = tl.minimum(tl.maximum(q, qmin), qmax)
         tl.store(c_ptrs, q.to(c_ptr.dtype.element_ty), mask=cm[:, None] & cn[None, :])
+    elif HAS_RES:
+        ok = cm[:, None] & cn[None, :]
+        res = tl.load(res_ptr + rm[:, None] * stride_cm + rn[None, :], mask=ok, other=0.0)
+        y = y.to(c_ptr.dtype.element_ty).to(tl.float32) + res.to(tl.float32)
+        tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty), mask=ok)
     else:
         tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty), mask=cm[:, None] & cn[None, :])
 
@@ -242,9 +249,11 @@ def gemm(
     a_zp: int = 0,
     act: str = "none",
     requant: tuple[float, int, int, int] | None = None,
+    residual: torch.Tensor | None = None,
     config: Config | None = None,
 ) -> torch.Tensor:
-    """out = epilogue(a @ b.T) for 2-D a [M, K] and b [N, K] with unit inner strides."""
+    """out = epilogue(a @ b.T) for 2-D a [M, K] and b [N, K] with unit inner strides
+    (``residual``, laid out as ``out``, added last)."""
     m, k = a.shape
     n = b.shape[0]
     is_int = a.dtype in (torch.int8, torch.uint8)
@@ -260,12 +269,13 @@ def gemm(
     launch(gemm_kernel)[grid](
         a, b, out, a_scale_t, b_scale if b_scale is not None else a,  # a: a pointer not read
         bias if bias is not None else a, wsum if wsum is not None else a,
+        residual if residual is not None else out,
         m, n, a.stride(0), b.stride(0), out.stride(0),
         int(a_zp) - (128 if a.dtype == torch.uint8 else 0), a_scale_v,
         1.0 / os_, float(ozp), float(qmin), float(qmax),
         K=k, IS_INT=is_int, UPCAST=INTERPRET and not is_int, A_U8=a.dtype == torch.uint8, A_SCALE=a_scale_mode,
         B_SCALE=b_scale is not None, HAS_BIAS=bias is not None, HAS_WSUM=wsum is not None,
-        ACT=ACTS[act], REQUANT=requant is not None,
+        ACT=ACTS[act], REQUANT=requant is not None, HAS_RES=residual is not None,
         BM=cfg.bm, BN=cfg.bn, BK=cfg.bk, GROUP_M=cfg.group_m,
         num_warps=cfg.warps, num_stages=cfg.stages,
     )  # fmt: skip

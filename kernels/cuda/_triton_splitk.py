@@ -71,9 +71,11 @@ def pick_split_config(m: int, n: int, k: int, gated: bool, sms: int = 132) -> Sp
 @triton.jit
 def _epilogue(
     acc, acc_u, rm, rn, c_ptr, stride_cm, a_scale_ptr, b_scale_ptr, u_scale_ptr, bias_ptr, M, N,
-    GATED: tl.constexpr, HAS_BIAS: tl.constexpr,
+    GATED: tl.constexpr, HAS_BIAS: tl.constexpr, res_ptr=None, HAS_RES: tl.constexpr = False,
 ):  # fmt: skip
-    """y = acc * sa * sb (+ bias), or silu(gate) * up for a gated pair, cast and stored."""
+    """y = acc * sa * sb (+ bias), or silu(gate) * up for a gated pair, cast and stored;
+    with a residual (same layout as C), residual + cast(y), added as the model adds two
+    tensors of C's dtype (in fp32, rounded once)."""
     cm = rm < M
     cn = rn < N
     sa = tl.load(a_scale_ptr + rm, mask=cm, other=0.0)[:, None]
@@ -84,15 +86,20 @@ def _epilogue(
     if HAS_BIAS:
         y = y + tl.load(bias_ptr + rn, mask=cn, other=0.0).to(tl.float32)[None, :]
     c_ptrs = c_ptr + rm[:, None] * stride_cm + rn[None, :]
-    tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty), mask=cm[:, None] & cn[None, :])
+    ok = cm[:, None] & cn[None, :]
+    y = y.to(c_ptr.dtype.element_ty)
+    if HAS_RES:
+        res = tl.load(res_ptr + rm[:, None] * stride_cm + rn[None, :], mask=ok, other=0.0)
+        y = (res.to(tl.float32) + y.to(tl.float32)).to(c_ptr.dtype.element_ty)
+    tl.store(c_ptrs, y, mask=ok)
 
 
 @triton.jit
 def splitk_kernel(
-    a_ptr, b_ptr, u_ptr, c_ptr, ws_ptr, a_scale_ptr, b_scale_ptr, u_scale_ptr, bias_ptr,
+    a_ptr, b_ptr, u_ptr, c_ptr, ws_ptr, a_scale_ptr, b_scale_ptr, u_scale_ptr, bias_ptr, res_ptr,
     M, N, stride_am, stride_bn, stride_cm,
     K: tl.constexpr, K_SPLIT: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr,
-    GATED: tl.constexpr, HAS_BIAS: tl.constexpr,
+    GATED: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
 ):  # fmt: skip
     """C[M, N] = epilogue(A[M, K] @ B[N, K]^T) (and U for a gated pair), int8 in, int32
@@ -132,7 +139,7 @@ def splitk_kernel(
     if SPLIT_K == 1:
         _epilogue(
             acc, acc_u, rm, rn, c_ptr, stride_cm, a_scale_ptr, b_scale_ptr, u_scale_ptr,
-            bias_ptr, M, N, GATED, HAS_BIAS,
+            bias_ptr, M, N, GATED, HAS_BIAS, res_ptr, HAS_RES,
         )  # fmt: skip
     else:
         w_ptrs = ws_ptr + rm[:, None] * N + rn[None, :]
@@ -151,7 +158,7 @@ def splitk_kernel(
             tl.atomic_xchg(count_ptr, 0)
             _epilogue(
                 acc, acc_u, rm, rn, c_ptr, stride_cm, a_scale_ptr, b_scale_ptr, u_scale_ptr,
-                bias_ptr, M, N, GATED, HAS_BIAS,
+                bias_ptr, M, N, GATED, HAS_BIAS, res_ptr, HAS_RES,
             )  # fmt: skip
 
 
@@ -165,10 +172,12 @@ def splitk(
     u: torch.Tensor | None = None,
     u_scale: torch.Tensor | None = None,
     bias: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None,
     config: SplitConfig | None = None,
 ) -> torch.Tensor:
     """out = (a @ b.T) * a_scale[:, None] * b_scale (+ bias), or silu(that) * (a @ u.T) * ...
-    for a gated pair; a [M, K] and b, u [N, K] int8 with unit inner strides, scales float32."""
+    for a gated pair; a [M, K] and b, u [N, K] int8 with unit inner strides, scales float32;
+    ``residual`` (laid out as ``out``) is added to the cast result."""
     m, k = a.shape
     n = b.shape[0]
     cfg = config or pick_split_config(m, n, k, u is not None, 0 if INTERPRET else _sms())
@@ -183,9 +192,11 @@ def splitk(
     launch(splitk_kernel)[(grid_n, split, grid_m)](
         a, b, u if u is not None else b, out, ws, a_scale, b_scale,
         u_scale if u_scale is not None else b_scale, bias if bias is not None else b_scale,
+        residual if residual is not None else out,
         m, n, a.stride(0), b.stride(0), out.stride(0),
         K=k, K_SPLIT=k_split, SPLIT_K=split, EVEN_K=split * k_split == k,
-        GATED=gated, HAS_BIAS=bias is not None, BM=cfg.bm, BN=cfg.bn, BK=cfg.bk,
+        GATED=gated, HAS_BIAS=bias is not None, HAS_RES=residual is not None,
+        BM=cfg.bm, BN=cfg.bn, BK=cfg.bk,
         num_warps=cfg.warps, num_stages=cfg.stages,
     )  # fmt: skip
     return out

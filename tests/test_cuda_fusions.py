@@ -1,0 +1,233 @@
+"""The Llama fusions on CUDA (kernels/cuda/fused.py, patterns/cuda/llama.pdl.mlir).
+
+On the CPU: the patterns against the graphs transformers' LlamaModel gives after
+``quantize(..., "int8-dynamic-per-token")`` (MHA and GQA, prefill and decode), and the
+kernels in Triton's interpreter (a subprocess with TRITON_INTERPRET=1) against their torch
+references and end to end on a float32 Llama. float32 there: the interpreter rounds bfloat16
+casts its own way (NumPy has no bfloat16); the GPU tests at the end check bfloat16.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import pdlkit
+
+pytest.importorskip("triton", reason="Triton is not installed (pip install triton)")
+CUDA = torch.cuda.is_available()
+needs_gpu = pytest.mark.skipif(
+    not CUDA, reason="needs an NVIDIA GPU (runs on the lent GPU machine)"
+)
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _cuda_llama():
+    pytest.importorskip("transformers", reason="pip install transformers")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "cuda_llama", ROOT / "benchmarks" / "cuda_llama.py"
+    )
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _layer_kernels(config: str, row: str, dtype: torch.dtype = torch.bfloat16) -> list[str]:
+    from pdlkit.quantization import quantize
+
+    L = _cuda_llama()
+    model = L.build_model(config, "cpu").to(dtype)
+    ids = torch.randint(0, L.VOCAB, (2, 8 if row == "prefill" else 1))
+    q = quantize(model, (ids,), scheme="int8-dynamic-per-token")
+    if row == "prefill":
+        runner = L.Prefill(q)
+    else:
+        kv = L.make_kv(q, 2, 8, "cpu")
+        kv.keys, kv.values = [k.to(dtype) for k in kv.keys], [v.to(dtype) for v in kv.values]
+        runner = L.DecodeStep(q, kv)
+    with torch.no_grad():
+        report = pdlkit.explain(runner, ids, target="cuda-sm90", autotune="off")
+    return sorted(s.kernel for s in report.substitutions)
+
+
+# one decoder layer's kernels: q/k/v as one launch, o and down with their residual adds,
+# gate + up as one, both RMSNorms with the quantization after them, and the two
+# quantizations no norm precedes (attention output, gated product)
+PER_LAYER = {
+    "int8_linear3_triton": 1,
+    "int8_linear_residual_triton": 2,
+    "int8_gated_silu_triton": 1,
+    "rmsnorm_quantize_triton": 2,
+    "quantize_per_token_triton": 2,
+}
+
+
+@pytest.mark.parametrize("row", ["prefill", "decode"])
+@pytest.mark.parametrize("config", ["tiny", "tiny-mha"])
+def test_llama_graph_gets_every_fusion(config, row):
+    kernels = _layer_kernels(config, row)
+    assert {k: kernels.count(k) for k in set(kernels)} == {k: 2 * n for k, n in PER_LAYER.items()}
+
+
+def test_float32_llama_gets_the_same_fusions():
+    kernels = _layer_kernels("tiny", "decode", torch.float32)
+    assert {k: kernels.count(k) for k in set(kernels)} == {k: 2 * n for k, n in PER_LAYER.items()}
+
+
+def test_three_linears_of_one_input_are_three_ops_not_one_twice():
+    # two linears over one input: the three-root pattern must not bind one GEMM twice
+    from pdlkit.quantization.int8_dynamic import quantize_int8_dynamic
+
+    class Two(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = (
+                torch.nn.Linear(64, 32, bias=False),
+                torch.nn.Linear(64, 48, bias=False),
+            )
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return self.a(x), self.b(x)
+
+    model = quantize_int8_dynamic(Two()).eval()
+    with torch.no_grad():
+        report = pdlkit.explain(model, torch.randn(4, 64), target="cuda-sm90", autotune="off")
+    assert sorted(s.kernel for s in report.substitutions) == [
+        "int8_linear_triton",
+        "int8_linear_triton",
+        "quantize_per_token_triton",
+    ]
+
+
+_INTERPRETED = textwrap.dedent(
+    """
+    import json, sys, torch, pdlkit
+    sys.path.insert(0, "benchmarks")
+    from pdlkit.kernels.cuda import fused as F
+    torch.manual_seed(0)
+    out = {}
+    for m, k in [(1, 7), (6, 96), (70, 40)]:
+        x, w = torch.randn(m, k) * 2, torch.rand(k) + 0.5
+        q, s = F.rmsnorm_quantize_triton.fn(x, w, 1e-6, 6, 1e-8, 127.0)
+        rq, rs = F.rmsnorm_quantize_ref(x, w, 1e-6, 6, 1e-8, 127.0)
+        out[f"norm {m}x{k}"] = [(q.int() - rq.int()).abs().max().item(),
+                                ((s - rs).abs() / rs).max().item()]
+    for m, k, n in [(1, 7, 3), (5, 40, 24), (70, 96, 33)]:  # 70 rows: the tiled GEMM
+        q = torch.randint(-127, 128, (m, k), dtype=torch.int8)
+        xs = torch.rand(m, 1) * 0.02
+        ws = [torch.randint(-127, 128, (nn, k), dtype=torch.int8) for nn in (n, 16, 9)]
+        ss = [torch.rand(nn) * 0.01 for nn in (n, 16, 9)]
+        res = torch.randn(1, m, n)
+        got = F.int8_linear_residual_triton.fn(q, xs, ws[0], ss[0], res, 6, [1, m, n])
+        want = F.int8_linear_residual_ref(q, xs, ws[0], ss[0], res, 6, [1, m, n])
+        args = (q, xs, ws[0], ss[0], ws[1], ss[1], ws[2], ss[2], 6)
+        three = F.int8_linear3_triton.fn(*args)
+        ref3 = F.int8_linear3_ref(*args)
+        out[f"gemm {m}x{k}x{n}"] = {
+            "residual_err": (got - want).abs().max().item(),
+            "residual_shape": list(got.shape),
+            "three_err": max((a - b).abs().max().item() for a, b in zip(three, ref3)),
+            "three_shapes": [list(t.shape) for t in three],
+        }
+    import cuda_llama as L
+    from pdlkit.quantization import quantize
+    target = {"name": "cpu-triton-interpreter", "devices": ["cpu", "cuda"]}
+    for row in ("prefill", "decode"):
+        model = L.build_model("tiny", "cpu").float()
+        ids = torch.randint(0, L.VOCAB, (2, 8 if row == "prefill" else 1))
+        qm = quantize(model, (ids,), scheme="int8-dynamic-per-token")
+        def runner():
+            if row == "prefill":
+                return L.Prefill(qm)
+            kv = L.make_kv(qm, 2, 8, "cpu")
+            kv.keys, kv.values = [t.float() for t in kv.keys], [t.float() for t in kv.values]
+            return L.DecodeStep(qm, kv)
+        with torch.no_grad():
+            want = runner()(ids)
+            pdlkit.stats(reset=True)
+            opt = pdlkit.optimize(runner(), target=target, default_codegen="eager", autotune="off")
+            got = opt(ids)
+        calls = {k: v.get("kernel_calls", 0) for k, v in pdlkit.stats()["by_kernel"].items()}
+        out[row] = {"err": (got - want).abs().max().item(), "scale": want.abs().max().item(),
+                    "calls": calls}
+    print(json.dumps(out))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def interpreted():
+    pytest.importorskip("transformers", reason="pip install transformers")
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    r = subprocess.run(
+        [sys.executable, "-c", _INTERPRETED],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_rmsnorm_quantize_matches_the_torch_ops_in_interpreter(interpreted):
+    for shape in ("1x7", "6x96", "70x40"):
+        codes, scale = interpreted[f"norm {shape}"]
+        assert codes == 0, shape  # float32: the same codes
+        assert scale < 1e-6, shape  # the sum of squares in another order
+
+
+def test_residual_epilogue_and_three_gemms_match_references_in_interpreter(interpreted):
+    for m, k, n in [(1, 7, 3), (5, 40, 24), (70, 96, 33)]:
+        got = interpreted[f"gemm {m}x{k}x{n}"]
+        assert got["residual_err"] < 1e-4
+        assert got["residual_shape"] == [1, m, n]
+        assert got["three_err"] < 1e-4  # int32 sums are exact; float epilogue
+        assert got["three_shapes"] == [[m, n], [m, 16], [m, 9]]
+
+
+@pytest.mark.parametrize("row", ["prefill", "decode"])
+def test_float32_llama_end_to_end_in_interpreter(interpreted, row):
+    got = interpreted[row]
+    assert got["err"] < 1e-3 * got["scale"]
+    assert got["calls"] == {k: 2 * n for k, n in PER_LAYER.items()}
+
+
+# -- on the GPU ---------------------------------------------------------------------------------
+
+
+@needs_gpu
+@pytest.mark.parametrize("m", [1, 16, 64, 200])
+def test_gpu_fused_kernels_match_the_torch_ops_in_bfloat16(m):
+    from pdlkit.kernels.cuda import fused as F
+
+    torch.manual_seed(m)
+    k, n, nkv = 4096, 4096, 1024
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16) * 2
+    w = (torch.rand(k, device="cuda") + 0.5).to(torch.bfloat16)
+    q, s = F.rmsnorm_quantize_triton.fn(x, w, 1e-5, 15, 1e-8, 127.0)
+    rq, rs = F.rmsnorm_quantize_ref(x, w, 1e-5, 15, 1e-8, 127.0)
+    assert (q.int() - rq.int()).abs().max() <= 1  # one step where rsqrt rounds differently
+    torch.testing.assert_close(s, rs, rtol=1e-5, atol=0)
+    ws = [
+        torch.randint(-127, 128, (nn, k), dtype=torch.int8, device="cuda") for nn in (n, nkv, nkv)
+    ]
+    ss = [torch.rand(nn, device="cuda") * 0.01 for nn in (n, nkv, nkv)]
+    args = (rq, rs, ws[0], ss[0], ws[1], ss[1], ws[2], ss[2], 15)
+    for got, want in zip(F.int8_linear3_triton.fn(*args), F.int8_linear3_ref(*args), strict=True):
+        torch.testing.assert_close(got.float(), want.float(), rtol=1e-2, atol=1e-2)
+    res = torch.randn(m, 1, n, device="cuda", dtype=torch.bfloat16)
+    got = F.int8_linear_residual_triton.fn(rq, rs, ws[0], ss[0], res, 15, [m, 1, n])
+    want = F.int8_linear_residual_ref(rq, rs, ws[0], ss[0], res, 15, [m, 1, n])
+    torch.testing.assert_close(got.float(), want.float(), rtol=1e-2, atol=2e-2)
