@@ -69,6 +69,7 @@ def _kernels() -> dict[str, Any]:
         "x86/qlinear_amx.py",
         "x86/qlinear_onednn.py",
         "x86/linear_bf16.py",
+        "x86/linear_bf16_amx.py",
     )
     for f in files:
         found.update({k.name: k for k in load_kernel_file(ROOT / "kernels" / f)})
@@ -129,7 +130,8 @@ def main() -> None:
         "kernels (`linear_bf16`, `linear_gelu_bf16`) against oneDNN's BF16 matmul "
         "(`linear_onednn`, `linear_gelu_onednn`), GFLOP/s of the BF16 kernel, `F.linear` in "
         "bf16 (GEMM and bias, no activation), and the largest difference between the two "
-        "kernels' outputs. Third table: `qlinear_add_layer_norm_q_vnni` (`fused`) against "
+        "kernels' outputs, then the AMX BF16 kernel (`linear_bf16_amx.py`: time, ratio to oneDNN, "
+        "whether it ran on tiles, GFLOP/s). Third table: `qlinear_add_layer_norm_q_vnni` (`fused`) against "
         "`qlinear_vnni` + Inductor's add + LayerNorm + quantize kernel (`unfused`), ratio "
         "fused / unfused, the GEMM alone (`qlinear_vnni`), what the fused epilogue adds to it, "
         "the largest code difference, and `qlinear_add_layer_norm_q_amx` (`amx`) with its ratio "
@@ -158,10 +160,13 @@ def _interleaved(cases: dict[str, Callable[[], Any]], args: argparse.Namespace) 
 
 
 def _bf16(ks: dict[str, Any], g: torch.Generator, args: argparse.Namespace) -> list[str]:
-    """The BF16 kernels against oneDNN's, bf16 in and out; GFLOP/s of the fused kernel."""
+    """The BF16 kernels (AVX512_BF16 and AMX) against oneDNN's, bf16 in and out; GFLOP/s."""
+    from pdlkit.kernels.x86 import linear_bf16_amx
+
     lines = [
         f"{'M':>5} {'K':>5} {'N':>5} {'post':>10} {'oneDNN us':>10} {'bf16 us':>9} {'ratio':>6} "
-        f"{'GFLOP/s':>7} {'F.linear us':>11} {'max diff':>8}"
+        f"{'GFLOP/s':>7} {'F.linear us':>11} {'max diff':>8} {'amx us':>8} {'ratio':>6} "
+        f"{'tiles':>5} {'GFLOP/s':>7}"
     ]
     print(*lines, sep="\n", flush=True)
     for m, k, n, post, algo in BF16_SHAPES:
@@ -173,10 +178,13 @@ def _bf16(ks: dict[str, Any], g: torch.Generator, args: argparse.Namespace) -> l
         mine = ks["linear_gelu_bf16" if gelu else "linear_bf16"]
         peer = ks["linear_gelu_onednn" if gelu else "linear_onednn"]
         pm, po = mine.prepack(w, attrs), peer.prepack(w, attrs)
+        amx = ks[mine.name + "_amx"]
+        pa = amx.prepack(w, attrs)
         extra = (algo,) if gelu else ()
         cases: dict[str, Callable[[], Any]] = {
             "onednn": lambda peer=peer, po=po, x=x, b=b, extra=extra: peer.fn(x, po, b, *extra),
             "bf16": lambda mine=mine, pm=pm, x=x, b=b, extra=extra: mine.fn(x, pm, b, *extra),
+            "amx": lambda amx=amx, pa=pa, x=x, b=b, extra=extra: amx.fn(x, pa, b, *extra),
             "linear": lambda x=x, w=w, b=b: torch.nn.functional.linear(x, w, b),
         }
         diff = (cases["onednn"]().float() - cases["bf16"]().float()).abs().max().item()
@@ -185,7 +193,9 @@ def _bf16(ks: dict[str, Any], g: torch.Generator, args: argparse.Namespace) -> l
         line = (
             f"{m:>5} {k:>5} {n:>5} {name:>10} {med['onednn']:>10.1f} {med['bf16']:>9.1f} "
             f"{med['bf16'] / med['onednn']:>6.2f} {2 * m * n * k / med['bf16'] / 1e3:>7.0f} "
-            f"{med['linear']:>11.1f} {diff:>8.3g}"
+            f"{med['linear']:>11.1f} {diff:>8.3g} {med['amx']:>8.1f} "
+            f"{med['amx'] / med['onednn']:>6.2f} {'yes' if linear_bf16_amx.uses_amx(pa, m) else 'no':>5} "
+            f"{2 * m * n * k / med['amx'] / 1e3:>7.0f}"
         )
         print(line, flush=True)
         lines.append(line)

@@ -116,12 +116,13 @@ def test_vnni_panels_are_amx_b_tiles(vnni):
                 assert torch.equal(tile, want), (panel, q0, c0)
 
 
-def test_amx_kernels_are_chosen_on_amx_targets_only(amx, vnni):
-    reg = KernelRegistry()
-    for d in (*amx.values(), *vnni.values()):
-        reg.add(d)
+def test_amx_kernels_are_chosen_on_amx_targets_only():
+    """The shipped kernel folder: on an AMX target the AMX kernel comes first, then VNNI; on an
+    AVX-512 VNNI one it is not eligible, and the reason names the missing flags."""
+    reg = KernelRegistry.from_folders([ROOT / "kernels"])
     x, w, ws, b, _ = _operands(64, 256, 96, torch.uint8)
-    args = (x, 0.02, 128, w, ws, torch.zeros(96, dtype=torch.int64), b, 0.05, 3, 0, 255, "none", "")
+    zp = torch.zeros(96, dtype=torch.int64)
+    args = (x, 0.02, 128, w, ws, zp, b, 0.05, 3, 0, 255, "none", "")
     on_amx, _ = reg.candidates("qlinear_q", args, NAMED["x86-amx"])
     on_vnni, why = reg.candidates("qlinear_q", args, NAMED["x86-avx512-vnni"])
     assert [k.name for k in on_amx][:2] == ["qlinear_q_amx", "qlinear_q_vnni"]
@@ -302,3 +303,77 @@ def test_amx_add_layer_norm_matches_vnni(amx, vnni, lib, x_dtype):
     assert lib.uses_amx(p, m, x_dtype) is False  # the VNNI kernel's pre-pack
     torch.testing.assert_close(outs[0][0], outs[1][0], rtol=0, atol=0)
     assert torch.equal(outs[0][1], outs[1][1])
+
+
+# -- BF16 (kernels/x86/linear_bf16_amx.py: gemm_bf16.c with TDPBF16PS) --
+
+HAS_AMX_BF16 = "amx_bf16" in host().features and "avx512_bf16" in host().features
+needs_amx_bf16 = pytest.mark.skipif(not HAS_AMX_BF16, reason="needs amx_bf16 (lscpu)")
+
+
+@pytest.fixture(scope="module")
+def bf16():
+    if "avx512_bf16" not in host().features:
+        pytest.skip("the BF16 kernels are declared for avx512_bf16 hosts")
+    files = ("linear_bf16.py", "linear_bf16_amx.py")
+    return {k.name: k for f in files for k in load_kernel_file(ROOT / "kernels" / "x86" / f)}
+
+
+def _bf16_operands(m, k, n, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, k, generator=g).bfloat16()
+    w = (torch.randn(n, k, generator=g) / k**0.5).bfloat16()
+    return x, w, torch.randn(n, generator=g).bfloat16()
+
+
+def _bf16_call(decl, x, w, b, gelu):
+    p = decl.prepack(w, {"approximate": "none"} if gelu else {})
+    return (decl.fn(x, p, b, "none") if gelu else decl.fn(x, p, b)), p
+
+
+def test_bf16_panels_are_amx_b_tiles(bf16):
+    """gemm_bf16.c's panels, 64 columns x a pair of bf16 per k pair (256 bytes), read with
+    stride 256 from 4 c0 bytes in: the VNNI-2 B tile of columns c0 .. c0 + 15."""
+    _, w, _ = _bf16_operands(1, 64, 64, seed=2)
+    p = bf16["linear_bf16"].prepack(w, {})
+    flat = p.packed.view(torch.int16).view(torch.uint8)  # bytes
+    for q0 in (0, 16):
+        for c0 in (0, 16, 32, 48):
+            base = q0 * 256 + 4 * c0
+            tile = torch.stack([flat[base + 256 * r : base + 256 * r + 64] for r in range(16)])
+            cols = w[c0 : c0 + 16, 2 * q0 : 2 * q0 + 32]  # [16 columns, 16 pairs x 2]
+            want = cols.reshape(16, 16, 2).permute(1, 0, 2).contiguous()  # [pair][col][i]
+            assert torch.equal(tile, want.view(torch.int16).view(torch.uint8).reshape(16, 64))
+
+
+@pytest.mark.parametrize(("m", "k", "n"), [(1, 256, 96), (40, 100, 70), (70, 256, 100)])
+@pytest.mark.parametrize("gelu", [False, True])
+def test_bf16_amx_kernel_runs_the_avx512_path_where_the_tiles_do_not_fit(bf16, m, k, n, gelu):
+    from pdlkit.kernels.x86 import linear_bf16_amx
+
+    x, w, b = _bf16_operands(m, k, n)
+    name = "linear_gelu_bf16" if gelu else "linear_bf16"
+    got, p = _bf16_call(bf16[name + "_amx"], x, w, b, gelu)
+    fits = HAS_AMX_BF16 and k % 32 == 0 and m >= 32
+    assert linear_bf16_amx.uses_amx(p, m) == fits
+    if not fits:
+        assert torch.equal(got, _bf16_call(bf16[name], x, w, b, gelu)[0])
+
+
+@needs_amx_bf16
+@pytest.mark.parametrize(("m", "k", "n"), [(128, 768, 768), (70, 256, 100), (64, 3072, 64)])
+@pytest.mark.parametrize("gelu", [False, True])
+def test_bf16_amx_tiles_within_bf16_rounding(bf16, m, k, n, gelu):
+    """TDPBF16PS sums in another order than vdpbf16ps: within bf16 rounding of the float
+    reference and of the AVX512_BF16 kernel."""
+    from pdlkit.kernels.x86 import linear_bf16_amx
+
+    x, w, b = _bf16_operands(m, k, n, seed=11)
+    name = "linear_gelu_bf16" if gelu else "linear_bf16"
+    got, p = _bf16_call(bf16[name + "_amx"], x, w, b, gelu)
+    assert linear_bf16_amx.uses_amx(p, m)
+    y = F.linear(x.float(), w.float(), b.float())
+    ref = F.gelu(y) if gelu else y
+    torch.testing.assert_close(got.float(), ref, rtol=1.6e-2, atol=1e-2)
+    peer, _ = _bf16_call(bf16[name], x, w, b, gelu)
+    torch.testing.assert_close(got.float(), peer.float(), rtol=1.6e-2, atol=1e-2)

@@ -23,6 +23,12 @@
  * Measured on one Zen 4 core (benchmarks/x86_qlinear.py): 200-224 GFLOP/s on the bert-mini and
  * BERT-base shapes (single-core limit about 214), 0.82-0.95x oneDNN's BF16 matmul time.
  *
+ * AMX (qgemm_amx.h, shared with the int8 kernels): where the pre-pack asks for it (GB_AMX), K is
+ * a multiple of 32 and the host grants the tile state, blocks of 32 rows x 64 columns are
+ * TDPBF16PS tiles reading the same packed panels (VNNI-2: 64 columns x 2 bf16 per pair of k,
+ * the B tile's layout), finished by the same tile_out; the rows past the last block of 32, and
+ * every other call, run the AVX512_BF16 micro-kernel.
+ *
  * Portability: the compute functions carry target("avx512f,avx512bw,avx512vl,avx512bf16")
  * attributes and run only where __builtin_cpu_supports says so; elsewhere pdlkit_gbf16_run
  * returns 1. pdlkit_gbf16_run_scalar is the plain C reference the tests compare with.
@@ -50,6 +56,7 @@
 #endif
 
 #include "gelu_avx512.h"
+#include "qgemm_amx.h" /* the AMX tile path (TDPBF16PS): permission, configuration, 32 x 64 blocks */
 
 enum { ACT_NONE = 0, ACT_RELU = 1, ACT_GELU_ERF = 2, ACT_GELU_TANH = 3 };
 enum { NR = 64, MR = 6 };
@@ -61,8 +68,10 @@ typedef struct {
     int64_t k;              /* reduction length */
     const uint16_t *packed; /* the weight, pdlkit_gbf16_pack's layout */
     int32_t act;            /* ACT_* */
-    int32_t pad_;
+    int32_t flags;          /* GB_AMX: AMX tiles where the call allows (pdlkit_gbf16_uses_amx) */
 } pdlkit_gbf16_params;
+
+enum { GB_AMX = 1 };
 
 int pdlkit_gbf16_params_size(void) { return (int)sizeof(pdlkit_gbf16_params); }
 
@@ -197,6 +206,19 @@ BF16 static inline __attribute__((always_inline)) void tile_out(
     }
 }
 
+/* The micro-kernel for a block of mr = 1..6 rows. */
+BF16 static inline void kloop(int mr, const uint16_t *xi, int64_t ldx, int64_t k,
+                              const uint16_t *panel, float *acc) {
+    switch (mr) {
+    case 6: kloop6(xi, ldx, k, panel, acc); break;
+    case 5: kloop5(xi, ldx, k, panel, acc); break;
+    case 4: kloop4(xi, ldx, k, panel, acc); break;
+    case 3: kloop3(xi, ldx, k, panel, acc); break;
+    case 2: kloop2(xi, ldx, k, panel, acc); break;
+    default: kloop1(xi, ldx, k, panel, acc); break;
+    }
+}
+
 /* Tile t of a GEMM: (panel t / blocks, row block t % blocks), as in qgemm_vnni.c. */
 BF16 static inline __attribute__((always_inline)) void gemm_tile(
     int64_t t, int64_t blocks, const uint16_t *x, int64_t m, int64_t ldx, uint16_t *out,
@@ -206,17 +228,31 @@ BF16 static inline __attribute__((always_inline)) void gemm_tile(
     const int64_t n0 = (t / blocks) * NR, i = (t % blocks) * MR;
     const uint16_t *panel = p->packed + (n0 / NR) * k2 * NR * 2;
     const int64_t nc = n - n0 < NR ? n - n0 : NR;
-    const uint16_t *xi = x + i * ldx;
     const int mr = m - i < MR ? (int)(m - i) : MR;
-    switch (mr) {
-    case 6: kloop6(xi, ldx, k, panel, acc); break;
-    case 5: kloop5(xi, ldx, k, panel, acc); break;
-    case 4: kloop4(xi, ldx, k, panel, acc); break;
-    case 3: kloop3(xi, ldx, k, panel, acc); break;
-    case 2: kloop2(xi, ldx, k, panel, acc); break;
-    default: kloop1(xi, ldx, k, panel, acc); break;
-    }
+    kloop(mr, x + i * ldx, ldx, k, panel, acc);
     tile_out(acc, mr, nc, B, cs, n0, out + i * ldo, ldo, act);
+}
+
+/* The AMX tile of a GEMM: (panel t / blocks, block of AMX_MR rows t % blocks); the rows past
+ * the last whole block go through the AVX512_BF16 micro-kernel, MR at a time. */
+BF16 static inline __attribute__((always_inline)) void amx_tile(
+    int64_t t, int64_t blocks, const uint16_t *x, int64_t m, int64_t ldx, uint16_t *out,
+    int64_t ldo, const pdlkit_gbf16_params *p, const float *B, float cs, int act) {
+    float acc[AMX_MR * NR] __attribute__((aligned(64)));
+    const int64_t n = p->n, k2 = (p->k + 1) / 2;
+    const int64_t n0 = (t / blocks) * NR, i = (t % blocks) * AMX_MR;
+    const int64_t nc = n - n0 < NR ? n - n0 : NR;
+    const uint16_t *panel = p->packed + (n0 / NR) * k2 * NR * 2;
+    if (m - i >= AMX_MR) {
+        amx_block_bf16(x + i * ldx, ldx * 2, k2, panel, acc);
+        tile_out(acc, AMX_MR, nc, B, cs, n0, out + i * ldo, ldo, act);
+        return;
+    }
+    for (int64_t r = i; r < m; r += MR) {
+        const int mr = m - r < MR ? (int)(m - r) : MR;
+        kloop(mr, x + r * ldx, ldx, p->k, panel, acc);
+        tile_out(acc, mr, nc, B, cs, n0, out + r * ldo, ldo, act);
+    }
 }
 
 /* One function per activation, each with its own parallel loop over the tiles (shared over
@@ -236,21 +272,41 @@ BF16 static inline __attribute__((always_inline)) void gemm_tile(
         OMP_TILES                                                                                 \
         for (int64_t t = 0; t < tiles; t++) gemm_tile(t, blocks, x, m, ldx, out, ldo, p, B, cs, ACT); \
     }
+#if defined(_OPENMP)
+#define OMP_REGION _Pragma("omp parallel if (m * p->n * p->k >= PARALLEL_MIN_MACS)")
+#define OMP_FOR _Pragma("omp for schedule(static)")
+#else
+#define OMP_REGION
+#define OMP_FOR
+#endif
+/* each thread configures the tiles for its share and releases them at its end */
+#define AMX_VARIANT(ACT)                                                                         \
+    BF16 static void amx_##ACT(const uint16_t *x, int64_t m, int64_t ldx, uint16_t *out,          \
+                               int64_t ldo, const pdlkit_gbf16_params *p, const float *B,         \
+                               float cs) {                                                        \
+        const int64_t blocks = (m + AMX_MR - 1) / AMX_MR, tiles = ((p->n + NR - 1) / NR) * blocks; \
+        OMP_REGION                                                                                \
+        {                                                                                         \
+            amx_configure();                                                                      \
+            OMP_FOR                                                                               \
+            for (int64_t t = 0; t < tiles; t++) amx_tile(t, blocks, x, m, ldx, out, ldo, p, B, cs, ACT); \
+            amx_release();                                                                        \
+        }                                                                                         \
+    }
 GEMM_VARIANT(ACT_NONE)
 GEMM_VARIANT(ACT_RELU)
 GEMM_VARIANT(ACT_GELU_ERF)
 GEMM_VARIANT(ACT_GELU_TANH)
+AMX_VARIANT(ACT_NONE)
+AMX_VARIANT(ACT_RELU)
+AMX_VARIANT(ACT_GELU_ERF)
+AMX_VARIANT(ACT_GELU_TANH)
 
-BF16 static void gemm_dispatch(const uint16_t *x, int64_t m, int64_t ldx, uint16_t *out,
-                               int64_t ldo, const pdlkit_gbf16_params *p, const float *B,
-                               float cs) {
-    switch (p->act) {
-    case ACT_RELU: gemm_ACT_RELU(x, m, ldx, out, ldo, p, B, cs); break;
-    case ACT_GELU_ERF: gemm_ACT_GELU_ERF(x, m, ldx, out, ldo, p, B, cs); break;
-    case ACT_GELU_TANH: gemm_ACT_GELU_TANH(x, m, ldx, out, ldo, p, B, cs); break;
-    default: gemm_ACT_NONE(x, m, ldx, out, ldo, p, B, cs); break;
-    }
-}
+typedef void (*gemm_fn)(const uint16_t *, int64_t, int64_t, uint16_t *, int64_t,
+                        const pdlkit_gbf16_params *, const float *, float);
+static const gemm_fn GEMMS[2][4] = {
+    {gemm_ACT_NONE, gemm_ACT_RELU, gemm_ACT_GELU_ERF, gemm_ACT_GELU_TANH},
+    {amx_ACT_NONE, amx_ACT_RELU, amx_ACT_GELU_ERF, amx_ACT_GELU_TANH}}; /* [amx][act] */
 
 static int has_bf16(void) {
     static int cached = -1;
@@ -266,6 +322,13 @@ static int has_bf16(void) { return 0; }
 #endif
 
 /* ---------------------------------------------------------------- entry points */
+
+/* Whether a call of m rows with these params runs on AMX tiles: asked for (GB_AMX), K a
+ * multiple of 32, at least one block of AMX_MR rows, and this process may use the AMX-BF16
+ * tiles (qgemm_amx.h's amx_ready_for). Otherwise the AVX512_BF16 path runs. */
+int pdlkit_gbf16_uses_amx(const pdlkit_gbf16_params *p, int64_t m) {
+    return (p->flags & GB_AMX) && p->k % 32 == 0 && m >= AMX_MR && amx_ready_for(1);
+}
 
 /* 1 when this build runs its GEMMs on torch's OpenMP threads (built with -fopenmp), else 0. */
 int pdlkit_gbf16_parallel(void) {
@@ -300,7 +363,8 @@ int pdlkit_gbf16_run(const uint16_t *x, int64_t m, int64_t ldx, uint16_t *out, i
     if (!B) return -1;
     for (int64_t j = 0; j < p->n; j++) B[j] = bias ? bf16_to_f32(bias[j]) * cs : 0.0f;
     if (gelu && !gelu_ready) gelu_tables_init();
-    gemm_dispatch(x, m, ldx, out, ldo, p, B, cs);
+    GEMMS[pdlkit_gbf16_uses_amx(p, m)][(uint32_t)p->act <= ACT_GELU_TANH ? p->act : 0](x, m, ldx, out,
+                                                                                   ldo, p, B, cs);
     if (B != local) free(B);
     return 0;
 #else

@@ -52,8 +52,11 @@ class _Params(ctypes.Structure):
         ("k", ctypes.c_int64),
         ("packed", ctypes.c_void_p),
         ("act", ctypes.c_int32),
-        ("pad_", ctypes.c_int32),
+        ("flags", ctypes.c_int32),  # GB_AMX: AMX tiles where the call allows (qgemm_amx.h)
     ]
+
+
+GB_AMX = 1
 
 
 def _load() -> ctypes.CDLL | None:
@@ -70,7 +73,9 @@ class _Packed:
 
     __slots__ = ("__weakref__", "k", "n", "onednn", "packed", "params", "params_addr", "post", "w")
 
-    def __init__(self, weight: Tensor, act: int, post: tuple[str, str]):
+    def __init__(self, weight: Tensor, act: int, post: tuple[str, str], amx: bool = False):
+        """``amx``: the GEMM runs on AMX-BF16 tiles where a call allows it (gemm_bf16.c,
+        pdlkit_gbf16_uses_amx), else on the AVX512_BF16 path; the packed weight is the same."""
         assert _LIB is not None
         n, k = weight.shape
         self.w = storage_alias(weight)
@@ -79,7 +84,9 @@ class _Packed:
         _LIB.pdlkit_gbf16_pack(wc.data_ptr(), k, n, k, self.packed.data_ptr())
         self.n, self.k, self.post = n, k, post
         self.onednn: Tensor | None = None
-        self.params = _Params(n=n, k=k, packed=self.packed.data_ptr(), act=act)
+        self.params = _Params(
+            n=n, k=k, packed=self.packed.data_ptr(), act=act, flags=GB_AMX if amx else 0
+        )
         self.params_addr = ctypes.addressof(self.params)
 
     def onednn_weight(self) -> Tensor:
@@ -94,12 +101,12 @@ class _Packed:
         return own
 
 
-def _packer(act_of: Any) -> Any:
+def _packer(act_of: Any, amx: bool = False) -> Any:
     def pack(weight: Tensor, attrs: Mapping[str, Any]) -> _Packed:
         if weight.shape[1] == 0:
             raise pdlkit.KernelUnsupported("K = 0")
         act, post = act_of(attrs)
-        return _Packed(weight, act, post)
+        return _Packed(weight, act, post, amx)
 
     return pack
 

@@ -1,5 +1,5 @@
-/* The AMX compute path of qgemm_vnni.c (included by it: one library, one packing, one
- * epilogue; only the multiply differs).
+/* The AMX compute path of qgemm_vnni.c and gemm_bf16.c (included by each: one library, one
+ * packing, one epilogue per family; only the multiply differs).
  *
  * Tiles. TDPBUSD (u8 x s8) / TDPBSSD (s8 x s8) multiply a 16 x 64-byte A tile (16 rows, 64 k)
  * by a 16 x 64-byte B tile holding 16 groups of 4 k for 16 columns, the "VNNI-4" layout, into
@@ -12,6 +12,9 @@
  * dot-product instructions (16384 multiply-adds each), K in steps of 64; a 32 x 64 block (one
  * panel) is two such halves, stored as int32 rows 64 apart into the caller's L1 scratch,
  * which the shared epilogue (tile_out) finishes like a VNNI tile of 32 rows.
+ * BF16 (TDPBF16PS, gemm_bf16.c): the same with pairs of bf16 for groups of four bytes: the A
+ * tile is 16 rows x 32 k, the B tile 16 pairs x 16 columns (VNNI-2), which is gemm_bf16.c's
+ * panel layout (64 columns x 2 bf16 = 256 bytes per pair) read the same way; float32 sums.
  *
  * The OS. Linux hands out the AMX tile state only to processes that ask for it:
  * arch_prctl(ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18), asked once per process
@@ -35,27 +38,34 @@ enum { AMX_MR = 32, AMX_KSTEP = 64 }; /* rows per AMX block; K per tile step */
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define AMX __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512vnni")))
+#define AMX                                                                                      \
+    __attribute__((target("amx-tile,amx-int8,amx-bf16,avx512f,avx512bw,avx512vl,avx512vnni")))
 
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
 
-/* 1 when the CPU has AMX-TILE and AMX-INT8 (cpuid leaf 7: EDX bits 24 and 25) */
-static int amx_cpu(void) {
+/* cpuid leaf 7, EDX: bit 24 AMX-TILE, 25 AMX-INT8, 22 AMX-BF16 */
+static int amx_cpu(int bit) {
     unsigned a, b, c, d;
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
-    return (d >> 24 & 1) && (d >> 25 & 1);
+    return (d >> 24 & 1) && (d >> bit & 1);
 }
 
 /* 1 once this process may use the AMX tiles (asked once; later calls read the answer) */
-static int amx_ready(void) {
+static int amx_permitted(void) {
     static int state = -1; /* -1: not asked yet; 0: no; 1: yes */
     int s = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
     if (s >= 0) return s;
-    s = amx_cpu() && syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+    s = amx_cpu(24) && syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
     __atomic_store_n(&state, s, __ATOMIC_RELEASE);
     return s;
 }
+
+/* AMX-INT8 (bf16 = 0) or AMX-BF16 (bf16 = 1) may run in this process */
+__attribute__((unused)) static int amx_ready_for(int bf16) {
+    return amx_cpu(bf16 ? 22 : 25) && amx_permitted();
+}
+__attribute__((unused)) static int amx_ready(void) { return amx_ready_for(0); }
 
 typedef struct {
     uint8_t palette;
@@ -79,14 +89,16 @@ AMX __attribute__((noinline)) static void amx_configure(void) {
 
 AMX __attribute__((noinline)) static void amx_release(void) { _tile_release(); }
 
-/* acc[r * 64 + c] (r < 32, c < 64) = sum_k x[r, k] w[n0 + c, k] over one packed panel of k4
- * groups (k4 a multiple of 16), x rows ldx bytes apart; DP: _tile_dpbusd or _tile_dpbssd. */
+/* acc[r * 64 + c] (r < 32, c < 64; int32, or float32 for bf16) = sum_k x[r, k] w[n0 + c, k]
+ * over one packed panel of k4 groups of 4 bytes (k4 a multiple of 16), x rows ldx bytes apart;
+ * DP: _tile_dpbusd, _tile_dpbssd or _tile_dpbf16ps. */
 #define AMX_BLOCK(NAME, DP)                                                                    \
-    AMX __attribute__((noinline)) static void NAME(const void *x, int64_t ldx, int64_t k4,       \
-                                                   const int8_t *panel, int32_t *acc) {         \
+    AMX __attribute__((noinline, unused)) static void NAME(const void *x, int64_t ldx,          \
+                                                           int64_t k4, const void *panel,       \
+                                                           void *acc) {                         \
         const char *xa = (const char *)x, *xb = xa + 16 * ldx;                                   \
         for (int h = 0; h < 2; h++) {                                                            \
-            const int8_t *b = panel + h * 32 * 4;                                                \
+            const char *b = (const char *)panel + h * 32 * 4;                                    \
             _tile_zero(0);                                                                       \
             _tile_zero(1);                                                                       \
             _tile_zero(2);                                                                       \
@@ -101,18 +113,20 @@ AMX __attribute__((noinline)) static void amx_release(void) { _tile_release(); }
                 DP(2, 5, 6);                                                                     \
                 DP(3, 5, 7);                                                                     \
             }                                                                                    \
-            int32_t *c = acc + h * 32;                                                           \
+            char *c = (char *)acc + h * 32 * 4;                                                  \
             _tile_stored(0, c, 256);                                                             \
-            _tile_stored(1, c + 16, 256);                                                        \
-            _tile_stored(2, c + 16 * 64, 256);                                                   \
-            _tile_stored(3, c + 16 * 64 + 16, 256);                                              \
+            _tile_stored(1, c + 64, 256);                                                        \
+            _tile_stored(2, c + 16 * 256, 256);                                                  \
+            _tile_stored(3, c + 16 * 256 + 64, 256);                                             \
         }                                                                                        \
     }
 AMX_BLOCK(amx_block_u8, _tile_dpbusd)
 AMX_BLOCK(amx_block_s8, _tile_dpbssd)
+AMX_BLOCK(amx_block_bf16, _tile_dpbf16ps)
 
 #else
-static int amx_ready(void) { return 0; }
+__attribute__((unused)) static int amx_ready_for(int bf16) { return 0 * bf16; }
+__attribute__((unused)) static int amx_ready(void) { return 0; }
 #endif
 
 #endif
