@@ -56,7 +56,16 @@ CONFIGS = {
 }
 ROWS = ["prefill 1x2048", "prefill 8x512", "decode 1", "decode 16", "decode 64", "decode 256"]
 TINY_ROWS = ["prefill 1x32", "prefill 2x16", "decode 1", "decode 4"]
-PATHS = ["bf16_eager", "bf16_inductor", "pdlkit_int8", "torchao_int8"]
+PATHS = [
+    "bf16_eager",
+    "bf16_inductor",
+    "pdlkit_int8",
+    "torchao_int8",
+    "pdlkit_int8_triton_launcher",
+]
+# pdlkit with Triton's own Python launcher for its kernels (Inductor's static launcher off):
+# what pdlkit/inductor_options.py's default changed
+_TRITON_LAUNCHER = {"static_launch_user_defined_triton_kernels": False}
 VOCAB = 32000
 
 
@@ -152,8 +161,9 @@ def quantized_copies(
     from pdlkit.quantization import quantize
 
     out: dict[str, nn.Module | str] = {}
-    if "pdlkit_int8" in paths:
+    if "pdlkit_int8" in paths or "pdlkit_int8_triton_launcher" in paths:
         out["pdlkit_int8"] = quantize(model, (ids,), scheme="int8-dynamic-per-token")
+        out["pdlkit_int8_triton_launcher"] = out["pdlkit_int8"]
     if "torchao_int8" not in paths:
         return out
     try:
@@ -167,17 +177,24 @@ def quantized_copies(
     return out
 
 
-def compile_path(path: str, runner: nn.Module, device: str) -> Callable[..., Any]:
+def compile_path(
+    path: str, runner: nn.Module, device: str, mode: str | None = None
+) -> Callable[..., Any]:
+    """``runner`` compiled as ``path`` compiles it; ``mode="reduce-overhead"``: with
+    Inductor's CUDA graphs (pdlkit passes the mode to Inductor, pdlkit/inductor_options.py)."""
     if path == "bf16_eager":
         return runner
-    if path == "pdlkit_int8":
+    if path.startswith("pdlkit_int8"):
         import pdlkit
 
         target = None
         if device == "cpu":  # the interpreter smoke test: plan the CUDA patterns for the CPU
             target = {"name": "cpu-triton-interpreter", "devices": ["cpu", "cuda"]}
-        return pdlkit.optimize(runner, target=target, dynamic=False)
-    return torch.compile(runner, dynamic=False)
+        extra = _TRITON_LAUNCHER if path == "pdlkit_int8_triton_launcher" else None
+        return pdlkit.optimize(
+            runner, target=target, dynamic=False, mode=mode, inductor_config=extra
+        )
+    return torch.compile(runner, dynamic=False, mode=mode)
 
 
 def runner_for(kind: str, model: Any, kv: _StaticKV | None) -> nn.Module:
@@ -230,6 +247,31 @@ def agreement(h: torch.Tensor, ref: torch.Tensor, head: torch.Tensor) -> float:
     return (a == b).float().mean().item()
 
 
+def host_profile(fn: Callable[[], Any], calls: int = 5) -> dict[str, float]:
+    """Per call: kernels launched and CPU time until the call returns (torch.profiler); and
+    the host time of back-to-back calls (returns without waiting for the GPU)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    host = (time.perf_counter() - t0) / calls
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type.name == "CUDA"]
+    launches = [e for e in prof.events() if "LaunchKernel" in e.name]
+    launch_us = statistics.median([e.cpu_time_total for e in launches]) if launches else 0.0
+    return {
+        "kernels_per_call": len(kernels) / calls,
+        "host_us_per_call": host * 1e6,
+        "launch_api_us_median": launch_us,
+    }
+
+
 def measure_row(
     row: str,
     models: dict[str, Any],
@@ -237,6 +279,7 @@ def measure_row(
     device: str,
     head: torch.Tensor,
     save: Callable[[dict[str, Any]], None],
+    graphs: str = "capture",
 ) -> dict[str, Any]:
     """Every path of ``models`` on one row; the first (BF16 eager) is the reference.
     ``save`` gets the row's results after each path (a run stopped by its time limit keeps
@@ -253,7 +296,8 @@ def measure_row(
         if not isinstance(model, nn.Module):
             results[path] = {"skipped": model or "not built"}
             continue
-        results[path] = r = measure_path(path, runner_for(kind, model, kv), ids, device)
+        results[path] = r = measure_path(path, runner_for(kind, model, kv), ids, device, graphs)
+        ro_out = r.pop("ro_out", None)
         if ref is None:
             ref = r.pop("out")
         else:
@@ -261,12 +305,19 @@ def measure_row(
             r["cosine_vs_bf16_eager"] = cosine(out, ref)
             if kind == "decode":
                 r["greedy_agreement"] = agreement(out, ref, head)
+            if ro_out is not None:
+                r["ro_cosine_vs_bf16_eager"] = cosine(ro_out, ref)
         print(f"  {row:16s} {path:14s} {summary(r)}", flush=True)
         save(results)
     return results
 
 
-def measure_path(path: str, runner: nn.Module, ids: torch.Tensor, device: str) -> dict[str, Any]:
+def measure_path(
+    path: str, runner: nn.Module, ids: torch.Tensor, device: str, graphs: str = "capture"
+) -> dict[str, Any]:
+    """Compile, time (medians), profile the host side; with CUDA graphs as ``graphs`` says:
+    ``capture`` the compiled call in a CUDA graph of our own, ``inductor`` compiled again
+    with ``mode="reduce-overhead"`` (Inductor's CUDA graph trees), ``both``."""
     fn = compile_path(path, runner, device)
     r: dict[str, Any] = {}
 
@@ -285,8 +336,35 @@ def measure_path(path: str, runner: nn.Module, ids: torch.Tensor, device: str) -
         out = r["out"]
         r["ms"] = bench_ms(lambda: fn(ids), device)
         if device == "cuda" and path != "bf16_eager":
-            r["graph_ms"], r["graph_note"] = graph_ms(lambda: fn(ids))
+            r.update(host_profile(lambda: fn(ids)))
+            if graphs in ("capture", "both"):
+                r["graph_ms"], r["graph_note"] = graph_ms(lambda: fn(ids))
+            if graphs in ("inductor", "both"):
+                r.update(reduce_overhead(path, runner, ids, device))
         r["out"] = out.detach().clone()
+    return r
+
+
+def reduce_overhead(path: str, runner: nn.Module, ids: torch.Tensor, device: str) -> dict[str, Any]:
+    """The path compiled with ``mode="reduce-overhead"``: time, compile time, and whether
+    Inductor skipped its CUDA graphs (and why: its counter)."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    skips = counters["inductor"]["cudagraph_skips"]
+    try:
+        fn = compile_path(path, runner, device, mode="reduce-overhead")
+        t0 = time.perf_counter()
+        for _ in range(3):  # warm-up, record, replay
+            out = fn(ids)
+        torch.cuda.synchronize()
+        compile_s = time.perf_counter() - t0
+        ms = bench_ms(lambda: fn(ids), device)
+    except Exception as e:
+        return {"ro_note": f"reduce-overhead failed: {type(e).__name__}: {str(e)[:160]}"}
+    skipped = counters["inductor"]["cudagraph_skips"] - skips
+    r: dict[str, Any] = {"ro_ms": ms, "ro_compile_s": compile_s, "ro_skips": skipped}
+    r["ro_out"] = out.detach().clone() if isinstance(out, torch.Tensor) else None
     return r
 
 
@@ -294,6 +372,12 @@ def summary(r: dict[str, Any]) -> str:
     if "skipped" in r:
         return f"skipped ({r['skipped']})"
     s = f"{r['ms']:8.3f} ms  compile {r['compile_s']:5.1f} s"
+    if "host_us_per_call" in r:
+        s += f"  host {r['host_us_per_call']:.0f} us, {r['kernels_per_call']:.0f} kernels"
+    if r.get("ro_ms") is not None:
+        s += f"  reduce-overhead {r['ro_ms']:.3f} ms (skips {r['ro_skips']})"
+    elif r.get("ro_note"):
+        s += f"  {r['ro_note']}"
     if r.get("graph_ms") is not None:
         s += f"  graph {r['graph_ms']:.3f} ms"
     elif r.get("graph_note"):
@@ -314,6 +398,7 @@ def pdlkit_stats_during(r: dict[str, Any], run: Callable[[], Any]) -> None:
     by = pdlkit.stats()["by_kernel"]
     r["kernels"] = {k: v.get("substitutions", 0) for k, v in by.items() if v.get("substitutions")}
     r["runner_calls"] = sum(v.get("kernel_calls", 0) for v in by.values())
+    r["undone"] = sum(v.get("substitutions_undone", 0) for v in by.values())  # graph_guard
 
 
 def merged_rows(path: str | None, res: dict[str, Any]) -> dict[str, Any]:
@@ -333,6 +418,27 @@ def _ms(r: dict[str, Any], key: str) -> str:
     return f"{v:.3f}" if isinstance(v, float) else "-"
 
 
+def _row_line(row: str, path: str, r: dict[str, Any], base: dict[str, Any]) -> str:
+    speed = ""
+    if path not in ("bf16_inductor", "bf16_eager") and "ms" in base:
+        speed = f"{base['ms'] / r['ms']:.2f}x"
+        if r.get("graph_ms") and base.get("graph_ms"):
+            speed += f" ({base['graph_ms'] / r['graph_ms']:.2f}x)"
+        if r.get("ro_ms") and base.get("ro_ms"):
+            speed += f" [{base['ro_ms'] / r['ro_ms']:.2f}x]"
+    ro = _ms(r, "ro_ms") if r.get("ro_ms") else (r.get("ro_note") or "-")
+    if r.get("ro_skips"):
+        ro += f" (Inductor skipped CUDA graphs {r['ro_skips']}x)"
+    host = f"{r['host_us_per_call']:.0f}" if "host_us_per_call" in r else "-"
+    kern = f"{r['kernels_per_call']:.0f}" if "kernels_per_call" in r else "-"
+    graph = _ms(r, "graph_ms") if r.get("graph_ms") else (r.get("graph_note") or "-")
+    return (
+        f"| {row} | {path} | {_ms(r, 'ms')} | {graph} | {ro} | {speed} | {host} | {kern} "
+        f"| {r['compile_s']:.1f} | {r.get('cosine_vs_bf16_eager', 1.0):.5f} | "
+        f"{r.get('greedy_agreement', '')} |"
+    )
+
+
 def markdown(res: dict[str, Any]) -> str:
     lines = [
         f"# Llama end to end on {res['device']}: BF16 Inductor vs torchao int8 vs pdlkit int8",
@@ -350,30 +456,26 @@ def markdown(res: dict[str, Any]) -> str:
         f"({res['sizes']}), random weights, BF16 activations; decode rows: one token per "
         f"sequence over a static KV cache of {res['ctx']} tokens. Medians of "
         "`triton.testing.do_bench` (ms); `graph` = the compiled call captured in a CUDA graph "
-        "and replayed. Cosine: last hidden state against BF16 eager; greedy: agreement of the "
-        "next token under a random 32000-word head.",
+        'and replayed; `reduce-overhead` = compiled with `mode="reduce-overhead"` (Inductor\'s '
+        "CUDA graph trees; for pdlkit through `pdlkit.optimize(..., mode=...)`). Host us / call: "
+        "back-to-back calls without waiting for the GPU; kernels / call: torch.profiler. "
+        "Cosine: last hidden state against BF16 eager; greedy: agreement of the next token under "
+        "a random 32000-word head (one per sequence of the row).",
         "",
-        "| row | path | ms | graph ms | vs BF16 Inductor (graph) | compile s | cosine | greedy |",
-        "|---|---|---|---|---|---|---|---|",
+        "| row | path | ms | graph ms | reduce-overhead ms | vs BF16 Inductor: ms (graph) [reduce-overhead] "
+        "| host us / call | kernels / call | compile s | cosine | greedy |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row, paths in res["rows"].items():
         base = paths.get("bf16_inductor", {})
         for path, r in paths.items():
             if "skipped" in r:
-                lines.append(f"| {row} | {path} | skipped: {r['skipped']} | | | | | |")
+                lines.append(f"| {row} | {path} | skipped: {r['skipped']} | | | | | | | | |")
                 continue
-            speed = ""
-            if path != "bf16_inductor" and "ms" in base and path != "bf16_eager":
-                speed = f"{base['ms'] / r['ms']:.2f}x"
-                if r.get("graph_ms") and base.get("graph_ms"):
-                    speed += f" ({base['graph_ms'] / r['graph_ms']:.2f}x)"
-            lines.append(
-                f"| {row} | {path} | {_ms(r, 'ms')} | {_ms(r, 'graph_ms') or r.get('graph_note')} "
-                f"| {speed} | {r['compile_s']:.1f} | {r.get('cosine_vs_bf16_eager', 1.0):.5f} | "
-                f"{r.get('greedy_agreement', '')} |"
-            )
+            lines.append(_row_line(row, path, r, base))
     subs = [
         f"- {row}: {p['pdlkit_int8']['kernels']}; runner calls {p['pdlkit_int8']['runner_calls']}"
+        f"; undone by the whole-graph timing {p['pdlkit_int8'].get('undone', '-')}"
         for row, p in res["rows"].items()
         if "kernels" in p.get("pdlkit_int8", {})
     ]
@@ -403,8 +505,16 @@ def main() -> None:
     ap.add_argument("--rows", nargs="*", help="rows to run, e.g. 'prefill 1x2048' 'decode 64'")
     ap.add_argument("--ctx", type=int, default=128, help="cached tokens in decode rows")
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--paths", nargs="*", default=PATHS[1:], help="besides bf16_eager")
+    ap.add_argument(
+        "--paths", nargs="*", default=PATHS[1:4], help=f"besides bf16_eager: {PATHS[1:]}"
+    )
     ap.add_argument("--merge", help="an earlier run's JSON: its rows stay unless run again")
+    ap.add_argument(
+        "--graphs",
+        default="capture",
+        choices=["capture", "inductor", "both"],
+        help="CUDA graphs: capture the compiled call, or compile with mode='reduce-overhead'",
+    )
     ap.add_argument("--out", default="benchmarks/results")
     a = ap.parse_args()
     warnings.filterwarnings("ignore", message=".*TF32.*")
@@ -437,7 +547,7 @@ def main() -> None:
             (out / f"{name}.json").write_text(json.dumps(res, indent=1, default=str))
             (out / f"{name}.md").write_text(markdown(res))
 
-        measure_row(row, models, a.ctx, a.device, head, save)
+        measure_row(row, models, a.ctx, a.device, head, save, a.graphs)
     print(markdown(res))
 
 
