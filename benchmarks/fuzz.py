@@ -168,7 +168,7 @@ def check_nonfinite(ex: dict[str, Any]) -> None:
     if not decls:
         fuzzing.CASES["x86 NaN / inf: skipped (no AVX-512 VNNI / BF16)"] += 1
         return
-    from pdlkit.kernels.reference import logical_ops as ref
+    from pdlkit.kernels.ops import logical_ops as ref
 
     g = torch.Generator().manual_seed(ex["seed"])
     kind, m, k, n = ex["kernel"], ex["m"], ex["k"], ex["n"]

@@ -12,8 +12,10 @@ Checks (each finding names ``file:line``):
   on the host or a named target): load order decides.
 - ``shadowed``: a higher-benefit pattern matches wherever a lower one does (same root, its ops
   and constraints a subset of the lower one's), so the lower one never fires.
-- ``unknown-op``: a ``pdlkit_call`` names a logical op that no kernel implements and no
-  ``@pdlkit.reference`` defines.
+- ``unknown-op``: a ``pdlkit_call`` names a logical op that no kernel implements and no op
+  file declares.
+- ``op-call``: a ``pdlkit_call`` passes a number of arguments its op does not take, or a
+  constant of the wrong kind (a string for a tensor, None for a required parameter).
 - ``unused-native``: a native declared in a ``.pdll`` file, or a ``pdl.attribute`` in a PDL file,
   that nothing uses (warning).
 - ``duplicate-name``: two files define a pattern of the same name (loading both fails).
@@ -37,12 +39,11 @@ from pdlkit.matcher.patterns import (
     Pattern,
     PatternError,
     load_patterns,
-    name_clash,
     nested_ops,
     pattern_sources,
     read_pdl_module,
+    selected_twice,
 )
-from pdlkit.runtime_abi import reference
 
 from pdlkit import config
 
@@ -197,7 +198,8 @@ def lint_paths(paths: Sequence[Path], kernels: Sequence[str] | None = None) -> l
 
     paths = [Path(p).resolve() for p in paths] or config.pattern_paths()
     findings: list[Finding] = []
-    ops, pattern_paths = _kernels(paths, kernels, findings)
+    registry, pattern_paths = _kernels(paths, kernels, findings)
+    ops = registry.ops()
     try:
         patterns = _patterns(pattern_sources(pattern_paths), findings)
     except PatternError as e:
@@ -223,10 +225,11 @@ def lint_paths(paths: Sequence[Path], kernels: Sequence[str] | None = None) -> l
         findings.extend(_unused_natives(file, module))
 
     for pat in patterns.values():
+        findings.extend(_call_findings(pat, registry.op_table))
         for op in pat.calls:
-            # an op with reference semantics but no kernel yet is a slot for vendors: its
-            # matches are near misses ("no kernel implements logical op ...") by design
-            if op not in ops and reference.lookup(op) is None:
+            # a declared op with no kernel yet is a slot for vendors: its matches are near
+            # misses ("no kernel implements logical op ...") by design
+            if op not in ops and registry.op(op) is None:
                 findings.append(
                     Finding(
                         pat.file,
@@ -248,34 +251,32 @@ def lint_paths(paths: Sequence[Path], kernels: Sequence[str] | None = None) -> l
 
 def _kernels(
     paths: list[Path], kernels: Sequence[str] | None, findings: list[Finding]
-) -> tuple[set[str], list[Path]]:
-    """The logical ops known kernels implement, and the paths that hold patterns."""
-    from pdlkit.runtime_abi.kernel import KernelDeclarationError
-    from pdlkit.runtime_abi.registry import KernelLoadError, KernelRegistry, load_kernel_file
+) -> tuple[Any, list[Path]]:
+    """The registry of the kernels and ops under ``paths`` and the configured kernel folders
+    (one walk, :func:`pdlkit.runtime_abi.walk.load_paths`), and the paths that hold patterns."""
+    from pdlkit.runtime_abi.walk import load_paths
 
-    registry = KernelRegistry()
-    pattern_paths: list[Path] = []
+    walked = load_paths([p for p in paths if p.exists()], kernels)
     for p in paths:
         if not p.exists():
             findings.append(Finding(p, 1, "error", "load", "no such file or folder"))
-            continue
-        kernel_files = [f for f in config.files_under([p]) if f.suffix in (".py", ".so")]
-        for f in kernel_files:
-            if f.name.startswith("_"):
-                continue
-            try:
-                for k in load_kernel_file(f):
-                    registry.add(k)
-            except (KernelLoadError, KernelDeclarationError) as e:
-                findings.append(Finding(f, 1, "error", "load", str(e)))
-        if p.is_dir() or not p.name.endswith((".py", ".so")):
-            pattern_paths.append(p)
-    try:
-        for key, k in KernelRegistry.from_folders(config.kernel_paths(kernels)).kernels.items():
-            registry.kernels.setdefault(key, k)
-    except (KernelLoadError, KernelDeclarationError) as e:
-        findings.append(Finding(Path("?"), 1, "error", "load", str(e)))
-    return set(registry.ops()), pattern_paths
+    for f, message in walked.problems:
+        findings.append(Finding(f, 1, "error", "load", message))
+    pattern_paths = [
+        p for p in paths if p.exists() and (p.is_dir() or not p.name.endswith((".py", ".so")))
+    ]
+    return walked.registry, pattern_paths
+
+
+def _call_findings(pat: Pattern, ops: Any) -> list[Finding]:
+    """``op-call``: a pdlkit_call whose arguments the op it names does not take."""
+    from pdlkit.matcher.op_calls import call_problems
+
+    out = []
+    for where, message in call_problems(pat, ops):
+        line = int(where.rsplit(":", 2)[1])
+        out.append(Finding(pat.file, line, "error", "op-call", message))
+    return out
 
 
 def _patterns(sources: list[Path], findings: list[Finding]) -> dict[str, Pattern]:
@@ -297,9 +298,12 @@ def _patterns(sources: list[Path], findings: list[Finding]) -> dict[str, Pattern
             continue
         for pat in loaded:
             first = patterns.setdefault(pat.name, pat)
-            if first is not pat:
-                clash = _load_finding(PatternError(name_clash(first, pat)))
-                findings.append(replace(clash, check="duplicate-name"))
+            if first is pat:
+                continue
+            try:  # two manifests may select one pattern; two patterns of one name clash
+                patterns[pat.name] = selected_twice(first, pat)
+            except PatternError as e:
+                findings.append(replace(_load_finding(e), check="duplicate-name"))
     return patterns
 
 

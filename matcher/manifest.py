@@ -139,10 +139,18 @@ def _check_type(path: Path, line: int, key: str, value: Any, kind: type | tuple[
 
 
 def entry_file(manifest: Path, line: int, name: str) -> Path:
-    """The pattern file an entry names, resolved; refused unless inside the manifest's folder."""
+    """The pattern file an entry names, resolved; refused unless inside the manifest's folder
+    or inside pdlkit's shipped pattern folder (whose target-neutral files, ``pt2e/``, the
+    per-target manifests select; any manifest may name them as ``@shipped/pt2e/...``)."""
+    from pdlkit.config import SHIPPED, shipped_patterns
+
     folder = manifest.resolve().parent
-    file = (folder / name).resolve()
-    if not file.is_relative_to(folder):
+    shipped = shipped_patterns().resolve()
+    if name.startswith(f"{SHIPPED}/"):
+        file = (shipped / name.removeprefix(f"{SHIPPED}/")).resolve()
+    else:
+        file = (folder / name).resolve()
+    if not file.is_relative_to(folder) and not file.is_relative_to(shipped):
         link = ""
         if Path(folder / name).absolute().parent.resolve().is_relative_to(folder):
             link = f" (a symbolic link to {file})"
@@ -151,6 +159,15 @@ def entry_file(manifest: Path, line: int, name: str) -> Path:
             f"{folder}{link}; a manifest lists only files in its folder or below"
         )
     return file
+
+
+def listed_files(path: Path) -> set[Path]:
+    """The pattern files a manifest lists (empty where it does not load: the loader reports it)."""
+    try:
+        entries = _entries(path, yaml_with_lines(path))
+        return {entry_file(path, e["__line__"], e["file"]) for e in entries}
+    except PatternError:
+        return set()
 
 
 def _settings(path: Path, line: int, entry: dict[str, Any]) -> dict[str, Any]:

@@ -27,11 +27,11 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pdlkit.matcher.manifest import load_manifest
+from pdlkit.matcher.manifest import listed_files, load_manifest
 from pdlkit.matcher.pattern_file import (
     Pattern,
     PatternError,
@@ -54,6 +54,8 @@ __all__ = [
     "parse_pdl_file",
     "pattern_sources",
     "read_pdl_module",
+    "same_pattern",
+    "selected_twice",
 ]
 
 
@@ -134,7 +136,7 @@ def name_clashes(paths: Sequence[Path], sets: Sequence[PatternSet]) -> list[str]
             continue
         for pat in ps.patterns:
             first = seen.setdefault(pat.name, pat)
-            if first is not pat:
+            if first is not pat and not same_pattern(first, pat):
                 out.append(name_clash(first, pat))
     return out
 
@@ -143,6 +145,10 @@ def load_patterns(paths: Sequence[Path | str]) -> PatternSet:
     """Load pattern files, manifests and folders into one :class:`PatternSet`.
 
     A pattern name may appear once in all of them: a second definition is an error naming both.
+    A file that manifests list is loaded through them, never on its own (a folder of
+    target-neutral patterns, ``patterns/pt2e/``, loads only what the per-target manifests
+    select); a pattern two manifests select with the same settings is active on both their
+    targets.
     """
     from torch_mlir import ir
 
@@ -150,14 +156,16 @@ def load_patterns(paths: Sequence[Path | str]) -> PatternSet:
     seen: dict[str, Pattern] = {}
     files: list[Path] = []
     loaded: set[Path] = set()
-    for src in pattern_sources([Path(p) for p in paths]):
-        src = src.resolve()
+    sources = [s.resolve() for s in pattern_sources([Path(p) for p in paths])]
+    listed = {f for s in sources if s.suffix in (".yaml", ".yml") for f in listed_files(s)}
+    for src in sources:
         if src in loaded:
             continue
         if src.suffix in (".yaml", ".yml"):
             found = load_manifest(src, ctx)
             files.append(src)
-            loaded.update(p.file for p in found)
+        elif src in listed:
+            continue  # a manifest of this set selects (and configures) it
         elif src.name.endswith((".pdl.mlir", ".pdll")):
             found = parse_pdl_file(src, ctx)
         else:
@@ -166,10 +174,29 @@ def load_patterns(paths: Sequence[Path | str]) -> PatternSet:
             )
         for p in found:
             files.append(p.file)
-            loaded.add(p.file)
+            if src.suffix not in (".yaml", ".yml"):
+                loaded.add(p.file)
             other = seen.get(p.name)
-            if other is not None:
-                raise PatternError(name_clash(other, p))
-            seen[p.name] = p
+            seen[p.name] = p if other is None else selected_twice(other, p)
     uniq = list(dict.fromkeys(files))
     return PatternSet(tuple(seen.values()), tuple(uniq), _fingerprint(uniq))
+
+
+def same_pattern(a: Pattern, b: Pattern) -> bool:
+    """``a`` and ``b`` are one pattern of one file (selected by two manifests)."""
+    return a.file == b.file and a.line == b.line and a.name == b.name
+
+
+def selected_twice(first: Pattern, second: Pattern) -> Pattern:
+    """One pattern that two manifests select: its targets joined where every other setting
+    agrees; else (or two patterns of one name) a :class:`PatternError` naming both."""
+    if not same_pattern(first, second):
+        raise PatternError(name_clash(first, second))
+    if replace(second, targets=first.targets, pin_source=first.pin_source) != first:
+        raise PatternError(
+            f"{second.where}:{second.col}: pattern {second.name!r} is selected by two manifests "
+            "with different settings (enabled, benefit, kernel, tolerance or timeout); select "
+            "it with the same settings, or copy it under another name"
+        )
+    targets = () if not first.targets or not second.targets else first.targets + second.targets
+    return replace(first, targets=tuple(dict.fromkeys(targets)))

@@ -27,6 +27,7 @@ _EXPORTS = {
     "bisect": "pdlkit.bisection",
     "explain": "pdlkit.backend",
     "kernel": "pdlkit.runtime_abi.kernel",
+    "op": "pdlkit.runtime_abi.ops",
     "optimize": "pdlkit.backend",
     "pdlkit_backend": "pdlkit.backend",
     "reference": "pdlkit.runtime_abi.reference",
@@ -43,6 +44,7 @@ __all__ = [
     "bisect",
     "explain",
     "kernel",
+    "op",
     "optimize",
     "reference",
     "stats",
@@ -56,6 +58,7 @@ if TYPE_CHECKING:
     from pdlkit.runtime_abi.binding import KernelCallError
     from pdlkit.runtime_abi.binding_stats import stats
     from pdlkit.runtime_abi.kernel import KernelDeclarationError, KernelUnsupported, kernel
+    from pdlkit.runtime_abi.ops import op
     from pdlkit.runtime_abi.reference import reference
 
 

@@ -24,7 +24,7 @@ def quantize_per_token(x: Tensor, eps: float = _EPS, qmax: float = 127.0) -> tup
 
     ``x ~= q * scale``; the pattern ``patterns/cuda/int8_dynamic.pdl.mlir`` matches exactly
     these ops, so keep them in step. This is also the reference semantics of the logical op
-    ``quantize_per_token`` (``kernels/reference/logical_ops.py``).
+    ``quantize_per_token`` (``kernels/ops/logical_ops.py``).
     """
     xf = x.to(torch.float32)
     scale = xf.abs().amax(dim=-1, keepdim=True).clamp(min=eps) / qmax

@@ -18,7 +18,7 @@ import torch
 from pdlkit.runtime_abi.binding import _as_list, _meta_of, bind
 from pdlkit.runtime_abi.capability import Target, host
 from pdlkit.runtime_abi.kernel import KernelDecl, KernelUnsupported
-from pdlkit.runtime_abi.reference import lookup
+from pdlkit.runtime_abi.ops import LogicalOp
 
 # (rtol, atol): GEMM-sized accumulations in fp32 differ in the last bits between BLAS paths
 _TOL = {
@@ -60,7 +60,11 @@ def _accepts(decl: KernelDecl, args: Sequence[Any]) -> bool:
     return True
 
 
-def check_kernel(decl: KernelDecl, target: Target | None = None) -> list[Row]:
+def check_kernel(
+    decl: KernelDecl, target: Target | None = None, the_op: LogicalOp | None = None
+) -> list[Row]:
+    """The rows of one kernel: declaration, then per dtype opcheck and the comparison with its
+    op's reference (the kernel's own, or ``the_op``'s for a kernel declared with ``op=``)."""
     target = target or host()
     rows = [Row(decl.name, "declaration", "PASS", f"v{decl.version} op={decl.op} {decl.source}")]
     missing = decl.requires - target.features
@@ -68,16 +72,15 @@ def check_kernel(decl: KernelDecl, target: Target | None = None) -> list[Row]:
         why = f"host lacks {', '.join(sorted(missing))}" if missing else f"no {decl.device} device"
         rows.append(Row(decl.name, "run", "SKIP", why))
         return rows
-    ref = lookup(decl.op)
-    reference = decl.reference or (ref.fn if ref else None)
-    examples = decl.examples or (ref.examples if ref else None)
+    reference = decl.reference or (the_op.reference if the_op else None)
+    examples = decl.examples or (the_op.examples if the_op else None)
     if reference is None or examples is None:
         rows.append(
             Row(
                 decl.name,
                 "reference",
                 "FAIL",
-                f"no reference for op {decl.op!r}: declare one with @pdlkit.reference",
+                f"no reference for op {decl.op!r}: declare the op with @pdlkit.op",
             )
         )
         return rows
@@ -187,32 +190,14 @@ def _compare(
 
 
 def check_paths(paths: Sequence[Path], target: Target | None = None) -> list[Row]:
-    """abi-check every kernel file under ``paths`` (references come from the configured folders too)."""
-    from pdlkit.runtime_abi.registry import (
-        KernelLoadError,
-        KernelRegistry,
-        kernel_files,
-        load_kernel_file,
-    )
+    """abi-check every kernel file under ``paths``; ops come from those files and from the
+    configured kernel folders (:func:`pdlkit.runtime_abi.walk.load_paths`)."""
+    from pdlkit.runtime_abi.walk import load_paths
 
-    from pdlkit import config
-
-    rows: list[Row] = []
-    try:  # load the configured folders for the references they declare
-        KernelRegistry.from_folders(config.kernel_paths(None))
-    except KernelLoadError:
-        pass
-    # load every file before checking any: a reference file (e.g. one written by
-    # gen-pattern) registers its op's semantics whatever its place in the path order
-    loaded = []
-    for f in kernel_files([p.resolve() for p in paths]):
-        try:
-            loaded.append(load_kernel_file(f))
-        except Exception as e:
-            rows.append(Row(f.name, "declaration", "FAIL", str(e)))
-    for decls in loaded:
-        for d in decls:
-            rows.extend(check_kernel(d, target))
+    walked = load_paths(paths)
+    rows = [Row(f.name, "declaration", "FAIL", msg) for f, msg in walked.problems]
+    for d in walked.given:
+        rows.extend(check_kernel(d, target, walked.registry.op(d.op)))
     return rows
 
 

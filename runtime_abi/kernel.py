@@ -1,17 +1,18 @@
 """The kernel declaration: what a kernel is, checked when it is declared, never at first call.
 
-A kernel is a plain function plus data::
+A kernel is a plain function plus data; it implements a logical op (:mod:`pdlkit.runtime_abi.ops`)
+whose parameters, schema, meta function and reference semantics it takes::
 
-    @pdlkit.kernel(op="linear_gelu", device="cpu",
-                   dtypes={"x": [torch.float32], "weight": [torch.float32]},
-                   meta=lambda x, weight, bias, approximate: x.new_empty(*x.shape[:-1], weight.shape[0]))
-    def linear_gelu_fused(x: Tensor, weight: Tensor, bias: Optional[Tensor], approximate: str) -> Tensor:
+    @pdlkit.kernel(implements="linear_gelu", device="cpu",
+                   dtypes={"x": [torch.float32], "weight": [torch.float32]})
+    def linear_gelu_fused(x, weight, bias, approximate):
         ...
 
 Patterns name the *logical op* (``pdlkit_call("linear_gelu", ...)``); the registry picks a
-kernel implementing it. The function's type annotations are its schema (as with
-``torch.library.custom_op``); the meta function gives output shapes and dtypes to fake
-tensors so Dynamo, AOT autograd and Inductor see one opaque op.
+kernel implementing it and checks, when it loads, that the kernel's parameter names are the
+op's (all of them, or a prefix and ``*rest``) and that any annotations agree with the op's
+types. The older form, ``op="linear_gelu", meta=...`` over an annotated function (the
+annotations are its schema, as with ``torch.library.custom_op``), still works.
 """
 
 from __future__ import annotations
@@ -20,10 +21,17 @@ import hashlib
 import inspect
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
+from pdlkit.runtime_abi.ops import (
+    LogicalOp,
+    lookup,
+    schema_problem,
+    signature_problem,
+    source_of,
+)
 
 from pdlkit.errors import PdlkitError
 
@@ -129,6 +137,8 @@ class KernelDecl:
     # setup_context(ctx, inputs, output) saves what it needs (default: ctx.inputs, ctx.output)
     backward: Callable[..., Any] | None = None
     setup_context: Callable[..., Any] | None = None
+    from_op: bool = False  # declared with implements=: params, schema and meta are the op's
+    logical: LogicalOp | None = field(default=None, repr=False)  # the op it is bound to
     doc: str = field(default="", repr=False)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -136,13 +146,6 @@ class KernelDecl:
 
     def __repr__(self) -> str:
         return f"<pdlkit kernel {self.name} v{self.version} op={self.op} device={self.device} at {self.source}>"
-
-
-def _source_of(fn: Callable[..., Any]) -> str:
-    try:
-        return f"{inspect.getsourcefile(fn)}:{inspect.getsourcelines(fn)[1]}"
-    except (OSError, TypeError):
-        return getattr(fn, "__qualname__", repr(fn))
 
 
 def _digest_of(fn: Callable[..., Any]) -> str:
@@ -165,60 +168,145 @@ def _infer_schema(fn: Callable[..., Any], where: str) -> str:
         raise KernelDeclarationError(f"{where}: cannot infer the kernel's schema: {e}") from None
 
 
-def declare(
-    fn: Callable[..., Any],
-    *,
-    op: str,
-    meta: Callable[..., Any],
-    name: str | None = None,
-    device: str = "cpu",
-    dtypes: Mapping[str, Iterable[torch.dtype]] | None = None,
-    requires: Iterable[str] = (),
-    version: int = 1,
-    priority: int = 0,
-    shapes: Mapping[str, Mapping[str, Any] | ShapeRule] | None = None,
-    workspace: int = 0,
-    traits: Iterable[str] = (),
-    prepack: Callable[[Any, Mapping[str, Any]], Any] | None = None,
-    prepack_arg: str | None = None,
-    prepack_with: Iterable[str] = (),
-    reference: Callable[..., Any] | None = None,
-    examples: Callable[[torch.dtype], Iterable[tuple[Any, ...]]] | None = None,
-    backward: Callable[..., Any] | None = None,
-    setup_context: Callable[..., Any] | None = None,
-    source: str | None = None,
-    digest: str | None = None,
-) -> KernelDecl:
-    """Build and validate a :class:`KernelDecl` (the function form of :func:`kernel`).
+def _declared_params(fn: Callable[..., Any]) -> tuple[tuple[str, ...], bool]:
+    """The function's named parameters, and whether a ``*rest`` follows them."""
+    sig = inspect.signature(fn).parameters.values()
+    named = tuple(p.name for p in sig if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
+    return named, any(p.kind is p.VAR_POSITIONAL for p in sig)
 
-    ``source`` and ``digest`` default to the defining file; a native loader passes the
-    shared library's path and hash.
-    """
-    where = source or _source_of(fn)
-    name = name or fn.__name__
+
+def _option_problems(name: str, op: str, o: Mapping[str, Any]) -> list[str]:
+    """What is wrong with a declaration's options that does not depend on its parameters."""
     problems = []
     if not _NAME.match(name):
         problems.append(f"kernel name {name!r} is not an identifier")
     if not _OP.match(op):
         problems.append(f"logical op {op!r} must be an identifier (dots allowed)")
-    if device not in DEVICES:
-        problems.append(f"device {device!r} is not one of {DEVICES}")
+    if o["device"] not in DEVICES:
+        problems.append(f"device {o['device']!r} is not one of {DEVICES}")
+    version = o["version"]
     if not isinstance(version, int) or version < 1:
         problems.append(f"version must be a positive integer, got {version!r}")
-    if not callable(meta):
+    unknown = set(o["requires"]) - FEATURES
+    if unknown:
         problems.append(
-            "meta must be a function returning empty tensors of the output shapes and dtypes"
+            f"unknown ISA feature(s) {sorted(unknown)}; known: {', '.join(sorted(FEATURES))}"
         )
-    params = tuple(inspect.signature(fn).parameters)
-    dts: dict[str, tuple[torch.dtype, ...]] = {}
-    for arg, allowed in (dtypes or {}).items():
+    bad_traits = set(o["traits"]) - TRAITS
+    if bad_traits:
+        problems.append(
+            f"unknown trait(s) {sorted(bad_traits)}; known: {', '.join(sorted(TRAITS))}"
+        )
+    workspace = o["workspace"]
+    if not isinstance(workspace, int) or workspace < 0:
+        problems.append(f"workspace must be a number of bytes >= 0, got {workspace!r}")
+    if o["prepack"] is not None and not callable(o["prepack"]):
+        problems.append("prepack must be a function (weight, attrs) -> packed weight")
+    if o["prepack_with"] and o["prepack"] is None:
+        problems.append("prepack_with names tensors a prepack reads, but there is no prepack")
+    if o["backward"] is not None and not callable(o["backward"]):
+        problems.append("backward must be a function (ctx, *grad_outputs) -> gradients")
+    if o["setup_context"] is not None and (
+        o["backward"] is None or not callable(o["setup_context"])
+    ):
+        problems.append(
+            "setup_context must be a function (ctx, inputs, output), used with backward"
+        )
+    return problems
+
+
+def _param_problems(
+    decl: KernelDecl, params: tuple[str, ...], dtypes: Mapping[str, Any], shapes: Mapping[str, Any]
+) -> list[str]:
+    """What the options say about parameters the kernel does not have."""
+    name, problems = decl.name, []
+    for arg in dtypes:
         if arg not in params:
             problems.append(f"dtypes names {arg!r}, which is not a parameter of {name}{params}")
-            continue
-        allowed = tuple(allowed) if not isinstance(allowed, torch.dtype) else (allowed,)
+    for arg in shapes:
+        if arg not in params:
+            problems.append(f"shapes names {arg!r}, which is not a parameter of {name}{params}")
+    if decl.prepack is not None and decl.prepack_arg not in params:
+        problems.append(f"prepack_arg must name the packed parameter, got {decl.prepack_arg!r}")
+    for arg in decl.prepack_with:
+        if arg not in params or arg == decl.prepack_arg:
+            problems.append(
+                f"prepack_with must name other parameters of {name}{params}, got {arg!r}"
+            )
+    if "pdlkit_site" in params:
+        problems.append("the parameter name 'pdlkit_site' is reserved")
+    if callable(decl.meta):
+        try:
+            meta_params = list(inspect.signature(decl.meta).parameters.values())
+        except (TypeError, ValueError):
+            meta_params = []
+        if meta_params and not any(p.kind is p.VAR_POSITIONAL for p in meta_params):
+            if len(meta_params) != len(params):
+                problems.append(
+                    f"meta takes {len(meta_params)} arguments, the kernel {len(params)}"
+                )
+    return problems
+
+
+def _rules(
+    dtypes: Mapping[str, Any], shapes: Mapping[str, Any]
+) -> tuple[dict[str, tuple[torch.dtype, ...]], dict[str, ShapeRule], list[str]]:
+    problems, dts, rules = [], {}, {}
+    for arg, allowed in dtypes.items():
+        allowed = (allowed,) if isinstance(allowed, torch.dtype) else tuple(allowed)
         if not all(isinstance(d, torch.dtype) for d in allowed):
             problems.append(f"dtypes[{arg!r}] must list torch dtypes, got {allowed!r}")
         dts[arg] = allowed
+    for arg, spec in shapes.items():
+        try:
+            rules[arg] = ShapeRule.parse(spec)
+        except (ValueError, TypeError) as e:
+            problems.append(f"shapes[{arg!r}]: {e}")
+    return dts, rules, problems
+
+
+_DEFAULTS: dict[str, Any] = {
+    "name": None, "device": "cpu", "dtypes": None, "requires": (), "version": 1, "priority": 0,
+    "shapes": None, "workspace": 0, "traits": (), "prepack": None, "prepack_arg": None,
+    "prepack_with": (), "reference": None, "examples": None, "backward": None,
+    "setup_context": None, "source": None, "digest": None,
+}  # fmt: skip
+
+
+def declare(
+    fn: Callable[..., Any],
+    *,
+    op: str | None = None,
+    implements: str | None = None,
+    meta: Callable[..., Any] | None = None,
+    **options: Any,
+) -> KernelDecl:
+    """Build and validate a :class:`KernelDecl` (the function form of :func:`kernel`).
+
+    before: ``declare(fn, op="qlinear_q", meta=..., device="cpu")`` with fn's annotations as the
+            schema; after: ``declare(fn, implements="qlinear_q", device="cpu")`` takes schema,
+            parameter names, meta and reference from the op, bound when the registry loads
+            (:func:`bind_op`). ``source`` and ``digest`` default to the defining file; a native
+            loader passes the shared library's path and hash.
+    """
+    unknown = set(options) - set(_DEFAULTS)
+    if unknown:
+        raise TypeError(f"kernel(): unknown option(s) {sorted(unknown)}")
+    o = {**_DEFAULTS, **options}
+    where = o["source"] or source_of(fn)
+    name = o["name"] or fn.__name__
+    if (op is None) == (implements is None):
+        raise KernelDeclarationError(
+            f"{where}: kernel {name!r}: say implements=<op name> (or, the older form, op= with meta=)"
+        )
+    o["prepack_with"] = (
+        (o["prepack_with"],) if isinstance(o["prepack_with"], str) else tuple(o["prepack_with"])
+    )
+    problems = _option_problems(name, str(op or implements), o)
+    if implements is None and not callable(meta):
+        problems.append(
+            "meta must be a function returning empty tensors of the output shapes and dtypes"
+        )
     defaults = [
         n for n, prm in inspect.signature(fn).parameters.items() if prm.default is not prm.empty
     ]
@@ -227,150 +315,117 @@ def declare(
             f"parameters {defaults} have defaults; patterns pass every argument, and pdlkit "
             "appends a call-site argument after them, so kernel parameters take no defaults"
         )
-    if "pdlkit_site" in params:
-        problems.append("the parameter name 'pdlkit_site' is reserved")
-    unknown = set(requires) - FEATURES
-    if unknown:
-        problems.append(
-            f"unknown ISA feature(s) {sorted(unknown)}; known: {', '.join(sorted(FEATURES))}"
-        )
-    bad_traits = set(traits) - TRAITS
-    if bad_traits:
-        problems.append(
-            f"unknown trait(s) {sorted(bad_traits)}; known: {', '.join(sorted(TRAITS))}"
-        )
-    rules: dict[str, ShapeRule] = {}
-    for arg, spec in (shapes or {}).items():
-        if arg not in params:
-            problems.append(f"shapes names {arg!r}, which is not a parameter of {name}{params}")
-            continue
-        try:
-            rules[arg] = ShapeRule.parse(spec)
-        except (ValueError, TypeError) as e:
-            problems.append(f"shapes[{arg!r}]: {e}")
-    if not isinstance(workspace, int) or workspace < 0:
-        problems.append(f"workspace must be a number of bytes >= 0, got {workspace!r}")
-    if prepack is not None:
-        if not callable(prepack):
-            problems.append("prepack must be a function (weight, attrs) -> packed weight")
-        if prepack_arg not in params:
-            problems.append(f"prepack_arg must name the packed parameter, got {prepack_arg!r}")
-    prepack_with = (prepack_with,) if isinstance(prepack_with, str) else tuple(prepack_with)
-    if prepack_with and prepack is None:
-        problems.append("prepack_with names tensors a prepack reads, but there is no prepack")
-    for arg in prepack_with:
-        if arg not in params or arg == prepack_arg:
-            problems.append(
-                f"prepack_with must name other parameters of {name}{params}, got {arg!r}"
-            )
-    if backward is not None and not callable(backward):
-        problems.append("backward must be a function (ctx, *grad_outputs) -> gradients")
-    if setup_context is not None and (backward is None or not callable(setup_context)):
-        problems.append(
-            "setup_context must be a function (ctx, inputs, output), used with backward"
-        )
-    if callable(meta):
-        try:
-            meta_params = inspect.signature(meta).parameters.values()
-        except (TypeError, ValueError):
-            meta_params = None
-        if meta_params is not None and not any(p.kind is p.VAR_POSITIONAL for p in meta_params):
-            if len(list(meta_params)) != len(params):
-                problems.append(
-                    f"meta takes {len(list(meta_params))} arguments, the kernel {len(params)}"
-                )
+    dts, rules, more = _rules(o["dtypes"] or {}, o["shapes"] or {})
+    problems += more
     if problems:
         raise KernelDeclarationError(f"{where}: kernel {name!r}: " + "; ".join(problems))
-    schema = _infer_schema(fn, f"{where}: kernel {name!r}")
-    return KernelDecl(
+    decl = KernelDecl(
         name=name,
-        op=op,
+        op=str(op or implements),
         fn=fn,
-        meta=meta,
-        device=device,
+        meta=meta if meta is not None else _unbound,
+        device=o["device"],
         dtypes=dts,
-        requires=frozenset(requires),
-        version=version,
-        priority=priority,
-        schema=schema,
-        params=params,
+        requires=frozenset(o["requires"]),
+        version=o["version"],
+        priority=o["priority"],
+        schema="",
+        params=_declared_params(fn)[0],
         source=where,
-        digest=digest or _digest_of(fn),
+        digest=o["digest"] or _digest_of(fn),
         shapes=rules,
-        workspace=workspace,
-        traits=frozenset(traits),
-        prepack=prepack,
-        prepack_arg=prepack_arg if prepack is not None else None,
-        prepack_with=prepack_with,
-        reference=reference,
-        examples=examples,
-        backward=backward,
-        setup_context=setup_context,
+        workspace=o["workspace"],
+        traits=frozenset(o["traits"]),
+        prepack=o["prepack"],
+        prepack_arg=o["prepack_arg"] if o["prepack"] is not None else None,
+        prepack_with=o["prepack_with"],
+        reference=o["reference"],
+        examples=o["examples"],
+        backward=o["backward"],
+        setup_context=o["setup_context"],
+        from_op=implements is not None,
         doc=inspect.getdoc(fn) or "",
+    )
+    if implements is not None:  # bound now where the op is loaded, else by the registry
+        known = lookup(implements)
+        return bind_op(decl, known) if known is not None and known.typed else decl
+    problems = _param_problems(decl, decl.params, dts, rules)
+    if problems:
+        raise KernelDeclarationError(f"{where}: kernel {name!r}: " + "; ".join(problems))
+    return replace(decl, schema=_infer_schema(fn, f"{where}: kernel {name!r}"))
+
+
+def _unbound(*args: Any) -> Any:
+    raise KernelDeclarationError(
+        "a kernel declared with implements= is used before its op is bound"
     )
 
 
-def kernel(
-    *,
-    op: str,
-    meta: Callable[..., Any],
-    name: str | None = None,
-    device: str = "cpu",
-    dtypes: Mapping[str, Iterable[torch.dtype]] | None = None,
-    requires: Iterable[str] = (),
-    version: int = 1,
-    priority: int = 0,
-    shapes: Mapping[str, Mapping[str, Any] | ShapeRule] | None = None,
-    workspace: int = 0,
-    traits: Iterable[str] = (),
-    prepack: Callable[[Any, Mapping[str, Any]], Any] | None = None,
-    prepack_arg: str | None = None,
-    prepack_with: Iterable[str] = (),
-    reference: Callable[..., Any] | None = None,
-    examples: Callable[[torch.dtype], Iterable[tuple[Any, ...]]] | None = None,
-    backward: Callable[..., Any] | None = None,
-    setup_context: Callable[..., Any] | None = None,
-) -> Callable[[Callable[..., Any]], KernelDecl]:
-    """Declare a kernel implementing the logical op ``op``.
+def bind_op(decl: KernelDecl, the_op: LogicalOp | None) -> KernelDecl:
+    """``decl`` checked against the op it implements, with the op's schema, parameter names,
+    meta and reference; an older declaration (``op=``, its own schema) is checked for its
+    parameter count. Raises :class:`KernelDeclarationError` naming both places."""
+    where = f"{decl.source}: kernel {decl.name!r}"
+    if the_op is None:
+        if decl.from_op:
+            raise KernelDeclarationError(
+                f"{where}: implements op {decl.op!r}, which no op file declares (declare it with "
+                "@pdlkit.op in a file of a kernel folder)"
+            )
+        return decl
+    if not decl.from_op:
+        if len(decl.params) != len(the_op.params) and the_op.typed:
+            raise KernelDeclarationError(
+                f"{where}: takes {len(decl.params)} parameters, op {decl.op!r} declared at "
+                f"{the_op.source} takes {len(the_op.params)} ({', '.join(the_op.param_names)})"
+            )
+        return decl
+    if not the_op.typed:
+        raise KernelDeclarationError(
+            f"{where}: op {decl.op!r} at {the_op.source} has no parameter types: declare it with "
+            "@pdlkit.op (annotated), or give the kernel op= and meta="
+        )
+    named, variadic = _declared_params(decl.fn)
+    why = signature_problem(named, variadic, the_op)
+    if why is None and not variadic:
+        try:
+            why = schema_problem(_infer_schema(decl.fn, where), the_op)
+        except KernelDeclarationError:
+            why = None  # unannotated: the op's types apply
+    params, was = the_op.param_names, decl.logical
+    bound = replace(
+        decl,
+        params=params,
+        schema=the_op.schema,
+        meta=the_op.meta if decl.meta is _unbound or (was and decl.meta is was.meta) else decl.meta,
+        reference=the_op.reference if was or not decl.reference else decl.reference,
+        examples=the_op.examples if was or not decl.examples else decl.examples,
+        logical=the_op,
+    )
+    problems = ([why] if why else []) + _param_problems(bound, params, decl.dtypes, decl.shapes)
+    if problems:
+        raise KernelDeclarationError(f"{where}: " + "; ".join(problems))
+    return bound
 
-    ``meta(*args)`` returns empty tensors with the output shapes and dtypes; ``dtypes`` maps
-    parameter names to the dtypes the kernel accepts; ``requires`` lists ISA features
-    (``"avx512_vnni"``, ...); higher ``priority`` wins when several kernels are eligible,
-    then the higher ``version``. ``shapes`` maps parameters to :class:`ShapeRule` specs
-    (checked at compile time where provable, else per call); ``traits`` from
-    :data:`TRAITS`; ``prepack(weight, attrs)`` packs the constant tensor passed as
-    ``prepack_arg`` once (the kernel then receives the packed tensor in its place), and
-    ``prepack_with`` names further constant tensors the packed form is made from (passed
-    to ``prepack`` in ``attrs`` under their names; an in-place update of any of them packs
-    again);
-    ``reference`` and ``examples(dtype)`` feed ``pdlkit abi-check``.
-    ``backward(ctx, grad)`` returns one gradient (or None) per parameter and makes the
-    kernel eligible in graphs that need gradients; ``setup_context(ctx, inputs, output)``
-    saves what it needs (by default ``ctx.inputs`` and ``ctx.output`` are set).
+
+def kernel(**options: Any) -> Callable[[Callable[..., Any]], KernelDecl]:
+    """Declare a kernel: ``@pdlkit.kernel(implements="qlinear_q", device="cpu", ...)``.
+
+    ``implements`` names the logical op (:func:`pdlkit.op`): the kernel's parameter names are
+    the op's (all of them, or a prefix then ``*rest``), and its schema, meta function and
+    reference come from the op. The older form ``op="name", meta=fn`` with an annotated
+    function still works (its own schema; checked for its parameter count against a declared
+    op). Options: ``dtypes`` maps parameter names to the dtypes the kernel accepts;
+    ``requires`` lists ISA features (``"avx512_vnni"``, ...); higher ``priority`` wins when
+    several kernels are eligible, then the higher ``version``; ``shapes`` maps parameters to
+    :class:`ShapeRule` specs (checked at compile time where provable, else per call);
+    ``traits`` from :data:`TRAITS`; ``workspace`` bytes; ``prepack(weight, attrs)`` packs the
+    constant tensor passed as ``prepack_arg`` once (the kernel then receives the packed tensor
+    in its place), and ``prepack_with`` names further constant tensors the packed form is made
+    from (passed to ``prepack`` in ``attrs``; an in-place update of any of them packs again);
+    ``backward(ctx, grad)`` returns one gradient (or None) per parameter and makes the kernel
+    eligible in graphs that need gradients; ``setup_context(ctx, inputs, output)`` saves what
+    it needs (by default ``ctx.inputs`` and ``ctx.output`` are set); ``name`` and ``version``.
     Raise :class:`KernelUnsupported` inside the kernel to decline one call.
     """
-
-    def wrap(fn: Callable[..., Any]) -> KernelDecl:
-        return declare(
-            fn,
-            op=op,
-            meta=meta,
-            name=name,
-            device=device,
-            dtypes=dtypes,
-            requires=requires,
-            version=version,
-            priority=priority,
-            shapes=shapes,
-            workspace=workspace,
-            traits=traits,
-            prepack=prepack,
-            prepack_arg=prepack_arg,
-            prepack_with=prepack_with,
-            reference=reference,
-            examples=examples,
-            backward=backward,
-            setup_context=setup_context,
-        )
-
-    return wrap
+    return lambda fn: declare(fn, **options)

@@ -1,46 +1,31 @@
-"""Reference semantics of logical ops: what a pattern means, independent of any kernel.
+"""Reference semantics of logical ops, the older form: ``@pdlkit.reference(op, examples=...)``.
 
-``pdlkit abi-check`` runs every kernel against the reference of the op it implements, on
-the reference's example inputs. Declare one next to your kernels::
+before: @pdlkit.reference("linear_relu", examples=...) put fn in a global table (the last
+        file loaded won) and kernels repeated the op's parameters, types and meta
+after:  it declares an untyped :class:`~pdlkit.runtime_abi.ops.LogicalOp` (names only),
+        found in its file like any op; ``@pdlkit.op`` with annotations and ``meta=`` is
+        the form that kernels can ``implements=`` (see :mod:`pdlkit.runtime_abi.ops`)
 
-    @pdlkit.reference("linear_relu", examples=lambda dtype: [(x, w, b), ...])
-    def linear_relu(x, w, b):
-        return torch.relu(torch.nn.functional.linear(x, w, b))
+@pdlkit.reference("linear_relu", examples=lambda dtype: [(x, w, b), ...])
+def linear_relu(x, w, b):
+    return torch.relu(torch.nn.functional.linear(x, w, b))
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
-import torch
+from pdlkit.runtime_abi.ops import Examples, LogicalOp, declare_op, lookup
 
-Examples = Callable[[torch.dtype], Iterable[tuple[Any, ...]]]
-
-
-@dataclass(frozen=True)
-class Reference:
-    op: str
-    fn: Callable[..., Any]
-    examples: Examples
+__all__ = ["Examples", "lookup", "reference"]
 
 
-_REFERENCES: dict[str, Reference] = {}
-_LOCK = threading.Lock()
+def reference(op: str, *, examples: Examples) -> Callable[[Callable[..., Any]], LogicalOp]:
+    """Declare ``fn`` as the semantics of logical op ``op`` (its annotations, if complete, and
+    no meta: names only)."""
 
-
-def reference(op: str, *, examples: Examples) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register ``fn`` as the semantics of logical op ``op`` (the last file loaded wins)."""
-
-    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-        with _LOCK:
-            _REFERENCES[op] = Reference(op, fn, examples)
-        return fn
+    def wrap(fn: Callable[..., Any]) -> LogicalOp:
+        return declare_op(fn, name=op, examples=examples, typed=False)
 
     return wrap
-
-
-def lookup(op: str) -> Reference | None:
-    return _REFERENCES.get(op)

@@ -27,7 +27,8 @@ from typing import Any
 import torch
 from pdlkit.runtime_abi.autograd import needs_backward
 from pdlkit.runtime_abi.capability import FEATURE_ARCH, Target
-from pdlkit.runtime_abi.kernel import KernelDecl
+from pdlkit.runtime_abi.kernel import KernelDecl, KernelDeclarationError, bind_op
+from pdlkit.runtime_abi.ops import LogicalOp, OpDeclarationError, OpTable, lookup
 from pdlkit.runtime_abi.trust import (
     Loading,
     TrustError,
@@ -56,6 +57,7 @@ class _LoadedFile:
     digest: str
     kernels: tuple[KernelDecl, ...]
     missing: str = ""  # why the file was skipped: an optional dependency is not installed
+    ops: tuple[LogicalOp, ...] = ()
 
 
 _FILE_CACHE: dict[Path, _LoadedFile] = {}
@@ -73,7 +75,9 @@ def _kernel_files(folder: Path) -> list[Path]:
     )
 
 
-def _exec_file(path: Path, digest: str, data: bytes) -> tuple[KernelDecl, ...]:
+def _exec_file(
+    path: Path, digest: str, data: bytes
+) -> tuple[tuple[KernelDecl, ...], tuple[LogicalOp, ...]]:
     mod_name = f"pdlkit_plugin_{digest[:12]}_{path.stem}"
     spec = importlib.util.spec_from_file_location(mod_name, path)
     if spec is None or spec.loader is None:
@@ -89,7 +93,24 @@ def _exec_file(path: Path, digest: str, data: bytes) -> tuple[KernelDecl, ...]:
     except BaseException as e:  # SystemExit and the like must not end the host
         sys.modules.pop(mod_name, None)
         raise _load_error(path, e)  # noqa: B904 (the cause is set there)
-    return tuple(v for v in vars(module).values() if isinstance(v, KernelDecl))
+    found = list(vars(module).values())
+    return (
+        tuple(v for v in found if isinstance(v, KernelDecl)),
+        tuple(v for v in found if isinstance(v, LogicalOp)),
+    )
+
+
+def _bind_known(kernels: tuple[KernelDecl, ...]) -> tuple[KernelDecl, ...]:
+    """Kernels declared with ``implements=`` bound to ops loaded since (a registry binds the
+    rest against its own ops)."""
+    out = []
+    for k in kernels:
+        the_op = lookup(k.op) if k.from_op and not k.schema else None
+        try:
+            out.append(bind_op(k, the_op) if the_op is not None and the_op.typed else k)
+        except KernelDeclarationError as e:
+            raise KernelLoadError(str(e)) from None
+    return tuple(out)
 
 
 def _load_error(path: Path, e: BaseException) -> KernelLoadError:
@@ -142,6 +163,17 @@ def load_kernel_file(
     allow the file's bytes before anything in it runs; a native build the file starts checks
     its sources against them too, and ``allow_world_writable`` (None: the environment decides)
     is the permission rule for the sources of an unpinned folder."""
+    return load_plugin_file(path, pins, folder, allow_world_writable=allow_world_writable)[0]
+
+
+def load_plugin_file(
+    path: Path,
+    pins: dict[Path, str] | None = None,
+    folder: Path | None = None,
+    *,
+    allow_world_writable: bool | None = None,
+) -> tuple[tuple[KernelDecl, ...], tuple[LogicalOp, ...]]:
+    """The kernels and the logical ops one file declares (see :func:`load_kernel_file`)."""
     path = path.resolve()
     data = path.read_bytes()
     folder = folder or path.parent
@@ -155,7 +187,10 @@ def load_kernel_file(
         if cached is not None and cached.digest == digest:
             if cached.missing:
                 raise KernelDependencyMissing(cached.missing)
-            return cached.kernels
+            if any(k.from_op and not k.schema for k in cached.kernels):
+                cached.kernels = _bind_known(cached.kernels)  # ops loaded since
+            return cached.kernels, cached.ops
+        ops: tuple[LogicalOp, ...] = ()
         if path.suffix == ".so":
             from pdlkit.runtime_abi.native import load_native_library  # imports this module
 
@@ -163,13 +198,13 @@ def load_kernel_file(
         else:
             try:
                 with loading(Loading(path, pins, folder, allow_world_writable)):
-                    kernels = _exec_file(path, digest, data)
+                    kernels, ops = _exec_file(path, digest, data)
             except KernelDependencyMissing as e:
                 _FILE_CACHE[path] = _LoadedFile(digest, (), str(e))
                 warnings.warn(f"pdlkit: {e}", stacklevel=2)  # once per file version
                 raise
-        _FILE_CACHE[path] = _LoadedFile(digest, kernels)
-        return kernels
+        _FILE_CACHE[path] = _LoadedFile(digest, kernels, ops=ops)
+        return kernels, ops
 
 
 @dataclass
@@ -182,18 +217,23 @@ class Selection:
 
 @dataclass
 class KernelRegistry:
-    """All kernels loaded from a list of folders, by logical op, in load order."""
+    """All kernels loaded from a list of folders, by logical op, in load order, and the logical
+    ops those folders declare (each kernel is checked against its op when both are known)."""
 
     kernels: dict[tuple[str, int], KernelDecl] = field(default_factory=dict)  # (name, version)
     folders: tuple[Path, ...] = ()
     skipped: list[str] = field(default_factory=list)  # files whose optional deps are missing
+    op_table: OpTable = field(default_factory=OpTable)
+    pending: list[KernelDecl] = field(default_factory=list)  # implements= ops not loaded yet
 
     @classmethod
     def from_folders(
         cls, folders: Sequence[Path], *, allow_world_writable: bool | None = None
     ) -> KernelRegistry:
-        """Load every kernel file; a folder's ``kernels.yaml`` pins must match, and a
-        world-writable folder is refused unless allowed (see :mod:`pdlkit.runtime_abi.trust`)."""
+        """Load every kernel and op file; a folder's ``kernels.yaml`` pins must match, and a
+        world-writable folder is refused unless allowed (see :mod:`pdlkit.runtime_abi.trust`).
+        A kernel whose op no file declares, or whose signature disagrees with it, and two ops
+        of one name, are a :class:`KernelLoadError` naming the files and lines."""
         reg = cls(folders=tuple(folders))
         try:
             check_writable(folders, "kernels", allow_world_writable)
@@ -212,7 +252,7 @@ class KernelRegistry:
                 raise KernelLoadError(problems[0])
             for path in _kernel_files(folder):
                 try:
-                    decls = load_kernel_file(
+                    decls, ops = load_plugin_file(
                         path,
                         pins,
                         pins_folder(folder),
@@ -221,19 +261,60 @@ class KernelRegistry:
                 except KernelDependencyMissing as e:
                     reg.skipped.append(str(e))
                     continue
-                for decl in decls:
-                    reg.add(decl)
+                reg.add_all(decls, ops)
+        reg.finish()
         return reg
 
+    def add_all(self, decls: Iterable[KernelDecl], ops: Iterable[LogicalOp] = ()) -> None:
+        """One file's ops, then its kernels."""
+        for o in ops:
+            self.add_op(o)
+        for decl in decls:
+            self.add(decl)
+
+    def add_op(self, the_op: LogicalOp) -> None:
+        """Declare an op; kernels that were waiting for it are bound now."""
+        try:
+            self.op_table.add(the_op)
+        except OpDeclarationError as e:
+            raise KernelLoadError(str(e)) from None
+        waiting = [d for d in self.pending if d.op == the_op.name]
+        self.pending = [d for d in self.pending if d.op != the_op.name]
+        for decl in waiting:
+            self.add(decl)
+
     def add(self, decl: KernelDecl) -> None:
+        the_op = self.op_table.get(decl.op)
+        if decl.from_op and not decl.schema and the_op is None:
+            self.pending.append(decl)  # its op may come from a file loaded later
+            return
+        try:
+            if the_op is not None and decl.logical is not the_op or not decl.schema:
+                decl = bind_op(decl, the_op)
+        except KernelDeclarationError as e:
+            raise KernelLoadError(str(e)) from None
         key = (decl.name, decl.version)
         other = self.kernels.get(key)
-        if other is not None and other is not decl:
+        if other is not None and other is not decl and other.source != decl.source:
             raise KernelLoadError(
                 f"{decl.source}: kernel {decl.name!r} version {decl.version} is already declared "
                 f"at {other.source}"
             )
         self.kernels[key] = decl
+
+    def finish(self) -> None:
+        """Every kernel is bound: one that implements an op no file declares is an error."""
+        if self.pending:
+            decl = self.pending[0]
+            known = ", ".join(self.op_table.names()) or "none"
+            raise KernelLoadError(
+                f"{decl.source}: kernel {decl.name!r} implements op {decl.op!r}, which no op file "
+                f"declares (declare it with @pdlkit.op in a file of a kernel folder; known: {known})"
+            )
+
+    def op(self, name: str) -> LogicalOp | None:
+        """The logical op of that name, if a loaded file declares it."""
+        return self.op_table.get(name)
 
     def get(self, name: str) -> KernelDecl | None:
         """The highest version of the kernel called ``name``."""

@@ -4,7 +4,7 @@ The library is cross-built with the documented command (aarch64-linux-gnu-gcc) a
 under qemu-aarch64 by ``abi_driver``, which calls it through the same entry points as
 pdlkit's loader: pdlkit_register -> descriptor -> prepack -> meta -> run with a real call
 frame. The tests write the inputs, the driver writes the outputs, and the tests compare
-them with the reference semantics of each logical op (kernels/reference/logical_ops.py).
+them with the reference semantics of each logical op (kernels/ops/logical_ops.py).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def _decls() -> dict[str, Any]:
 
 
 def _reference(op: str) -> Any:
-    load_kernel_file(shipped_kernels() / "reference" / "logical_ops.py")
+    load_kernel_file(shipped_kernels() / "ops" / "logical_ops.py")
     ref = lookup(op)
     assert ref is not None
     return ref.fn

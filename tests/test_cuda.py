@@ -45,7 +45,7 @@ _INTERPRETED = textwrap.dedent(
     import json, torch, pdlkit
     from tests.test_cuda import LlamaMLP
     from pdlkit.quantization.int8_dynamic import quantize_int8_dynamic
-    from pdlkit.kernels.reference import logical_ops as ref
+    from pdlkit.kernels.ops import logical_ops as ref
     from pdlkit.kernels.cuda import _triton_gemm as T
     torch.manual_seed(0)
     out = {}
@@ -230,7 +230,7 @@ def test_unquantized_model_keeps_per_token_ops_exact():
 @pytest.mark.parametrize("m,k,n", [(1, 64, 8), (17, 4096, 4096), (300, 1000, 520)])
 def test_gpu_int8_linear_matches_reference(m, k, n):
     from pdlkit.kernels.cuda import _triton_gemm as T
-    from pdlkit.kernels.reference import logical_ops as ref
+    from pdlkit.kernels.ops import logical_ops as ref
 
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     q, s = T.quant_rows(x, 1e-8, 127.0)

@@ -110,7 +110,7 @@ def test_shipped_qlinear_pdll_and_pdl_substitute_the_same_nodes(tmp_path):
     # the .pdl.mlir file's @qlinear alone (a manifest lists files of its own folder), next to
     # the .pdll form of it
     (tmp_path / "pdl").mkdir()
-    shutil.copy(ROOT / "patterns" / "x86" / "qlinear.pdl.mlir", tmp_path / "pdl")
+    shutil.copy(ROOT / "patterns" / "pt2e" / "qlinear.pdl.mlir", tmp_path / "pdl")
     entries = "".join(
         f"  - file: qlinear.pdl.mlir\n    pattern: {n}\n    enabled: false\n" for n in _OTHERS
     )

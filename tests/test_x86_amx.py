@@ -227,7 +227,7 @@ def test_xnnpack_per_tensor_graph_is_substituted():
     )
     prepared(x)
     q = convert_pt2e(prepared)
-    assert pdlkit.explain(q, x).counts() == {"x86_pt_qlinear_relu_q": 1, "x86_pt_qlinear_q": 1}
+    assert pdlkit.explain(q, x).counts() == {"pt_qlinear_relu_q": 1, "pt_qlinear_q": 1}
     pdlkit.stats(reset=True)
     with torch.no_grad():
         ref, f = q(x), pdlkit.optimize(q)

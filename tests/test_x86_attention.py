@@ -22,7 +22,7 @@ if shutil.which(os.environ.get("CC", "cc")) is None:
     pytest.skip("no C compiler to build kernels/x86/attention.c", allow_module_level=True)
 pytest.importorskip("torchao.quantization.pt2e", reason="needs torchao (pip install -e '.[quant]')")
 
-from pdlkit.kernels.reference import logical_ops as ref  # noqa: E402
+from pdlkit.kernels.ops import logical_ops as ref  # noqa: E402
 from pdlkit.kernels.x86 import attention  # noqa: E402
 from pdlkit.runtime_abi.kernel import KernelUnsupported  # noqa: E402
 

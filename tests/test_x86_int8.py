@@ -72,7 +72,7 @@ def test_onednn_kernels_decline_weight_zero_points_which_onednn_ignores():
     is declined (the reference runs), a zero one still computes."""
     from pathlib import Path
 
-    from pdlkit.kernels.reference.logical_ops import qlinear
+    from pdlkit.kernels.ops.logical_ops import qlinear
     from pdlkit.runtime_abi.registry import load_kernel_file
 
     path = Path(__file__).resolve().parents[1] / "kernels" / "x86" / "qlinear_onednn.py"

@@ -30,7 +30,7 @@ if shutil.which(os.environ.get("CC", "cc")) is None:
     pytest.skip("no C compiler (cc / $CC) to build the x86 kernels", allow_module_level=True)
 pytest.importorskip("torchao", reason="the references need torchao (pip install -e '.[quant]')")
 
-from pdlkit.kernels.reference import logical_ops as ref  # noqa: E402
+from pdlkit.kernels.ops import logical_ops as ref  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -297,7 +297,7 @@ def test_attention_mask_of_the_float_minimum_averages_a_fully_masked_row_as_eage
 
 
 def test_qkv_attention_declines_a_non_finite_projection_bias(vnni):
-    from pdlkit.kernels.reference.logical_ops import _qkv_attention_examples
+    from pdlkit.kernels.ops.logical_ops import _qkv_attention_examples
 
     args = list(_qkv_attention_examples(torch.float32)[1])
     args[6] = args[6].clone()

@@ -42,7 +42,7 @@ def kernel(decls):
 
 
 def _reference(*args):
-    from pdlkit.kernels.reference.logical_ops import qlinear_q
+    from pdlkit.kernels.ops.logical_ops import qlinear_q
 
     return qlinear_q(*args)
 
@@ -114,7 +114,7 @@ def test_matches_the_reference_within_one_code(kernel, post, algo, signed_out):
 
 @pytest.mark.parametrize(("post", "algo"), POSTS)
 def test_float32_output_matches_the_reference(decls, post, algo):
-    from pdlkit.kernels.reference.logical_ops import qlinear
+    from pdlkit.kernels.ops.logical_ops import qlinear
 
     g = torch.Generator().manual_seed(3)
     for x_shape, n in SHAPES:

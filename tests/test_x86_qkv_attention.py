@@ -28,7 +28,7 @@ if shutil.which(os.environ.get("CC", "cc")) is None:
     pytest.skip("no C compiler (cc / $CC) to build the kernels", allow_module_level=True)
 pytest.importorskip("torchao", reason="the references need torchao (pip install -e '.[quant]')")
 
-from pdlkit.kernels.reference.logical_ops import (  # noqa: E402
+from pdlkit.kernels.ops.logical_ops import (  # noqa: E402
     _qkv_attention_examples,
     qkv_attention_q_merged,
 )

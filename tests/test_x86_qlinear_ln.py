@@ -57,7 +57,7 @@ def _call(decl, args):
 
 
 def _reference(args):
-    from pdlkit.kernels.reference.logical_ops import qlinear_add_layer_norm_q
+    from pdlkit.kernels.ops.logical_ops import qlinear_add_layer_norm_q
 
     return qlinear_add_layer_norm_q(*args)
 

@@ -29,10 +29,6 @@ def _bf16_linear(x: Tensor, weight: Tensor, bias: Tensor | None, act: str) -> Te
     return out.reshape(*x.shape[:-1], weight.shape[0])
 
 
-def _meta_lin(x: Tensor, weight: Tensor, bias: Tensor | None, *rest: Any) -> Tensor:
-    return x.new_empty((*x.shape[:-1], weight.shape[0]))
-
-
 _HALF = [torch.bfloat16, torch.float16]
 _HALF_KW: dict[str, Any] = {
     "dtypes": {"x": _HALF, "weight": _HALF},
@@ -42,19 +38,19 @@ _HALF_KW: dict[str, Any] = {
 }
 
 
-@pdlkit.kernel(op="linear", meta=_meta_lin, **_HALF_KW)
-def linear_triton(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+@pdlkit.kernel(implements="linear", **_HALF_KW)
+def linear_triton(x, weight, bias) -> Tensor:
     """x @ weight.T + bias, fp32 accumulation, one rounding to the input dtype."""
     return _bf16_linear(x, weight, bias, "none")
 
 
-@pdlkit.kernel(op="linear_relu", meta=_meta_lin, **_HALF_KW)
-def linear_relu_triton(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+@pdlkit.kernel(implements="linear_relu", **_HALF_KW)
+def linear_relu_triton(x, weight, bias) -> Tensor:
     """relu(x @ weight.T + bias) with the ReLU in the GEMM's epilogue."""
     return _bf16_linear(x, weight, bias, "relu")
 
 
-@pdlkit.kernel(op="linear_gelu", meta=_meta_lin, **_HALF_KW)
-def linear_gelu_triton(x: Tensor, weight: Tensor, bias: Tensor | None, approximate: str) -> Tensor:
+@pdlkit.kernel(implements="linear_gelu", **_HALF_KW)
+def linear_gelu_triton(x, weight, bias, approximate) -> Tensor:
     """gelu(x @ weight.T + bias), erf or tanh, in the GEMM's epilogue."""
     return _bf16_linear(x, weight, bias, "gelu_tanh" if approximate == "tanh" else "gelu")

@@ -19,34 +19,14 @@ registry loads from this folder, and it does one of two things:
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import torch
-from pdlkit.kernels._qlinear_meta import qlinear_meta, qlinear_q_meta
 from pdlkit.runtime_abi.kernel import KernelDecl, KernelUnsupported, declare
 from pdlkit.runtime_abi.native_build import host_arch
 
 SOURCE = Path(__file__).resolve().with_suffix(".c")
-
-T, OPT = torch.Tensor, Optional[torch.Tensor]  # noqa: UP045 (a runtime annotation object)
-_QLINEAR = [
-    ("x_q", T), ("x_scale", float), ("x_zp", int), ("w_q", T), ("w_scale", T), ("w_zp", T),
-    ("bias", OPT), ("post_op", str), ("algorithm", str),
-]  # fmt: skip
-_QLINEAR_Q = [
-    *_QLINEAR[:7], ("out_scale", float), ("out_zp", int), ("out_qmin", int), ("out_qmax", int),
-    ("post_op", str), ("algorithm", str),
-]  # fmt: skip
-_QLINEAR_DYN = [(n, T if n in ("x_scale", "x_zp") else a) for n, a in _QLINEAR]
-# per-tensor weight qparams as numbers (ArmInductorQuantizer graphs): the *_pt ops
-_PT = {"w_scale": float, "w_zp": int}
-_QLINEAR_PT = [(n, _PT.get(n, a)) for n, a in _QLINEAR]
-_QLINEAR_Q_PT = [(n, _PT.get(n, a)) for n, a in _QLINEAR_Q]
-_QLINEAR_DYN_PT = [(n, _PT.get(n, a)) for n, a in _QLINEAR_DYN]
-_LINEAR = [("x", T), ("weight", T), ("bias", OPT)]
-_LINEAR_GELU = [*_LINEAR, ("approximate", str)]
 
 _Q_DTYPES = {
     "x_q": (torch.uint8, torch.int8),
@@ -60,6 +40,9 @@ _DYN_DTYPES = {
     "x_scale": (torch.float32, torch.float64),
     "x_zp": (torch.int64, torch.int32),
 }
+# per-tensor weight qparams are numbers (ArmInductorQuantizer graphs): the *_pt ops
+_PT_DTYPES = {k: v for k, v in _Q_DTYPES.items() if k not in ("w_scale", "w_zp")}
+_DYN_PT_DTYPES = {k: v for k, v in _DYN_DTYPES.items() if k not in ("w_scale", "w_zp")}
 _BF16_DTYPES = {
     "x": (torch.bfloat16,),
     "weight": (torch.bfloat16,),
@@ -69,32 +52,29 @@ _Q_SHAPES = {"x_q": {"contiguous": True}, "w_q": {"rank": 2}}
 _BF16_SHAPES = {"x": {"contiguous": True}, "weight": {"rank": 2}}
 
 
-def _meta_linear(x: Any, weight: Any, *args: Any) -> Any:
-    return x.new_empty((*x.shape[:-1], weight.shape[0]))
-
-
-# name, op, priority, ISA, parameters, dtypes, shape rules, prepack argument, meta
+# name, op, priority, ISA, dtypes, shape rules, prepack argument (parameters, schema and meta
+# are the op's: kernels/ops/logical_ops.py)
 KERNELS: list[tuple[Any, ...]] = [
-    ("a64_qlinear_i8mm", "qlinear", 20, ("i8mm",), _QLINEAR, _Q_DTYPES, _Q_SHAPES, "w_q", qlinear_meta),
-    ("a64_qlinear_q_i8mm", "qlinear_q", 20, ("i8mm",), _QLINEAR_Q, _Q_DTYPES, _Q_SHAPES, "w_q", qlinear_q_meta),
-    ("a64_qlinear_dynamic_i8mm", "qlinear_dynamic", 20, ("i8mm",), _QLINEAR_DYN, _DYN_DTYPES, _Q_SHAPES, "w_q", qlinear_meta),
-    ("a64_qlinear_sdot", "qlinear", 10, ("asimddp",), _QLINEAR, _Q_DTYPES, _Q_SHAPES, "w_q", qlinear_meta),
-    ("a64_qlinear_q_sdot", "qlinear_q", 10, ("asimddp",), _QLINEAR_Q, _Q_DTYPES, _Q_SHAPES, "w_q", qlinear_q_meta),
-    ("a64_qlinear_dynamic_sdot", "qlinear_dynamic", 10, ("asimddp",), _QLINEAR_DYN, _DYN_DTYPES, _Q_SHAPES, "w_q", qlinear_meta),
-    ("a64_qlinear_pt_i8mm", "qlinear_pt", 20, ("i8mm",), _QLINEAR_PT, _Q_DTYPES, _Q_SHAPES, "w_q", qlinear_meta),
-    ("a64_qlinear_q_pt_i8mm", "qlinear_q_pt", 20, ("i8mm",), _QLINEAR_Q_PT, _Q_DTYPES, _Q_SHAPES, "w_q", qlinear_q_meta),
-    ("a64_qlinear_dynamic_pt_i8mm", "qlinear_dynamic_pt", 20, ("i8mm",), _QLINEAR_DYN_PT, _DYN_DTYPES, _Q_SHAPES, "w_q", qlinear_meta),
-    ("a64_qlinear_pt_sdot", "qlinear_pt", 10, ("asimddp",), _QLINEAR_PT, _Q_DTYPES, _Q_SHAPES, "w_q", qlinear_meta),
-    ("a64_qlinear_q_pt_sdot", "qlinear_q_pt", 10, ("asimddp",), _QLINEAR_Q_PT, _Q_DTYPES, _Q_SHAPES, "w_q", qlinear_q_meta),
-    ("a64_qlinear_dynamic_pt_sdot", "qlinear_dynamic_pt", 10, ("asimddp",), _QLINEAR_DYN_PT, _DYN_DTYPES, _Q_SHAPES, "w_q", qlinear_meta),
-    ("a64_linear_bf16", "linear", 20, ("bf16",), _LINEAR, _BF16_DTYPES, _BF16_SHAPES, "weight", _meta_linear),
-    ("a64_linear_relu_bf16", "linear_relu", 20, ("bf16",), _LINEAR, _BF16_DTYPES, _BF16_SHAPES, "weight", _meta_linear),
-    ("a64_linear_gelu_bf16", "linear_gelu", 20, ("bf16",), _LINEAR_GELU, _BF16_DTYPES, _BF16_SHAPES, "weight", _meta_linear),
+    ("a64_qlinear_i8mm", "qlinear", 20, ("i8mm",), _Q_DTYPES, _Q_SHAPES, "w_q"),
+    ("a64_qlinear_q_i8mm", "qlinear_q", 20, ("i8mm",), _Q_DTYPES, _Q_SHAPES, "w_q"),
+    ("a64_qlinear_dynamic_i8mm", "qlinear_dynamic", 20, ("i8mm",), _DYN_DTYPES, _Q_SHAPES, "w_q"),
+    ("a64_qlinear_sdot", "qlinear", 10, ("asimddp",), _Q_DTYPES, _Q_SHAPES, "w_q"),
+    ("a64_qlinear_q_sdot", "qlinear_q", 10, ("asimddp",), _Q_DTYPES, _Q_SHAPES, "w_q"),
+    ("a64_qlinear_dynamic_sdot", "qlinear_dynamic", 10, ("asimddp",), _DYN_DTYPES, _Q_SHAPES, "w_q"),
+    ("a64_qlinear_pt_i8mm", "qlinear_pt", 20, ("i8mm",), _PT_DTYPES, _Q_SHAPES, "w_q"),
+    ("a64_qlinear_q_pt_i8mm", "qlinear_q_pt", 20, ("i8mm",), _PT_DTYPES, _Q_SHAPES, "w_q"),
+    ("a64_qlinear_dynamic_pt_i8mm", "qlinear_dynamic_pt", 20, ("i8mm",), _DYN_PT_DTYPES, _Q_SHAPES, "w_q"),
+    ("a64_qlinear_pt_sdot", "qlinear_pt", 10, ("asimddp",), _PT_DTYPES, _Q_SHAPES, "w_q"),
+    ("a64_qlinear_q_pt_sdot", "qlinear_q_pt", 10, ("asimddp",), _PT_DTYPES, _Q_SHAPES, "w_q"),
+    ("a64_qlinear_dynamic_pt_sdot", "qlinear_dynamic_pt", 10, ("asimddp",), _DYN_PT_DTYPES, _Q_SHAPES, "w_q"),
+    ("a64_linear_bf16", "linear", 20, ("bf16",), _BF16_DTYPES, _BF16_SHAPES, "weight"),
+    ("a64_linear_relu_bf16", "linear_relu", 20, ("bf16",), _BF16_DTYPES, _BF16_SHAPES, "weight"),
+    ("a64_linear_gelu_bf16", "linear_gelu", 20, ("bf16",), _BF16_DTYPES, _BF16_SHAPES, "weight"),
 ]  # fmt: skip
 
 
 def _plan_only(spec: tuple[Any, ...]) -> KernelDecl:
-    name, op, priority, isa, params, dtypes, shapes, packed, meta = spec
+    name, op, priority, isa, dtypes, shapes, packed = spec
     why = (
         f"{name} is an AArch64 kernel ({SOURCE.name}); this {host_arch()} host can plan with "
         "it (target='yitian') but cannot run it"
@@ -106,22 +86,15 @@ def _plan_only(spec: tuple[Any, ...]) -> KernelDecl:
     def prepack(weight: torch.Tensor, attrs: Any) -> Any:
         raise KernelUnsupported(why)
 
-    P = inspect.Parameter
-    sig = inspect.Signature(
-        [P(n, P.POSITIONAL_OR_KEYWORD, annotation=a) for n, a in params], return_annotation=T
-    )
-    fn.__signature__ = sig  # type: ignore[attr-defined]
-    fn.__annotations__ = {n: a for n, a in params} | {"return": T}
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = f"Plan-only declaration of {name} (from {SOURCE.name}); runs on AArch64 only."
     return declare(
         fn,
-        op=op,
-        meta=meta,
+        implements=op,
         name=name,
         priority=priority,
         device="cpu",
-        dtypes={k: v for k, v in dtypes.items() if dict(params).get(k) in (T, OPT)},
+        dtypes=dtypes,
         requires=isa,
         shapes=shapes,
         traits=("deterministic",),

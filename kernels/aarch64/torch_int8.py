@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from pdlkit.kernels._qlinear_meta import qlinear_meta, qlinear_q_meta, quantized_dtype
+from pdlkit.runtime_abi.dtypes import quantized_dtype
 from torch import Tensor
 
 import pdlkit
@@ -75,56 +75,36 @@ _COMMON: dict[str, Any] = {
 
 if hasattr(torch, "_int_mm"):
 
-    @pdlkit.kernel(op="qlinear", meta=qlinear_meta, **_COMMON)
-    def torch_qlinear_aarch64(
-        x_q: Tensor, x_scale: float, x_zp: int, w_q: Tensor, w_scale: Tensor, w_zp: Tensor,
-        bias: Tensor | None, post_op: str, algorithm: str,
-    ) -> Tensor:  # fmt: skip
+    @pdlkit.kernel(implements="qlinear", **_COMMON)
+    def torch_qlinear_aarch64(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm) -> Tensor:  # fmt: skip
         """act(dequantize(x_q) @ dequantize(w_q).T + bias): torch._int_mm (oneDNN + ACL) + torch epilogue."""
         return _float_out(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
 
-    @pdlkit.kernel(op="qlinear_dynamic", meta=qlinear_meta, **_COMMON)
-    def torch_qlinear_dynamic_aarch64(
-        x_q: Tensor, x_scale: Tensor, x_zp: Tensor, w_q: Tensor, w_scale: Tensor, w_zp: Tensor,
-        bias: Tensor | None, post_op: str, algorithm: str,
-    ) -> Tensor:  # fmt: skip
+    @pdlkit.kernel(implements="qlinear_dynamic", **_COMMON)
+    def torch_qlinear_dynamic_aarch64(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm) -> Tensor:  # fmt: skip
         """qlinear with the activation's scale and zero point as tensors (dynamic quantization)."""
         return _float_out(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
 
-    @pdlkit.kernel(op="qlinear_q", meta=qlinear_q_meta, **_COMMON)
-    def torch_qlinear_q_aarch64(
-        x_q: Tensor, x_scale: float, x_zp: int, w_q: Tensor, w_scale: Tensor, w_zp: Tensor,
-        bias: Tensor | None, out_scale: float, out_zp: int, out_qmin: int, out_qmax: int,
-        post_op: str, algorithm: str,
-    ) -> Tensor:  # fmt: skip
+    @pdlkit.kernel(implements="qlinear_q", **_COMMON)
+    def torch_qlinear_q_aarch64(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, out_scale, out_zp, out_qmin, out_qmax, post_op, algorithm) -> Tensor:  # fmt: skip
         """quantize_per_tensor(qlinear(...)): torch._int_mm + torch epilogue, u8 or s8 out."""
         y = _float_out(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
         return _requantize(y, out_scale, out_zp, out_qmin, out_qmax)
 
     # the weight quantized per tensor (ArmInductorQuantizer graphs): scale and zero point are numbers
 
-    @pdlkit.kernel(op="qlinear_pt", meta=qlinear_meta, **_COMMON)
-    def torch_qlinear_pt_aarch64(
-        x_q: Tensor, x_scale: float, x_zp: int, w_q: Tensor, w_scale: float, w_zp: int,
-        bias: Tensor | None, post_op: str, algorithm: str,
-    ) -> Tensor:  # fmt: skip
+    @pdlkit.kernel(implements="qlinear_pt", **_COMMON)
+    def torch_qlinear_pt_aarch64(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm) -> Tensor:  # fmt: skip
         """qlinear with a per-tensor weight scale: torch._int_mm (oneDNN + ACL) + torch epilogue."""
         return _float_out(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
 
-    @pdlkit.kernel(op="qlinear_dynamic_pt", meta=qlinear_meta, **_COMMON)
-    def torch_qlinear_dynamic_pt_aarch64(
-        x_q: Tensor, x_scale: Tensor, x_zp: Tensor, w_q: Tensor, w_scale: float, w_zp: int,
-        bias: Tensor | None, post_op: str, algorithm: str,
-    ) -> Tensor:  # fmt: skip
+    @pdlkit.kernel(implements="qlinear_dynamic_pt", **_COMMON)
+    def torch_qlinear_dynamic_pt_aarch64(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm) -> Tensor:  # fmt: skip
         """qlinear_dynamic with a per-tensor weight scale."""
         return _float_out(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
 
-    @pdlkit.kernel(op="qlinear_q_pt", meta=qlinear_q_meta, **_COMMON)
-    def torch_qlinear_q_pt_aarch64(
-        x_q: Tensor, x_scale: float, x_zp: int, w_q: Tensor, w_scale: float, w_zp: int,
-        bias: Tensor | None, out_scale: float, out_zp: int, out_qmin: int, out_qmax: int,
-        post_op: str, algorithm: str,
-    ) -> Tensor:  # fmt: skip
+    @pdlkit.kernel(implements="qlinear_q_pt", **_COMMON)
+    def torch_qlinear_q_pt_aarch64(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, out_scale, out_zp, out_qmin, out_qmax, post_op, algorithm) -> Tensor:  # fmt: skip
         """qlinear_q with a per-tensor weight scale, u8 or s8 out."""
         y = _float_out(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
         return _requantize(y, out_scale, out_zp, out_qmin, out_qmax)

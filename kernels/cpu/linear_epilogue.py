@@ -26,10 +26,6 @@ def _linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     return torch.addmm(bias, x2, weight.t()) if bias is not None else x2 @ weight.t()
 
 
-def _meta(x: Tensor, weight: Tensor, bias: Tensor | None, *rest: object) -> Tensor:
-    return x.new_empty((*x.shape[:-1], weight.shape[0]))
-
-
 # -- gradients: linear and linear_relu may run in graphs that train -----------------------------
 
 
@@ -69,7 +65,7 @@ _LINEAR_GRAD = {"backward": _linear_backward, "setup_context": _save_inputs}
 _RELU_GRAD = {"backward": _linear_relu_backward, "setup_context": _save_inputs_and_output}
 
 
-@pdlkit.kernel(op="linear_gelu", device="cpu", dtypes={"x": _FLOATS, "weight": _FLOATS}, meta=_meta)
+@pdlkit.kernel(implements="linear_gelu", device="cpu", dtypes={"x": _FLOATS, "weight": _FLOATS})
 def linear_gelu_addmm(x: Tensor, weight: Tensor, bias: Tensor | None, approximate: str) -> Tensor:
     """gelu(x @ weight.T + bias, approximate): addmm, then GELU in place on its output."""
     if approximate not in ("none", "tanh"):
@@ -79,10 +75,9 @@ def linear_gelu_addmm(x: Tensor, weight: Tensor, bias: Tensor | None, approximat
 
 
 @pdlkit.kernel(
-    op="linear_relu",
+    implements="linear_relu",
     device="cpu",
     dtypes={"x": _FLOATS, "weight": _FLOATS},
-    meta=_meta,
     **_RELU_GRAD,  # type: ignore[arg-type]
 )
 def linear_relu_addmm(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
@@ -112,9 +107,7 @@ def _onednn(x: Tensor, packed: Tensor, bias: Tensor | None, post: str, algorithm
 if torch.backends.mkldnn.is_available():
     _PACKED = {"prepack": _pack, "prepack_arg": "weight", "priority": 1, "device": "cpu"}
 
-    @pdlkit.kernel(
-        op="linear_gelu", dtypes={"x": _FLOATS, "weight": _FLOATS}, meta=_meta, **_PACKED
-    )  # type: ignore[arg-type]
+    @pdlkit.kernel(implements="linear_gelu", dtypes={"x": _FLOATS, "weight": _FLOATS}, **_PACKED)  # type: ignore[arg-type]
     def linear_gelu_onednn(
         x: Tensor, weight: Tensor, bias: Tensor | None, approximate: str
     ) -> Tensor:
@@ -126,9 +119,8 @@ if torch.backends.mkldnn.is_available():
         return _onednn(x, weight, bias, "gelu", approximate)
 
     @pdlkit.kernel(
-        op="linear_relu",
+        implements="linear_relu",
         dtypes={"x": _FLOATS, "weight": _FLOATS},
-        meta=_meta,
         **_PACKED,
         **_RELU_GRAD,
     )  # type: ignore[arg-type]
@@ -139,9 +131,8 @@ if torch.backends.mkldnn.is_available():
         return _onednn(x, weight, bias, "relu", "")
 
     @pdlkit.kernel(
-        op="linear",
+        implements="linear",
         dtypes={"x": _FLOATS, "weight": _FLOATS},
-        meta=_meta,
         **_PACKED,
         **_LINEAR_GRAD,
     )  # type: ignore[arg-type]

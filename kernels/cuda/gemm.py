@@ -1,7 +1,7 @@
 """int8 and BF16 GEMMs with fused epilogues for NVIDIA GPUs, written in Triton.
 
 Logical ops (patterns in ``patterns/cuda/``, reference semantics in
-``kernels/reference/logical_ops.py``):
+``kernels/ops/logical_ops.py``):
 
 - ``quantize_per_token(x, eps, qmax) -> (q, scale)``: symmetric int8 per row.
 - ``int8_linear(q, x_scale, w, w_scale, bias, dtype)``: (q @ w.T) * x_scale * w_scale + bias.
@@ -35,8 +35,8 @@ import weakref
 from typing import Any, cast
 
 import torch
-from pdlkit.kernels._qlinear_meta import qlinear_meta, qlinear_q_meta, quantized_dtype
 from pdlkit.kernels.cuda._common import _ON, _dtype, _triton
+from pdlkit.runtime_abi.dtypes import quantized_dtype
 from pdlkit.runtime_abi.triton_binding import launched_by_inductor
 from torch import Tensor
 
@@ -59,15 +59,10 @@ def _rows(s: Tensor, m: int) -> Tensor:
 # -- per-token quantization ---------------------------------------------------------------------
 
 
-def _meta_quant(x: Tensor, eps: float, qmax: float) -> tuple[Tensor, Tensor]:
-    return x.new_empty(x.shape, dtype=torch.int8), x.new_empty((x.shape[0], 1), dtype=torch.float32)
-
-
 @pdlkit.kernel(
-    op="quantize_per_token",
+    implements="quantize_per_token",
     dtypes={"x": [torch.float32, torch.bfloat16, torch.float16]},
     shapes={"x": {"rank": 2}},
-    meta=_meta_quant,
     traits=["deterministic", "graph_capture_safe"],
     **_ON,
 )
@@ -82,20 +77,13 @@ def quantize_per_token_triton(x: Tensor, eps: float, qmax: float) -> tuple[Tenso
 # -- int8 GEMM + rescale epilogue ---------------------------------------------------------------
 
 
-def _meta_linear(
-    q: Tensor, x_scale: Tensor, w: Tensor, w_scale: Tensor, bias: Tensor | None, dtype: int
-) -> Tensor:
-    return q.new_empty((q.shape[0], w.shape[0]), dtype=_dtype(dtype))
-
-
 _INT8_SHAPES = {"q": {"rank": 2}, "w": {"rank": 2, "contiguous": True}}
 
 
 @pdlkit.kernel(
-    op="int8_linear",
+    implements="int8_linear",
     dtypes={"q": [torch.int8], "w": [torch.int8]},
     shapes=_INT8_SHAPES,
-    meta=_meta_linear,
     priority=1,
     traits=["deterministic", "graph_capture_safe"],
     **_ON,
@@ -122,10 +110,9 @@ def int8_linear_triton(
 
 
 @pdlkit.kernel(
-    op="int8_linear",
+    implements="int8_linear",
     dtypes={"q": [torch.int8], "w": [torch.int8]},
     shapes=_INT8_SHAPES,
-    meta=_meta_linear,
     priority=0,
     traits=["deterministic"],
     device="cuda",
@@ -145,25 +132,10 @@ def int8_linear_cublas(
 # -- SwiGLU gate/up pair ------------------------------------------------------------------------
 
 
-def _meta_gated(
-    q: Tensor,
-    x_scale: Tensor,
-    wg: Tensor,
-    sg: Tensor,
-    wu: Tensor,
-    su: Tensor,
-    dtype: int,
-    shape: list[int] | None,
-) -> Tensor:
-    out = q.new_empty((q.shape[0], wg.shape[0]), dtype=_dtype(dtype))
-    return out.reshape(shape) if shape is not None else out
-
-
 @pdlkit.kernel(
-    op="int8_gated_silu",
+    implements="int8_gated_silu",
     dtypes={"q": [torch.int8], "wg": [torch.int8], "wu": [torch.int8]},
     shapes={"q": {"rank": 2}, "wg": {"rank": 2, "contiguous": True}, "wu": {"rank": 2}},
-    meta=_meta_gated,
     priority=1,
     traits=["deterministic", "graph_capture_safe"],
     **_ON,
@@ -225,10 +197,9 @@ def _decode_rows(q: Tensor) -> int:
 
 
 @pdlkit.kernel(
-    op="int8_linear",
+    implements="int8_linear",
     dtypes={"q": [torch.int8], "w": [torch.int8]},
     shapes=_INT8_SHAPES,
-    meta=_meta_linear,
     priority=0,
     traits=["deterministic", "graph_capture_safe"],
     **_ON,
@@ -252,10 +223,9 @@ def int8_linear_splitk(
 
 
 @pdlkit.kernel(
-    op="int8_gated_silu",
+    implements="int8_gated_silu",
     dtypes={"q": [torch.int8], "wg": [torch.int8], "wu": [torch.int8]},
     shapes={"q": {"rank": 2}, "wg": {"rank": 2, "contiguous": True}, "wu": {"rank": 2}},
-    meta=_meta_gated,
     priority=0,
     traits=["deterministic", "graph_capture_safe"],
     **_ON,
@@ -358,54 +328,54 @@ _PT2E_KW: dict[str, Any] = {
 }
 
 
-@pdlkit.kernel(op="qlinear", meta=qlinear_meta, traits=["deterministic"], **_PT2E_KW)
+@pdlkit.kernel(implements="qlinear", traits=["deterministic"], **_PT2E_KW)
 def qlinear_triton(
-    x_q: Tensor,
-    x_scale: float,
-    x_zp: int,
-    w_q: Tensor,  # arrives packed: (weight, column sums)
-    w_scale: Tensor,
-    w_zp: Tensor,
-    bias: Tensor | None,
-    post_op: str,
-    algorithm: str,
+    x_q,
+    x_scale,
+    x_zp,
+    w_q,  # arrives packed: (weight, column sums)
+    w_scale,
+    w_zp,
+    bias,
+    post_op,
+    algorithm,
 ) -> Tensor:
     """act(dequantize(x_q) @ dequantize(w_q).T + bias) in float32, one Triton GEMM."""
     return _pt2e(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
 
 
-@pdlkit.kernel(op="qlinear_q", meta=qlinear_q_meta, traits=["deterministic"], **_PT2E_KW)
+@pdlkit.kernel(implements="qlinear_q", traits=["deterministic"], **_PT2E_KW)
 def qlinear_q_triton(
-    x_q: Tensor,
-    x_scale: float,
-    x_zp: int,
-    w_q: Tensor,  # arrives packed: (weight, column sums)
-    w_scale: Tensor,
-    w_zp: Tensor,
-    bias: Tensor | None,
-    out_scale: float,
-    out_zp: int,
-    out_qmin: int,
-    out_qmax: int,
-    post_op: str,
-    algorithm: str,
+    x_q,
+    x_scale,
+    x_zp,
+    w_q,  # arrives packed: (weight, column sums)
+    w_scale,
+    w_zp,
+    bias,
+    out_scale,
+    out_zp,
+    out_qmin,
+    out_qmax,
+    post_op,
+    algorithm,
 ) -> Tensor:
     """quantize(act(dequantize(x_q) @ dequantize(w_q).T + bias)), requantized in registers."""
     req = (float(out_scale), int(out_zp), int(out_qmin), int(out_qmax))
     return _pt2e(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm, req)
 
 
-@pdlkit.kernel(op="qlinear_dynamic", meta=qlinear_meta, traits=["deterministic"], **_PT2E_KW)
+@pdlkit.kernel(implements="qlinear_dynamic", traits=["deterministic"], **_PT2E_KW)
 def qlinear_dynamic_triton(
-    x_q: Tensor,
-    x_scale: Tensor,
-    x_zp: Tensor,
-    w_q: Tensor,  # arrives packed: (weight, column sums)
-    w_scale: Tensor,
-    w_zp: Tensor,
-    bias: Tensor | None,
-    post_op: str,
-    algorithm: str,
+    x_q,
+    x_scale,
+    x_zp,
+    w_q,  # arrives packed: (weight, column sums)
+    w_scale,
+    w_zp,
+    bias,
+    post_op,
+    algorithm,
 ) -> Tensor:
     """Dynamic PT2E: the activation's scale and zero point are one-element tensors (read once
     on the host, so this kernel is not graph-capture safe)."""

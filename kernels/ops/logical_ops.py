@@ -1,18 +1,58 @@
-"""Reference semantics and example inputs of the shipped logical ops (for ``pdlkit abi-check``).
+"""The shipped logical ops: parameters and types, output shapes (meta), reference semantics
+and example inputs, each declared once with :func:`pdlkit.op`.
 
-Each op's examples spread shapes over edge sizes: M = 1, K not a multiple of 4 or 16,
-odd N, 3-D activations.
+A kernel says ``implements="qlinear_q"`` and takes its parameter names, schema, meta and
+reference from here (:mod:`pdlkit.runtime_abi.ops`). Each op's examples spread shapes over
+edge sizes: M = 1, K not a multiple of 4 or 16, odd N, 3-D activations. The int8 linear ops
+take ``(x_q, x_scale, x_zp, w_q, ...)``; a requantized output's range ``[out_qmin, out_qmax]``
+selects uint8 or int8.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
-from pdlkit.kernels._qlinear_meta import quantized_dtype
-from pdlkit.matcher.to_mlir import dtype_from_code
 from pdlkit.quantization.int8_dynamic import quantize_per_token as per_token
+from pdlkit.runtime_abi.dtypes import dtype_from_code, quantized_dtype
+from torch import Tensor
 
 import pdlkit
+
+# -- output shapes and dtypes (meta): the op's, whichever kernel runs it
+
+
+def _rows_by(x: Tensor, w: Tensor, dtype: torch.dtype | None = None) -> Tensor:
+    """[..., N] for activations [..., K] and weights [N, K]."""
+    return x.new_empty((*x.shape[:-1], w.shape[0]), dtype=dtype)
+
+
+def linear_meta(x: Tensor, weight: Tensor, *rest: Any) -> Tensor:
+    return _rows_by(x, weight)
+
+
+def qlinear_meta(x_q: Tensor, x_scale: Any, x_zp: Any, w_q: Tensor, *rest: Any) -> Tensor:
+    """float32 [..., N]."""
+    return _rows_by(x_q, w_q, torch.float32)
+
+
+def qlinear_q_meta(x_q: Tensor, x_scale: Any, x_zp: Any, w_q: Tensor, *rest: Any) -> Tensor:
+    """uint8 or int8 [..., N]: ``rest[5]`` is ``out_qmin`` (the 10th argument)."""
+    return _rows_by(x_q, w_q, quantized_dtype(rest[5]))
+
+
+def _codes_meta(x_q: Tensor, x_scale: Any, x_zp: Any, w_q: Tensor, *rest: Any) -> Tensor:
+    """uint8 or int8 [..., N] where ``out_qmin`` is the next to last argument."""
+    return _rows_by(x_q, w_q, quantized_dtype(rest[-2]))
+
+
+def _ln_q_meta(
+    x_q: Tensor, x_scale: Any, x_zp: Any, w_q: Tensor, *rest: Any
+) -> tuple[Tensor, Tensor]:
+    """float32 [..., N] (the LayerNorm's result) and its uint8 or int8 codes."""
+    return _rows_by(x_q, w_q, torch.float32), _codes_meta(x_q, x_scale, x_zp, w_q, *rest)
+
 
 _GEMM_SHAPES = [(1, 1, 1), (1, 7, 3), (5, 16, 9), (17, 33, 8), (64, 256, 128)]
 
@@ -30,16 +70,16 @@ def _linear_examples(dtype: torch.dtype, extra: tuple = ()) -> list[tuple]:
     return out
 
 
-@pdlkit.reference(
-    "linear_gelu",
+@pdlkit.op(
+    meta=linear_meta,
     examples=lambda dtype: _linear_examples(dtype, ("none",)) + _linear_examples(dtype, ("tanh",)),
 )
-def linear_gelu(x, weight, bias, approximate):
+def linear_gelu(x: Tensor, weight: Tensor, bias: Tensor | None, approximate: str) -> Tensor:
     return F.gelu(F.linear(x, weight, bias), approximate=approximate)
 
 
-@pdlkit.reference("linear_relu", examples=_linear_examples)
-def linear_relu(x, weight, bias):
+@pdlkit.op(meta=linear_meta, examples=_linear_examples)
+def linear_relu(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     return torch.relu(F.linear(x, weight, bias))
 
 
@@ -54,8 +94,12 @@ def _int_mm_examples(dtype: torch.dtype) -> list[tuple]:
     ]
 
 
-@pdlkit.reference("int_mm", examples=_int_mm_examples)
-def int_mm(a, b):
+def _int_mm_meta(a: Tensor, b: Tensor) -> Tensor:
+    return a.new_empty((a.shape[0], b.shape[1]), dtype=torch.int32)
+
+
+@pdlkit.op(meta=_int_mm_meta, examples=_int_mm_examples)
+def int_mm(a: Tensor, b: Tensor) -> Tensor:
     return torch._int_mm(a, b)
 
 
@@ -98,27 +142,20 @@ def _qlinear_examples(dtype: torch.dtype, quantized_out: bool) -> list[tuple]:
     return out
 
 
-@pdlkit.reference("qlinear", examples=lambda dtype: _qlinear_examples(dtype, False))
-def qlinear(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm):
+@pdlkit.op(meta=qlinear_meta, examples=lambda dtype: _qlinear_examples(dtype, False))
+def qlinear(
+    x_q: Tensor, x_scale: float, x_zp: int, w_q: Tensor, w_scale: Tensor, w_zp: Tensor,
+    bias: Tensor | None, post_op: str, algorithm: str,
+) -> Tensor:  # fmt: skip
     return _qlinear_ref(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
 
 
-@pdlkit.reference("qlinear_q", examples=lambda dtype: _qlinear_examples(dtype, True))
+@pdlkit.op(meta=qlinear_q_meta, examples=lambda dtype: _qlinear_examples(dtype, True))
 def qlinear_q(
-    x_q,
-    x_scale,
-    x_zp,
-    w_q,
-    w_scale,
-    w_zp,
-    bias,
-    out_scale,
-    out_zp,
-    out_qmin,
-    out_qmax,
-    post_op,
-    algorithm,
-):
+    x_q: Tensor, x_scale: float, x_zp: int, w_q: Tensor, w_scale: Tensor, w_zp: Tensor,
+    bias: Tensor | None, out_scale: float, out_zp: int, out_qmin: int, out_qmax: int,
+    post_op: str, algorithm: str,
+) -> Tensor:  # fmt: skip
     y = _qlinear_ref(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
     dtype = quantized_dtype(out_qmin)
     return _qd().quantize_per_tensor(y, out_scale, out_zp, out_qmin, out_qmax, dtype)
@@ -132,8 +169,11 @@ def _qlinear_dynamic_examples(dtype: torch.dtype) -> list[tuple]:
     return out
 
 
-@pdlkit.reference("qlinear_dynamic", examples=_qlinear_dynamic_examples)
-def qlinear_dynamic(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm):
+@pdlkit.op(meta=qlinear_meta, examples=_qlinear_dynamic_examples)
+def qlinear_dynamic(
+    x_q: Tensor, x_scale: Tensor, x_zp: Tensor, w_q: Tensor, w_scale: Tensor, w_zp: Tensor,
+    bias: Tensor | None, post_op: str, algorithm: str,
+) -> Tensor:  # fmt: skip
     qd = _qd()
     x = qd.dequantize_per_tensor.tensor(x_q, x_scale, x_zp, *_x_range(x_q))
     w = qd.dequantize_per_channel(w_q, w_scale, w_zp, 0, -128, 127, torch.int8)
@@ -145,8 +185,8 @@ def qlinear_dynamic(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algor
     return y
 
 
-@pdlkit.reference("linear", examples=_linear_examples)
-def linear(x, weight, bias):
+@pdlkit.op(meta=linear_meta, examples=_linear_examples)
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     return F.linear(x, weight, bias)
 
 
@@ -160,8 +200,11 @@ def _qlinear_add_examples(dtype: torch.dtype) -> list[tuple]:
     return out
 
 
-@pdlkit.reference("qlinear_add", examples=_qlinear_add_examples)
-def qlinear_add(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, other):
+@pdlkit.op(meta=qlinear_meta, examples=_qlinear_add_examples)
+def qlinear_add(
+    x_q: Tensor, x_scale: float, x_zp: int, w_q: Tensor, w_scale: Tensor, w_zp: Tensor,
+    bias: Tensor | None, other: Tensor,
+) -> Tensor:  # fmt: skip
     return _qlinear_ref(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, "none", "") + other
 
 
@@ -204,24 +247,24 @@ def _qlinear_add_ln_examples(dtype: torch.dtype, quantized_out: bool) -> list[tu
     return out
 
 
-@pdlkit.reference(
-    "qlinear_add_layer_norm", examples=lambda dtype: _qlinear_add_ln_examples(dtype, False)
-)
+@pdlkit.op(meta=qlinear_meta, examples=lambda dtype: _qlinear_add_ln_examples(dtype, False))
 def qlinear_add_layer_norm(
-    x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, residual, normalized_shape, ln_weight, ln_bias, eps
-):  # fmt: skip
+    x_q: Tensor, x_scale: float, x_zp: int, w_q: Tensor, w_scale: Tensor, w_zp: Tensor,
+    bias: Tensor | None, residual: Tensor, normalized_shape: list[int], ln_weight: Tensor | None,
+    ln_bias: Tensor | None, eps: float,
+) -> Tensor:  # fmt: skip
     """layer_norm(qlinear(...) + residual)."""
     y = _qlinear_ref(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, "none", "") + residual
     return F.layer_norm(y, normalized_shape, ln_weight, ln_bias, eps)
 
 
-@pdlkit.reference(
-    "qlinear_add_layer_norm_q", examples=lambda dtype: _qlinear_add_ln_examples(dtype, True)
-)
+@pdlkit.op(meta=_ln_q_meta, examples=lambda dtype: _qlinear_add_ln_examples(dtype, True))
 def qlinear_add_layer_norm_q(
-    x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, residual, normalized_shape, ln_weight, ln_bias,
-    eps, out_scale, out_zp, out_qmin, out_qmax,
-):  # fmt: skip
+    x_q: Tensor, x_scale: float, x_zp: int, w_q: Tensor, w_scale: Tensor, w_zp: Tensor,
+    bias: Tensor | None, residual: Tensor, normalized_shape: list[int], ln_weight: Tensor | None,
+    ln_bias: Tensor | None, eps: float, out_scale: float, out_zp: int, out_qmin: int,
+    out_qmax: int,
+) -> tuple[Tensor, Tensor]:  # fmt: skip
     """``(y, quantize_per_tensor(y))`` for ``y = layer_norm(qlinear(...) + residual)``: the
     float32 result feeds the next residual add, the codes the next int8 GEMM."""
     y = qlinear_add_layer_norm(
@@ -242,8 +285,12 @@ def _per_token_examples(dtype: torch.dtype) -> list[tuple]:
     return out
 
 
-@pdlkit.reference("quantize_per_token", examples=_per_token_examples)
-def quantize_per_token(x, eps, qmax):
+def _per_token_meta(x: Tensor, eps: float, qmax: float) -> tuple[Tensor, Tensor]:
+    return x.new_empty(x.shape, dtype=torch.int8), x.new_empty((x.shape[0], 1), dtype=torch.float32)
+
+
+@pdlkit.op(meta=_per_token_meta, examples=_per_token_examples)
+def quantize_per_token(x: Tensor, eps: float, qmax: float) -> tuple[Tensor, Tensor]:
     return per_token(x, eps, qmax)
 
 
@@ -264,16 +311,34 @@ def _int8_examples(dtype: torch.dtype, gated: bool = False) -> list[tuple]:
     return out
 
 
-@pdlkit.reference("int8_linear", examples=_int8_examples)
-def int8_linear(q, x_scale, w, w_scale, bias, dtype):
+def _int8_linear_meta(q: Tensor, x_scale: Tensor, w: Tensor, *rest: Any) -> Tensor:
+    """[M, N] in the dtype whose code is the last argument."""
+    return q.new_empty((q.shape[0], w.shape[0]), dtype=dtype_from_code(rest[-1]))
+
+
+@pdlkit.op(meta=_int8_linear_meta, examples=_int8_examples)
+def int8_linear(
+    q: Tensor, x_scale: Tensor, w: Tensor, w_scale: Tensor, bias: Tensor | None, dtype: int
+) -> Tensor:
     y = (q.to(torch.int32) @ w.to(torch.int32).T).to(torch.float32) * x_scale * w_scale
     if bias is not None:
         y = y + bias
     return y.to(dtype_from_code(dtype))
 
 
-@pdlkit.reference("int8_gated_silu", examples=lambda dtype: _int8_examples(dtype, gated=True))
-def int8_gated_silu(q, x_scale, wg, sg, wu, su, dtype, shape):
+def _gated_meta(
+    q: Tensor, x_scale: Tensor, wg: Tensor, sg: Tensor, wu: Tensor, su: Tensor, dtype: int,
+    shape: list[int] | None,
+) -> Tensor:  # fmt: skip
+    out = q.new_empty((q.shape[0], wg.shape[0]), dtype=dtype_from_code(dtype))
+    return out.reshape(shape) if shape is not None else out
+
+
+@pdlkit.op(meta=_gated_meta, examples=lambda dtype: _int8_examples(dtype, gated=True))
+def int8_gated_silu(
+    q: Tensor, x_scale: Tensor, wg: Tensor, sg: Tensor, wu: Tensor, su: Tensor, dtype: int,
+    shape: list[int] | None,
+) -> Tensor:  # fmt: skip
     gate = int8_linear(q, x_scale, wg, sg, None, dtype)
     up = int8_linear(q, x_scale, wu, su, None, dtype)
     h = F.silu(gate) * up
@@ -303,17 +368,21 @@ def _qlinear_pt_examples(dtype: torch.dtype, quantized_out: bool) -> list[tuple]
     return out
 
 
-@pdlkit.reference("qlinear_pt", examples=lambda dtype: _qlinear_pt_examples(dtype, False))
-def qlinear_pt(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm):
+@pdlkit.op(meta=qlinear_meta, examples=lambda dtype: _qlinear_pt_examples(dtype, False))
+def qlinear_pt(
+    x_q: Tensor, x_scale: float, x_zp: int, w_q: Tensor, w_scale: float, w_zp: int,
+    bias: Tensor | None, post_op: str, algorithm: str,
+) -> Tensor:  # fmt: skip
     x = _qd().dequantize_per_tensor(x_q, x_scale, x_zp, *_x_range(x_q))
     return _qlinear_pt_ref(x, w_q, w_scale, w_zp, bias, post_op, algorithm)
 
 
-@pdlkit.reference("qlinear_q_pt", examples=lambda dtype: _qlinear_pt_examples(dtype, True))
+@pdlkit.op(meta=qlinear_q_meta, examples=lambda dtype: _qlinear_pt_examples(dtype, True))
 def qlinear_q_pt(
-    x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, out_scale, out_zp, out_qmin, out_qmax,
-    post_op, algorithm,
-):  # fmt: skip
+    x_q: Tensor, x_scale: float, x_zp: int, w_q: Tensor, w_scale: float, w_zp: int,
+    bias: Tensor | None, out_scale: float, out_zp: int, out_qmin: int, out_qmax: int,
+    post_op: str, algorithm: str,
+) -> Tensor:  # fmt: skip
     y = qlinear_pt(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
     dtype = quantized_dtype(out_qmin)
     return _qd().quantize_per_tensor(y, out_scale, out_zp, out_qmin, out_qmax, dtype)
@@ -326,8 +395,11 @@ def _qlinear_dynamic_pt_examples(dtype: torch.dtype) -> list[tuple]:
     return out
 
 
-@pdlkit.reference("qlinear_dynamic_pt", examples=_qlinear_dynamic_pt_examples)
-def qlinear_dynamic_pt(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm):
+@pdlkit.op(meta=qlinear_meta, examples=_qlinear_dynamic_pt_examples)
+def qlinear_dynamic_pt(
+    x_q: Tensor, x_scale: Tensor, x_zp: Tensor, w_q: Tensor, w_scale: float, w_zp: int,
+    bias: Tensor | None, post_op: str, algorithm: str,
+) -> Tensor:  # fmt: skip
     x = _qd().dequantize_per_tensor.tensor(x_q, x_scale, x_zp, *_x_range(x_q))
     return _qlinear_pt_ref(x, w_q, w_scale, w_zp, bias, post_op, algorithm)
 
@@ -379,8 +451,20 @@ def _attention_examples(dtype: torch.dtype) -> list[tuple]:
     return out
 
 
-@pdlkit.reference("attention_q", examples=_attention_examples)
-def attention_q(q, k, v, attn_mask, is_causal, scale, out_scale, out_zp, out_qmin, out_qmax):
+def _attention_meta(q: Tensor, *rest: Any) -> Tensor:
+    return q.new_empty(q.shape[:-1] + rest[1].shape[-1:], dtype=quantized_dtype(rest[-2]))
+
+
+def _merged_meta(q: Tensor, k: Tensor, v: Tensor, *rest: Any) -> Tensor:
+    b, h, s, _ = q.shape
+    return q.new_empty((b, s, h * v.shape[-1]), dtype=quantized_dtype(rest[-2]))
+
+
+@pdlkit.op(meta=_attention_meta, examples=_attention_examples)
+def attention_q(
+    q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, is_causal: int, scale: float,
+    out_scale: float, out_zp: int, out_qmin: int, out_qmax: int,
+) -> Tensor:  # fmt: skip
     """quantize_per_tensor(scaled_dot_product_attention(...)); ``scale <= 0`` means None."""
     y = F.scaled_dot_product_attention(
         q, k, v, attn_mask=attn_mask, is_causal=bool(is_causal), scale=scale if scale > 0 else None
@@ -389,10 +473,11 @@ def attention_q(q, k, v, attn_mask, is_causal, scale, out_scale, out_zp, out_qmi
     return _qd().quantize_per_tensor(y, out_scale, out_zp, out_qmin, out_qmax, dtype)
 
 
-@pdlkit.reference("attention_q_merged", examples=_attention_examples)
+@pdlkit.op(meta=_merged_meta, examples=_attention_examples)
 def attention_q_merged(
-    q, k, v, attn_mask, is_causal, scale, out_scale, out_zp, out_qmin, out_qmax
-):  # fmt: skip
+    q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, is_causal: int, scale: float,
+    out_scale: float, out_zp: int, out_qmin: int, out_qmax: int,
+) -> Tensor:  # fmt: skip
     """attention_q with the heads merged: [B, H, Sq, D] -> [B, Sq, H * D] (PT2E BERT)."""
     y = attention_q(q, k, v, attn_mask, is_causal, scale, out_scale, out_zp, out_qmin, out_qmax)
     b, h, s, d = y.shape
@@ -462,11 +547,13 @@ def _qkv_attention_float(
     return y.transpose(1, 2).reshape(b, s, h * d)
 
 
-@pdlkit.reference("qkv_attention_q_merged", examples=_qkv_attention_examples)
+@pdlkit.op(meta=_codes_meta, examples=_qkv_attention_examples)
 def qkv_attention_q_merged(
-    x_q, x_scale, x_zp, wq, sq, zq, bq, wk, sk, zk, bk, wv, sv, zv, bv, head_shape, attn_mask,
-    is_causal, scale, out_scale, out_zp, out_qmin, out_qmax,
-):  # fmt: skip
+    x_q: Tensor, x_scale: float, x_zp: int, wq: Tensor, sq: Tensor, zq: Tensor, bq: Tensor | None,
+    wk: Tensor, sk: Tensor, zk: Tensor, bk: Tensor | None, wv: Tensor, sv: Tensor, zv: Tensor,
+    bv: Tensor | None, head_shape: list[int], attn_mask: Tensor | None, is_causal: int,
+    scale: float, out_scale: float, out_zp: int, out_qmin: int, out_qmax: int,
+) -> Tensor:  # fmt: skip
     """A self-attention block of a PT2E int8 transformer up to its output projection's input:
     ``q, k, v = (qlinear(x, w*, ...).view(head_shape).transpose(1, 2))``, then
     ``attention_q_merged(q, k, v, attn_mask, is_causal, scale, out_scale, ...)`` ([B, S, H * D]

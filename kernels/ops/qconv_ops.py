@@ -1,4 +1,4 @@
-"""Reference semantics of the int8 convolution ops (``qconv``, ``qconv_q``, ``qconv_add_q``)
+"""The int8 convolution ops (``qconv``, ``qconv_q``, ``qconv_add_q``)
 that ``patterns/x86/qconv.pdl.mlir`` calls: the PT2E chain itself, dequantize ->
 ``conv2d`` [-> + dequantized residual] [-> ReLU] [-> quantize]. Examples cover 1x1 and 3x3
 kernels, stride 2, dilation 2, grouped and depthwise convolutions, a batch of one and odd
@@ -6,8 +6,12 @@ sizes."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
+from pdlkit.runtime_abi.dtypes import quantized_dtype
+from torch import Tensor
 
 import pdlkit
 
@@ -20,6 +24,23 @@ _SHAPES = [
     (1, 8, 6, 6, 16, 3, 1, 1, 1, 4),
     (1, 8, 7, 7, 8, 3, 1, 1, 1, 8),
 ]
+
+
+def conv_shape(x_q: Tensor, w_q: Tensor, stride: Any, padding: Any, dilation: Any) -> list[Any]:
+    """[N, O, H', W'] of a convolution of [N, C, H, W] by [O, C / groups, kH, kW]."""
+    out = [x_q.shape[0], w_q.shape[0]]
+    for i in range(2):
+        k = dilation[i] * (w_q.shape[2 + i] - 1) + 1
+        out.append((x_q.shape[2 + i] + 2 * padding[i] - k) // stride[i] + 1)
+    return out
+
+
+def _meta(x_q: Tensor, x_scale: Any, x_zp: Any, w_q: Tensor, w_scale: Any, w_zp: Any, bias: Any,
+          stride: Any, padding: Any, dilation: Any, groups: int, *rest: Any) -> Tensor:  # fmt: skip
+    """float32 (``qconv``: ``rest`` is ``(post_op,)``) or uint8 / int8 by ``out_qmin`` (the
+    third argument from the end)."""
+    dtype = torch.float32 if len(rest) == 1 else quantized_dtype(rest[-3])
+    return x_q.new_empty(conv_shape(x_q, w_q, stride, padding, dilation), dtype=dtype)
 
 
 def _qd():  # quantized_decomposed ops are registered by torch's PT2E helpers
@@ -60,26 +81,35 @@ def _examples(dtype: torch.dtype, quantized: bool, residual: bool = False) -> li
     return out
 
 
-@pdlkit.reference("qconv", examples=lambda dtype: _examples(dtype, False))
-def qconv(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, stride, padding, dilation, groups,
-          post_op):  # fmt: skip
+@pdlkit.op(meta=_meta, examples=lambda dtype: _examples(dtype, False))
+def qconv(
+    x_q: Tensor, x_scale: float, x_zp: int, w_q: Tensor, w_scale: Tensor, w_zp: Tensor,
+    bias: Tensor | None, stride: list[int], padding: list[int], dilation: list[int], groups: int,
+    post_op: str,
+) -> Tensor:  # fmt: skip
     conv = _conv(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, stride, padding, dilation, groups)
     return _act(conv, post_op)
 
 
-@pdlkit.reference("qconv_q", examples=lambda dtype: _examples(dtype, True))
-def qconv_q(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, stride, padding, dilation, groups,
-            out_scale, out_zp, out_qmin, out_qmax, post_op):  # fmt: skip
+@pdlkit.op(meta=_meta, examples=lambda dtype: _examples(dtype, True))
+def qconv_q(
+    x_q: Tensor, x_scale: float, x_zp: int, w_q: Tensor, w_scale: Tensor, w_zp: Tensor,
+    bias: Tensor | None, stride: list[int], padding: list[int], dilation: list[int], groups: int,
+    out_scale: float, out_zp: int, out_qmin: int, out_qmax: int, post_op: str,
+) -> Tensor:  # fmt: skip
     conv = _conv(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, stride, padding, dilation, groups)
     dtype = torch.uint8 if out_qmin >= 0 else torch.int8
     y = _act(conv, post_op)
     return _qd().quantize_per_tensor(y, out_scale, out_zp, out_qmin, out_qmax, dtype)
 
 
-@pdlkit.reference("qconv_add_q", examples=lambda dtype: _examples(dtype, True, residual=True))
-def qconv_add_q(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, stride, padding, dilation, groups,
-                accum_q, accum_scale, accum_zp, out_scale, out_zp, out_qmin, out_qmax,
-                post_op):  # fmt: skip
+@pdlkit.op(meta=_meta, examples=lambda dtype: _examples(dtype, True, residual=True))
+def qconv_add_q(
+    x_q: Tensor, x_scale: float, x_zp: int, w_q: Tensor, w_scale: Tensor, w_zp: Tensor,
+    bias: Tensor | None, stride: list[int], padding: list[int], dilation: list[int], groups: int,
+    accum_q: Tensor, accum_scale: float, accum_zp: int, out_scale: float, out_zp: int,
+    out_qmin: int, out_qmax: int, post_op: str,
+) -> Tensor:  # fmt: skip
     conv = _conv(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, stride, padding, dilation, groups)
     residual = _qd().dequantize_per_tensor(accum_q, accum_scale, accum_zp, 0, 255, torch.uint8)
     y = _act(conv + residual, post_op)

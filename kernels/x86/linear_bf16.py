@@ -118,10 +118,6 @@ def _gelu_act(attrs: Mapping[str, Any]) -> tuple[int, tuple[str, str]]:
     return _ACT[f"gelu:{approximate}"], ("gelu", approximate)
 
 
-def _meta(x: Tensor, weight: Tensor, bias: Tensor | None, *rest: object) -> Tensor:
-    return x.new_empty((*x.shape[:-1], weight.shape[0]))
-
-
 _LIB = _load()
 
 if _LIB is not None:
@@ -160,20 +156,19 @@ if _LIB is not None:
         "priority": 10,  # before oneDNN's (1) and addmm's (0)
         "prepack_arg": "weight",
         "traits": ["deterministic"],
-        "meta": _meta,
     }
 
-    @pdlkit.kernel(op="linear", prepack=_packer(lambda a: (0, ("none", ""))), **_DECL)
+    @pdlkit.kernel(implements="linear", prepack=_packer(lambda a: (0, ("none", ""))), **_DECL)
     def linear_bf16(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         """x @ weight.T + bias in bf16 (float32 accumulation), one fused AVX512_BF16 GEMM."""
         return _gemm(x, weight, bias)  # type: ignore[arg-type]
 
-    @pdlkit.kernel(op="linear_relu", prepack=_packer(lambda a: (1, ("relu", ""))), **_DECL)
+    @pdlkit.kernel(implements="linear_relu", prepack=_packer(lambda a: (1, ("relu", ""))), **_DECL)
     def linear_relu_bf16(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         """relu(x @ weight.T + bias) in bf16, one fused AVX512_BF16 GEMM."""
         return _gemm(x, weight, bias)  # type: ignore[arg-type]
 
-    @pdlkit.kernel(op="linear_gelu", prepack=_packer(_gelu_act), **_DECL)
+    @pdlkit.kernel(implements="linear_gelu", prepack=_packer(_gelu_act), **_DECL)
     def linear_gelu_bf16(
         x: Tensor, weight: Tensor, bias: Tensor | None, approximate: str
     ) -> Tensor:

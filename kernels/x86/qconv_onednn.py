@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-from pdlkit.kernels._qlinear_meta import quantized_dtype
+from pdlkit.runtime_abi.dtypes import quantized_dtype
 from torch import Tensor
 
 import pdlkit
@@ -84,24 +84,24 @@ def _check(post_op: str, padding: Sequence[int]) -> None:
         raise pdlkit.KernelUnsupported(f"padding {list(padding)}")
 
 
-@pdlkit.kernel(op="qconv_q", meta=_meta, **_ONEDNN)
+@pdlkit.kernel(implements="qconv_q", meta=_meta, **_ONEDNN)
 def qconv_q_onednn(
-    x_q: Tensor,
-    x_scale: float,
-    x_zp: int,
-    w_q: Tensor,
-    w_scale: Tensor,
-    w_zp: Tensor,
-    bias: Tensor | None,
-    stride: list[int],
-    padding: list[int],
-    dilation: list[int],
-    groups: int,
-    out_scale: float,
-    out_zp: int,
-    out_qmin: int,
-    out_qmax: int,
-    post_op: str,
+    x_q,
+    x_scale,
+    x_zp,
+    w_q,
+    w_scale,
+    w_zp,
+    bias,
+    stride,
+    padding,
+    dilation,
+    groups,
+    out_scale,
+    out_zp,
+    out_qmin,
+    out_qmax,
+    post_op,
 ) -> Tensor:
     """quantize(act(conv2d(dequantize(x_q), dequantize(w_q), bias))) in one oneDNN call;
     w_q arrives packed."""
@@ -115,20 +115,9 @@ def qconv_q_onednn(
     )  # fmt: skip
 
 
-@pdlkit.kernel(op="qconv", meta=_meta, **_ONEDNN)
+@pdlkit.kernel(implements="qconv", meta=_meta, **_ONEDNN)
 def qconv_onednn(
-    x_q: Tensor,
-    x_scale: float,
-    x_zp: int,
-    w_q: Tensor,
-    w_scale: Tensor,
-    w_zp: Tensor,
-    bias: Tensor | None,
-    stride: list[int],
-    padding: list[int],
-    dilation: list[int],
-    groups: int,
-    post_op: str,
+    x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, stride, padding, dilation, groups, post_op
 ) -> Tensor:
     """act(conv2d(dequantize(x_q), dequantize(w_q), bias)) in float32, in one oneDNN call."""
     _check(post_op, padding)
@@ -147,27 +136,27 @@ def _add_meta(x_q: Tensor, x_scale: Any, x_zp: Any, w_q: Tensor, w_scale: Any, w
     return _channels_last(x_q, _out_shape(x_q, w_q, stride, padding, dilation), dtype)
 
 
-@pdlkit.kernel(op="qconv_add_q", meta=_add_meta, **_ONEDNN)
+@pdlkit.kernel(implements="qconv_add_q", meta=_add_meta, **_ONEDNN)
 def qconv_add_q_onednn(
-    x_q: Tensor,
-    x_scale: float,
-    x_zp: int,
-    w_q: Tensor,
-    w_scale: Tensor,
-    w_zp: Tensor,
-    bias: Tensor | None,
-    stride: list[int],
-    padding: list[int],
-    dilation: list[int],
-    groups: int,
-    accum_q: Tensor,
-    accum_scale: float,
-    accum_zp: int,
-    out_scale: float,
-    out_zp: int,
-    out_qmin: int,
-    out_qmax: int,
-    post_op: str,
+    x_q,
+    x_scale,
+    x_zp,
+    w_q,
+    w_scale,
+    w_zp,
+    bias,
+    stride,
+    padding,
+    dilation,
+    groups,
+    accum_q,
+    accum_scale,
+    accum_zp,
+    out_scale,
+    out_zp,
+    out_qmin,
+    out_qmax,
+    post_op,
 ) -> Tensor:
     """quantize(act(conv2d(dequantize(x_q), dequantize(w_q), bias) + dequantize(accum_q)))
     in one oneDNN call (its "sum" post op). oneDNN sums into the residual's codes in place,

@@ -26,11 +26,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from pdlkit.kernels._qlinear_meta import (
-    qlinear_add_layer_norm_q_meta,
-    qlinear_meta,
-    qlinear_q_meta,
-)
 from pdlkit.kernels.x86 import qlinear_vnni as _v
 from torch import Tensor
 
@@ -115,11 +110,10 @@ def _pt_kernels(engine: str, requires: list[str], priority: int, amx: bool) -> l
 
     return [
         pdlkit.kernel(
-            op="qlinear_q_pt", name=f"qlinear_q_pt_{engine}", meta=qlinear_q_meta,
-            prepack=pack_q, **decl,
+            implements="qlinear_q_pt", name=f"qlinear_q_pt_{engine}", prepack=pack_q, **decl,
         )(qlinear_q_pt),
         pdlkit.kernel(
-            op="qlinear_pt", name=f"qlinear_pt_{engine}", meta=qlinear_meta, prepack=pack_f32,
+            implements="qlinear_pt", name=f"qlinear_pt_{engine}", prepack=pack_f32,
             **decl,
         )(qlinear_pt),
     ]  # fmt: skip
@@ -133,33 +127,29 @@ if _v._LIB is not None:
 
     # the VNNI kernels' bodies: what differs is the pre-pack's engine flag
     qlinear_q_amx = pdlkit.kernel(
-        op="qlinear_q",
+        implements="qlinear_q",
         name="qlinear_q_amx",
-        meta=qlinear_q_meta,
         dtypes=_v._DTYPES,
         prepack=_pack_q_amx,
         **_AMX,
     )(_v.qlinear_q_vnni.fn)
     qlinear_amx = pdlkit.kernel(
-        op="qlinear",
+        implements="qlinear",
         name="qlinear_amx",
-        meta=qlinear_meta,
         dtypes=_v._DTYPES,
         prepack=_pack_f32_amx,
         **_AMX,
     )(_v.qlinear_vnni.fn)
     qlinear_add_layer_norm_q_amx = pdlkit.kernel(
-        op="qlinear_add_layer_norm_q",
+        implements="qlinear_add_layer_norm_q",
         name="qlinear_add_layer_norm_q_amx",
-        meta=qlinear_add_layer_norm_q_meta,
         dtypes=_v._LN_DTYPES,
         prepack=_pack_ln_amx,
         **_AMX,
     )(_v.qlinear_add_layer_norm_q_vnni.fn)
     qlinear_add_layer_norm_amx = pdlkit.kernel(
-        op="qlinear_add_layer_norm",
+        implements="qlinear_add_layer_norm",
         name="qlinear_add_layer_norm_amx",
-        meta=qlinear_meta,
         dtypes=_v._LN_DTYPES,
         prepack=_pack_ln_amx,
         **_AMX,

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from pdlkit.kernels._qlinear_meta import qlinear_meta, qlinear_q_meta, quantized_dtype
 from pdlkit.kernels.x86._native_gemm import int32_exact_k
+from pdlkit.runtime_abi.dtypes import quantized_dtype
 from torch import Tensor
 
 import pdlkit
@@ -138,21 +138,21 @@ _ONEDNN: dict[str, Any] = {
 }
 
 
-@pdlkit.kernel(op="qlinear_q", meta=qlinear_q_meta, **_ONEDNN)
+@pdlkit.kernel(implements="qlinear_q", **_ONEDNN)
 def qlinear_q_onednn(
-    x_q: Tensor,
-    x_scale: float,
-    x_zp: int,
-    w_q: Tensor,
-    w_scale: Tensor,
-    w_zp: Tensor,
-    bias: Tensor | None,
-    out_scale: float,
-    out_zp: int,
-    out_qmin: int,
-    out_qmax: int,
-    post_op: str,
-    algorithm: str,
+    x_q,
+    x_scale,
+    x_zp,
+    w_q,
+    w_scale,
+    w_zp,
+    bias,
+    out_scale,
+    out_zp,
+    out_qmin,
+    out_qmax,
+    post_op,
+    algorithm,
 ) -> Tensor:
     """quantize(act(dequantize(x_q) @ dequantize(w_q).T + bias)) in one oneDNN call; w_q arrives packed."""
     if (out_qmin, out_qmax) not in ((0, 255), (-128, 127)):
@@ -172,18 +172,8 @@ def qlinear_q_onednn(
     )
 
 
-@pdlkit.kernel(op="qlinear", meta=qlinear_meta, **_ONEDNN)
-def qlinear_onednn(
-    x_q: Tensor,
-    x_scale: float,
-    x_zp: int,
-    w_q: Tensor,
-    w_scale: Tensor,
-    w_zp: Tensor,
-    bias: Tensor | None,
-    post_op: str,
-    algorithm: str,
-) -> Tensor:
+@pdlkit.kernel(implements="qlinear", **_ONEDNN)
+def qlinear_onednn(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm) -> Tensor:
     """act(dequantize(x_q) @ dequantize(w_q).T + bias) in float32, in one oneDNN call."""
     return _call(
         x_q,
@@ -200,17 +190,9 @@ def qlinear_onednn(
     )
 
 
-@pdlkit.kernel(op="qlinear_dynamic", meta=qlinear_meta, **_ONEDNN)
+@pdlkit.kernel(implements="qlinear_dynamic", **_ONEDNN)
 def qlinear_dynamic_onednn(
-    x_q: Tensor,
-    x_scale: Tensor,
-    x_zp: Tensor,
-    w_q: Tensor,
-    w_scale: Tensor,
-    w_zp: Tensor,
-    bias: Tensor | None,
-    post_op: str,
-    algorithm: str,
+    x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm
 ) -> Tensor:
     """act(dequantize(x_q; scale, zp tensors from choose_qparams) @ dequantize(w_q).T + bias) in float32."""
     return _call(
@@ -220,24 +202,14 @@ def qlinear_dynamic_onednn(
 
 
 @pdlkit.kernel(
-    op="qlinear_add",
-    meta=qlinear_meta,
+    implements="qlinear_add",
     **{
         **_ONEDNN,
         "dtypes": {**_INT8, "other": [torch.float32]},
         "shapes": {**_SHAPES, "other": {"contiguous": True}},
     },
 )
-def qlinear_add_onednn(
-    x_q: Tensor,
-    x_scale: float,
-    x_zp: int,
-    w_q: Tensor,
-    w_scale: Tensor,
-    w_zp: Tensor,
-    bias: Tensor | None,
-    other: Tensor,
-) -> Tensor:
+def qlinear_add_onednn(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, other) -> Tensor:
     """dequantize(x_q) @ dequantize(w_q).T + bias + other in one oneDNN call (binary "add" post-op,
     which leaves ``other`` untouched; "sum" would accumulate into it in place)."""
     n = w_scale.shape[0]

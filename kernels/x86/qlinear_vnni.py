@@ -40,19 +40,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pdlkit.kernels._qlinear_meta import (
-    qkv_attention_q_merged_meta,
-    qlinear_add_layer_norm_q_meta,
-    qlinear_meta,
-    qlinear_q_meta,
-    quantized_dtype,
-)
 from pdlkit.kernels.x86._native_gemm import (
     int32_exact_k,
     load_gemm_library,
     rows,
     storage_alias,
 )
+from pdlkit.runtime_abi.dtypes import quantized_dtype
 from torch import Tensor
 
 import pdlkit
@@ -416,38 +410,28 @@ if _LIB is not None:
         "bias": [torch.float32],
     }
 
-    @pdlkit.kernel(op="qlinear_q", meta=qlinear_q_meta, dtypes=_DTYPES, prepack=_pack_q, **_DECL)
+    @pdlkit.kernel(implements="qlinear_q", dtypes=_DTYPES, prepack=_pack_q, **_DECL)
     def qlinear_q_vnni(
-        x_q: Tensor,
-        x_scale: float,
-        x_zp: int,
-        w_q: Tensor,
-        w_scale: Tensor,
-        w_zp: Tensor,
-        bias: Tensor | None,
-        out_scale: float,
-        out_zp: int,
-        out_qmin: int,
-        out_qmax: int,
-        post_op: str,
-        algorithm: str,
+        x_q,
+        x_scale,
+        x_zp,
+        w_q,
+        w_scale,
+        w_zp,
+        bias,
+        out_scale,
+        out_zp,
+        out_qmin,
+        out_qmax,
+        post_op,
+        algorithm,
     ) -> Tensor:
         """quantize(act(dequantize(x_q) @ dequantize(w_q).T + bias)) in one fused VNNI GEMM;
         w_q arrives packed (:class:`_Packed`)."""
         return _gemm(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, out_scale, out_zp)  # type: ignore[arg-type]
 
-    @pdlkit.kernel(op="qlinear", meta=qlinear_meta, dtypes=_DTYPES, prepack=_pack_f32, **_DECL)
-    def qlinear_vnni(
-        x_q: Tensor,
-        x_scale: float,
-        x_zp: int,
-        w_q: Tensor,
-        w_scale: Tensor,
-        w_zp: Tensor,
-        bias: Tensor | None,
-        post_op: str,
-        algorithm: str,
-    ) -> Tensor:
+    @pdlkit.kernel(implements="qlinear", dtypes=_DTYPES, prepack=_pack_f32, **_DECL)
+    def qlinear_vnni(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm) -> Tensor:
         """act(dequantize(x_q) @ dequantize(w_q).T + bias) in float32, in one fused VNNI GEMM;
         w_q arrives packed (:class:`_Packed`)."""
         return _gemm(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, 1.0, 0)  # type: ignore[arg-type]
@@ -494,29 +478,28 @@ if _LIB is not None:
     _LN_DTYPES["ln_bias"] = [torch.float32]
 
     @pdlkit.kernel(
-        op="qlinear_add_layer_norm_q",
-        meta=qlinear_add_layer_norm_q_meta,
+        implements="qlinear_add_layer_norm_q",
         dtypes=_LN_DTYPES,
         prepack=_pack_ln,
         **_DECL,
     )
     def qlinear_add_layer_norm_q_vnni(
-        x_q: Tensor,
-        x_scale: float,
-        x_zp: int,
-        w_q: Tensor,
-        w_scale: Tensor,
-        w_zp: Tensor,
-        bias: Tensor | None,
-        residual: Tensor,
-        normalized_shape: list[int],
-        ln_weight: Tensor | None,
-        ln_bias: Tensor | None,
-        eps: float,
-        out_scale: float,
-        out_zp: int,
-        out_qmin: int,
-        out_qmax: int,
+        x_q,
+        x_scale,
+        x_zp,
+        w_q,
+        w_scale,
+        w_zp,
+        bias,
+        residual,
+        normalized_shape,
+        ln_weight,
+        ln_bias,
+        eps,
+        out_scale,
+        out_zp,
+        out_qmin,
+        out_qmax,
     ) -> tuple[Tensor, Tensor]:
         """``(y, quantize_per_tensor(y))`` for ``y = layer_norm(qlinear(x) + residual)`` in
         one VNNI GEMM whose row blocks finish with the add, the LayerNorm and the codes while
@@ -526,25 +509,24 @@ if _LIB is not None:
         return out, codes
 
     @pdlkit.kernel(
-        op="qlinear_add_layer_norm",
-        meta=qlinear_meta,
+        implements="qlinear_add_layer_norm",
         dtypes=_LN_DTYPES,
         prepack=_pack_ln,
         **_DECL,
     )
     def qlinear_add_layer_norm_vnni(
-        x_q: Tensor,
-        x_scale: float,
-        x_zp: int,
-        w_q: Tensor,
-        w_scale: Tensor,
-        w_zp: Tensor,
-        bias: Tensor | None,
-        residual: Tensor,
-        normalized_shape: list[int],
-        ln_weight: Tensor | None,
-        ln_bias: Tensor | None,
-        eps: float,
+        x_q,
+        x_scale,
+        x_zp,
+        w_q,
+        w_scale,
+        w_zp,
+        bias,
+        residual,
+        normalized_shape,
+        ln_weight,
+        ln_bias,
+        eps,
     ) -> Tensor:
         """``layer_norm(qlinear(x) + residual)`` in one VNNI GEMM (the last block of an
         encoder, whose LayerNorm is not quantized); w_q arrives packed (:class:`_PackedLn`)."""
@@ -717,8 +699,7 @@ if _ATTN is not None:
     _GEMM_FN = ctypes.cast(_LIB.pdlkit_qgemm_run, ctypes.c_void_p).value  # what it calls per batch
 
     @pdlkit.kernel(
-        op="qkv_attention_q_merged",
-        meta=qkv_attention_q_merged_meta,
+        implements="qkv_attention_q_merged",
         dtypes={
             "x_q": [torch.uint8],
             **{f"w{p}": [torch.int8] for p in "qkv"},
@@ -736,29 +717,29 @@ if _ATTN is not None:
         traits=["deterministic"],
     )
     def qkv_attention_q_merged_vnni(
-        x_q: Tensor,
-        x_scale: float,
-        x_zp: int,
-        wq: Tensor,
-        sq: Tensor,
-        zq: Tensor,
-        bq: Tensor | None,
-        wk: Tensor,
-        sk: Tensor,
-        zk: Tensor,
-        bk: Tensor | None,
-        wv: Tensor,
-        sv: Tensor,
-        zv: Tensor,
-        bv: Tensor | None,
-        head_shape: list[int],
-        attn_mask: Tensor | None,
-        is_causal: int,
-        scale: float,
-        out_scale: float,
-        out_zp: int,
-        out_qmin: int,
-        out_qmax: int,
+        x_q,
+        x_scale,
+        x_zp,
+        wq,
+        sq,
+        zq,
+        bq,
+        wk,
+        sk,
+        zk,
+        bk,
+        wv,
+        sv,
+        zv,
+        bv,
+        head_shape,
+        attn_mask,
+        is_causal,
+        scale,
+        out_scale,
+        out_zp,
+        out_qmin,
+        out_qmax,
     ) -> Tensor:
         """The Q, K and V projections of a self-attention block as one VNNI GEMM (N = 3 H D)
         into float32 rows ``q | k | v``, then attention.c's AVX512_BF16 attention on head

@@ -1,11 +1,10 @@
-// AArch64 copy of patterns/x86/qlinear_dynamic.pdl.mlir (pattern names prefixed a64_); see
-// qlinear.pdl.mlir here. tests/test_aarch64_plan.py keeps the two files equal.
-// PT2E int8 linear with dynamic activation quantization (X86InductorQuantizer, is_dynamic=True):
+// PT2E int8 linear with dynamic activation quantization (X86InductorQuantizer, is_dynamic=True,
+// or any quantizer's dynamic config), written once for every target (see qlinear.pdl.mlir):
 // choose_qparams gives the activation's scale and zero point as tensors, so the dequantize is
 // the generic torch.operator "torch.quantized_decomposed.dequantize_per_tensor.tensor".
 
 // dq.tensor(x), dq(w) -> linear -> relu   ->   pdlkit_call("qlinear_dynamic", ..., "relu")
-pdl.pattern @a64_qlinear_dyn_relu : benefit(3) {
+pdl.pattern @qlinear_dyn_relu : benefit(3) {
   %xq = pdl.operand
   %xs = pdl.operand
   %xzp = pdl.operand
@@ -52,7 +51,7 @@ pdl.pattern @a64_qlinear_dyn_relu : benefit(3) {
 }
 
 // dq.tensor(x), dq(w) -> linear -> gelu   ->   pdlkit_call("qlinear_dynamic", ..., "gelu")
-pdl.pattern @a64_qlinear_dyn_gelu : benefit(3) {
+pdl.pattern @qlinear_dyn_gelu : benefit(3) {
   %xq = pdl.operand
   %xs = pdl.operand
   %xzp = pdl.operand
@@ -100,7 +99,7 @@ pdl.pattern @a64_qlinear_dyn_gelu : benefit(3) {
 }
 
 // dq.tensor(x), dq(w) -> linear   ->   pdlkit_call("qlinear_dynamic", ..., "none")
-pdl.pattern @a64_qlinear_dyn : benefit(2) {
+pdl.pattern @qlinear_dyn : benefit(2) {
   %xq = pdl.operand
   %xs = pdl.operand
   %xzp = pdl.operand

@@ -1,6 +1,10 @@
-// PT2E int8 linear (X86InductorQuantizer): dequantize_per_tensor(x) and
+// PT2E int8 linear, written once for every target: dequantize_per_tensor(x) and
 // dequantize_per_channel(w) feeding aten.linear, optionally an activation, optionally
-// quantize_per_tensor of the result. One pattern per shape; longer chains have higher benefit.
+// quantize_per_tensor of the result (X86InductorQuantizer graphs with u8 activations; Arm /
+// XNNPACK quantizers with s8 ones). One pattern per shape; longer chains have higher benefit.
+// The logical ops (qlinear, qlinear_q: kernels/ops/logical_ops.py) are the same on every
+// target; which kernel runs them is the registry's choice by ISA and dtype. A target's
+// manifest selects this file (patterns/x86/int8.yaml, patterns/aarch64/int8.yaml).
 
 // dq(x), dq(w) -> linear -> relu -> q   ->   pdlkit_call("qlinear_q", ..., "relu")
 pdl.pattern @qlinear_relu_q : benefit(5) {
