@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -331,17 +332,32 @@ def check_process_group(gm: fx.GraphModule) -> None:
                 ) from e
 
 
+_COLLECTIVE_NAME = re.compile(
+    r'"(?:torch\.)?_?c10d(?:_functional)?(?:_autograd)?\.\w+"|"wait_tensor"'
+)
+_PATTERN_START = re.compile(r"pdl\.pattern\s+@(\w+)|^\s*Pattern\s+(\w+)")
+
+
 def _collective_patterns(plan: Any) -> list[str]:
+    """``file:line`` of each enabled pattern that names a collective op. Collectives import
+    as ``torch.operator`` with the op's name as an attribute, so the names are read from the
+    pattern files' text (PDL or PDLL), at the line that names them."""
+    enabled = {p.name for p in plan.patterns.patterns if p.enabled}
     out = []
-    for p in plan.patterns.patterns:
-        names = set(p.op_names or ()) | ({p.root} if p.root else set())
-        hits = sorted(n for n in names if any(ns in n for ns in ("c10d", "wait_tensor")))
-        if hits and p.enabled:
-            out.append(
-                f"{p.file}:{p.line}: pattern {p.name!r} matches {', '.join(hits)}: collectives "
-                "stay with Inductor (no kernel declares one), so this pattern never matches; "
-                "match the ops before or after the collective instead, or disable it in a manifest"
-            )
+    for f in plan.patterns.files:
+        current = None
+        for i, line in enumerate(Path(f).read_text().splitlines(), 1):
+            start = _PATTERN_START.search(line)
+            if start:
+                current = start.group(1) or start.group(2)
+            hit = _COLLECTIVE_NAME.search(line.split("//")[0])
+            if hit and current in enabled:
+                out.append(
+                    f"{f}:{i}: pattern {current!r} matches the collective {hit.group(0)}: "
+                    "collectives stay with Inductor (no kernel declares one), so this pattern "
+                    "never matches; match the ops before or after the collective instead, or "
+                    "disable the pattern in a manifest"
+                )
     return out
 
 
