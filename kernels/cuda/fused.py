@@ -128,6 +128,12 @@ def rmsnorm_quantize_triton(
     return _fused().rmsnorm_quant(x2, weight.contiguous(), eps, q_eps, qmax)
 
 
+def _int_sums(q: Tensor, w: Tensor) -> Tensor:
+    """q @ w.T exactly, on any device and for any M (float64 holds these int32 sums exactly;
+    ``torch._int_mm`` needs M > 16 on CUDA)."""
+    return (q.to(torch.float64) @ w.to(torch.float64).t()).to(torch.int32)
+
+
 # -- int8 GEMM + residual ------------------------------------------------------------------------
 
 
@@ -135,8 +141,7 @@ def int8_linear_residual_ref(
     q: Tensor, x_scale: Tensor, w: Tensor, w_scale: Tensor, residual: Tensor, dtype: int,
     shape: list[int],
 ) -> Tensor:  # fmt: skip
-    y = torch._int_mm(q, w.t()) if q.is_cuda else q.to(torch.int32) @ w.to(torch.int32).t()
-    y = (y.to(torch.float32) * x_scale * w_scale).to(_dtype(dtype))
+    y = (_int_sums(q, w).to(torch.float32) * x_scale * w_scale).to(_dtype(dtype))
     return residual + y.reshape(shape)
 
 
@@ -205,8 +210,7 @@ def int8_linear3_ref(
     s2: Tensor, dtype: int,
 ) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     def one(w: Tensor, s: Tensor) -> Tensor:
-        y = torch._int_mm(q, w.t()) if q.is_cuda else q.to(torch.int32) @ w.to(torch.int32).t()
-        return (y.to(torch.float32) * x_scale * s).to(_dtype(dtype))
+        return (_int_sums(q, w).to(torch.float32) * x_scale * s).to(_dtype(dtype))
 
     return one(w0, s0), one(w1, s1), one(w2, s2)
 
