@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pdlkit.runtime_abi.dtypes import short_name
 
 from pdlkit.errors import PdlkitError
 
@@ -51,18 +52,6 @@ _CONSTANT_OPS = {
     "torch.constant.none",
     "torch.constant.device",
     "torch.constant.number",
-}
-_DTYPE_NAMES = {
-    torch.float32: "float32",
-    torch.float16: "float16",
-    torch.bfloat16: "bfloat16",
-    torch.float64: "float64",
-    torch.int8: "int8",
-    torch.uint8: "uint8",
-    torch.int16: "int16",
-    torch.int32: "int32",
-    torch.int64: "int64",
-    torch.bool: "bool",
 }
 
 
@@ -361,7 +350,7 @@ class _Emitter:
             if isinstance(x, torch.Tensor):
                 p = self.param_of_arg[i]
                 a = w.fresh(f"{p}_dtype")
-                dt = _DTYPE_NAMES.get(x.dtype, str(x.dtype).removeprefix("torch."))
+                dt = short_name(x.dtype)
                 w.emit(f'%{a} = pdl.attribute = "{dt}"')
                 w.emit(
                     f'pdl.apply_native_constraint "has_dtype"(%{p}, %{a} : !pdl.value, !pdl.attribute)'
@@ -385,7 +374,7 @@ def _header(t: _Traced, op: str, source: str, variants: int) -> list[str]:
 
     args = ", ".join(_ident(p) for p in t.params)
     shown = ", ".join(
-        f"{p}: {_DTYPE_NAMES.get(x.dtype, x.dtype)}{list(x.shape)}"
+        f"{p}: {short_name(x.dtype)}{list(x.shape)}"
         if isinstance(x, torch.Tensor)
         else f"{p}: {type(x).__name__}"
         for p, x in zip(t.params, t.example_inputs, strict=True)

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pdlkit.matcher.gen_pattern import _DTYPE_NAMES, GenPatternError, pattern_from_function
+from pdlkit.matcher.gen_pattern import GenPatternError, pattern_from_function
+from pdlkit.runtime_abi.dtypes import DTYPES, dtype_named
 
 # -- the reference stored beside the pattern ----------------------------------------------------
 
@@ -86,6 +87,28 @@ def reference_path(pattern_path: Path) -> Path:
     return pattern_path.with_name(f"{stem}.reference.py")
 
 
+def _check_against_op(text: str, path: Path, op: str) -> str:
+    """Where op ``op`` is declared in the configured kernel folders ("" where it is not);
+    a :class:`GenPatternError` naming the pattern's line and the op's when the generated
+    ``pdlkit_call`` does not fit the op (argument count and kinds)."""
+    from pdlkit.matcher.op_calls import text_problems
+    from pdlkit.runtime_abi.registry import KernelLoadError, KernelRegistry
+
+    from pdlkit import config
+
+    try:
+        registry = KernelRegistry.from_folders(config.kernel_paths(None))
+    except (KernelLoadError, config.PathError):
+        return ""  # check and lint report broken folders; the pattern is still written
+    the_op = registry.op(op)
+    if the_op is None:
+        return ""
+    problems = text_problems(text, path, registry.op_table)
+    if problems:
+        raise GenPatternError("; ".join(problems))
+    return the_op.source
+
+
 # -- command line helpers -----------------------------------------------------------------------
 
 
@@ -125,28 +148,32 @@ def write_pattern(
         source=function.rsplit("/", 1)[-1],
         commutative=commutative,
     )
+    path = Path(out) if out is not None else Path("<stdout>")
+    declared = _check_against_op(text, path, op)
     if out is None:
         print(text, end="")
         return []
-    path = Path(out)
     if not path.name.endswith(".pdl.mlir"):
         raise GenPatternError(f"{out}: the output file's name must end in .pdl.mlir")
     ref = reference_path(path)
-    text = text.replace(
-        "\npdl.pattern",
-        f"\n// Reference semantics: {ref.name} (@pdlkit.reference({op!r})).\npdl.pattern",
-        1,
+    semantics = (
+        f"op {op!r} declared at {declared}"
+        if declared
+        else f"{ref.name} (@pdlkit.reference({op!r}))"
     )
+    text = text.replace("\npdl.pattern", f"\n// Reference semantics: {semantics}.\npdl.pattern", 1)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
+        if declared:  # the op's own declaration is the reference: a second one would clash
+            return [path]
         ref.write_text(reference_source(fn, inputs, op=op))
     except OSError as e:
         raise GenPatternError(f"{out}: cannot write: {e.strerror or e}") from None
     return [path, ref]
 
 
-_DTYPES = {v: k for k, v in _DTYPE_NAMES.items()} | {"f32": torch.float32, "bf16": torch.bfloat16}
+_KNOWN = ", ".join(d.names[0] for d in DTYPES)
 
 
 _SCALARS: dict[str, Callable[[str], Any]] = {
@@ -179,11 +206,9 @@ def parse_shapes(text: str, default_dtype: str = "float32") -> list[Any]:
                 raise GenPatternError(f"example {item!r}: {literal!r} is not a {kind}") from None
             continue
         dims, _, dt = item.partition(":")
-        dtype = _DTYPES.get(dt or default_dtype)
+        dtype = dtype_named(dt or default_dtype)
         if dtype is None:
-            raise GenPatternError(
-                f"example shape {item!r}: unknown dtype {dt!r} (known: {', '.join(_DTYPES)})"
-            )
+            raise GenPatternError(f"example shape {item!r}: unknown dtype {dt!r} (known: {_KNOWN})")
         try:
             shape = [int(d) for d in dims.split("x")] if dims not in ("", "scalar") else []
         except ValueError:

@@ -1,7 +1,9 @@
 """The native function library that every pattern can call by name.
 
-Constraints are plain Python predicates over MLIR values and attributes that return
-``True`` when the constraint holds. MLIR's PDL interpreter wants the inverse (a truthy
+Constraints are records (:class:`Constraint`): a plain Python predicate over MLIR values and
+attributes that returns ``True`` when the constraint holds, and ``explain``, which says in
+user words why it does not (explain's near misses read it; before, that knowledge was a chain
+of ``if name == ...`` in ``matcher/why.py``). MLIR's PDL interpreter wants the inverse (a truthy
 return means *failure*); :func:`adapt_constraint` is the one place that converts.
 
 Use them from PDL like this::
@@ -16,34 +18,18 @@ records into.
 from __future__ import annotations
 
 import functools
+import inspect
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from pdlkit.runtime_abi.dtypes import FLOAT_MLIR, mlir_name, torch_name
 from torch_mlir import ir
 
 # -- reading MLIR values --------------------------------------------------------------------------
 
 _VTENSOR = re.compile(r"^!torch\.(?:v)?tensor<\[([^\]]*)\],([a-z0-9]+)>$")
-# torch names users write -> the Torch dialect's element type spelling
-_DTYPE_ALIASES = {
-    "float32": "f32",
-    "float": "f32",
-    "float16": "f16",
-    "half": "f16",
-    "bfloat16": "bf16",
-    "float64": "f64",
-    "double": "f64",
-    "int8": "si8",
-    "uint8": "ui8",
-    "int16": "si16",
-    "int32": "si32",
-    "int": "si64",
-    "int64": "si64",
-    "long": "si64",
-    "bool": "i1",
-}
-_FLOATS = {"f16", "bf16", "f32", "f64"}
 _CONSTANT_OPS = {
     "torch.constant.int",
     "torch.constant.float",
@@ -110,8 +96,7 @@ NOT_CONSTANT = _NOT_CONSTANT
 
 
 def _dtype_name(a: Any) -> str:
-    s = str(py_attr(a)) if not isinstance(a, str) else a
-    return _DTYPE_ALIASES.get(s.removeprefix("torch."), s)
+    return mlir_name(str(py_attr(a)) if not isinstance(a, str) else a)
 
 
 def _int(a: Any) -> int:
@@ -130,7 +115,7 @@ def is_tensor(v: ir.Value) -> bool:
 def is_float_tensor(v: ir.Value) -> bool:
     """``"is_float_tensor"(%x)``: %x is an f16/bf16/f32/f64 tensor."""
     t = tensor_type(v)
-    return t is not None and t[1] in _FLOATS
+    return t is not None and t[1] in FLOAT_MLIR
 
 
 def has_dtype(v: ir.Value, dtype: Any) -> bool:
@@ -237,27 +222,189 @@ def not_dequantized(v: ir.Value) -> bool:
     return not name.startswith(_DEQUANTIZE)
 
 
-CONSTRAINTS: dict[str, Callable[..., bool]] = {
-    f.__name__: f
-    for f in (
-        is_tensor,
-        is_float_tensor,
-        has_dtype,
-        has_rank,
-        dim_equals,
-        dim_divisible_by,
-        has_static_shape,
-        same_dtype,
-        is_constant,
-        is_none,
-        is_not_none,
-        constant_equals,
-        same_constant,
-        distinct,
-        single_use,
-        not_dequantized,
+# -- why a constraint does not hold, in user words (explain, near misses) -----------------------
+
+
+@dataclass(frozen=True)
+class Why:
+    """What an explanation reads: the constraint's values and how to name them to the user."""
+
+    values: list[Any]
+    who: Callable[[int], str]  # "%w = arg3_1" or a literal
+
+    def attr(self, i: int) -> Any:
+        return py_attr(self.values[i]) if i < len(self.values) else None
+
+    @property
+    def tensor(self) -> tuple[tuple[int | None, ...], str] | None:
+        v = self.values[0] if self.values else None
+        return tensor_type(v) if isinstance(v, ir.Value) else None
+
+    def not_tensor(self) -> str:
+        v = self.values[0] if self.values else None
+        return f"{self.who(0)} is not a tensor (it is {v.type if isinstance(v, ir.Value) else v})"
+
+
+def _dims(t: tuple[tuple[int | None, ...], str]) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in t[0]) + "]"
+
+
+def _why_float(w: Why) -> str:
+    t = w.tensor
+    if t is None:
+        return w.not_tensor()
+    return f"{w.who(0)} dtype is {torch_name(t[1])}, the constraint wants a floating-point dtype"
+
+
+def _why_dtype(w: Why) -> str:
+    t = w.tensor
+    if t is None:
+        return w.not_tensor()
+    want = torch_name(_dtype_name(w.values[1]))
+    return f"{w.who(0)} dtype is {torch_name(t[1])}, the constraint wants {want}"
+
+
+def _why_rank(w: Why) -> str:
+    t = w.tensor
+    if t is None:
+        return w.not_tensor()
+    return f"{w.who(0)} has rank {len(t[0])} {_dims(t)}, the constraint wants {w.attr(1)}"
+
+
+def _why_dim(want: str) -> Callable[[Why], str]:
+    """dim_equals ("is"), dim_divisible_by ("multiple")."""
+
+    def why(w: Why) -> str:
+        t = w.tensor
+        if t is None:
+            return f"{w.who(0)} is not a tensor"
+        d = int(w.attr(1))
+        if not -len(t[0]) <= d < len(t[0]):
+            return f"{w.who(0)} {_dims(t)} has no dim {d}"
+        size = t[0][d]
+        if size is None:
+            return f"dim {d} of {w.who(0)} is dynamic, the constraint needs it known"
+        if want == "is":
+            return f"dim {d} of {w.who(0)} is {size}, the constraint wants {w.attr(2)}"
+        return f"dim {d} of {w.who(0)} is {size}, not a multiple of {w.attr(2)}"
+
+    return why
+
+
+def _why_static(w: Why) -> str:
+    t = w.tensor
+    return f"{w.who(0)} is not a tensor" if t is None else f"{w.who(0)} has dynamic dims {_dims(t)}"
+
+
+def _why_same_dtype(w: Why) -> str:
+    t, v2 = w.tensor, w.values[1]
+    t2 = tensor_type(v2) if isinstance(v2, ir.Value) else None
+    a = torch_name(t[1]) if t else "not a tensor"
+    b = torch_name(t2[1]) if t2 else "not a tensor"
+    return f"{w.who(0)} is {a} but {w.who(1)} is {b}"
+
+
+def _constant(v: Any) -> Any:
+    return constant_value(v) if isinstance(v, ir.Value) else v
+
+
+def _why_equals(w: Why) -> str:
+    c = _constant(w.values[0])
+    if c is NOT_CONSTANT:
+        return f"{w.who(0)} is not a compile-time constant (the constraint wants {w.attr(1)!r})"
+    return f"{w.who(0)} is {c!r}, the constraint wants {w.attr(1)!r}"
+
+
+def _why_same_constant(w: Why) -> str:
+    a, b = (_constant(x) for x in w.values[:2])
+    if NOT_CONSTANT in (a, b):
+        return f"{w.who(0 if a is NOT_CONSTANT else 1)} is not a compile-time constant"
+    return f"{w.who(0)} is {a!r} but {w.who(1)} is {b!r}"
+
+
+def _why_single_use(w: Why) -> str:
+    v = w.values[0]
+    if not isinstance(v, ir.Value):
+        return _generic("single_use", w)
+    users = [_loc(u.owner) or u.owner.operation.name for u in v.uses]
+    return f"{w.who(0)} has {len(users)} uses ({', '.join(users)}), the constraint wants one"
+
+
+def _loc(op: Any) -> str:
+    return getattr(getattr(op, "location", None), "name_str", "") or ""
+
+
+def _generic(name: str, w: Why) -> str:
+    return f"constraint {name} does not hold for " + ", ".join(
+        w.who(i) for i in range(len(w.values))
+    )
+
+
+def _says(text: str) -> Callable[[Why], str]:
+    return lambda w: f"{w.who(0)} {text}"
+
+
+# -- the library as records -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """One native constraint: ``fn`` holds or not (``True`` when it holds), ``explain`` says
+    why not in user words (explain's near misses)."""
+
+    fn: Callable[..., bool]
+    explain: Callable[[Why], str] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.fn.__name__
+
+    @property
+    def __signature__(self) -> inspect.Signature:  # what PDLL's prelude declares
+        return inspect.signature(self.fn)
+
+    def __call__(self, *values: Any) -> bool:
+        return self.fn(*values)
+
+    def why(self, w: Why) -> str:
+        return self.explain(w) if self.explain is not None else _generic(self.name, w)
+
+
+CONSTRAINTS: dict[str, Constraint] = {
+    c.name: c
+    for c in (
+        Constraint(is_tensor, lambda w: w.not_tensor()),
+        Constraint(is_float_tensor, _why_float),
+        Constraint(has_dtype, _why_dtype),
+        Constraint(has_rank, _why_rank),
+        Constraint(dim_equals, _why_dim("is")),
+        Constraint(dim_divisible_by, _why_dim("multiple")),
+        Constraint(has_static_shape, _why_static),
+        Constraint(same_dtype, _why_same_dtype),
+        Constraint(is_constant, _says("is not a compile-time constant")),
+        Constraint(is_none, _says("is not None")),
+        Constraint(is_not_none, _says("is None")),
+        Constraint(constant_equals, _why_equals),
+        Constraint(same_constant, _why_same_constant),
+        Constraint(single_use, _why_single_use),
+        Constraint(distinct, lambda w: f"{w.who(0)} and {w.who(1)} are the same value"),
+        Constraint(not_dequantized),
     )
 }
+
+
+def explain(name: str, values: list[Any], describe: Callable[[Any], str], names: list[str]) -> str:
+    """Why native constraint ``name`` does not hold for ``values``, in user words. ``names``
+    are the pattern's names for the values (``%w``), ``describe`` gives the graph's (an FX
+    node name or a literal)."""
+
+    def who(i: int) -> str:
+        d = describe(values[i])
+        return f"{names[i]} = {d}" if names[i] and names[i] != d else d
+
+    c = CONSTRAINTS.get(name)
+    w = Why(values, who)
+    return c.why(w) if c is not None else _generic(name, w)
 
 
 def adapt_constraint(
@@ -267,6 +414,8 @@ def adapt_constraint(
     on_error: Callable[[str, BaseException], None],
 ) -> Callable[[Any, Any, list[Any]], Any]:
     """Wrap a ``True``-when-it-holds predicate in MLIR's inverted convention (truthy = failure)."""
+
+    fn = fn.fn if isinstance(fn, Constraint) else fn  # one call less per evaluation
 
     def callback(rewriter: Any, results: Any, values: list[Any]) -> Any:
         try:

@@ -138,6 +138,21 @@ def site_problems(
     return out
 
 
+def text_problems(text: str, file: Path, ops: OpTable) -> list[str]:
+    """``file:line:col: message`` for each call in PDL ``text`` (not written yet: gen-pattern)
+    that its op refuses."""
+    from torch_mlir import ir
+
+    module = ir.Module.parse(text, ir.Context())
+    out = []
+    for op in module.body.operations:
+        op = op.operation
+        if op.name == "pdl.pattern" and "sym_name" in op.attributes:
+            name = ir.StringAttr(op.attributes["sym_name"]).value
+            out += [f"{w}: {m}" for w, m in site_problems(file, name, call_sites(op), ops)]
+    return out
+
+
 def call_problems(pattern: Pattern, ops: OpTable) -> list[tuple[str, str]]:
     """The problems of one loaded pattern's calls (its file is read again)."""
     if not pattern.calls:

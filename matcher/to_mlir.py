@@ -15,7 +15,6 @@ import torch.fx as fx
 from torch_mlir import ir
 from torch_mlir.dialects import torch as torch_dialect
 from torch_mlir.extras.fx_importer import (
-    TORCH_DTYPE_TO_INT,
     ContextCache,
     FxImporter,
     is_builtin_function_or_method,
@@ -23,16 +22,6 @@ from torch_mlir.extras.fx_importer import (
 )
 
 from pdlkit.distributed import has_opaque_argument, is_collective
-
-_DTYPE_OF_CODE = {code: dtype for dtype, code in TORCH_DTYPE_TO_INT.items()}
-
-
-def dtype_from_code(code: int) -> torch.dtype:
-    """The torch dtype behind an integer dtype operand (``to.dtype(x, 15)`` is bfloat16): a
-    dtype constant reaches a kernel through ``pdlkit_call`` as the importer numbered it."""
-    if code not in _DTYPE_OF_CODE:
-        raise ValueError(f"{code} is not a dtype code of the Torch dialect")
-    return _DTYPE_OF_CODE[code]
 
 
 class _NameLocations(ContextCache):

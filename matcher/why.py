@@ -33,91 +33,11 @@ from torch_mlir import ir
 
 Describe = Callable[[Any], str]
 
-_TORCH_DTYPE = {
-    "f16": "float16",
-    "bf16": "bfloat16",
-    "f32": "float32",
-    "f64": "float64",
-    "si8": "int8",
-    "ui8": "uint8",
-    "si16": "int16",
-    "si32": "int32",
-    "si64": "int64",
-    "i1": "bool",
-}
-
-
-def dtype_name(mlir: str) -> str:
-    return _TORCH_DTYPE.get(mlir, mlir)
-
-
-def _dims(t: tuple[tuple[int | None, ...], str]) -> str:
-    return "[" + ", ".join("?" if d is None else str(d) for d in t[0]) + "]"
-
 
 def explain_constraint(name: str, values: list[Any], describe: Describe, names: list[str]) -> str:
-    """Why native constraint ``name`` does not hold for ``values``, in user words.
-
-    ``names`` are the pattern's names for the values (``%w``), ``describe`` gives the
-    graph's (an FX node name or a literal)."""
-
-    def who(i: int) -> str:
-        d = describe(values[i])
-        return f"{names[i]} = {d}" if names[i] and names[i] != d else d
-
-    def attr(i: int) -> Any:
-        return natives.py_attr(values[i]) if i < len(values) else None
-
-    v = values[0] if values else None
-    t = natives.tensor_type(v) if isinstance(v, ir.Value) else None
-    if name in ("is_tensor", "is_float_tensor", "has_dtype", "has_rank") and t is None:
-        return f"{who(0)} is not a tensor (it is {v.type if isinstance(v, ir.Value) else v})"
-    if name == "is_float_tensor" and t is not None:
-        return f"{who(0)} dtype is {dtype_name(t[1])}, the constraint wants a floating-point dtype"
-    if name == "has_dtype" and t is not None:
-        want = natives._dtype_name(values[1])
-        return f"{who(0)} dtype is {dtype_name(t[1])}, the constraint wants {dtype_name(want)}"
-    if name == "has_rank" and t is not None:
-        return f"{who(0)} has rank {len(t[0])} {_dims(t)}, the constraint wants {attr(1)}"
-    if name in ("dim_equals", "dim_divisible_by", "has_static_shape"):
-        if t is None:
-            return f"{who(0)} is not a tensor"
-        if name == "has_static_shape":
-            return f"{who(0)} has dynamic dims {_dims(t)}"
-        d = int(attr(1))
-        if not -len(t[0]) <= d < len(t[0]):
-            return f"{who(0)} {_dims(t)} has no dim {d}"
-        size = t[0][d]
-        if size is None:
-            return f"dim {d} of {who(0)} is dynamic, the constraint needs it known"
-        if name == "dim_equals":
-            return f"dim {d} of {who(0)} is {size}, the constraint wants {attr(2)}"
-        return f"dim {d} of {who(0)} is {size}, not a multiple of {attr(2)}"
-    if name == "same_dtype":
-        t2 = natives.tensor_type(values[1]) if isinstance(values[1], ir.Value) else None
-        a = dtype_name(t[1]) if t else "not a tensor"
-        b = dtype_name(t2[1]) if t2 else "not a tensor"
-        return f"{who(0)} is {a} but {who(1)} is {b}"
-    if name == "is_constant":
-        return f"{who(0)} is not a compile-time constant"
-    if name == "is_none":
-        return f"{who(0)} is not None"
-    if name == "is_not_none":
-        return f"{who(0)} is None"
-    if name == "constant_equals":
-        c = natives.constant_value(v) if isinstance(v, ir.Value) else v
-        if c is natives.NOT_CONSTANT:
-            return f"{who(0)} is not a compile-time constant (the constraint wants {attr(1)!r})"
-        return f"{who(0)} is {c!r}, the constraint wants {attr(1)!r}"
-    if name == "same_constant":
-        a, b = (natives.constant_value(x) if isinstance(x, ir.Value) else x for x in values[:2])
-        if natives.NOT_CONSTANT in (a, b):
-            return f"{who(0 if a is natives.NOT_CONSTANT else 1)} is not a compile-time constant"
-        return f"{who(0)} is {a!r} but {who(1)} is {b!r}"
-    if name == "single_use" and isinstance(v, ir.Value):
-        users = [_loc(u.owner) or u.owner.operation.name for u in v.uses]
-        return f"{who(0)} has {len(users)} uses ({', '.join(users)}), the constraint wants one"
-    return f"constraint {name} does not hold for " + ", ".join(who(i) for i in range(len(values)))
+    """Why native constraint ``name`` does not hold for ``values``, in user words: each
+    constraint's own ``explain`` (:class:`pdlkit.matcher.natives.Constraint`)."""
+    return natives.explain(name, values, describe, names)
 
 
 def _loc(op: Any) -> str:

@@ -36,6 +36,13 @@ DTYPES: tuple[DType, ...] = (
     DType(torch.float64, 7, "f64", ("float64", "double")),
     DType(torch.bool, 11, "i1", ("bool",)),
     DType(torch.bfloat16, 15, "bf16", ("bfloat16",)),
+    DType(torch.complex32, 9, "complex<f16>", ("complex32",)),
+    DType(torch.complex64, 10, "complex<f32>", ("complex64",)),
+    DType(torch.float8_e5m2, 23, "f8E5M2", ("float8_e5m2",)),
+    DType(torch.float8_e4m3fn, 24, "f8E4M3FN", ("float8_e4m3fn",)),
+    DType(torch.float8_e5m2fnuz, 25, "f8E5M2FNUZ", ("float8_e5m2fnuz",)),
+    DType(torch.float8_e4m3fnuz, 26, "f8E4M3FNUZ", ("float8_e4m3fnuz",)),
+    DType(torch.uint32, 28, "ui32", ("uint32",)),
 )
 FLOAT_MLIR = frozenset({"f16", "bf16", "f32", "f64"})
 

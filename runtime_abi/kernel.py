@@ -346,9 +346,14 @@ def declare(
         from_op=implements is not None,
         doc=inspect.getdoc(fn) or "",
     )
-    if implements is not None:  # bound now where the op is loaded, else by the registry
-        known = lookup(implements)
-        return bind_op(decl, known) if known is not None and known.typed else decl
+    if implements is not None:  # bound now where the op is loaded; a registry binds it again
+        known = lookup(implements)  # to its own op, and reports a mismatch there
+        if known is not None and known.typed:
+            try:
+                return bind_op(decl, known)
+            except KernelDeclarationError:
+                return decl
+        return decl
     problems = _param_problems(decl, decl.params, dts, rules)
     if problems:
         raise KernelDeclarationError(f"{where}: kernel {name!r}: " + "; ".join(problems))

@@ -106,11 +106,19 @@ def _bind_known(kernels: tuple[KernelDecl, ...]) -> tuple[KernelDecl, ...]:
     out = []
     for k in kernels:
         the_op = lookup(k.op) if k.from_op and not k.schema else None
-        try:
-            out.append(bind_op(k, the_op) if the_op is not None and the_op.typed else k)
-        except KernelDeclarationError as e:
-            raise KernelLoadError(str(e)) from None
+        out.append(_try_bind(k, the_op))
     return tuple(out)
+
+
+def _try_bind(k: KernelDecl, the_op: LogicalOp | None) -> KernelDecl:
+    """``k`` bound to ``the_op`` where that works; else as it is (a registry binds it to its
+    own op, and reports a mismatch there)."""
+    if the_op is None or not the_op.typed:
+        return k
+    try:
+        return bind_op(k, the_op)
+    except KernelDeclarationError:
+        return k
 
 
 def _load_error(path: Path, e: BaseException) -> KernelLoadError:
@@ -285,10 +293,10 @@ class KernelRegistry:
 
     def add(self, decl: KernelDecl) -> None:
         the_op = self.op_table.get(decl.op)
-        if decl.from_op and not decl.schema and the_op is None:
+        if decl.from_op and the_op is None:
             self.pending.append(decl)  # its op may come from a file loaded later
             return
-        try:
+        try:  # bound to this registry's op, whatever it was bound to when declared
             if the_op is not None and decl.logical is not the_op or not decl.schema:
                 decl = bind_op(decl, the_op)
         except KernelDeclarationError as e:

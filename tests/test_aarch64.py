@@ -62,6 +62,7 @@ def a64(tmp_path_factory) -> Emulated:
 
 
 def _decls() -> dict[str, Any]:
+    load_kernel_file(shipped_kernels() / "ops" / "logical_ops.py")  # the ops, then kernels
     return {k.name: k for k in load_kernel_file(A64 / "a64_gemm.py")}
 
 

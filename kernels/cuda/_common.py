@@ -6,7 +6,7 @@ import os
 from typing import Any, cast
 
 import torch
-from pdlkit.matcher.to_mlir import dtype_from_code
+from pdlkit.runtime_abi.dtypes import dtype_from_code
 
 import pdlkit
 
