@@ -239,6 +239,91 @@ def test_xnnpack_per_tensor_graph_is_substituted():
     assert f"qlinear_q_pt_{'amx' if HAS_AMX else 'vnni'}" in st["by_kernel"]
 
 
+# -- the AMX path's blocking with the tile instructions emulated in C (runs on any x86-64) --
+
+
+@pytest.fixture(scope="module")
+def emulated():
+    """qgemm_vnni.c built with -DPDLKIT_AMX_EMULATE: qgemm_amx.h's tile instructions in plain C,
+    everything around them (blocks of 32 rows, K chunks, panel groups, VNNI tail rows, the
+    epilogue, threads) as on an AMX host."""
+    import ctypes
+
+    from pdlkit.kernels.x86 import qlinear_vnni as v
+    from pdlkit.runtime_abi.native_build import load_c_library
+
+    lib = load_c_library(
+        v.SOURCE, "x86_64", "emulated AMX", ("-fopenmp", "-DPDLKIT_AMX_EMULATE"),
+        ("pdlkit_qgemm_params_size", ctypes.sizeof(v._Params)),
+    )  # fmt: skip
+    assert lib is not None
+    c, i64 = ctypes.c_void_p, ctypes.c_int64
+    lib.pdlkit_qgemm_init()
+    lib.pdlkit_qgemm_pack.argtypes = [c, i64, i64, i64, c]
+    lib.pdlkit_qgemm_packed_size.argtypes, lib.pdlkit_qgemm_packed_size.restype = [i64, i64], i64
+    lib.pdlkit_qgemm_run.argtypes = [c, i64, i64, c, i64, c, c, c, c]
+    lib.pdlkit_qgemm_uses_amx.argtypes = [c, i64]
+    return lib, v
+
+
+def _emulated_run(lib, v, x, w, x_zp, amx, out_dtype, threads):
+    """Output of pdlkit_qgemm_run with the AMX flag or without (the VNNI path)."""
+    import ctypes
+
+    n, k = w.shape
+    g = torch.Generator().manual_seed(k)
+    ws, b = torch.rand(n, generator=g) * 0.01 + 1e-3, torch.randn(n, generator=g)
+    packed = torch.empty(lib.pdlkit_qgemm_packed_size(n, k), dtype=torch.int8)
+    lib.pdlkit_qgemm_pack(w.data_ptr(), k, n, k, packed.data_ptr())
+    colsum = w.sum(dim=1, dtype=torch.int32)
+    s8 = x.dtype is torch.int8
+    cc = (colsum * -(x_zp + (128 if s8 else 0))).to(torch.int32)
+    ss = (colsum * -x_zp).to(torch.int32)
+    quant = out_dtype is not torch.float32
+    params = v._Params(
+        n=n, k=k, packed=packed.data_ptr(), colcorr=cc.data_ptr(), x_scale=0.02,
+        inv_out_scale=20.0, x_zp=x_zp, out_zp=3, qmin=0 if quant else 0, qmax=255 if quant else 0,
+        act=2, out_kind=0 if quant else 2, flags=(v.QG_AMX if amx else 0) | (v.QG_S8 if s8 else 0),
+        colcorr_ss=ss.data_ptr(),
+    )  # fmt: skip
+    m = x.shape[0]
+    assert lib.pdlkit_qgemm_uses_amx(ctypes.addressof(params), m) == (amx and m >= 32)
+    out = torch.empty(m, n, dtype=out_dtype)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        rc = lib.pdlkit_qgemm_run(
+            x.data_ptr(), m, k, out.data_ptr(), n, ws.data_ptr(), b.data_ptr(), None,
+            ctypes.addressof(params),
+        )  # fmt: skip
+    finally:
+        torch.set_num_threads(before)
+    assert rc == 0
+    return out
+
+
+@pytest.mark.parametrize(
+    ("m", "k", "n", "x_dtype", "threads"),
+    [
+        (70, 256, 130, torch.uint8, 1),  # 2 blocks of 32 rows + 6 VNNI rows, 3 panels, odd N
+        (64, 3072, 200, torch.uint8, 1),  # 4 K chunks of 768, one group of 4 panels
+        (96, 1536, 1100, torch.int8, 2),  # 2 K chunks, groups of 7, 7 and 4 panels, 2 threads
+        (32, 64, 64, torch.int8, 1),  # one tile step
+    ],
+)
+@pytest.mark.parametrize("out_dtype", [torch.uint8, torch.float32])
+def test_emulated_amx_blocking_matches_the_vnni_path(
+    emulated, m, k, n, x_dtype, threads, out_dtype
+):
+    """The AMX path's blocking, K chunks and panel groups (tile instructions emulated) give the
+    VNNI path's outputs bit for bit: the same exact int32 sums, one epilogue."""
+    lib, v = emulated
+    x, w, _, _, x_zp = _operands(m, k, n, x_dtype, seed=m + k)
+    amx = _emulated_run(lib, v, x, w, x_zp, True, out_dtype, threads)
+    vnni = _emulated_run(lib, v, x, w, x_zp, False, out_dtype, threads)
+    assert torch.equal(amx, vnni)
+
+
 # -- the tile instructions themselves --
 
 
@@ -377,3 +462,37 @@ def test_bf16_amx_tiles_within_bf16_rounding(bf16, m, k, n, gelu):
     torch.testing.assert_close(got.float(), ref, rtol=1.6e-2, atol=1e-2)
     peer, _ = _bf16_call(bf16[name], x, w, b, gelu)
     torch.testing.assert_close(got.float(), peer.float(), rtol=1.6e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize(("m", "k", "n"), [(70, 256, 130), (64, 1536, 200), (40, 64, 64)])
+def test_emulated_amx_bf16_blocking_within_bf16_rounding(m, k, n):
+    """gemm_bf16.c's AMX blocking (K chunks of 384, panel groups, AVX512_BF16 tail rows) with
+    TDPBF16PS emulated: within bf16 rounding of the float32 reference."""
+    import ctypes
+
+    if "avx512_bf16" not in host().features:
+        pytest.skip("the tail rows run the AVX512_BF16 micro-kernel: needs avx512_bf16")
+    from pdlkit.kernels.x86 import linear_bf16 as lb
+    from pdlkit.runtime_abi.native_build import load_c_library
+
+    lib = load_c_library(
+        lb.SOURCE, "x86_64", "emulated AMX BF16", ("-fopenmp", "-DPDLKIT_AMX_EMULATE"),
+        ("pdlkit_gbf16_params_size", ctypes.sizeof(lb._Params)),
+    )  # fmt: skip
+    assert lib is not None
+    c, i64 = ctypes.c_void_p, ctypes.c_int64
+    lib.pdlkit_gbf16_init()
+    lib.pdlkit_gbf16_packed_size.argtypes, lib.pdlkit_gbf16_packed_size.restype = [i64, i64], i64
+    lib.pdlkit_gbf16_pack.argtypes = [c, i64, i64, i64, c]
+    lib.pdlkit_gbf16_run.argtypes = [c, i64, i64, c, i64, c, c]
+    x, w, b = _bf16_operands(m, k, n, seed=12)
+    packed = torch.empty(lib.pdlkit_gbf16_packed_size(n, k) // 2, dtype=torch.bfloat16)
+    lib.pdlkit_gbf16_pack(w.data_ptr(), k, n, k, packed.data_ptr())
+    params = lb._Params(n=n, k=k, packed=packed.data_ptr(), act=0, flags=lb.GB_AMX)
+    out = torch.empty(m, n, dtype=torch.bfloat16)
+    rc = lib.pdlkit_gbf16_run(
+        x.data_ptr(), m, k, out.data_ptr(), n, b.data_ptr(), ctypes.addressof(params)
+    )
+    assert rc == 0
+    ref = F.linear(x.float(), w.float(), b.float())
+    torch.testing.assert_close(out.float(), ref, rtol=1.6e-2, atol=1e-2)

@@ -43,6 +43,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
@@ -233,26 +236,50 @@ BF16 static inline __attribute__((always_inline)) void gemm_tile(
     tile_out(acc, mr, nc, B, cs, n0, out + i * ldo, ldo, act);
 }
 
-/* The AMX tile of a GEMM: (panel t / blocks, block of AMX_MR rows t % blocks); the rows past
- * the last whole block go through the AVX512_BF16 micro-kernel, MR at a time. */
-BF16 static inline __attribute__((always_inline)) void amx_tile(
-    int64_t t, int64_t blocks, const uint16_t *x, int64_t m, int64_t ldx, uint16_t *out,
-    int64_t ldo, const pdlkit_gbf16_params *p, const float *B, float cs, int act) {
-    float acc[AMX_MR * NR] __attribute__((aligned(64)));
-    const int64_t n = p->n, k2 = (p->k + 1) / 2;
-    const int64_t n0 = (t / blocks) * NR, i = (t % blocks) * AMX_MR;
-    const int64_t nc = n - n0 < NR ? n - n0 : NR;
-    const uint16_t *panel = p->packed + (n0 / NR) * k2 * NR * 2;
+/* The AMX blocking of qgemm_vnni.c (amx_group, amx_task): a task is a block of AMX_MR rows
+ * times a group of panels whose weight stays in L2 (about 768 KB); K in chunks of AMX_KC_BF16
+ * (the rows' chunk of x, 24 KB, stays in L1 while the group's panels multiply it), partial
+ * sums parked per panel in acc. */
+enum { AMX_KC_BF16 = 384, AMX_GROUP_MAX_BF16 = 16 };
+
+static int64_t amx_group_bf16(const pdlkit_gbf16_params *p, int64_t blocks) {
+    const int64_t panels = (p->n + NR - 1) / NR, bytes = ((p->k + 1) / 2) * NR * 4;
+    int64_t g = ((int64_t)768 << 10) / bytes;
+    g = g < 1 ? 1 : g > AMX_GROUP_MAX_BF16 ? AMX_GROUP_MAX_BF16 : g;
+    g = g > panels ? panels : g;
+#if defined(_OPENMP)
+    const int64_t threads = omp_get_max_threads();
+    while (g > 1 && ((panels + g - 1) / g) * blocks < 2 * threads) g = (g + 1) / 2;
+#endif
+    return g;
+}
+
+/* Rows i .. (AMX_MR of them, or the rest of m) times panels g0 .. g1 - 1 into out; the rows
+ * past the last whole block go through the AVX512_BF16 micro-kernel, MR at a time. */
+BF16 static inline __attribute__((always_inline)) void amx_task(
+    float *acc, const uint16_t *x, int64_t m, int64_t i, int64_t ldx, int64_t g0, int64_t g1,
+    uint16_t *out, int64_t ldo, const pdlkit_gbf16_params *p, const float *B, float cs, int act) {
+    const int64_t n = p->n, k2 = (p->k + 1) / 2, kc2 = AMX_KC_BF16 / 2;
     if (m - i >= AMX_MR) {
-        amx_block_bf16(x + i * ldx, ldx * 2, k2, panel, acc);
-        tile_out(acc, AMX_MR, nc, B, cs, n0, out + i * ldo, ldo, act);
+        for (int64_t q0 = 0; q0 < k2; q0 += kc2) {
+            const int64_t q1 = k2 - q0 < kc2 ? k2 : q0 + kc2;
+            for (int64_t g = g0; g < g1; g++) {
+                float *a = acc + (g - g0) * AMX_MR * NR;
+                amx_block_bf16(x + i * ldx, ldx * 2, q0, q1, p->packed + g * k2 * NR * 2, a, q0 == 0);
+                if (q1 == k2)
+                    tile_out(a, AMX_MR, n - g * NR < NR ? n - g * NR : NR, B, cs, g * NR,
+                             out + i * ldo, ldo, act);
+            }
+        }
         return;
     }
-    for (int64_t r = i; r < m; r += MR) {
-        const int mr = m - r < MR ? (int)(m - r) : MR;
-        kloop(mr, x + r * ldx, ldx, p->k, panel, acc);
-        tile_out(acc, mr, nc, B, cs, n0, out + r * ldo, ldo, act);
-    }
+    for (int64_t g = g0; g < g1; g++)
+        for (int64_t r = i; r < m; r += MR) {
+            const int mr = m - r < MR ? (int)(m - r) : MR;
+            kloop(mr, x + r * ldx, ldx, p->k, p->packed + g * k2 * NR * 2, acc);
+            tile_out(acc, mr, n - g * NR < NR ? n - g * NR : NR, B, cs, g * NR, out + r * ldo, ldo,
+                     act);
+        }
 }
 
 /* One function per activation, each with its own parallel loop over the tiles (shared over
@@ -284,12 +311,18 @@ BF16 static inline __attribute__((always_inline)) void amx_tile(
     BF16 static void amx_##ACT(const uint16_t *x, int64_t m, int64_t ldx, uint16_t *out,          \
                                int64_t ldo, const pdlkit_gbf16_params *p, const float *B,         \
                                float cs) {                                                        \
-        const int64_t blocks = (m + AMX_MR - 1) / AMX_MR, tiles = ((p->n + NR - 1) / NR) * blocks; \
+        const int64_t blocks = (m + AMX_MR - 1) / AMX_MR, panels = (p->n + NR - 1) / NR;          \
+        const int64_t group = amx_group_bf16(p, blocks), tasks = ((panels + group - 1) / group) * blocks; \
         OMP_REGION                                                                                \
         {                                                                                         \
+            float acc[AMX_GROUP_MAX_BF16 * AMX_MR * NR] __attribute__((aligned(64))); /* 128 KB */ \
             amx_configure();                                                                      \
             OMP_FOR                                                                               \
-            for (int64_t t = 0; t < tiles; t++) amx_tile(t, blocks, x, m, ldx, out, ldo, p, B, cs, ACT); \
+            for (int64_t t = 0; t < tasks; t++) {                                                 \
+                const int64_t g0 = (t / blocks) * group;                                          \
+                amx_task(acc, x, m, (t % blocks) * AMX_MR, ldx, g0,                               \
+                         g0 + group < panels ? g0 + group : panels, out, ldo, p, B, cs, ACT);     \
+            }                                                                                     \
             amx_release();                                                                        \
         }                                                                                         \
     }

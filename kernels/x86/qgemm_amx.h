@@ -52,7 +52,7 @@ static int amx_cpu(int bit) {
 }
 
 /* 1 once this process may use the AMX tiles (asked once; later calls read the answer) */
-static int amx_permitted(void) {
+__attribute__((unused)) static int amx_permitted(void) {
     static int state = -1; /* -1: not asked yet; 0: no; 1: yes */
     int s = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
     if (s >= 0) return s;
@@ -61,10 +61,63 @@ static int amx_permitted(void) {
     return s;
 }
 
+#if defined(PDLKIT_AMX_EMULATE)
+/* Tests only (tests/test_x86_amx.py builds the library with -DPDLKIT_AMX_EMULATE): the tile
+ * instructions in plain C on per-thread arrays, so that a host without AMX runs everything the
+ * AMX path does around them (blocking, K chunks, panel groups, tails, threads, epilogue). */
+static __thread union {
+    uint8_t b[64];
+    int32_t i[16];
+    float f[16];
+} emu_tile[8][16];
+static void emu_load(int t, const char *base, int64_t stride) {
+    for (int r = 0; r < 16; r++) memcpy(emu_tile[t][r].b, base + r * stride, 64);
+}
+static void emu_store(int t, char *base, int64_t stride) {
+    for (int r = 0; r < 16; r++) memcpy(base + r * stride, emu_tile[t][r].b, 64);
+}
+static float emu_bf16(const uint8_t *p) {
+    uint32_t u = (uint32_t)(p[0] | p[1] << 8) << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+/* kind 0: u8 x s8, 1: s8 x s8, 2: bf16 pairs into float32 */
+static void emu_dp(int c, int a, int b, int kind) {
+    for (int m = 0; m < 16; m++)
+        for (int n = 0; n < 16; n++)
+            for (int q = 0; q < 16; q++) {
+                const uint8_t *x = emu_tile[a][m].b + 4 * q, *w = emu_tile[b][q].b + 4 * n;
+                if (kind == 2) {
+                    emu_tile[c][m].f[n] += emu_bf16(x) * emu_bf16(w) + emu_bf16(x + 2) * emu_bf16(w + 2);
+                    continue;
+                }
+                int32_t s = 0;
+                for (int i = 0; i < 4; i++) s += (kind ? (int8_t)x[i] : x[i]) * (int8_t)w[i];
+                emu_tile[c][m].i[n] = (int32_t)((uint32_t)emu_tile[c][m].i[n] + (uint32_t)s);
+            }
+}
+#undef _tile_zero
+#undef _tile_loadd
+#undef _tile_stored
+#undef _tile_dpbusd
+#undef _tile_dpbssd
+#undef _tile_dpbf16ps
+#define _tile_zero(t) memset(emu_tile[t], 0, sizeof emu_tile[t])
+#define _tile_loadd(t, base, stride) emu_load(t, (const char *)(base), stride)
+#define _tile_stored(t, base, stride) emu_store(t, (char *)(base), stride)
+#define _tile_dpbusd(c, a, b) emu_dp(c, a, b, 0)
+#define _tile_dpbssd(c, a, b) emu_dp(c, a, b, 1)
+#define _tile_dpbf16ps(c, a, b) emu_dp(c, a, b, 2)
+#define _tile_loadconfig(cfg) (void)(cfg)
+#define _tile_release() (void)0
+__attribute__((unused)) static int amx_ready_for(int bf16) { return 1 + 0 * bf16; }
+#else
 /* AMX-INT8 (bf16 = 0) or AMX-BF16 (bf16 = 1) may run in this process */
 __attribute__((unused)) static int amx_ready_for(int bf16) {
     return amx_cpu(bf16 ? 22 : 25) && amx_permitted();
 }
+#endif
 __attribute__((unused)) static int amx_ready(void) { return amx_ready_for(0); }
 
 typedef struct {
@@ -89,21 +142,30 @@ AMX __attribute__((noinline)) static void amx_configure(void) {
 
 AMX __attribute__((noinline)) static void amx_release(void) { _tile_release(); }
 
-/* acc[r * 64 + c] (r < 32, c < 64; int32, or float32 for bf16) = sum_k x[r, k] w[n0 + c, k]
- * over one packed panel of k4 groups of 4 bytes (k4 a multiple of 16), x rows ldx bytes apart;
+/* acc[r * 64 + c] (r < 32, c < 64; int32, or float32 for bf16) (+)= sum_k x[r, k] w[n0 + c, k]
+ * over groups q0 .. q1 - 1 of 4 bytes of one packed panel (q1 - q0 a multiple of 16), x rows
+ * ldx bytes apart: first = 1 starts from zero, else adds to acc (a chunk of K after another);
  * DP: _tile_dpbusd, _tile_dpbssd or _tile_dpbf16ps. */
 #define AMX_BLOCK(NAME, DP)                                                                    \
-    AMX __attribute__((noinline, unused)) static void NAME(const void *x, int64_t ldx,          \
-                                                           int64_t k4, const void *panel,       \
-                                                           void *acc) {                         \
+    AMX __attribute__((noinline, unused)) static void NAME(                                     \
+        const void *x, int64_t ldx, int64_t q0, int64_t q1, const void *panel, void *acc,       \
+        int first) {                                                                            \
         const char *xa = (const char *)x, *xb = xa + 16 * ldx;                                   \
         for (int h = 0; h < 2; h++) {                                                            \
             const char *b = (const char *)panel + h * 32 * 4;                                    \
-            _tile_zero(0);                                                                       \
-            _tile_zero(1);                                                                       \
-            _tile_zero(2);                                                                       \
-            _tile_zero(3);                                                                       \
-            for (int64_t q = 0; q < k4; q += 16) {                                               \
+            char *c = (char *)acc + h * 32 * 4;                                                  \
+            if (first) {                                                                         \
+                _tile_zero(0);                                                                   \
+                _tile_zero(1);                                                                   \
+                _tile_zero(2);                                                                   \
+                _tile_zero(3);                                                                   \
+            } else {                                                                             \
+                _tile_loadd(0, c, 256);                                                          \
+                _tile_loadd(1, c + 64, 256);                                                     \
+                _tile_loadd(2, c + 16 * 256, 256);                                               \
+                _tile_loadd(3, c + 16 * 256 + 64, 256);                                          \
+            }                                                                                    \
+            for (int64_t q = q0; q < q1; q += 16) {                                              \
                 _tile_loadd(4, xa + 4 * q, ldx);                                                 \
                 _tile_loadd(6, b + q * 256, 256);                                                \
                 _tile_loadd(7, b + q * 256 + 64, 256);                                           \
@@ -113,7 +175,6 @@ AMX __attribute__((noinline)) static void amx_release(void) { _tile_release(); }
                 DP(2, 5, 6);                                                                     \
                 DP(3, 5, 7);                                                                     \
             }                                                                                    \
-            char *c = (char *)acc + h * 32 * 4;                                                  \
             _tile_stored(0, c, 256);                                                             \
             _tile_stored(1, c + 64, 256);                                                        \
             _tile_stored(2, c + 16 * 256, 256);                                                  \
