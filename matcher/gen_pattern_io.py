@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from pdlkit.matcher.gen_pattern import GenPatternError, pattern_from_function
 from pdlkit.runtime_abi.dtypes import DTYPES, dtype_named
+from pdlkit.runtime_abi.ops import LogicalOp, OpTable
 
 # -- the reference stored beside the pattern ----------------------------------------------------
 
@@ -87,23 +88,27 @@ def reference_path(pattern_path: Path) -> Path:
     return pattern_path.with_name(f"{stem}.reference.py")
 
 
-def _check_against_op(text: str, path: Path, op: str) -> str:
-    """Where op ``op`` is declared in the configured kernel folders ("" where it is not);
-    a :class:`GenPatternError` naming the pattern's line and the op's when the generated
-    ``pdlkit_call`` does not fit the op (argument count and kinds)."""
+def _check_against_op(text: str, path: Path, op: str, given: LogicalOp | None) -> str:
+    """Where op ``op`` is declared (the op file the function came from, else the configured
+    kernel folders; "" where it is not); a :class:`GenPatternError` naming the pattern's line
+    and the op's when the generated ``pdlkit_call`` does not fit it (count and kinds)."""
     from pdlkit.matcher.op_calls import text_problems
     from pdlkit.runtime_abi.registry import KernelLoadError, KernelRegistry
 
     from pdlkit import config
 
-    try:
-        registry = KernelRegistry.from_folders(config.kernel_paths(None))
-    except (KernelLoadError, config.PathError):
-        return ""  # check and lint report broken folders; the pattern is still written
-    the_op = registry.op(op)
+    table = OpTable()
+    if given is not None and given.name == op:
+        table.add(given)
+    else:
+        try:
+            table = KernelRegistry.from_folders(config.kernel_paths(None)).op_table
+        except (KernelLoadError, config.PathError):
+            return ""  # check and lint report broken folders; the pattern is still written
+    the_op = table.get(op)
     if the_op is None:
         return ""
-    problems = text_problems(text, path, registry.op_table)
+    problems = text_problems(text, path, table)
     if problems:
         raise GenPatternError("; ".join(problems))
     return the_op.source
@@ -138,6 +143,8 @@ def write_pattern(
 ) -> list[Path]:
     """``pdlkit gen-pattern``: the pattern to ``out`` (and its reference beside it), or to stdout."""
     fn = load_function(function)
+    given = fn if isinstance(fn, LogicalOp) else None  # an op file's @pdlkit.op
+    fn = given.reference if given is not None else fn
     inputs = parse_shapes(example_shapes, dtype)
     text = pattern_from_function(
         fn,
@@ -149,7 +156,7 @@ def write_pattern(
         commutative=commutative,
     )
     path = Path(out) if out is not None else Path("<stdout>")
-    declared = _check_against_op(text, path, op)
+    declared = _check_against_op(text, path, op, given)
     if out is None:
         print(text, end="")
         return []

@@ -54,12 +54,17 @@ def test_every_command_of_the_vendor_guide_runs(tmp_path):
     # the excerpts the guide shows are what the commands wrote and printed
     generated = (tmp_path / "my_vendor/patterns/linear_leaky_relu.pdl.mlir").read_text()
     shown = [body for lang, target, body in blocks() if not lang and not target]
-    assert len(shown) == 2
+    assert len(shown) == 3
     for line in shown[0].splitlines():
         if "..." not in line:
             assert line.strip() in generated, line
     printed = " ".join(out.split())
-    for line in shown[1].splitlines():
-        assert " ".join(line.split()) in printed, line
+    for excerpt in shown[1:]:
+        for line in excerpt.splitlines():
+            assert " ".join(line.split()) in printed, line
+    # another target's int8 linear: one kernel file and one manifest line, checked and used
+    assert not (tmp_path / "my_vendor/patterns/linear_leaky_relu.reference.py").exists()
+    assert re.search(r"qlinear_mine\s+reference uint8\s+PASS", out), out
+    assert re.search(r"qlinear -> qlinear_mine\s+at ", out), out
     page = (tmp_path / "report.html").read_text()
     assert 'data-pattern="linear_leaky_relu" data-kernel="linear_leaky_relu_addmm"' in page
