@@ -22,3 +22,13 @@ class ConfigError(PdlkitError, RuntimeError):
     """A configuration error: bad pattern, manifest or kernel file, unknown kernel pin, a
     target this host cannot run. (It was ``pdlkit.PdlkitError`` itself before the base
     class existed: a RuntimeError, as before.)"""
+
+
+class KernelLoadError(PdlkitError, RuntimeError):
+    """A kernel file could not be loaded; the message starts with ``file:line:``. (Here, not
+    in runtime_abi/registry.py, which loads native libraries through native.py: both raise it.)"""
+
+
+class KernelDependencyMissing(KernelLoadError):
+    """A kernel file imports an optional package that is not installed: its kernels are
+    skipped (one warning), the other files' kernels still load."""

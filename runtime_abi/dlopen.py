@@ -19,7 +19,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from pdlkit.runtime_abi.registry import KernelLoadError
+from pdlkit.errors import KernelLoadError
 
 _LOCK = threading.Lock()
 _HANDLES: dict[str, ctypes.CDLL] = {}  # digest -> library, never closed

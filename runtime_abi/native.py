@@ -35,7 +35,8 @@ from pdlkit.runtime_abi.kernel import (
     KernelUnsupported,
     declare,
 )
-from pdlkit.runtime_abi.registry import KernelLoadError
+
+from pdlkit.errors import KernelLoadError
 
 ABI_MAJOR, ABI_MINOR = 1, 1
 HEADER = Path(__file__).resolve().parent / "include" / "pdlkit_abi.h"

@@ -28,6 +28,7 @@ import torch
 from pdlkit.runtime_abi.autograd import needs_backward
 from pdlkit.runtime_abi.capability import FEATURE_ARCH, Target
 from pdlkit.runtime_abi.kernel import KernelDecl, KernelDeclarationError, bind_op
+from pdlkit.runtime_abi.native import load_native_library
 from pdlkit.runtime_abi.ops import LogicalOp, OpDeclarationError, OpTable, lookup
 from pdlkit.runtime_abi.trust import (
     Loading,
@@ -40,16 +41,7 @@ from pdlkit.runtime_abi.trust import (
     read_pins,
 )
 
-from pdlkit.errors import PdlkitError
-
-
-class KernelLoadError(PdlkitError, RuntimeError):
-    """A kernel file could not be loaded; the message starts with ``file:line:``."""
-
-
-class KernelDependencyMissing(KernelLoadError):
-    """A kernel file imports an optional package that is not installed: its kernels are
-    skipped (one warning), the other files' kernels still load."""
+from pdlkit.errors import KernelDependencyMissing, KernelLoadError
 
 
 @dataclass
@@ -200,8 +192,6 @@ def load_plugin_file(
             return cached.kernels, cached.ops
         ops: tuple[LogicalOp, ...] = ()
         if path.suffix == ".so":
-            from pdlkit.runtime_abi.native import load_native_library  # imports this module
-
             kernels = load_native_library(path, digest, data)
         else:
             try:
