@@ -76,17 +76,24 @@ _COMMON: dict[str, Any] = {
 if hasattr(torch, "_int_mm"):
 
     @pdlkit.kernel(implements="qlinear", **_COMMON)
-    def torch_qlinear_aarch64(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm) -> Tensor:  # fmt: skip
+    def torch_qlinear_aarch64(
+        x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm
+    ) -> Tensor:
         """act(dequantize(x_q) @ dequantize(w_q).T + bias): torch._int_mm (oneDNN + ACL) + torch epilogue."""
         return _float_out(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
 
     @pdlkit.kernel(implements="qlinear_dynamic", **_COMMON)
-    def torch_qlinear_dynamic_aarch64(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm) -> Tensor:  # fmt: skip
+    def torch_qlinear_dynamic_aarch64(
+        x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm
+    ) -> Tensor:
         """qlinear with the activation's scale and zero point as tensors (dynamic quantization)."""
         return _float_out(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
 
     @pdlkit.kernel(implements="qlinear_q", **_COMMON)
-    def torch_qlinear_q_aarch64(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, out_scale, out_zp, out_qmin, out_qmax, post_op, algorithm) -> Tensor:  # fmt: skip
+    def torch_qlinear_q_aarch64(
+        x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, out_scale, out_zp, out_qmin, out_qmax,
+        post_op, algorithm,
+    ) -> Tensor:  # fmt: skip
         """quantize_per_tensor(qlinear(...)): torch._int_mm + torch epilogue, u8 or s8 out."""
         y = _float_out(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
         return _requantize(y, out_scale, out_zp, out_qmin, out_qmax)
@@ -94,17 +101,24 @@ if hasattr(torch, "_int_mm"):
     # the weight quantized per tensor (ArmInductorQuantizer graphs): scale and zero point are numbers
 
     @pdlkit.kernel(implements="qlinear_pt", **_COMMON)
-    def torch_qlinear_pt_aarch64(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm) -> Tensor:  # fmt: skip
+    def torch_qlinear_pt_aarch64(
+        x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm
+    ) -> Tensor:
         """qlinear with a per-tensor weight scale: torch._int_mm (oneDNN + ACL) + torch epilogue."""
         return _float_out(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
 
     @pdlkit.kernel(implements="qlinear_dynamic_pt", **_COMMON)
-    def torch_qlinear_dynamic_pt_aarch64(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm) -> Tensor:  # fmt: skip
+    def torch_qlinear_dynamic_pt_aarch64(
+        x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm
+    ) -> Tensor:
         """qlinear_dynamic with a per-tensor weight scale."""
         return _float_out(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
 
     @pdlkit.kernel(implements="qlinear_q_pt", **_COMMON)
-    def torch_qlinear_q_pt_aarch64(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, out_scale, out_zp, out_qmin, out_qmax, post_op, algorithm) -> Tensor:  # fmt: skip
+    def torch_qlinear_q_pt_aarch64(
+        x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, out_scale, out_zp, out_qmin, out_qmax,
+        post_op, algorithm,
+    ) -> Tensor:  # fmt: skip
         """qlinear_q with a per-tensor weight scale, u8 or s8 out."""
         y = _float_out(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
         return _requantize(y, out_scale, out_zp, out_qmin, out_qmax)

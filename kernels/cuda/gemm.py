@@ -329,37 +329,16 @@ _PT2E_KW: dict[str, Any] = {
 
 
 @pdlkit.kernel(implements="qlinear", traits=["deterministic"], **_PT2E_KW)
-def qlinear_triton(
-    x_q,
-    x_scale,
-    x_zp,
-    w_q,  # arrives packed: (weight, column sums)
-    w_scale,
-    w_zp,
-    bias,
-    post_op,
-    algorithm,
-) -> Tensor:
+def qlinear_triton(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm) -> Tensor:
     """act(dequantize(x_q) @ dequantize(w_q).T + bias) in float32, one Triton GEMM."""
     return _pt2e(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
 
 
 @pdlkit.kernel(implements="qlinear_q", traits=["deterministic"], **_PT2E_KW)
 def qlinear_q_triton(
-    x_q,
-    x_scale,
-    x_zp,
-    w_q,  # arrives packed: (weight, column sums)
-    w_scale,
-    w_zp,
-    bias,
-    out_scale,
-    out_zp,
-    out_qmin,
-    out_qmax,
-    post_op,
-    algorithm,
-) -> Tensor:
+    x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, out_scale, out_zp, out_qmin, out_qmax,
+    post_op, algorithm,
+) -> Tensor:  # fmt: skip
     """quantize(act(dequantize(x_q) @ dequantize(w_q).T + bias)), requantized in registers."""
     req = (float(out_scale), int(out_zp), int(out_qmin), int(out_qmax))
     return _pt2e(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm, req)
@@ -367,15 +346,7 @@ def qlinear_q_triton(
 
 @pdlkit.kernel(implements="qlinear_dynamic", traits=["deterministic"], **_PT2E_KW)
 def qlinear_dynamic_triton(
-    x_q,
-    x_scale,
-    x_zp,
-    w_q,  # arrives packed: (weight, column sums)
-    w_scale,
-    w_zp,
-    bias,
-    post_op,
-    algorithm,
+    x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm
 ) -> Tensor:
     """Dynamic PT2E: the activation's scale and zero point are one-element tensors (read once
     on the host, so this kernel is not graph-capture safe)."""

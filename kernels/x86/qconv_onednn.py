@@ -86,23 +86,9 @@ def _check(post_op: str, padding: Sequence[int]) -> None:
 
 @pdlkit.kernel(implements="qconv_q", meta=_meta, **_ONEDNN)
 def qconv_q_onednn(
-    x_q,
-    x_scale,
-    x_zp,
-    w_q,
-    w_scale,
-    w_zp,
-    bias,
-    stride,
-    padding,
-    dilation,
-    groups,
-    out_scale,
-    out_zp,
-    out_qmin,
-    out_qmax,
-    post_op,
-) -> Tensor:
+    x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, stride, padding, dilation, groups, out_scale,
+    out_zp, out_qmin, out_qmax, post_op,
+) -> Tensor:  # fmt: skip
     """quantize(act(conv2d(dequantize(x_q), dequantize(w_q), bias))) in one oneDNN call;
     w_q arrives packed."""
     _check(post_op, padding)
@@ -138,26 +124,9 @@ def _add_meta(x_q: Tensor, x_scale: Any, x_zp: Any, w_q: Tensor, w_scale: Any, w
 
 @pdlkit.kernel(implements="qconv_add_q", meta=_add_meta, **_ONEDNN)
 def qconv_add_q_onednn(
-    x_q,
-    x_scale,
-    x_zp,
-    w_q,
-    w_scale,
-    w_zp,
-    bias,
-    stride,
-    padding,
-    dilation,
-    groups,
-    accum_q,
-    accum_scale,
-    accum_zp,
-    out_scale,
-    out_zp,
-    out_qmin,
-    out_qmax,
-    post_op,
-) -> Tensor:
+    x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, stride, padding, dilation, groups, accum_q,
+    accum_scale, accum_zp, out_scale, out_zp, out_qmin, out_qmax, post_op,
+) -> Tensor:  # fmt: skip
     """quantize(act(conv2d(dequantize(x_q), dequantize(w_q), bias) + dequantize(accum_q)))
     in one oneDNN call (its "sum" post op). oneDNN sums into the residual's codes in place,
     so they are copied first: other readers of the residual keep theirs."""

@@ -140,20 +140,9 @@ _ONEDNN: dict[str, Any] = {
 
 @pdlkit.kernel(implements="qlinear_q", **_ONEDNN)
 def qlinear_q_onednn(
-    x_q,
-    x_scale,
-    x_zp,
-    w_q,
-    w_scale,
-    w_zp,
-    bias,
-    out_scale,
-    out_zp,
-    out_qmin,
-    out_qmax,
-    post_op,
-    algorithm,
-) -> Tensor:
+    x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, out_scale, out_zp, out_qmin, out_qmax,
+    post_op, algorithm,
+) -> Tensor:  # fmt: skip
     """quantize(act(dequantize(x_q) @ dequantize(w_q).T + bias)) in one oneDNN call; w_q arrives packed."""
     if (out_qmin, out_qmax) not in ((0, 255), (-128, 127)):
         raise pdlkit.KernelUnsupported(f"output range [{out_qmin}, {out_qmax}]")

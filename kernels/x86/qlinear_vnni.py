@@ -412,26 +412,14 @@ if _LIB is not None:
 
     @pdlkit.kernel(implements="qlinear_q", dtypes=_DTYPES, prepack=_pack_q, **_DECL)
     def qlinear_q_vnni(
-        x_q,
-        x_scale,
-        x_zp,
-        w_q,
-        w_scale,
-        w_zp,
-        bias,
-        out_scale,
-        out_zp,
-        out_qmin,
-        out_qmax,
-        post_op,
-        algorithm,
+        x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, out_scale, out_zp, *rest
     ) -> Tensor:
         """quantize(act(dequantize(x_q) @ dequantize(w_q).T + bias)) in one fused VNNI GEMM;
         w_q arrives packed (:class:`_Packed`)."""
         return _gemm(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, out_scale, out_zp)  # type: ignore[arg-type]
 
     @pdlkit.kernel(implements="qlinear", dtypes=_DTYPES, prepack=_pack_f32, **_DECL)
-    def qlinear_vnni(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm) -> Tensor:
+    def qlinear_vnni(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, *rest) -> Tensor:
         """act(dequantize(x_q) @ dequantize(w_q).T + bias) in float32, in one fused VNNI GEMM;
         w_q arrives packed (:class:`_Packed`)."""
         return _gemm(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, 1.0, 0)  # type: ignore[arg-type]
@@ -484,23 +472,9 @@ if _LIB is not None:
         **_DECL,
     )
     def qlinear_add_layer_norm_q_vnni(
-        x_q,
-        x_scale,
-        x_zp,
-        w_q,
-        w_scale,
-        w_zp,
-        bias,
-        residual,
-        normalized_shape,
-        ln_weight,
-        ln_bias,
-        eps,
-        out_scale,
-        out_zp,
-        out_qmin,
-        out_qmax,
-    ) -> tuple[Tensor, Tensor]:
+        x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, residual, normalized_shape, ln_weight,
+        ln_bias, *rest,
+    ) -> tuple[Tensor, Tensor]:  # fmt: skip
         """``(y, quantize_per_tensor(y))`` for ``y = layer_norm(qlinear(x) + residual)`` in
         one VNNI GEMM whose row blocks finish with the add, the LayerNorm and the codes while
         they are in L1; w_q arrives packed (:class:`_PackedLn`)."""
@@ -515,19 +489,9 @@ if _LIB is not None:
         **_DECL,
     )
     def qlinear_add_layer_norm_vnni(
-        x_q,
-        x_scale,
-        x_zp,
-        w_q,
-        w_scale,
-        w_zp,
-        bias,
-        residual,
-        normalized_shape,
-        ln_weight,
-        ln_bias,
-        eps,
-    ) -> Tensor:
+        x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, residual, normalized_shape, ln_weight,
+        ln_bias, *rest,
+    ) -> Tensor:  # fmt: skip
         """``layer_norm(qlinear(x) + residual)`` in one VNNI GEMM (the last block of an
         encoder, whose LayerNorm is not quantized); w_q arrives packed (:class:`_PackedLn`)."""
         return _gemm_add_ln(x_q, w_q, w_scale, w_zp, bias, residual, ln_weight, ln_bias)[0]  # type: ignore[arg-type]
@@ -717,30 +681,9 @@ if _ATTN is not None:
         traits=["deterministic"],
     )
     def qkv_attention_q_merged_vnni(
-        x_q,
-        x_scale,
-        x_zp,
-        wq,
-        sq,
-        zq,
-        bq,
-        wk,
-        sk,
-        zk,
-        bk,
-        wv,
-        sv,
-        zv,
-        bv,
-        head_shape,
-        attn_mask,
-        is_causal,
-        scale,
-        out_scale,
-        out_zp,
-        out_qmin,
-        out_qmax,
-    ) -> Tensor:
+        x_q, x_scale, x_zp, wq, sq, zq, bq, wk, sk, zk, bk, wv, sv, zv, bv, head_shape,
+        attn_mask, *rest,
+    ) -> Tensor:  # fmt: skip
         """The Q, K and V projections of a self-attention block as one VNNI GEMM (N = 3 H D)
         into float32 rows ``q | k | v``, then attention.c's AVX512_BF16 attention on head
         views of those rows, its codes stored as [B, S, H * D]; wq arrives packed with wk and
