@@ -36,9 +36,11 @@ import torch.fx as fx
 from pdlkit.matcher.canonicalize import weight_views
 from pdlkit.runtime_abi import autotune, triton_binding
 from pdlkit.runtime_abi.autotune import KEEP, Decision, Excluded, Timing
-from pdlkit.runtime_abi.binding import CallSite, _fresh, bind, drop_site, new_site
+from pdlkit.runtime_abi.binding import bind
 from pdlkit.runtime_abi.binding_stats import count, uncounted
 from pdlkit.runtime_abi.kernel import KernelDecl
+from pdlkit.runtime_abi.outputs import fresh
+from pdlkit.runtime_abi.sites import CallSite, drop_site, new_site
 
 aten = torch.ops.aten
 # ops Inductor leaves to a library on the CPU (extern kernels): the subgraph costs at least these
@@ -383,7 +385,7 @@ class BucketChoice:
         if choice == cs.kernel.name:
             return self.inner(cs, args, attempt) if self.inner else attempt(cs, args)
         if choice == KEEP:
-            return _fresh(cs.fallback(*args), args)
+            return fresh(cs.fallback(*args), args)
         op, sid = self._siblings[choice]
         return op(*args, sid)
 
