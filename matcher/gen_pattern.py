@@ -40,20 +40,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pdlkit.matcher.pdl_checks import CONSTANT_OPS as _CONSTANT_OPS
 from pdlkit.runtime_abi.dtypes import short_name
 
 from pdlkit.errors import PdlkitError
-
-_CONSTANT_OPS = {
-    "torch.constant.int",
-    "torch.constant.float",
-    "torch.constant.str",
-    "torch.constant.bool",
-    "torch.constant.none",
-    "torch.constant.device",
-    "torch.constant.number",
-}
-
 
 _INT_SENTINEL = 1_000_003
 _FLOAT_SENTINEL = 0.123456789

@@ -24,21 +24,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from pdlkit.matcher.pdl_checks import CONSTANT_OPS as _CONSTANT_OPS
 from pdlkit.runtime_abi.dtypes import FLOAT_MLIR, mlir_name, torch_name
 from torch_mlir import ir
 
 # -- reading MLIR values --------------------------------------------------------------------------
 
 _VTENSOR = re.compile(r"^!torch\.(?:v)?tensor<\[([^\]]*)\],([a-z0-9]+)>$")
-_CONSTANT_OPS = {
-    "torch.constant.int",
-    "torch.constant.float",
-    "torch.constant.str",
-    "torch.constant.bool",
-    "torch.constant.none",
-    "torch.constant.device",
-    "torch.constant.number",
-}
 
 
 @functools.lru_cache(maxsize=4096)

@@ -14,99 +14,10 @@ Values (``pdl.value``) are checked when a call runs. Ops declared without types
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from pdlkit.matcher.pattern_file import Pattern, read_pdl_module
-from pdlkit.matcher.pdl_checks import nested_ops
+from pdlkit.matcher.pattern_file import CallSite, Pattern, call_sites
 from pdlkit.runtime_abi.ops import OpTable, argument_problem
-
-
-@dataclass(frozen=True)
-class CallSite:
-    """One ``pdlkit_call``: the op it names, each argument's attribute kind (None for a
-    ``pdl.value``), and where it stands."""
-
-    op: str
-    kinds: tuple[str | None, ...]
-    line: int
-    col: int
-
-
-def _attr_kind(value: Any) -> str:
-    from torch_mlir import ir
-
-    for cls, kind in (
-        (ir.StringAttr, "str"),
-        (ir.BoolAttr, "bool"),
-        (ir.IntegerAttr, "int"),
-        (ir.FloatAttr, "float"),
-        (ir.ArrayAttr, "list"),
-        (ir.UnitAttr, "unit"),
-    ):
-        if isinstance(value, cls):
-            return kind
-    return "attribute"
-
-
-def _kind(v: Any) -> str | None:
-    owner = v.owner.operation
-    if owner.name == "pdl.attribute" and "value" in owner.attributes:
-        return _attr_kind(owner.attributes["value"])
-    return None
-
-
-def call_sites(pattern_op: Any) -> list[CallSite]:
-    """The ``pdlkit_call`` sites of one ``pdl.pattern`` op, in order."""
-    from torch_mlir import ir
-
-    out = []
-    for op in nested_ops(pattern_op):
-        if op.name == "pdl.apply_native_rewrite":
-            first = 0
-        elif op.name == "pdl.rewrite":
-            first = 1  # after the root
-        else:
-            continue
-        if "name" not in op.attributes or op.attributes["name"].value != "pdlkit_call":
-            continue
-        operands = list(op.operands)[first:]
-        if not operands:
-            continue
-        name_attr = operands[0].owner.operation
-        if name_attr.name != "pdl.attribute" or "value" not in name_attr.attributes:
-            continue
-        value = name_attr.attributes["value"]
-        if not isinstance(value, ir.StringAttr):
-            continue  # the loader reports it
-        args = operands[1:]
-        while args and str(args[-1].type) == "!pdl.operation":
-            args = args[:-1]  # the ops the call replaces (one per result)
-        loc = op.location
-        line, col = (loc.start_line, loc.start_col) if hasattr(loc, "start_line") else (1, 1)
-        out.append(CallSite(value.value, tuple(_kind(a) for a in args), line, col))
-    return out
-
-
-def sites_by_pattern(file: Path) -> dict[str, list[CallSite]]:
-    """Every pattern of ``file`` by name, with its call sites (read once per file version)."""
-    st = file.stat()
-    return _sites(file, st.st_mtime_ns, st.st_size)
-
-
-@functools.lru_cache(maxsize=256)
-def _sites(file: Path, mtime_ns: int, size: int) -> dict[str, list[CallSite]]:
-    from torch_mlir import ir
-
-    module = read_pdl_module(file, ir.Context())
-    out = {}
-    for op in module.body.operations:
-        op = op.operation
-        if op.name == "pdl.pattern" and "sym_name" in op.attributes:
-            out[ir.StringAttr(op.attributes["sym_name"]).value] = call_sites(op)
-    return out
 
 
 def site_problems(
@@ -149,13 +60,11 @@ def text_problems(text: str, file: Path, ops: OpTable) -> list[str]:
         op = op.operation
         if op.name == "pdl.pattern" and "sym_name" in op.attributes:
             name = ir.StringAttr(op.attributes["sym_name"]).value
-            out += [f"{w}: {m}" for w, m in site_problems(file, name, call_sites(op), ops)]
+            sites = list(call_sites(file, op))
+            out += [f"{w}: {m}" for w, m in site_problems(file, name, sites, ops)]
     return out
 
 
 def call_problems(pattern: Pattern, ops: OpTable) -> list[tuple[str, str]]:
-    """The problems of one loaded pattern's calls (its file is read again)."""
-    if not pattern.calls:
-        return []
-    sites = sites_by_pattern(pattern.file).get(pattern.name, [])
-    return site_problems(pattern.file, pattern.name, sites, ops)
+    """The problems of one loaded pattern's calls."""
+    return site_problems(pattern.file, pattern.name, list(pattern.call_sites), ops)

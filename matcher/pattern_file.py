@@ -27,6 +27,17 @@ class PatternError(PdlkitError, ValueError):
 
 
 @dataclass(frozen=True)
+class CallSite:
+    """One ``pdlkit_call``: the op it names, each argument's kind (a constant attribute's:
+    str, int, float, bool, list, unit; None for a ``pdl.value``), and where it stands."""
+
+    op: str
+    kinds: tuple[str | None, ...]
+    line: int
+    col: int
+
+
+@dataclass(frozen=True)
 class Pattern:
     """One ``pdl.pattern`` with the settings its manifest gave it."""
 
@@ -39,6 +50,7 @@ class Pattern:
     enabled: bool = True
     targets: tuple[str, ...] = ()
     calls: tuple[str, ...] = ()  # logical ops its pdlkit_call rewrites name
+    call_sites: tuple[CallSite, ...] = ()  # those calls, with their arguments' kinds
     # op names the matcher part can match; None if some pdl.operation names no op (matches any)
     op_names: frozenset[str] | None = None
     kernel: str | None = None  # kernel pin
@@ -127,6 +139,7 @@ def parse_pdl_file(path: Path, ctx: Any | None = None) -> list[Pattern]:
         _check_ops(path, op, bounds)
         attrs = op.attributes
         name = attrs["sym_name"].value if "sym_name" in attrs else f"{path.name.split('.')[0]}_{i}"
+        sites = call_sites(path, op)
         patterns.append(
             Pattern(
                 name=name,
@@ -135,7 +148,8 @@ def parse_pdl_file(path: Path, ctx: Any | None = None) -> list[Pattern]:
                 col=col,
                 benefit=attrs["benefit"].value,
                 root=_root_name(op),
-                calls=_called_ops(path, op),
+                call_sites=sites,
+                calls=tuple(c.op for c in sites),
                 op_names=_matched_op_names(op),
             )
         )
@@ -188,8 +202,9 @@ def _matched_op_names(pattern_op: Any) -> frozenset[str] | None:
     return frozenset(names)
 
 
-def _called_ops(path: Path, pattern_op: Any) -> tuple[str, ...]:
-    """The logical op names passed to pdlkit_call (as a constant pdl.attribute)."""
+def call_sites(path: Path, pattern_op: Any) -> tuple[CallSite, ...]:
+    """The pattern's ``pdlkit_call`` sites: the logical op each names (a constant string
+    ``pdl.attribute``), the kind of each argument, where it stands."""
     from torch_mlir import ir
 
     out = []
@@ -202,18 +217,41 @@ def _called_ops(path: Path, pattern_op: Any) -> tuple[str, ...]:
             continue
         if "name" not in op.attributes or op.attributes["name"].value != "pdlkit_call":
             continue
-        if len(op.operands) > first:
-            owner = op.operands[first].owner.operation
-            if owner.name == "pdl.attribute" and "value" in owner.attributes:
-                value = owner.attributes["value"]
-                if not isinstance(value, ir.StringAttr):
-                    line, col = _position(owner)
-                    raise PatternError(
-                        f"{path}:{line}:{col}: pdlkit_call's first argument names the logical "
-                        f'op and must be a string, e.g. pdl.attribute = "linear_relu"; got {value}'
-                    )
-                out.append(value.value)
+        operands = list(op.operands)[first:]
+        if not operands:
+            continue
+        owner = operands[0].owner.operation
+        if owner.name != "pdl.attribute" or "value" not in owner.attributes:
+            continue
+        value = owner.attributes["value"]
+        if not isinstance(value, ir.StringAttr):
+            line, col = _position(owner)
+            raise PatternError(
+                f"{path}:{line}:{col}: pdlkit_call's first argument names the logical "
+                f'op and must be a string, e.g. pdl.attribute = "linear_relu"; got {value}'
+            )
+        args = operands[1:]
+        while args and str(args[-1].type) == "!pdl.operation":
+            args = args[:-1]  # the ops the call replaces (one per result)
+        line, col = _position(op)
+        out.append(CallSite(value.value, tuple(_arg_kind(a) for a in args), line, col))
     return tuple(out)
+
+
+def _arg_kind(v: Any) -> str | None:
+    """A constant ``pdl.attribute`` argument's kind (str, int, float, bool, list, unit); None
+    for a ``pdl.value``."""
+    from torch_mlir import ir
+
+    owner = v.owner.operation
+    if owner.name != "pdl.attribute" or "value" not in owner.attributes:
+        return None
+    value = owner.attributes["value"]
+    kinds = (
+        (ir.StringAttr, "str"), (ir.BoolAttr, "bool"), (ir.IntegerAttr, "int"),
+        (ir.FloatAttr, "float"), (ir.ArrayAttr, "list"), (ir.UnitAttr, "unit"),
+    )  # fmt: skip
+    return next((kind for cls, kind in kinds if isinstance(value, cls)), "attribute")
 
 
 def _root_name(pattern_op: Any) -> str | None:

@@ -19,6 +19,13 @@ import re
 import threading
 from typing import Any
 
+# the Torch dialect's compile-time constants (natives' is_constant, gen-pattern's literals)
+CONSTANT_OPS = frozenset(
+    {
+        "torch.constant.int", "torch.constant.float", "torch.constant.str", "torch.constant.bool",
+        "torch.constant.none", "torch.constant.device", "torch.constant.number",
+    }
+)  # fmt: skip
 MAX_NESTING = 128  # shipped patterns nest at most 5 deep; MLIR crashes at about 8,000
 
 # an alias name (``#a``, ``!t``; a definition when ``=`` follows), a line end, "->", a bracket
