@@ -574,7 +574,7 @@ class PdlkitBackend:
             from torch._inductor.compile_fx import compile_fx
 
             return cast(Callable[..., Any], compile_fx(gm, example_inputs, config_patches=patches))
-        opts = distributed.checked_options(gm, opts, plan)  # collectives: ranks agree first
+        opts, plan = distributed.checked_options(gm, opts, plan)  # ranks agree; FSDP2 params
         on = plan.target.models_on
         if on and not self.explain_only and on not in host().devices:
             raise ConfigError(

@@ -459,14 +459,68 @@ def _differences(by_rank: dict[int, dict[str, str]]) -> list[str]:
     return out
 
 
-def checked_options(gm: fx.GraphModule, opts: Any, plan: Any) -> Any:
-    """``opts`` for a graph with collectives, after the checks every rank makes together
-    (the module's doc); other graphs' options unchanged."""
+# -- FSDP2: parameters refilled in place ----------------------------------------------------------
+
+
+def fsdp_managed_inputs(gm: fx.GraphModule) -> list[str]:
+    """Dynamo's inputs that are parameters of modules managed by FSDP2 (``fully_shard``)."""
+    out = []
+    for n in gm.graph.nodes:
+        if n.op != "placeholder":
+            continue
+        source = getattr(n.meta.get("grapharg"), "source", None)
+        while source is not None:
+            if type(source).__name__ == "FSDPNNModuleSource":
+                out.append(n.name)
+                break
+            source = getattr(source, "base", None)
+    return out
+
+
+_STALE = (
+    "FSDP2 refills the gathered parameters in place without a version bump, so a weight "
+    "pre-packed once would go stale after an optimizer step or a load_state_dict"
+)
+
+
+class WithoutPrepack:
+    """A kernel registry that offers only kernels that pre-pack nothing; the others are
+    passed over with the reason (near misses in ``explain``)."""
+
+    def __init__(self, registry: Any) -> None:
+        self._registry = registry
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._registry, name)
+
+    def candidates(
+        self, op: str, args: Any, target: Any, pin: str | None = None
+    ) -> tuple[list[Any], list[str]]:
+        eligible, reasons = self._registry.candidates(op, args, target, pin)
+        kept = [k for k in eligible if k.prepack is None]
+        reasons = list(reasons) + [
+            f"{k.name}: pre-packs its weight, and {_STALE}" for k in eligible if k.prepack
+        ]
+        return kept, reasons
+
+    def select(self, op: str, args: Any, target: Any, pin: str | None = None) -> Any:
+        from pdlkit.runtime_abi.registry import Selection
+
+        eligible, reasons = self.candidates(op, args, target, pin)
+        return Selection(eligible[0] if eligible else None, reasons)
+
+
+def checked_options(gm: fx.GraphModule, opts: Any, plan: Any) -> tuple[Any, Any]:
+    """``(opts, plan)`` for this graph: with FSDP2-managed parameters, kernels that pre-pack
+    are not offered; for a graph with collectives, after the checks every rank makes
+    together (the module's doc), with autotune off. Other graphs' unchanged."""
+    if fsdp_managed_inputs(gm):
+        plan = replace(plan, registry=WithoutPrepack(plan.registry))
     if not collectives(gm):
-        return opts
+        return opts, plan
     check_process_group(gm)
     agree_on_files(plan_files(opts))
     named = _collective_patterns(plan)
     if named:  # the same files on every rank (checked above): every rank raises this
         raise DistributedError("; ".join(named))
-    return replace(opts, autotune="off")
+    return replace(opts, autotune="off"), plan

@@ -263,7 +263,60 @@ def _scenario_rank1_inductor(rank: int, out: Path) -> dict[str, Any]:
     return {}
 
 
+class _Block(nn.Module):
+    def __init__(self, n_in: int, n_out: int, relu: bool) -> None:
+        super().__init__()
+        self.fc, self.relu = nn.Linear(n_in, n_out), relu
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.fc(x)
+        return torch.relu(y) if self.relu else y
+
+
+class _TwoBlocks(nn.Module):
+    """User code around the linears: Dynamo compiles it (torch.nn's own frames it skips)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.b0, self.b1 = _Block(64, 256, True), _Block(256, 64, False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b1(self.b0(x))
+
+
+def _scenario_fsdp(rank: int, out: Path) -> dict[str, Any]:
+    """FSDP2 (fully_shard) training steps and inference, against the unsharded model."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    model = _TwoBlocks()
+    ref = copy.deepcopy(model)
+    mesh = init_device_mesh("cpu", (WORLD,))
+    for m in (model.b0, model.b1, model):
+        fully_shard(m, mesh=mesh)
+    compiled = torch.compile(model, backend="pdlkit")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.1)
+    x, target = torch.randn(8, 64), torch.randn(8, 64)  # the same on both ranks (seed 0)
+    before = _subs()
+    losses = []
+    for _ in range(3):
+        pair = []
+        for fn, o in ((compiled, opt), (ref, opt_ref)):
+            loss = nn.functional.mse_loss(fn(x), target)
+            loss.backward()
+            o.step()
+            o.zero_grad()
+            pair.append(float(loss))
+        losses.append(pair)
+    with torch.no_grad():
+        err = _err(compiled(x), ref(x))
+    return {"losses": losses, "err": err, "subs": _subs() - before}
+
+
 SCENARIOS = {
+    "fsdp": _scenario_fsdp,
     "dtensor": _scenario_dtensor,
     "decline": _scenario_decline,
     "int8": _scenario_int8,
@@ -309,6 +362,16 @@ def test_int8_models_sharded_per_rank_substitute_as_unsharded(tmp_path):
         assert per_token["subs_tp"] == per_token["subs_full"], (r, per_token)
         for name, m in res.items():  # shard-local activation scales: int8 rounding apart
             assert m["err"] < 0.05 * m["scale"], (r, name, m)
+
+
+def test_fsdp2_training_steps_and_inference_equal_the_unsharded_model(tmp_path):
+    results = _spawn(tmp_path, "fsdp")
+    _ok(results)
+    for r, res in enumerate(results):
+        assert res["subs"] >= 1, (r, res)  # the linear+relu block, in training and inference
+        for step, (ours, ref) in enumerate(res["losses"]):
+            assert abs(ours - ref) < 1e-5, (r, step, res["losses"])
+        assert res["err"] < 1e-5, (r, res)
 
 
 def test_ranks_with_different_pattern_files_both_fail_naming_rank_and_file(tmp_path):
