@@ -44,7 +44,8 @@ class CompileSession:
     """The call sites, reports and warnings of one backend's compilations."""
 
     def __init__(self, keep_reports: bool = False) -> None:
-        self._sites: list[weakref.ref[CallSite]] = []
+        # per compiled graph with call sites, in completion order: weak references to them
+        self._graph_sites: list[list[weakref.ref[CallSite]]] = []
         self.keep_reports = keep_reports  # explain reads them; a long-lived backend drops them
         self.reports: list[tuple[Any, Any]] = []  # (GraphReport, Plan) per compiled graph
         self.graphs = 0  # graphs compiled so far (a report's index)
@@ -53,19 +54,27 @@ class CompileSession:
 
     @contextmanager
     def compiling(self) -> Iterator[int]:
-        """The block compiles one graph: the call sites registered in it, on this thread,
-        are this session's. Yields the graph's index."""
+        """The block compiles one graph: the call sites registered in it, in this context,
+        are this session's once it ends. Yields the graph's index. Each compilation notes
+        its sites in a list of its own, so that threads compiling at once do not race."""
         with self._lock:
             index = self.graphs
             self.graphs += 1
-            self._sites = [r for r in self._sites if r() is not None]  # freed graphs' sites
-        with sites.noting(self._sites):
-            yield index
+        mine: list[weakref.ref[CallSite]] = []
+        try:
+            with sites.noting(mine):
+                yield index
+        finally:
+            with self._lock:  # graphs freed since hold no live site: forget them
+                kept = [g for g in self._graph_sites if any(r() is not None for r in g)]
+                self._graph_sites = kept + ([mine] if mine else [])
 
     def sites(self) -> list[CallSite]:
-        """The live call sites this session's compilations made, in registration order
-        (graph order within a graph)."""
-        return [cs for cs in (r() for r in list(self._sites)) if cs is not None]
+        """The live call sites this session's compilations made, graph by graph (in the
+        order the compilations ended), in graph order within a graph."""
+        with self._lock:
+            refs = [r for g in self._graph_sites for r in g]
+        return [cs for cs in (r() for r in refs) if cs is not None]
 
     def report(self, report: Any, plan: Any) -> None:
         """Note a graph's report (kept only where ``keep_reports``)."""

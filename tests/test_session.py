@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import threading
 import warnings
 from pathlib import Path
 
@@ -105,3 +106,22 @@ def test_a_session_warns_once_per_key() -> None:
         "pdlkit: graph 0 left to Inductor: x",
         "pdlkit: another",
     ]
+
+
+def test_threads_compiling_with_one_backend_each_note_their_sites(folders):
+    p, k = folders
+    backend = PdlkitBackend(patterns=p, kernels=k, default_codegen="eager")
+    models = [TwoLinearRelu().eval(), torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())]
+    compiled = [torch.compile(m, backend=backend) for m in models]
+
+    def run(f):
+        with torch.no_grad():
+            f(torch.randn(2, 8))
+
+    threads = [threading.Thread(target=run, args=(f,)) for f in compiled]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert backend.session.graphs == 2
+    assert len(backend.session.sites()) == 3
