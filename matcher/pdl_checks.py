@@ -77,13 +77,11 @@ def nesting_problem(
                 defining = ""  # the value is complete
         elif tok in ("(", "[", "{", "<"):
             stack.append(tok)
-            if defining:
-                depth_of[defining] = max(depth_of[defining], len(stack))
+            depth_of[defining] = max(depth_of.get(defining, 0), len(stack))  # "": no alias
             if len(stack) > limit:
                 return _at(text, m.start(), f"brackets nest deeper than {limit} levels; {why}")
-        elif tok == ">":
-            if stack and stack[-1] == "<":
-                stack.pop()
+        elif tok == ">" and stack and stack[-1] == "<":
+            stack.pop()
         elif tok in _OPENS and _OPENS[tok] in stack:
             while stack.pop() != _OPENS[tok]:
                 pass

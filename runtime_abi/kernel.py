@@ -307,14 +307,7 @@ def declare(
         problems.append(
             "meta must be a function returning empty tensors of the output shapes and dtypes"
         )
-    defaults = [
-        n for n, prm in inspect.signature(fn).parameters.items() if prm.default is not prm.empty
-    ]
-    if defaults:
-        problems.append(
-            f"parameters {defaults} have defaults; patterns pass every argument, and pdlkit "
-            "appends a call-site argument after them, so kernel parameters take no defaults"
-        )
+    problems += _default_problems(fn)
     dts, rules, more = _rules(o["dtypes"] or {}, o["shapes"] or {})
     problems += more
     if problems:
@@ -347,17 +340,34 @@ def declare(
         doc=inspect.getdoc(fn) or "",
     )
     if implements is not None:  # bound now where the op is loaded; a registry binds it again
-        known = lookup(implements)  # to its own op, and reports a mismatch there
-        if known is not None and known.typed:
-            try:
-                return bind_op(decl, known)
-            except KernelDeclarationError:
-                return decl
-        return decl
+        return bind_if_loaded(decl)  # to its own op, and reports a mismatch there
     problems = _param_problems(decl, decl.params, dts, rules)
     if problems:
         raise KernelDeclarationError(f"{where}: kernel {name!r}: " + "; ".join(problems))
     return replace(decl, schema=_infer_schema(fn, f"{where}: kernel {name!r}"))
+
+
+def _default_problems(fn: Callable[..., Any]) -> list[str]:
+    sig = inspect.signature(fn).parameters.items()
+    defaults = [n for n, prm in sig if prm.default is not prm.empty]
+    if not defaults:
+        return []
+    return [
+        f"parameters {defaults} have defaults; patterns pass every argument, and pdlkit "
+        "appends a call-site argument after them, so kernel parameters take no defaults"
+    ]
+
+
+def bind_if_loaded(decl: KernelDecl) -> KernelDecl:
+    """``decl`` bound to the op of its name loaded last, where that works; else as it is (a
+    registry binds it to its own op, and reports a mismatch there)."""
+    known = lookup(decl.op)
+    if known is None or not known.typed:
+        return decl
+    try:
+        return bind_op(decl, known)
+    except KernelDeclarationError:
+        return decl
 
 
 def _unbound(*args: Any) -> Any:

@@ -27,9 +27,14 @@ from typing import Any
 import torch
 from pdlkit.runtime_abi.autograd import needs_backward
 from pdlkit.runtime_abi.capability import FEATURE_ARCH, Target
-from pdlkit.runtime_abi.kernel import KernelDecl, KernelDeclarationError, bind_op
+from pdlkit.runtime_abi.kernel import (
+    KernelDecl,
+    KernelDeclarationError,
+    bind_if_loaded,
+    bind_op,
+)
 from pdlkit.runtime_abi.native import load_native_library
-from pdlkit.runtime_abi.ops import LogicalOp, OpDeclarationError, OpTable, lookup
+from pdlkit.runtime_abi.ops import LogicalOp, OpDeclarationError, OpTable
 from pdlkit.runtime_abi.trust import (
     Loading,
     TrustError,
@@ -97,20 +102,8 @@ def _bind_known(kernels: tuple[KernelDecl, ...]) -> tuple[KernelDecl, ...]:
     rest against its own ops)."""
     out = []
     for k in kernels:
-        the_op = lookup(k.op) if k.from_op and not k.schema else None
-        out.append(_try_bind(k, the_op))
+        out.append(bind_if_loaded(k) if k.from_op and not k.schema else k)
     return tuple(out)
-
-
-def _try_bind(k: KernelDecl, the_op: LogicalOp | None) -> KernelDecl:
-    """``k`` bound to ``the_op`` where that works; else as it is (a registry binds it to its
-    own op, and reports a mismatch there)."""
-    if the_op is None or not the_op.typed:
-        return k
-    try:
-        return bind_op(k, the_op)
-    except KernelDeclarationError:
-        return k
 
 
 def _load_error(path: Path, e: BaseException) -> KernelLoadError:
@@ -300,15 +293,20 @@ class KernelRegistry:
             )
         self.kernels[key] = decl
 
+    def unbound(self) -> list[tuple[KernelDecl, str]]:
+        """Kernels that implement an op no loaded file declares, each with its error."""
+        known = ", ".join(self.op_table.names()) or "none"
+        return [
+            (d, f"{d.source}: kernel {d.name!r} implements op {d.op!r}, which no op file "
+                f"declares (declare it with @pdlkit.op in a file of a kernel folder; known: {known})")
+            for d in self.pending
+        ]  # fmt: skip
+
     def finish(self) -> None:
         """Every kernel is bound: one that implements an op no file declares is an error."""
-        if self.pending:
-            decl = self.pending[0]
-            known = ", ".join(self.op_table.names()) or "none"
-            raise KernelLoadError(
-                f"{decl.source}: kernel {decl.name!r} implements op {decl.op!r}, which no op file "
-                f"declares (declare it with @pdlkit.op in a file of a kernel folder; known: {known})"
-            )
+        problems = self.unbound()
+        if problems:
+            raise KernelLoadError(problems[0][1])
 
     def op(self, name: str) -> LogicalOp | None:
         """The logical op of that name, if a loaded file declares it."""

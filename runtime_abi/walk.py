@@ -114,21 +114,12 @@ def load_paths(
                 walked.registry.add(d)
             except KernelLoadError as e:
                 walked.problems.append((f, str(e)))
-    for d in walked.registry.pending:
-        walked.problems.append((Path(d.source.split(":")[0]), _unbound_message(walked, d)))
+    for d, message in walked.registry.unbound():
+        walked.problems.append((Path(d.source.rsplit(":", 1)[0]), message))
     walked.registry.pending = []
     names = {(d.name, d.source) for _, decls in loaded for d in decls}
     walked.given = [k for k in walked.registry.kernels.values() if (k.name, k.source) in names]
     return walked
-
-
-def _unbound_message(walked: Walked, d: KernelDecl) -> str:
-    try:
-        walked.registry.pending = [d]
-        walked.registry.finish()
-    except KernelLoadError as e:
-        return str(e)
-    return f"{d.source}: kernel {d.name!r} is not bound to an op"
 
 
 def _add_configured(walked: Walked, kernels: Sequence[str] | None) -> None:
