@@ -95,6 +95,19 @@ def cpu_flags(arch: str, text: str | None = None) -> set[str]:
     return set()
 
 
+def _amx_granted() -> bool:
+    """Whether Linux gives this process the AMX tile state: asks for it as the AMX kernels do
+    (``arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)``, x86-64 syscall 158; asking again
+    is harmless). torch's ``_is_amx_tile_supported`` said no on a Xeon whose tiles ran (torch
+    2.11, the GPU machine's host), so the AMX kernels were never eligible there."""
+    import ctypes
+
+    try:
+        return int(ctypes.CDLL(None).syscall(158, 0x1023, 18)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
 @functools.cache
 def host() -> Target:
     """The machine this process runs on (CPU features from /proc/cpuinfo, CUDA from torch)."""
@@ -104,9 +117,8 @@ def host() -> Target:
     devices = {"cpu"}
     import torch
 
-    # /proc/cpuinfo lists AMX whenever the CPU has it; the OS must also enable its state
-    amx_ok = getattr(torch._C._cpu, "_is_amx_tile_supported", None)
-    if "amx_tile" in features and (amx_ok is None or not amx_ok()):
+    # /proc/cpuinfo lists AMX whenever the CPU has it; Linux must also grant the tile state
+    if "amx_tile" in features and not _amx_granted():
         features -= {"amx_tile", "amx_int8", "amx_bf16"}
     try:
         if torch.cuda.is_available():
