@@ -61,7 +61,10 @@ def _intercept(rec: Record, mode: str | None) -> Any:
 def _fingerprint(gm: fx.GraphModule) -> str:
     """What makes two compiled graphs' call sites interchangeable: the graph's text, its
     inputs' shapes and dtypes, and the identity of its constants (with Inductor's freezing,
-    the weights: two models of one architecture must not share sites then)."""
+    the weights: two models of one architecture must not share sites then).
+
+    Not graph_guard.graph_key: that one keys a verdict cached on disk for later processes,
+    so it holds no object identity (and names the kernels and the inputs' devices)."""
     h = hashlib.sha256(str(gm.graph).encode())
     for n in gm.graph.nodes:
         if n.op == "placeholder":
