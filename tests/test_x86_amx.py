@@ -496,3 +496,15 @@ def test_emulated_amx_bf16_blocking_within_bf16_rounding(m, k, n):
     assert rc == 0
     ref = F.linear(x.float(), w.float(), b.float())
     torch.testing.assert_close(out.float(), ref, rtol=1.6e-2, atol=1e-2)
+
+
+def test_per_tensor_kernel_with_a_new_bias_tensor_each_call(amx):
+    """Eager callers pass new tensors each call: the cached [N] vectors are matched by
+    identity, never by comparing tensors."""
+    x, w, _, _, x_zp = _operands(8, 64, 16, torch.uint8, seed=13)
+    decl = amx["qlinear_pt_vnni"]
+    p = decl.prepack(w, {"x_scale": 0.02, "x_zp": x_zp, "post_op": "none", "algorithm": ""})
+    for seed in range(3):
+        b = torch.randn(16, generator=torch.Generator().manual_seed(seed))
+        got = decl.fn(x, 0.02, x_zp, p, 0.004, 0, b, "none", "")
+        torch.testing.assert_close(got, _reference(x, x_zp, w, 0.004, b, "none", "", None))

@@ -217,7 +217,8 @@ class _Packed:
         if v[0] is w_scale and v[1] is bias and v[2] is w_zp:
             return v[3]
         if not isinstance(w_scale, Tensor):
-            if v[4:] == (float(w_scale), bias, int(w_zp)):
+            # by identity: a tuple compare would call a tensor's == on another bias
+            if len(v) == 7 and v[4] == float(w_scale) and v[5] is bias and v[6] == int(w_zp):
                 return v[3]
             full = torch.full((self.n,), float(w_scale), dtype=torch.float32)
             zps = torch.full((self.n,), int(w_zp), dtype=torch.int64) if int(w_zp) else None
