@@ -34,6 +34,7 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -182,10 +183,10 @@ def _bf16(ks: dict[str, Any], g: torch.Generator, args: argparse.Namespace) -> l
         pa = amx.prepack(w, attrs)
         extra = (algo,) if gelu else ()
         cases: dict[str, Callable[[], Any]] = {
-            "onednn": lambda peer=peer, po=po, x=x, b=b, extra=extra: peer.fn(x, po, b, *extra),
-            "bf16": lambda mine=mine, pm=pm, x=x, b=b, extra=extra: mine.fn(x, pm, b, *extra),
-            "amx": lambda amx=amx, pa=pa, x=x, b=b, extra=extra: amx.fn(x, pa, b, *extra),
-            "linear": lambda x=x, w=w, b=b: torch.nn.functional.linear(x, w, b),
+            "onednn": partial(peer.fn, x, po, b, *extra),
+            "bf16": partial(mine.fn, x, pm, b, *extra),
+            "amx": partial(amx.fn, x, pa, b, *extra),
+            "linear": partial(torch.nn.functional.linear, x, w, b),
         }
         diff = (cases["onednn"]().float() - cases["bf16"]().float()).abs().max().item()
         med = _interleaved(cases, args)
@@ -337,8 +338,8 @@ def _cases(
     for engine in ("vnni", "amx"):
         q, f = ks[f"qlinear_q_{engine}"], ks[f"qlinear_{engine}"]
         pq, pf = q.prepack(w, mine_attrs), f.prepack(w, mine_attrs)
-        cases[engine] = lambda q=q, pq=pq: q.fn(xm, 0.02, zpm, pq, *tail)
-        cases[engine + "_f32"] = lambda f=f, pf=pf: f.fn(xm, 0.02, zpm, pf, ws, wz, b, post, algo)
+        cases[engine] = partial(q.fn, xm, 0.02, zpm, pq, *tail)
+        cases[engine + "_f32"] = partial(f.fn, xm, 0.02, zpm, pf, ws, wz, b, post, algo)
         packed = pq
     codes = int((cases["onednn"]().int() - cases["amx"]().int()).abs().max().item())
     return cases, codes, packed
