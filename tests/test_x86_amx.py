@@ -508,3 +508,23 @@ def test_per_tensor_kernel_with_a_new_bias_tensor_each_call(amx):
         b = torch.randn(16, generator=torch.Generator().manual_seed(seed))
         got = decl.fn(x, 0.02, x_zp, p, 0.004, 0, b, "none", "")
         torch.testing.assert_close(got, _reference(x, x_zp, w, 0.004, b, "none", "", None))
+
+
+def test_explain_for_an_amx_target_plans_the_amx_kernels():
+    """A PT2E model (X86InductorQuantizer) planned for a Xeon with AMX: both GEMMs go to the
+    AMX kernels (autotune off: declared priority decides)."""
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as xiq
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 64)
+    ).eval()
+    x = torch.randn(64, 64)
+    quantizer = xiq.X86InductorQuantizer().set_global(
+        xiq.get_default_x86_inductor_quantization_config()
+    )
+    prepared = prepare_pt2e(torch.export.export(model, (x,)).module(), quantizer)
+    prepared(x)
+    report = pdlkit.explain(convert_pt2e(prepared), x, target="x86-amx", autotune="off")
+    assert [s.kernel for s in report.substitutions] == ["qlinear_q_amx", "qlinear_amx"]
