@@ -380,9 +380,14 @@ enum { AMX_KC = 768, AMX_GROUP_MAX = 16 };
 #define AMX_GROUP_BYTES ((int64_t)768 << 10)
 
 /* panels per group: the weight of a group about AMX_GROUP_BYTES, at most AMX_GROUP_MAX panels,
- * fewer where the tasks would not keep twice the threads busy */
+ * fewer where the tasks would not keep twice the threads busy; one where a panel and a block of
+ * rows fit in L1 together (K <= 341): then one panel per task, panel-major, keeps the panel in
+ * L1 across the row blocks, which was faster at K = 256 (bert-mini: 0.60-0.81 of oneDNN's time
+ * with one panel per task, 0.80-1.02 with groups, in two runs on the GPU machine's Xeon; this
+ * rule itself was not measured there) */
 static int64_t amx_group(const pdlkit_qgemm_params *p, int64_t blocks) {
     const int64_t panels = (p->n + NR - 1) / NR, bytes = ((p->k + 3) / 4) * NR * 4;
+    if (bytes + AMX_MR * p->k <= (32 << 10)) return 1;
     int64_t g = AMX_GROUP_BYTES / bytes;
     g = g < 1 ? 1 : g > AMX_GROUP_MAX ? AMX_GROUP_MAX : g;
     g = g > panels ? panels : g;
