@@ -37,7 +37,7 @@ import ctypes
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from pdlkit.kernels.x86._native_gemm import (
@@ -307,7 +307,7 @@ class _PackedLn(_Packed):
         never written (threads may be reading it): another pair gets a new one."""
         ln = self.ln
         if ln[0] is gamma and ln[1] is beta:
-            return ln[3]  # type: ignore[no-any-return]
+            return ln[3]
         if any(t is not None and not t.is_contiguous() for t in (gamma, beta)):
             raise pdlkit.KernelUnsupported("a non-contiguous LayerNorm weight or bias")
         args = _LnArgs(
@@ -316,7 +316,7 @@ class _PackedLn(_Packed):
             **self.ln_const,
         )
         self.ln = (gamma, beta, args, ctypes.addressof(args))
-        return self.ln[3]  # type: ignore[no-any-return]
+        return self.ln[3]
 
 
 def _pack_ln(w_q: Tensor, attrs: Mapping[str, Any], amx: bool = False) -> _PackedLn:
@@ -417,13 +417,13 @@ if _LIB is not None:
     ) -> Tensor:
         """quantize(act(dequantize(x_q) @ dequantize(w_q).T + bias)) in one fused VNNI GEMM;
         w_q arrives packed (:class:`_Packed`)."""
-        return _gemm(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, out_scale, out_zp)  # type: ignore[arg-type]
+        return _gemm(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, out_scale, out_zp)
 
     @pdlkit.kernel(implements="qlinear", dtypes=_DTYPES, prepack=_pack_f32, **_DECL)
     def qlinear_vnni(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, *rest) -> Tensor:
         """act(dequantize(x_q) @ dequantize(w_q).T + bias) in float32, in one fused VNNI GEMM;
         w_q arrives packed (:class:`_Packed`)."""
-        return _gemm(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, 1.0, 0)  # type: ignore[arg-type]
+        return _gemm(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, 1.0, 0)
 
     _run_ln = _LIB.pdlkit_qgemm_run_add_ln
     _f32 = torch.float32
@@ -479,7 +479,7 @@ if _LIB is not None:
         """``(y, quantize_per_tensor(y))`` for ``y = layer_norm(qlinear(x) + residual)`` in
         one VNNI GEMM whose row blocks finish with the add, the LayerNorm and the codes while
         they are in L1; w_q arrives packed (:class:`_PackedLn`)."""
-        out, codes = _gemm_add_ln(x_q, w_q, w_scale, w_zp, bias, residual, ln_weight, ln_bias)  # type: ignore[arg-type]
+        out, codes = _gemm_add_ln(x_q, w_q, w_scale, w_zp, bias, residual, ln_weight, ln_bias)
         assert codes is not None
         return out, codes
 
@@ -495,7 +495,7 @@ if _LIB is not None:
     ) -> Tensor:  # fmt: skip
         """``layer_norm(qlinear(x) + residual)`` in one VNNI GEMM (the last block of an
         encoder, whose LayerNorm is not quantized); w_q arrives packed (:class:`_PackedLn`)."""
-        return _gemm_add_ln(x_q, w_q, w_scale, w_zp, bias, residual, ln_weight, ln_bias)[0]  # type: ignore[arg-type]
+        return _gemm_add_ln(x_q, w_q, w_scale, w_zp, bias, residual, ln_weight, ln_bias)[0]
 
 
 # -- Q, K, V projections + attention: one GEMM for the three, then attention.c on its output --
@@ -601,17 +601,17 @@ class _PackedQkv(_Packed):
         constants in every call)."""
         last, addr = self.joined
         if len(last) == 9 and all(a is b for a, b in zip(last, parts, strict=True)):
-            return addr[0]  # type: ignore[no-any-return]
+            return addr[0]
         scales, biases, zps = parts[0:9:3], parts[1:9:3], parts[2:9:3]
         n = self.n
         bias = None
         if any(b is not None for b in biases):
             bias = torch.cat([torch.zeros(n) if b is None else b.float() for b in biases])
-        joined = (torch.cat(scales).float(), bias, torch.cat(zps).long())
+        joined = (torch.cat(cast(Any, scales)).float(), bias, torch.cat(cast(Any, zps)).long())
         array = (ctypes.c_void_p * 3)(*(None if t is None else t.data_ptr() for t in joined))
         # the joined copies live as long as the pointers to them
         self.joined = (parts, (ctypes.addressof(array), array, joined))
-        return self.joined[1][0]  # type: ignore[no-any-return]
+        return self.joined[1][0]
 
     def template(self, b: int, s: int, mask: Tensor | None) -> int:
         """The address of attention.c's parameters for [b, s] activations and this mask's
@@ -661,6 +661,7 @@ _ATTN = _load_attention()
 
 if _ATTN is not None:
     _run_qkv = _ATTN.pdlkit_attention_run_qkv
+    assert _LIB is not None  # _ATTN is loaded only beside it
     _GEMM_FN = ctypes.cast(_LIB.pdlkit_qgemm_run, ctypes.c_void_p).value  # what it calls per batch
 
     @pdlkit.kernel(
@@ -690,7 +691,7 @@ if _ATTN is not None:
         views of those rows, its codes stored as [B, S, H * D]; wq arrives packed with wk and
         wv (:class:`_PackedQkv`). One call where the graph had four (three GEMMs and the
         attention), with no [B, H, S, D] copies."""
-        p: _PackedQkv = wq  # type: ignore[assignment]
+        p: _PackedQkv = wq
         b, s, k = x_q.shape
         if k != p.k or head_shape[0] not in (-1, b) or head_shape[1] not in (-1, s):
             raise pdlkit.KernelUnsupported(f"view {list(head_shape)} of [{b}, {s}, {p.n}]")
