@@ -2,7 +2,9 @@
 
 Kernel files are plug-ins found by path: every ``*.py`` under a kernel folder (files and
 folders starting with ``_`` are skipped) is executed as its own module and every
-:class:`KernelDecl` in its namespace is registered; every ``*.so`` is a native library
+:class:`KernelDecl` and :class:`~pdlkit.runtime_abi.ops.LogicalOp` in its namespace is
+registered (ops first; each kernel declared with ``implements=`` is bound to its op, and
+checked against it, once both are loaded); every ``*.so`` is a native library
 loaded through the C ABI (:mod:`pdlkit.runtime_abi.native`). A file is loaded again only
 when its contents change, so an edited kernel takes effect in the next compilation.
 
