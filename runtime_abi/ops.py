@@ -191,7 +191,7 @@ class OpTable:
 
     def add(self, new: LogicalOp) -> None:
         old = self.ops.get(new.name)
-        if old is None or old is new or (not old.typed and old.source == new.source):
+        if old is None or old is new or old.source == new.source:  # one file, loaded again
             self.ops[new.name] = new
             return
         raise OpDeclarationError(

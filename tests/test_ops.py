@@ -250,3 +250,16 @@ def test_one_pattern_selected_with_different_settings_is_an_error(tmp_path):
     write(tmp_path / "p" / "b", "m.yaml", f"version: 1\npatterns:\n{line}")
     with pytest.raises(PatternError, match="is selected by two manifests with different settings"):
         load_patterns([tmp_path / "p"])
+
+
+def test_every_native_constraint_is_a_record_that_explains_itself():
+    from pdlkit.matcher import natives
+
+    assert all(
+        isinstance(c, natives.Constraint) and c.name == name
+        for name, c in natives.CONSTRAINTS.items()
+    )
+    unexplained = {n for n, c in natives.CONSTRAINTS.items() if c.explain is None}
+    assert unexplained == {"not_dequantized"}  # the generic message says all there is
+    why = natives.explain("is_none", [3], describe=str, names=["%b"])
+    assert why == "%b = 3 is not None"
