@@ -554,7 +554,9 @@ class PdlkitBackend:
         from pdlkit.optional import MissingDependency
 
         if distributed.has_subclass_inputs(gm, example_inputs):  # DTensor: local tensors
-            return distributed.compile_desugared(self, gm, example_inputs, mode=mode, options=options)
+            return distributed.compile_desugared(
+                self, gm, example_inputs, mode=mode, options=options
+            )
         opts = self.options.with_(options)
         if mode is not None and mode != "default":  # torch.compile(..., mode=...)
             opts = replace(opts, mode=mode)
