@@ -78,7 +78,7 @@ def linear_gelu_addmm(x: Tensor, weight: Tensor, bias: Tensor | None, approximat
     implements="linear_relu",
     device="cpu",
     dtypes={"x": _FLOATS, "weight": _FLOATS},
-    **_RELU_GRAD,  # type: ignore[arg-type]
+    **_RELU_GRAD,
 )
 def linear_relu_addmm(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     """relu(x @ weight.T + bias): addmm, then ReLU in place on its output."""
@@ -107,7 +107,7 @@ def _onednn(x: Tensor, packed: Tensor, bias: Tensor | None, post: str, algorithm
 if torch.backends.mkldnn.is_available():
     _PACKED = {"prepack": _pack, "prepack_arg": "weight", "priority": 1, "device": "cpu"}
 
-    @pdlkit.kernel(implements="linear_gelu", dtypes={"x": _FLOATS, "weight": _FLOATS}, **_PACKED)  # type: ignore[arg-type]
+    @pdlkit.kernel(implements="linear_gelu", dtypes={"x": _FLOATS, "weight": _FLOATS}, **_PACKED)
     def linear_gelu_onednn(
         x: Tensor, weight: Tensor, bias: Tensor | None, approximate: str
     ) -> Tensor:
@@ -123,7 +123,7 @@ if torch.backends.mkldnn.is_available():
         dtypes={"x": _FLOATS, "weight": _FLOATS},
         **_PACKED,
         **_RELU_GRAD,
-    )  # type: ignore[arg-type]
+    )
     def linear_relu_onednn(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         """relu(x @ weight.T + bias) as one oneDNN matmul with a ReLU post-op; weight pre-packed."""
         if x.dtype != weight.dtype:
@@ -135,7 +135,7 @@ if torch.backends.mkldnn.is_available():
         dtypes={"x": _FLOATS, "weight": _FLOATS},
         **_PACKED,
         **_LINEAR_GRAD,
-    )  # type: ignore[arg-type]
+    )
     def linear_onednn(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         """x @ weight.T + bias as one oneDNN matmul; weight pre-packed."""
         if x.dtype != weight.dtype:

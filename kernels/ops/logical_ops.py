@@ -296,7 +296,7 @@ def quantize_per_token(x: Tensor, eps: float, qmax: float) -> tuple[Tensor, Tens
 
 def _int8_examples(dtype: torch.dtype, gated: bool = False) -> list[tuple]:
     g = torch.Generator().manual_seed(0)
-    out = []
+    out: list[tuple[Any, ...]] = []
     for m, k, n in _GEMM_SHAPES:
         q = torch.randint(-127, 128, (m, k), generator=g, dtype=torch.int8)
         xs = torch.rand(m, 1, generator=g) * 0.02 + 1e-3

@@ -68,8 +68,8 @@ def _examples(dtype: torch.dtype, quantized: bool, residual: bool = False) -> li
         w_q = torch.randint(-127, 128, (o, c // groups, k, k), generator=g, dtype=torch.int8)
         w_scale = torch.rand(o, generator=g) * 0.01 + 0.001
         bias = torch.randn(o, generator=g) if i % 2 == 0 else None
-        conv = (x_q, 0.02, 120, w_q, w_scale, torch.zeros(o, dtype=torch.int64), bias,
-                [s, s], [p, p], [d, d], groups)  # fmt: skip
+        conv: tuple[Any, ...] = (x_q, 0.02, 120, w_q, w_scale, torch.zeros(o, dtype=torch.int64),
+                                 bias, [s, s], [p, p], [d, d], groups)  # fmt: skip
         if residual:
             ho = (h + 2 * p - d * (k - 1) - 1) // s + 1
             wo = (w + 2 * p - d * (k - 1) - 1) // s + 1
