@@ -362,15 +362,8 @@ def _unused_natives(file: Path, module: Any) -> list[Finding]:
             rest = text[: m.start()] + text[m.end() :]
             if not re.search(rf"\b{name}\s*\(", rest):
                 line = text.count("\n", 0, m.start(2)) + 1
-                out.append(
-                    Finding(
-                        file,
-                        line,
-                        "warning",
-                        "unused-native",
-                        f"native {m.group(1).lower()} {name} is declared but never used",
-                    )
-                )
+                what = f"native {m.group(1).lower()} {name} is declared but never used"
+                out.append(Finding(file, line, "warning", "unused-native", what))
         return out
     for pattern_op in module.body.operations:
         for op in nested_ops(pattern_op.operation):
@@ -378,13 +371,6 @@ def _unused_natives(file: Path, module: Any) -> list[Finding]:
                 loc = op.location
                 line = loc.start_line if hasattr(loc, "start_line") else 1
                 value = op.attributes["value"] if "value" in op.attributes else "?"
-                out.append(
-                    Finding(
-                        file,
-                        line,
-                        "warning",
-                        "unused-native",
-                        f"pdl.attribute {value} is declared but no constraint or rewrite uses it",
-                    )
-                )
+                what = f"pdl.attribute {value} is declared but no constraint or rewrite uses it"
+                out.append(Finding(file, line, "warning", "unused-native", what))
     return out
