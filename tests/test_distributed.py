@@ -163,7 +163,31 @@ def _scenario_dtensor(rank: int, out: Path) -> dict[str, Any]:
             "subs_tp": subs_tp,
             "subs_full": subs_full,
         }
+    res["grad"] = _grad_graph()
     return res
+
+
+def _grad_graph() -> dict[str, Any]:
+    """A DTensor graph that needs gradients: Inductor compiles it, pdlkit says so."""
+    import warnings
+
+    torch._dynamo.reset()
+    torch.manual_seed(1)
+    x = torch.randn(8, 64)
+    ref = _mlp()(x)
+    model = _dtensor_tp(_mlp())
+    before = _subs()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        y = torch.compile(model, backend="pdlkit")(x)
+        y.sum().backward()
+    grads = [p.grad is not None for p in model.parameters()]
+    return {
+        "err": _err(y, ref),
+        "subs": _subs() - before,
+        "all_grads": all(grads),
+        "warnings": [str(w.message) for w in caught if "pdlkit" in str(w.message)],
+    }
 
 
 _DECLINING_KERNEL = '''
@@ -333,15 +357,29 @@ def _ok(results: list[dict[str, Any]]) -> None:
 # -- tests -----------------------------------------------------------------------------------
 
 
-def test_dtensor_tensor_parallel_equals_unsharded_and_substitutes_each_local_gemm(tmp_path):
-    results = _spawn(tmp_path, "dtensor")
+@pytest.fixture(scope="module")
+def dtensor_results(tmp_path_factory):
+    results = _spawn(tmp_path_factory.mktemp("dtensor"), "dtensor")
     _ok(results)
-    for r, res in enumerate(results):
+    return results
+
+
+def test_dtensor_tensor_parallel_equals_unsharded_and_substitutes_each_local_gemm(
+    dtensor_results,
+):
+    for r, res in enumerate(dtensor_results):
         fp32, bf16 = res["fp32"], res["bf16"]
         assert fp32["subs_full"] == 2 and fp32["subs_tp"] == fp32["subs_full"], (r, fp32)
         assert bf16["subs_tp"] == bf16["subs_full"] == 2, (r, bf16)
         assert fp32["err"] < 1e-5, (r, fp32)
         assert bf16["err"] <= 2 * max(bf16["err_full"], 1e-2), (r, bf16)
+
+
+def test_dtensor_graph_that_needs_gradients_goes_to_inductor_with_a_warning(dtensor_results):
+    for r, res in enumerate(dtensor_results):
+        grad = res["grad"]
+        assert grad["subs"] == 0 and grad["all_grads"] and grad["err"] < 1e-5, (r, grad)
+        assert any("needs gradients is compiled by Inductor" in w for w in grad["warnings"]), grad
 
 
 def test_kernel_declining_on_one_rank_falls_back_there_without_hang(tmp_path):
