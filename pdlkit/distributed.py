@@ -4,7 +4,7 @@
             -> BackendCompilerFailed: ... '__obj_flatten__' on a FakeScriptObject
     after:  every rank's local GEMMs are kernel calls; the collectives stay with Inductor
 
-Three things make a distributed graph compile like any other:
+What makes a distributed graph compile like any other:
 
 * **Tensor subclasses (DTensor) are desugared** (:func:`compile_desugared`): the pre-dispatch
   re-trace cannot see through a DTensor (its ops dispatch below autograd), so the graph is
@@ -17,13 +17,20 @@ Three things make a distributed graph compile like any other:
   ``matcher/to_mlir.py``): they and ops with opaque arguments stay outside the imported
   graph, so no replaced subgraph contains a collective. A kernel that declines a call runs
   its replaced subgraph, which is local computation only: ranks that take different paths
-  still issue the same collectives in the same order, and cannot hang each other.
+  still issue the same collectives in the same order, and cannot hang each other. Paths can
+  differ between ranks where a decline depends on the rank's data (a kernel that declines
+  NaN / inf inputs), on its shard's shape (uneven shards: a shape rule holds on one rank
+  only, decided at compile time) or on a first-call verification (``verify="first_call"``
+  switches a disagreeing site off on that rank); then only the numbers differ, by the
+  kernel's tolerance. Making every call agree would cost a collective per call; it is not done.
 * **Ranks agree before compiling** (:func:`checked_options`): the process group must be
   initialized; every rank's pattern and kernel files are hashed and compared through the
   process group's store with a bounded wait (``PDLKIT_DIST_TIMEOUT`` seconds, default 120),
   and a disagreement names the rank and the file on every rank; measured kernel choice
   (autotune) is off in graphs with collectives, because timings differ between ranks and a
   whole-graph timing run would issue its collectives a rank-dependent number of times.
+* **FSDP2 parameters are not pre-packed** (:class:`WithoutPrepack`): FSDP2 refills the
+  gathered parameters in place without a version bump, which the pre-pack cache cannot see.
 """
 
 from __future__ import annotations
