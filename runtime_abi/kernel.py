@@ -347,6 +347,11 @@ def declare(
     return replace(decl, schema=_infer_schema(fn, f"{where}: kernel {name!r}"))
 
 
+def _own(value: Any, from_op: Any) -> Any:
+    """A kernel's own ``value``, None where it is absent or was the op's (bound before)."""
+    return value if value is not None and value is not from_op else None
+
+
 def _default_problems(fn: Callable[..., Any]) -> list[str]:
     sig = inspect.signature(fn).parameters.items()
     defaults = [n for n, prm in sig if prm.default is not prm.empty]
@@ -413,8 +418,8 @@ def bind_op(decl: KernelDecl, the_op: LogicalOp | None) -> KernelDecl:
         params=params,
         schema=the_op.schema,
         meta=the_op.meta if decl.meta is _unbound or (was and decl.meta is was.meta) else decl.meta,
-        reference=the_op.reference if was or not decl.reference else decl.reference,
-        examples=the_op.examples if was or not decl.examples else decl.examples,
+        reference=_own(decl.reference, was and was.reference) or the_op.reference,
+        examples=_own(decl.examples, was and was.examples) or the_op.examples,
         logical=the_op,
     )
     problems = ([why] if why else []) + _param_problems(bound, params, decl.dtypes, decl.shapes)

@@ -263,3 +263,26 @@ def test_every_native_constraint_is_a_record_that_explains_itself():
     assert unexplained == {"not_dequantized"}  # the generic message says all there is
     why = natives.explain("is_none", [3], describe=str, names=["%b"])
     assert why == "%b = 3 is not None"
+
+
+def test_a_kernels_own_reference_survives_binding_to_its_op(tmp_path):
+    from pdlkit.runtime_abi.registry import load_kernel_file
+
+    load_kernel_file(write(tmp_path / "k", "ops.py", OPS))  # the op is loaded: bound when declared
+    write(
+        tmp_path / "k",
+        "own.py",
+        """
+        import torch
+        import pdlkit
+
+        def mine(x, w, b):
+            return x
+
+        @pdlkit.kernel(implements="lr", reference=mine)
+        def lr_own(x, w, b):
+            return x
+        """,
+    )
+    k = KernelRegistry.from_folders([tmp_path / "k"]).get("lr_own")
+    assert k is not None and k.reference is not None and k.reference.__name__ == "mine"
