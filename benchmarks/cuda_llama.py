@@ -52,7 +52,7 @@ CONFIGS = {
     "llama2-7b": {"hidden_size": 4096, "intermediate_size": 11008, "heads": 32, "kv_heads": 32},
     "llama3-gqa": {"hidden_size": 4096, "intermediate_size": 14336, "heads": 32, "kv_heads": 8},
     "tiny": {"hidden_size": 64, "intermediate_size": 96, "heads": 4, "kv_heads": 2},
-    "tiny-mha": {"hidden_size": 64, "intermediate_size": 96, "heads": 4, "kv_heads": 4},
+    "tiny-mha": {"hidden_size": 128, "intermediate_size": 160, "heads": 4, "kv_heads": 4},
 }
 ROWS = ["prefill 1x2048", "prefill 8x512", "decode 1", "decode 16", "decode 64", "decode 256"]
 TINY_ROWS = ["prefill 1x32", "prefill 2x16", "decode 1", "decode 4"]

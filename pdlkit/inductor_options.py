@@ -147,3 +147,29 @@ class CaptureSafe:
 
         eligible, reasons = self.candidates(op, args, target, pin)
         return Selection(eligible[0] if eligible else None, reasons)
+
+
+def keep_dynamo_inputs(dynamo_gm: Any, traced: Any) -> bool:
+    """Give ``traced`` (pdlkit's re-trace of Dynamo's graph, same inputs in the same order)
+    what AOT autograd reads off a Dynamo graph to tell CUDA graphs which inputs keep their
+    address: parameters, buffers, and tensors marked static (a static KV cache, through
+    ``torch._dynamo.mark_static_address``). Without it Inductor's CUDA graph trees skip a
+    graph that writes a KV cache in place ("mutated inputs") and copy every weight into the
+    graph's own buffers before each replay. Returns False, changing nothing, where the two
+    graphs' inputs do not line up or the re-trace holds tensors of its own."""
+    meta = getattr(dynamo_gm, "meta", {})
+    if "dynamo_compile_id" not in meta or not hasattr(dynamo_gm, "_param_name_to_source"):
+        return False
+    theirs = [n for n in dynamo_gm.graph.nodes if n.op == "placeholder"]
+    ours = [n for n in traced.graph.nodes if n.op == "placeholder"]
+    own = [name for name, _ in traced.named_parameters()] + [n for n, _ in traced.named_buffers()]
+    if len(theirs) != len(ours) or any(n not in dynamo_gm._param_name_to_source for n in own):
+        return False
+    traced.meta["dynamo_compile_id"] = meta["dynamo_compile_id"]
+    traced._param_name_to_source = dynamo_gm._param_name_to_source
+    for src, dst in zip(theirs, ours, strict=True):
+        if hasattr(src, "_dynamo_source"):
+            dst._dynamo_source = src._dynamo_source
+        if "tensor_dict" in src.meta:
+            dst.meta["tensor_dict"] = src.meta["tensor_dict"]
+    return True

@@ -152,6 +152,38 @@ def test_shipped_cuda_int8_kernels_are_all_used_under_cuda_graphs():
     assert "int8_gated_silu_triton" in kernels
 
 
+def test_re_traced_graph_keeps_the_inputs_dynamo_marked_static():
+    # what AOT autograd reads to tell CUDA graphs which inputs keep their address (weights,
+    # a KV cache marked static): it must read the same off pdlkit's re-trace as off Dynamo's
+    from torch._functorch._aot_autograd.frontend_utils import _try_get_metadata_from_dynamo
+
+    from pdlkit.backend import retrace
+    from pdlkit.inductor_options import keep_dynamo_inputs
+
+    lin, cache = torch.nn.Linear(8, 8), torch.zeros(4, 8)
+    torch._dynamo.mark_static_address(cache)
+
+    def step(x):
+        cache[:2].copy_(x[:2])  # as a static KV cache is written
+        return lin(x) + cache.sum()
+
+    seen = []
+    torch.compile(step, backend=lambda gm, inputs: seen.append((gm, inputs)) or gm.forward)(
+        torch.randn(4, 8)
+    )
+    gm, inputs = seen[0]
+    traced = retrace(gm, inputs)
+
+    def static(mod):
+        return _try_get_metadata_from_dynamo(mod, {}.keys(), len(inputs), [None] * len(inputs))[1]
+
+    want = static(gm)
+    assert len(want) == 3  # weight, bias, cache
+    assert static(traced) == []  # a plain re-trace: every input would be copied per replay
+    assert keep_dynamo_inputs(gm, traced)
+    assert static(traced) == want
+
+
 # -- on the GPU ---------------------------------------------------------------------------------
 
 
@@ -201,7 +233,8 @@ def test_gpu_int8_llama_decode_with_static_cache_runs_in_cuda_graphs():
     from transformers import StaticCache
 
     model = _llama()
-    ids = torch.randint(0, 1000, (2, 1), device="cuda")
+    # 24 sequences: the quantized model's eager int8 GEMM (torch._int_mm) needs M > 16 on CUDA
+    ids = torch.randint(0, 1000, (24, 1), device="cuda")
     q = quantize(model, (ids,), scheme="int8-dynamic-per-token")
 
     def step(cache, ids, pos):

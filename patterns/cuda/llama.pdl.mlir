@@ -215,8 +215,7 @@ pdl.pattern @rmsnorm_quantize_per_token : benefit(8) {
   pdl.apply_native_constraint "is_none"(%to_1_memory_format : !pdl.value)
   pdl.apply_native_constraint "single_use"(%to_1_out : !pdl.value)
   pdl.apply_native_constraint "single_use"(%mul_1_out : !pdl.value)
-  %shape_value = pdl.attribute = [-1 : i64, 64 : i64]
-  pdl.apply_native_constraint "constant_equals"(%shape, %shape_value : !pdl.value, !pdl.attribute)
+  pdl.apply_native_constraint "is_constant"(%shape : !pdl.value)
   %xq = pdl.result 0 of %reshape_op
   pdl.apply_native_constraint "single_use"(%xq : !pdl.value)
     %q_f32 = pdl.operand
