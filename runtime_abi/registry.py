@@ -300,7 +300,9 @@ class KernelRegistry:
         known = ", ".join(self.op_table.names()) or "none"
         return [
             (d, f"{d.source}: kernel {d.name!r} implements op {d.op!r}, which no op file "
-                f"declares (declare it with @pdlkit.op in a file of a kernel folder; known: {known})")
+                f"declares (the shipped ops, kernels/ops/, load with the shipped kernel folder, @shipped "
+                f"in PDLKIT_KERNEL_PATH; or declare it with @pdlkit.op in a file of a kernel "
+                f"folder; known: {known})")
             for d in self.pending
         ]  # fmt: skip
 
