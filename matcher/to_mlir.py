@@ -21,7 +21,7 @@ from torch_mlir.extras.fx_importer import (
     is_symbolic,
 )
 
-from pdlkit.distributed import has_opaque_argument, is_collective
+from pdlkit.distributed import has_opaque_argument, is_collective, is_opaque_object
 
 
 class _NameLocations(ContextCache):
@@ -47,8 +47,11 @@ def _importable(node: fx.Node) -> bool:
     symbolic size arithmetic and ``getitem``. Higher-order ops (a ``torch.no_grad()`` or
     ``torch.autocast`` region wrapped as ``wrap_with_set_grad_enabled`` /
     ``wrap_with_autocast``, ...), collectives (``_c10d_functional.*``, ``wait_tensor``), ops
-    taking an opaque object (a process group) and other Python calls are not matched into."""
-    if node.op in ("placeholder", "output"):
+    taking an opaque object (a process group) and other Python calls are not matched into;
+    neither is an input holding an opaque object (the Torch dialect has no type for it)."""
+    if node.op == "placeholder":
+        return not is_opaque_object(node.meta.get("val"))
+    if node.op == "output":
         return True
     if node.op == "get_attr":
         return True
@@ -80,7 +83,7 @@ def _graph_for_import(gm: fx.GraphModule) -> tuple[fx.Graph, list[fx.Node]]:
         if n not in opaque and n.op == "call_function":
             if any(a in opaque and not is_tensor_val(a.meta.get("val")) for a in n.all_input_nodes):
                 opaque.add(n)
-    inputs = list(placeholders)
+    inputs = [n for n in placeholders if n not in opaque]
     for n in graph.nodes:
         if n.op == "get_attr" or n in opaque:
             if isinstance(_value(gm, n), torch.Tensor) and any(u not in opaque for u in n.users):

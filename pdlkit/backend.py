@@ -144,7 +144,11 @@ def _fake_inputs(gm: fx.GraphModule, example_inputs: list[Any]) -> list[Any]:
     phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
     vals = [n.meta.get("example_value") for n in phs]
     if len(vals) == len(example_inputs) and all(v is not None for v in vals):
-        return vals
+        # Dynamo's value for an opaque object (a process group, a device mesh, a torchbind
+        # object) is already a FakeScriptObject; make_fx fakes the real one itself.
+        from torch._library.fake_class_registry import FakeScriptObject
+
+        return [x if isinstance(v, FakeScriptObject) else v for v, x in zip(vals, example_inputs)]
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     mode = torch._guards.detect_fake_mode(example_inputs) or FakeTensorMode()

@@ -83,12 +83,14 @@ def has_opaque_argument(node: fx.Node) -> bool:
     schema = getattr(target, "_schema", None)
     if schema is not None and any(isinstance(a.type, torch._C.ClassType) for a in schema.arguments):
         return True
+    return any(is_opaque_object(a) for a in (*node.args, *node.kwargs.values()))
+
+
+def is_opaque_object(value: Any) -> bool:
+    """A script object or opaque object, real or Dynamo's fake stand-in for one."""
     from torch._library.fake_class_registry import FakeScriptObject
 
-    return any(
-        isinstance(a, torch.ScriptObject | FakeScriptObject)
-        for a in (*node.args, *node.kwargs.values())
-    )
+    return isinstance(value, torch.ScriptObject | FakeScriptObject)
 
 
 def collectives(gm: fx.GraphModule) -> list[fx.Node]:

@@ -23,6 +23,7 @@ import torch.distributed as dist
 import torch.fx as fx
 import torch.multiprocessing as mp
 from torch import nn
+from torch._opaque_base import OpaqueBase
 
 import pdlkit
 import pdlkit.backend
@@ -503,3 +504,42 @@ def test_collectives_stay_out_of_the_matched_graph(one_rank_group):
     fn = backend(_all_reduce_graph(_world_name()), [x])
     (y,) = fn(x)
     assert torch.equal(y, torch.relu(x))  # a world of one: the sum is x itself
+
+
+class _Scale(OpaqueBase):
+    """An opaque object: its attribute is read by the custom op, never by the graph."""
+
+    def __init__(self, s: float) -> None:
+        self.s = s
+
+
+def test_graph_with_an_opaque_object_input_is_retraced_and_substituted():
+    """Dynamo hands an opaque object (here a registered opaque type; a process group or a
+    device mesh likewise) to the backend as a FakeScriptObject: the re-trace takes the real
+    one, and the op that takes it stays outside the matched graph."""
+    from torch._library.opaque_object import register_opaque_type
+
+    register_opaque_type(_Scale, typ="reference")
+
+    @torch.library.custom_op("pdlkit_test_distributed::scale", mutates_args=())
+    def scale(x: torch.Tensor, obj: _Scale) -> torch.Tensor:
+        return x * obj.s
+
+    @scale.register_fake
+    def _(x: torch.Tensor, obj: _Scale) -> torch.Tensor:
+        return torch.empty_like(x)
+
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc, self.by = nn.Linear(64, 64), _Scale(2.0)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return scale(torch.relu(self.fc(x)), self.by)
+
+    model, x = Model().eval(), torch.randn(8, 64)
+    before = _subs()
+    with torch.no_grad():
+        y = torch.compile(model, backend="pdlkit")(x)
+        assert torch.allclose(y, model(x), atol=1e-6)
+    assert _subs() - before == 1  # linear + relu
