@@ -148,7 +148,8 @@ def _fake_inputs(gm: fx.GraphModule, example_inputs: list[Any]) -> list[Any]:
         # object) is already a FakeScriptObject; make_fx fakes the real one itself.
         from torch._library.fake_class_registry import FakeScriptObject
 
-        return [x if isinstance(v, FakeScriptObject) else v for v, x in zip(vals, example_inputs)]
+        pairs = zip(vals, example_inputs, strict=True)
+        return [x if isinstance(v, FakeScriptObject) else v for v, x in pairs]
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     mode = torch._guards.detect_fake_mode(example_inputs) or FakeTensorMode()
