@@ -395,6 +395,7 @@ def _files(root: Path, sources: bool) -> Iterable[Path]:
 
 
 _AGREED: dict[tuple[int, str], None] = {}
+_ATTEMPTS: dict[int, int] = {}  # per process group: checks begun (each uses fresh store keys)
 
 
 def _timeout() -> float:
@@ -424,7 +425,8 @@ def agree_on_files(files: dict[str, str], what: str = "pattern and kernel files"
     group_id = id(dist.group.WORLD)
     if (group_id, digest) in _AGREED:
         return
-    seq = sum(1 for g, _ in _AGREED if g == group_id)
+    seq = _ATTEMPTS.get(group_id, 0)  # every rank begins the same checks in the same order
+    _ATTEMPTS[group_id] = seq + 1
     store = _get_default_store()
     key = f"pdlkit/plan/{seq}/"
     store.set(key + str(rank), json.dumps(files, sort_keys=True))
