@@ -137,7 +137,18 @@ def load_plan(opts: Options) -> Plan:
                 f"{p.pin_source}: pattern {p.name!r} pins kernel {p.kernel!r}, which no kernel folder "
                 f"declares (known: {known})"
             )
+    _check_calls(patterns.patterns, registry)
     return Plan(patterns, registry, target)
+
+
+def _check_calls(patterns: Any, registry: Any) -> None:
+    """Each pattern's ``pdlkit_call`` against the logical op it names (argument count and
+    constant kinds), at load: a ConfigError naming file:line:col, not a near miss later."""
+    from pdlkit.matcher.op_calls import call_problems
+
+    problems = [f"{w}: {m}" for p in patterns for w, m in call_problems(p, registry.op_table)]
+    if problems:
+        raise ConfigError("\n".join(problems))
 
 
 def _fake_inputs(gm: fx.GraphModule, example_inputs: list[Any]) -> list[Any]:

@@ -158,6 +158,25 @@ def test_check_and_lint_name_a_call_with_the_wrong_number_of_arguments(tmp_path)
     assert f"{p}:12: error: {want} [op-call]" in found
 
 
+def test_compiling_with_a_call_of_the_wrong_arity_fails_at_load_naming_the_line(tmp_path):
+    """optimize (and the backend) check every pdlkit_call against its op when they load the
+    patterns: one error naming file:line:col, before any graph is matched."""
+    import torch
+
+    import pdlkit
+
+    write(tmp_path / "k", "ops.py", OPS)
+    kernel_file(tmp_path / "k")
+    p = pattern_file(tmp_path / "p", "%x, %w", "!pdl.value, !pdl.value")
+    torch._dynamo.reset()
+    with pytest.raises(pdlkit.PdlkitError, match=rf"{p}:12:5: pattern 'p' passes 2 arguments"):
+        pdlkit.optimize(
+            torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()),
+            patterns=tmp_path / "p",
+            kernels=tmp_path / "k",
+        )(torch.randn(2, 4))
+
+
 def test_a_string_constant_where_the_op_takes_a_tensor_is_named(tmp_path):
     write(tmp_path / "k", "ops.py", OPS)
     kernel_file(tmp_path / "k")
