@@ -639,10 +639,8 @@ class PdlkitBackend:
 
         # Nothing substituted: Dynamo's own graph, so the result is exactly Inductor's.
         chosen = traced if report.substitutions else gm
-        if report.substitutions:
-            patches = inductor_options.with_static_launch(patches)
-            if capture:  # static inputs (weights, a KV cache) stay static under CUDA graphs
-                inductor_options.keep_dynamo_inputs(gm, traced)
+        if report.substitutions and capture:  # weights and a KV cache stay static in CUDA graphs
+            inductor_options.keep_dynamo_inputs(gm, traced)
         if report.substitutions and _tuned(opts, plan, example_inputs, gm):
             fn = _faster_graph(gm, traced, example_inputs, report, opts, patches)
             if verdict_key and report.whole_graph.endswith("-> inductor"):

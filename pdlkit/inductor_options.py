@@ -11,12 +11,12 @@
             declared ``graph_capture_safe`` are eligible, and each one refused is a near miss
             in ``explain`` saying so (its site keeps the replaced subgraph, compiled by Inductor)
 
-Graphs with kernels that Inductor launches itself (``runtime_abi/triton_binding.py``) are
-compiled with ``static_launch_user_defined_triton_kernels`` on where this torch has it:
-Inductor then launches those Triton kernels with its own static CUDA launcher, as it launches
-its own kernels, instead of through Triton's Python launcher (tens of microseconds a launch,
-which decided decode-shaped steps on an H100: benchmarks/results/cuda_llama.md). An explicit
-``options={"static_launch_user_defined_triton_kernels": False}`` keeps Triton's launcher.
+Inductor's static launcher for user-defined Triton kernels
+(``static_launch_user_defined_triton_kernels``) is left as the caller sets it: on an H100
+(torch 2.11, Triton 3.6) it made pdlkit's int8 Llama decode step slower, not faster (1.125 ms
+and 1121 us of host time a step with it, 0.779 ms and 786 us with Triton's launcher, same run:
+benchmarks/results/cuda_llama.md). ``options={"static_launch_user_defined_triton_kernels": True}``
+asks for it.
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ PDLKIT_KEYS = frozenset(
     }
 )
 CAPTURE_TRAIT = "graph_capture_safe"
-_STATIC_LAUNCH = "static_launch_user_defined_triton_kernels"
 
 
 def _inductor_keys() -> set[str]:
@@ -84,15 +83,6 @@ def patches(mode: str | None, inductor_config: Mapping[str, Any] | None) -> dict
 
         out.update(list_mode_options(mode))
     out.update(inductor_config or {})
-    return out
-
-
-def with_static_launch(config: Mapping[str, Any]) -> dict[str, Any]:
-    """``config`` plus Inductor's static launcher for user-defined Triton kernels, unless
-    the caller set that key or this torch has no such setting."""
-    out = dict(config)
-    if _STATIC_LAUNCH not in out and _STATIC_LAUNCH in _inductor_keys():
-        out[_STATIC_LAUNCH] = True
     return out
 
 
