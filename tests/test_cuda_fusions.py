@@ -109,6 +109,22 @@ def test_three_linears_of_one_input_are_three_ops_not_one_twice():
     ]
 
 
+def test_fused_kernels_decline_an_empty_activation():
+    from pdlkit.kernels.cuda import fused as F
+
+    q, w = torch.zeros(0, 64, dtype=torch.int8), torch.zeros(32, 64, dtype=torch.int8)
+    xs, ws = torch.zeros(0, 1), torch.ones(32)
+    x0, g = torch.zeros(0, 64), torch.ones(64)
+    calls = [
+        lambda: F.rmsnorm_quantize_triton.fn(x0, g, 1e-6, 6, 1e-8, 127.0),
+        lambda: F.int8_linear_residual_triton.fn(q, xs, w, ws, torch.zeros(0, 32), 6, [0, 32]),
+        lambda: F.int8_linear3_triton.fn(q, xs, w, ws, w, ws, w, ws, 6),
+    ]
+    for call in calls:
+        with pytest.raises(pdlkit.KernelUnsupported, match="no rows"):
+            call()
+
+
 _INTERPRETED = textwrap.dedent(
     """
     import json, sys, torch, pdlkit

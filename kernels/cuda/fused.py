@@ -57,6 +57,12 @@ def _rows(s: Tensor, m: int) -> Tensor:
     return s.reshape(m).to(torch.float32).contiguous()
 
 
+def _some_rows(m: int) -> None:
+    """An empty activation is left to the replaced ops (no launch of an empty grid)."""
+    if m == 0:
+        raise pdlkit.KernelUnsupported("no rows (M = 0)")
+
+
 def _gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
@@ -123,6 +129,7 @@ def rmsnorm_quantize_triton(
             "one dtype and the row's length"
         )
     x2 = x.reshape(-1, x.shape[-1])
+    _some_rows(x2.shape[0])
     if x2.stride(-1) != 1:
         x2 = x2.contiguous()
     return _fused().rmsnorm_quant(x2, weight.contiguous(), eps, q_eps, qmax)
@@ -185,6 +192,7 @@ def int8_linear_residual_triton(
     """int8 GEMM, rescale and cast, then + residual in the same epilogue: up to 64 rows the
     split-K kernel, the tiled GEMM above."""
     m, n = q.shape[0], w.shape[0]
+    _some_rows(m)
     if residual.dtype != _dtype(dtype) or residual.numel() != m * n or residual.shape[-1] != n:
         raise pdlkit.KernelUnsupported(
             f"residual {tuple(residual.shape)} {residual.dtype} for a {m} x {n} {_dtype(dtype)} GEMM"
@@ -257,6 +265,7 @@ def int8_linear3_triton(
     """Up to 64 rows one launch streams the three weights (program ids split among them);
     above, the tiled GEMM once per weight (prefill is not launch-bound)."""
     m, dt = q.shape[0], _dtype(dtype)
+    _some_rows(m)
     if not w0.shape[1] == w1.shape[1] == w2.shape[1] == q.shape[1]:
         raise pdlkit.KernelUnsupported("the three weights' K differ from the activation's")
     q2 = q if q.stride(-1) == 1 else q.contiguous()
