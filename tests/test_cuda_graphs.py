@@ -249,7 +249,10 @@ def test_gpu_int8_llama_decode_with_static_cache_runs_in_cuda_graphs():
         cache = StaticCache(config=model.config, max_cache_len=64)
         steps = []
         with torch.no_grad():
-            for t in range(4):  # the cache grows in place; positions are tensors
+            # the first step eager on both sides: it allocates the cache's tensors (transformers
+            # marks them static); then the cache grows in place, positions are tensors
+            steps.append(step(cache, ids, torch.tensor([0], device="cuda")).float().clone())
+            for t in range(1, 5):
                 pos = torch.tensor([t], device="cuda")
                 steps.append(fn(cache, ids, pos).float().clone())
         outs[name] = torch.stack(steps)
