@@ -99,6 +99,9 @@ class Tuner:
         # this is a large share of the substituted graph's time; None once a site's saving
         # is unknown (a pin, a subgraph that could not be timed)
         self.saved_us: float | None = 0.0
+        # False: a site takes its fastest kernel even where keeping the subgraph measured
+        # faster (the whole-graph check's "kernels only" graph, matcher/graph_guard.py)
+        self.keep = True
 
     # real arguments ---------------------------------------------------------------------------
     def value(self, node: fx.Node) -> Any:
@@ -197,6 +200,11 @@ class Tuner:
             decision = Decision(cands[0].name, decision.timings, "static")  # a stale entry
         if pin is not None:
             decision = Decision(pin, decision.timings, "pinned")
+        elif not self.keep and decision.choice == KEEP:
+            timings = [t for t in decision.timings if t.name != KEEP]
+            best = autotune.fastest(timings, [k.name for k in cands])
+            if best != KEEP:
+                decision = Decision(best, decision.timings, "kernels only")
         self._account(decision)
         return decision
 

@@ -21,8 +21,9 @@ from typing import Any, cast
 import torch
 import torch.fx as fx
 
-from pdlkit import config, inductor_options
+from pdlkit import config, inductor_options, whole_graph
 from pdlkit.errors import ConfigError
+from pdlkit.matcher import graph_guard
 from pdlkit.matcher.report import GraphReport, PatternInfo, Report
 from pdlkit.runtime_abi.binding_stats import count
 from pdlkit.runtime_abi.capability import Target, host, resolve
@@ -284,11 +285,14 @@ def run_pass(
     near_misses: bool = True,
     autotune: str | None = "off",
     codegen: str = "inductor",
+    keep_sites: bool = True,
 ) -> tuple[fx.GraphModule, GraphReport]:
     """Re-trace ``gm`` and substitute; returns the rewritten pre-dispatch graph and a report.
 
     ``autotune`` (``"cached"``, ``"full"``, ``"off"``; None reads ``PDLKIT_AUTOTUNE``) decides
-    whether kernels are chosen by measurement (matcher/choose.py) or by static priority."""
+    whether kernels are chosen by measurement (matcher/choose.py) or by static priority;
+    ``keep_sites=False``: a measured site takes its fastest kernel even where its subgraph
+    measured faster (pdlkit/whole_graph.py's kernels-only graph)."""
     from pdlkit.matcher.canonicalize import canonicalize, restore
     from pdlkit.matcher.cse import eliminate_common_subexpressions
     from pdlkit.matcher.html_report import node_infos
@@ -313,6 +317,8 @@ def run_pass(
     # arguments that require grad; the registry reads requires_grad off the fake values.
     grads = grad_inputs(example_inputs)
     tuner = _tuner(autotune, traced, example_inputs, plan, bool(grads), codegen)
+    if tuner is not None:
+        tuner.keep = keep_sites
     kw: dict[str, Any] = dict(
         verify=verify, index=index, rewrite_fx=rewrite_fx, why=why, near_misses=near_misses
     )
@@ -405,85 +411,6 @@ def _tuner(
     from pdlkit.matcher.choose import Tuner
 
     return Tuner(mode, traced, example_inputs)
-
-
-def _tuned(opts: Options, plan: Plan, example_inputs: list[Any], gm: fx.GraphModule) -> bool:
-    """Whether the whole graph is also measured against Inductor's (matcher/graph_guard.py)."""
-    from pdlkit.matcher.graph_guard import timeable
-    from pdlkit.runtime_abi.autotune import resolve_mode
-
-    return (
-        resolve_mode(opts.autotune) != "off"
-        and plan.target.name == "host"
-        and not any(p.kernel for p in plan.patterns.patterns)  # pins decide, unmeasured
-        and timeable(gm, example_inputs)
-    )
-
-
-def _verdict_key(
-    opts: Options, plan: Plan, example_inputs: list[Any], gm: fx.GraphModule, stamp: Any
-) -> str:
-    """The whole-graph verdict's key before matching ("" where the graph is not measured)."""
-    from pdlkit.matcher.graph_guard import plan_key
-
-    if not _tuned(opts, plan, example_inputs, gm):
-        return ""
-    return plan_key(gm, example_inputs, repr((stamp, opts)))
-
-
-def _inductor_if_known(
-    key: str, opts: Options, gm: fx.GraphModule, example_inputs: list[Any], patches: Any
-) -> Callable[..., Any] | None:
-    """Inductor's code for Dynamo's graph where a cached verdict found it faster than the
-    substituted graph (matcher/graph_guard.py): no re-trace, no matching; else None."""
-    from torch._inductor.compile_fx import compile_fx
-
-    from pdlkit.matcher import graph_guard
-    from pdlkit.runtime_abi.autotune import resolve_mode
-
-    if not graph_guard.known_inductor(key, resolve_mode(opts.autotune)):
-        return None
-    count("graphs_left_to_inductor", "(whole graph)")
-    return cast(Callable[..., Any], compile_fx(gm, example_inputs, config_patches=patches))
-
-
-def _remember_inductor(key: str) -> None:
-    from pdlkit.matcher import graph_guard
-    from pdlkit.runtime_abi.autotune import Decision
-
-    graph_guard.remember(key, Decision(graph_guard.INDUCTOR, [], "measured"))
-
-
-def _faster_graph(
-    gm: fx.GraphModule,
-    traced: fx.GraphModule,
-    example_inputs: list[Any],
-    report: GraphReport,
-    opts: Options,
-    patches: dict[str, Any],
-) -> Callable[..., Any]:
-    """The substituted graph's code, unless Inductor's code for Dynamo's graph measured
-    faster: then that, and the substitutions are counted as undone. Both are compiled with
-    the compilation's Inductor options (``patches``: CUDA graphs on both sides or neither)."""
-    from torch._inductor.compile_fx import compile_fx
-
-    from pdlkit.matcher import graph_guard
-    from pdlkit.runtime_abi.autotune import resolve_mode
-
-    kernels = [s.kernel for s in report.substitutions]
-    verdict, fn, decision = graph_guard.choose(
-        graph_guard.graph_key(gm, example_inputs, kernels),
-        lambda: compile_fx(traced, example_inputs, config_patches=patches),
-        lambda: compile_fx(gm, example_inputs, config_patches=dict(opts.config_patches())),
-        example_inputs,
-        resolve_mode(opts.autotune),
-        report.sites_saved_us,
-    )
-    report.whole_graph = decision.describe()
-    if verdict == graph_guard.INDUCTOR:
-        for k in kernels:
-            count("substitutions_undone", k)
-    return cast(Callable[..., Any], fn)
 
 
 _IN_USE: dict[str, tuple[str, set[str]]] = {}  # folders -> (their fingerprint, kernels used)
@@ -602,11 +529,11 @@ class PdlkitBackend:
         capture = inductor_options.captured(patches, example_inputs, on)
         if capture:  # only kernels declared graph_capture_safe; explain names the others
             plan = replace(plan, registry=inductor_options.CaptureSafe(plan.registry, capture))
-        verdict_key = _verdict_key(opts, plan, example_inputs, gm, self._stamp)
-        if verdict_key and not self.explain_only and self.on_report is None:
-            known = _inductor_if_known(verdict_key, opts, gm, example_inputs, patches)
-            if known is not None:
-                return known
+        key = whole_graph.verdict_key(opts, plan, example_inputs, gm, self._stamp)
+        known = whole_graph.known(key, opts) if not self.explain_only else None
+        if known == graph_guard.INDUCTOR and self.on_report is None:
+            return whole_graph.compile_inductor(gm, example_inputs, patches)
+        keep_sites = known != graph_guard.KERNELS
         used = _kernels_in_use(opts)
         with self.session.compiling() as index:  # the sites made here are the session's
             traced, report = run_pass(
@@ -620,6 +547,7 @@ class PdlkitBackend:
                 near_misses=self.explain_only or self.on_report is not None,
                 autotune=opts.autotune,
                 codegen=opts.default_codegen,
+                keep_sites=keep_sites,
             )
         if report.skipped and not self.explain_only:
             self.session.warn_once(
@@ -641,11 +569,18 @@ class PdlkitBackend:
         chosen = traced if report.substitutions else gm
         if report.substitutions and capture:  # weights and a KV cache stay static in CUDA graphs
             inductor_options.keep_dynamo_inputs(gm, traced)
-        if report.substitutions and _tuned(opts, plan, example_inputs, gm):
-            fn = _faster_graph(gm, traced, example_inputs, report, opts, patches)
-            if verdict_key and report.whole_graph.endswith("-> inductor"):
-                _remember_inductor(verdict_key)
-            return fn
+        if report.substitutions and key and known is None:
+
+            def rerun() -> tuple[fx.GraphModule, GraphReport]:  # a kernel at every site
+                with self.session.compiling():
+                    return run_pass(
+                        gm, example_inputs, plan, verify=opts.verify, autotune=opts.autotune,
+                        keep_sites=False,
+                    )  # fmt: skip
+
+            again = rerun if report.kept else None
+            args = (gm, traced, example_inputs, report, opts, patches, key, again)
+            return whole_graph.faster_graph(*args)
         return cast(Callable[..., Any], compile_fx(chosen, example_inputs, config_patches=patches))
 
     # Dynamo reuses a compiled frame while the backend compares equal. Comparing unequal once

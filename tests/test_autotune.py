@@ -414,6 +414,56 @@ def test_a_graph_inductor_won_is_not_matched_again(folders, monkeypatch):
     assert second["substitutions"] == 0 and calls(second, "fast_chain") == 0
 
 
+def test_the_kernels_only_graph_is_a_third_candidate(tmp_path, monkeypatch):
+    """Where sites kept their subgraph, the graph with a kernel at every site is timed too;
+    when it is the fastest it runs, and the cached verdict compiles only it the next time."""
+    import time
+
+    from pdlkit.matcher import graph_guard
+
+    monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
+    compiled = []
+
+    def graph(name, seconds):
+        def make():
+            compiled.append(name)
+            return lambda *a: time.sleep(seconds)
+
+        return make
+
+    args = ("k", graph("mix", 0.002), graph("inductor", 0.002), (torch.randn(2),), "cached")
+    verdict, _, decision = graph_guard.choose(*args, None, graph("kernels", 0.0005))
+    assert verdict == graph_guard.KERNELS and compiled == ["mix", "kernels", "inductor"]
+    assert "kernels only" in decision.describe()
+    again, _, _ = graph_guard.choose(*args, None, graph("kernels", 0.0005))
+    assert again == graph_guard.KERNELS and compiled[3:] == ["kernels"]
+
+
+class TwoChains(torch.nn.Module):
+    def forward(self, a, b, c, d, e, f):
+        return (a @ b) @ c, (d @ e) @ f
+
+
+def test_a_graph_with_a_kept_site_times_the_kernels_only_graph(folders, monkeypatch):
+    """The thin chain takes fast_chain; the one with a single row (where reassociating costs
+    a square matmul) keeps its subgraph; the whole-graph check then also times the graph with
+    fast_chain at both."""
+    from pdlkit.matcher import graph_guard
+
+    monkeypatch.setattr(graph_guard, "CONFIDENT", float("inf"))  # compile every candidate
+    p, k = folders(FAST)
+    g = torch.Generator().manual_seed(0)
+    sq = [torch.randn(*s, generator=g) for s in ((1, 256), (256, 256), (256, 256))]
+    torch._dynamo.reset()
+    fast = pdlkit.optimize(TwoChains(), patterns=p, kernels=k, autotune="cached")
+    with torch.no_grad():
+        y1, y2 = fast(*inputs(), *sq)
+    torch.testing.assert_close(y2, (sq[0] @ sq[1]) @ sq[2], rtol=1e-4, atol=1e-3)
+    entries = json.loads(next((p.parent / "cache").glob("**/host-*.json")).read_text())
+    timed = [[t[0] for t in d["timings"]] for d in entries["decisions"].values()]
+    assert ["substituted", "kernels only", "inductor"] in timed
+
+
 def test_a_graph_that_writes_in_place_is_not_run_again_to_time_it():
     from pdlkit.matcher import graph_guard
 

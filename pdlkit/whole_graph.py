@@ -1,0 +1,115 @@
+"""The compiled graph, chosen as a whole: substituted, a kernel at every site, or Inductor's.
+
+    before: run_pass chose each site's implementation on its own timings; the substituted
+            graph was compiled as it came out
+    after:  the substituted graph is timed against Inductor's code for Dynamo's graph (and,
+            where some sites kept their subgraph, against the graph with a kernel at every
+            site); the fastest runs. The verdict is cached per host: a graph Inductor won is
+            compiled by Inductor alone the next time, with no re-trace and no matching; a
+            graph the kernels-only variant won is matched with ``keep_sites=False`` directly.
+
+The timing itself, its shortcuts and the cache keys are in :mod:`pdlkit.matcher.graph_guard`;
+this module connects them to a compilation (``pdlkit.backend.PdlkitBackend``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
+
+import torch.fx as fx
+
+from pdlkit.matcher import graph_guard
+from pdlkit.matcher.report import GraphReport
+from pdlkit.runtime_abi.autotune import Decision, resolve_mode
+from pdlkit.runtime_abi.binding_stats import count
+
+if TYPE_CHECKING:
+    from pdlkit.backend import Options, Plan
+
+Rerun = Callable[[], tuple[fx.GraphModule, GraphReport]]
+
+
+def measured(opts: Options, plan: Plan, example_inputs: list[Any], gm: fx.GraphModule) -> bool:
+    """Whether the whole graph is measured (matcher/graph_guard.py): autotune on, this host,
+    no kernel pins (pins decide, unmeasured), a graph that can run again unseen."""
+    return (
+        resolve_mode(opts.autotune) != "off"
+        and plan.target.name == "host"
+        and not any(p.kernel for p in plan.patterns.patterns)
+        and graph_guard.timeable(gm, example_inputs)
+    )
+
+
+def verdict_key(
+    opts: Options, plan: Plan, example_inputs: list[Any], gm: fx.GraphModule, stamp: Any
+) -> str:
+    """The whole-graph verdict's key before matching ("" where the graph is not measured)."""
+    if not measured(opts, plan, example_inputs, gm):
+        return ""
+    return graph_guard.plan_key(gm, example_inputs, repr((stamp, opts)))
+
+
+def known(key: str, opts: Options) -> str | None:
+    """The cached verdict that decides before matching: INDUCTOR or KERNELS; else None."""
+    if not key or resolve_mode(opts.autotune) != "cached":
+        return None
+    return graph_guard.known_verdict(key)
+
+
+def compile_inductor(
+    gm: fx.GraphModule, example_inputs: list[Any], patches: Any
+) -> Callable[..., Any]:
+    """Inductor's code for Dynamo's graph, as a cached verdict asks (no matching)."""
+    from torch._inductor.compile_fx import compile_fx
+
+    count("graphs_left_to_inductor", "(whole graph)")
+    return cast(Callable[..., Any], compile_fx(gm, example_inputs, config_patches=patches))
+
+
+def faster_graph(
+    gm: fx.GraphModule,
+    traced: fx.GraphModule,
+    example_inputs: list[Any],
+    report: GraphReport,
+    opts: Options,
+    patches: dict[str, Any],
+    key: str,
+    rerun: Rerun | None = None,
+) -> Callable[..., Any]:
+    """The substituted graph's code, unless another whole graph measured faster: Inductor's
+    code for Dynamo's graph (the substitutions are counted as undone), or, with ``rerun``
+    (the pass again with a kernel at every site), that graph's. All are compiled with the
+    compilation's Inductor options (``patches``: CUDA graphs on all sides or none)."""
+    from torch._inductor.compile_fx import compile_fx
+
+    kernels = [s.kernel for s in report.substitutions]
+    other: list[GraphReport] = []
+
+    def kernels_only() -> Callable[..., Any]:
+        assert rerun is not None
+        traced_k, report_k = rerun()
+        other.append(report_k)
+        return cast(
+            Callable[..., Any], compile_fx(traced_k, example_inputs, config_patches=patches)
+        )
+
+    verdict, fn, decision = graph_guard.choose(
+        graph_guard.graph_key(gm, example_inputs, kernels),
+        lambda: compile_fx(traced, example_inputs, config_patches=patches),
+        lambda: compile_fx(gm, example_inputs, config_patches=dict(opts.config_patches())),
+        example_inputs,
+        resolve_mode(opts.autotune),
+        report.sites_saved_us,
+        kernels_only if rerun is not None else None,
+    )
+    report.whole_graph = decision.describe()
+    if verdict != graph_guard.SUBSTITUTED:
+        for k in kernels:
+            count("substitutions_undone", k)
+    if verdict == graph_guard.KERNELS and other:
+        for sub in other[0].substitutions:
+            count("substitutions", sub.kernel)
+    if key and verdict != graph_guard.SUBSTITUTED:
+        graph_guard.remember(key, Decision(verdict, [], "measured"))
+    return cast(Callable[..., Any], fn)
