@@ -12,24 +12,24 @@ matcher substitutes kernel calls; everything else goes to ``compile_fx`` (TorchI
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, cast
 
 import torch
 import torch.fx as fx
 
-from pdlkit import config, inductor_options, whole_graph
+from pdlkit import config, distributed, inductor_options, whole_graph
 from pdlkit.errors import ConfigError
 from pdlkit.matcher import graph_guard
-from pdlkit.matcher.report import GraphReport, PatternInfo, Report
+from pdlkit.matcher.report import GraphReport, Report
+from pdlkit.optimized import remember, unwrap
+from pdlkit.plan import Options, Plan, kernels_in_use, load_plan
+from pdlkit.retrace import ambient_autocast, grad_mode_regions, retrace
 from pdlkit.runtime_abi.binding_stats import count
-from pdlkit.runtime_abi.capability import Target, host, resolve
+from pdlkit.runtime_abi.capability import host
 from pdlkit.session import CompileSession
-
-_CODEGENS = ("inductor", "eager")
 
 
 def _compile(model: Callable[..., Any], backend: Any, **kw: Any) -> Callable[..., Any]:
@@ -40,236 +40,6 @@ def _compile(model: Callable[..., Any], backend: Any, **kw: Any) -> Callable[...
     if "isolate_recompiles" in inspect.signature(torch.compile).parameters:
         kw["isolate_recompiles"] = True
     return torch.compile(model, backend=backend, **kw)
-
-
-@dataclass(frozen=True)
-class Options:
-    patterns: config.PathArg = None
-    kernels: config.PathArg = None
-    target: Any = None
-    default_codegen: str = "inductor"
-    verify: bool | str = False
-    allow_world_writable: bool | None = None  # None: PDLKIT_ALLOW_WORLD_WRITABLE decides
-    autotune: str | None = None  # None: PDLKIT_AUTOTUNE, else "cached"
-    mode: str | None = None  # Inductor's mode ("reduce-overhead": CUDA graphs, ...)
-    inductor_config: Mapping[str, Any] | None = None  # Inductor config patches
-
-    def __post_init__(self) -> None:
-        if self.default_codegen not in _CODEGENS:
-            raise ValueError(
-                f"default_codegen must be one of {_CODEGENS}, got {self.default_codegen!r}"
-            )
-        from pdlkit.runtime_abi.verify import resolve_mode
-
-        resolve_mode(self.verify)  # a bad value fails here, not at the first compile
-        from pdlkit.runtime_abi.autotune import resolve_mode as autotune_mode
-
-        autotune_mode(self.autotune)
-        inductor_options.check_mode(self.mode)
-
-    def with_(self, extra: Mapping[str, Any] | None) -> Options:
-        """These options with ``extra``'s: pdlkit's own keys, and Inductor config keys
-        (``torch.compile(..., options={"triton.cudagraphs": True})``) added to
-        ``inductor_config``."""
-        if not extra:
-            return self
-        ours, theirs = inductor_options.split(extra)
-        if theirs:
-            ours["inductor_config"] = {**(self.inductor_config or {}), **theirs}
-        return replace(self, **ours)
-
-    def config_patches(self) -> dict[str, Any]:
-        """What every ``compile_fx`` of this compilation gets as ``config_patches``."""
-        return inductor_options.patches(self.mode, self.inductor_config)
-
-
-@dataclass
-class Plan:
-    """What one compilation uses: patterns, kernels and the target."""
-
-    patterns: Any  # PatternSet
-    registry: Any  # KernelRegistry
-    target: Target
-
-    def pattern_infos(self) -> list[PatternInfo]:
-        infos = []
-        for p in self.patterns.ordered():
-            note = "disabled" if not p.enabled else f"targets {list(p.targets)}"
-            infos.append(
-                PatternInfo(p.name, p.where, p.benefit, p.root, p.active_on(self.target), note)
-            )
-        return infos
-
-
-_PLAN_LOCK = threading.Lock()
-_PATTERN_CACHE: dict[str, Any] = {}
-
-
-def load_plan(opts: Options) -> Plan:
-    """Load (or reuse, when no file changed) the pattern set and kernel registry."""
-    from pdlkit.matcher.patterns import PatternError, load_patterns
-    from pdlkit.optional import require_matcher
-    from pdlkit.runtime_abi.registry import KernelLoadError, KernelRegistry
-    from pdlkit.runtime_abi.trust import TrustError, check_writable
-
-    require_matcher()  # MissingDependency: the backend degrades to Inductor, saying why
-    target = resolve(opts.target)
-    try:
-        ppaths = config.pattern_paths(opts.patterns)
-        kpaths = config.kernel_paths(opts.kernels)
-        check_writable(ppaths, "patterns", opts.allow_world_writable)
-        key = "|".join(map(str, ppaths)) + "|" + config.stat_fingerprint(ppaths)
-        with _PLAN_LOCK:
-            patterns = _PATTERN_CACHE.get(key)
-            if patterns is None:
-                patterns = load_patterns(ppaths)
-                if len(_PATTERN_CACHE) > 32:
-                    _PATTERN_CACHE.clear()
-                _PATTERN_CACHE[key] = patterns
-        registry = KernelRegistry.from_folders(
-            kpaths, allow_world_writable=opts.allow_world_writable
-        )
-    except (PatternError, KernelLoadError, TrustError, config.PathError) as e:
-        raise ConfigError(str(e)) from e
-    for p in patterns.patterns:
-        if p.kernel is not None and registry.get(p.kernel) is None:
-            known = ", ".join(registry.names()) or "none"
-            raise ConfigError(
-                f"{p.pin_source}: pattern {p.name!r} pins kernel {p.kernel!r}, which no kernel folder "
-                f"declares (known: {known})"
-            )
-    _check_calls(patterns.patterns, registry)
-    return Plan(patterns, registry, target)
-
-
-def _check_calls(patterns: Any, registry: Any) -> None:
-    """Each pattern's ``pdlkit_call`` against the logical op it names (argument count and
-    constant kinds), at load: a ConfigError naming file:line:col, not a near miss later."""
-    from pdlkit.matcher.op_calls import call_problems
-
-    problems = [f"{w}: {m}" for p in patterns for w, m in call_problems(p, registry.op_table)]
-    if problems:
-        raise ConfigError("\n".join(problems))
-
-
-def _fake_inputs(gm: fx.GraphModule, example_inputs: list[Any]) -> list[Any]:
-    phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    vals = [n.meta.get("example_value") for n in phs]
-    if len(vals) == len(example_inputs) and all(v is not None for v in vals):
-        # Dynamo's value for an opaque object (a process group, a device mesh, a torchbind
-        # object) is already a FakeScriptObject; make_fx fakes the real one itself.
-        from torch._library.fake_class_registry import FakeScriptObject
-
-        pairs = zip(vals, example_inputs, strict=True)
-        return [x if isinstance(v, FakeScriptObject) else v for v, x in pairs]
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    mode = torch._guards.detect_fake_mode(example_inputs) or FakeTensorMode()
-    return [mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in example_inputs]
-
-
-def retrace(gm: fx.GraphModule, example_inputs: list[Any]) -> fx.GraphModule:
-    """Dynamo's torch-level graph -> pre-dispatch ATen graph with ``meta["val"]`` on every node.
-
-    A ``torch.no_grad()`` / ``torch.enable_grad()`` or ``torch.autocast(...)`` region becomes
-    a call of a submodule, torch.export's form of it::
-
-        before: _set_grad_enabled(False); linear_1 = aten.linear(...); _set_grad_enabled(True)
-        after:  wrap_with_set_grad_enabled = higher_order.wrap_with_set_grad_enabled(
-                    False, self.submod_1, ...)      # submod_1: linear_1 = aten.linear(...)
-
-    so that no pass (CSE, canonicalization, matching) combines ops of different modes."""
-    import torch.fx.traceback as fx_traceback
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    fake = _fake_inputs(gm, example_inputs)
-
-    def run(*args: Any) -> Any:  # through the Interpreter, so user stack traces carry over
-        return fx.Interpreter(gm).run(*args)
-
-    # With Inductor's freezing on, Dynamo keeps parameters as real tensors on the module
-    # (get_attr), not as graph inputs; they are constants of the traced graph then.
-    mode = torch._guards.detect_fake_mode(fake)
-    allow = mode.allow_non_fake_inputs if mode is not None else False
-    try:
-        if mode is not None:
-            mode.allow_non_fake_inputs = True
-        with fx_traceback.preserve_node_meta():
-            traced = make_fx(run, pre_dispatch=True, tracing_mode="fake")(*fake)
-        if not any(n.target in _mode_calls() for n in traced.graph.nodes):
-            return traced
-        _propagate_in_modes(traced)
-    finally:
-        if mode is not None:
-            mode.allow_non_fake_inputs = allow
-    return _wrap_mode_regions(traced)
-
-
-def _mode_calls() -> tuple[Any, ...]:
-    """The calls a pre-dispatch graph switches grad or autocast mode with."""
-    from torch.amp.autocast_mode import _enter_autocast, _exit_autocast
-
-    return (torch._C._set_grad_enabled, _enter_autocast, _exit_autocast)
-
-
-def _propagate_in_modes(traced: fx.GraphModule) -> None:
-    """Recompute every node's fake value with each region's mode switched on.
-
-    Pre-dispatch tracing records a region's mode switches without making them (it must not
-    change global state), so the values make_fx leaves are those of the computation without
-    the modes: a linear under ``torch.autocast(dtype=torch.bfloat16)`` reads float32, and so
-    does everything downstream of it, where bfloat16 arrives at run time."""
-    from torch.amp.autocast_mode import _enter_autocast, _exit_autocast
-    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
-
-    entered: list[Any] = []
-
-    class InModes(FakeTensorProp):
-        def run_node(self, n: fx.Node) -> Any:
-            out = super().run_node(n)
-            if n.target is _enter_autocast:
-                entered.append(out)
-            elif n.target is _exit_autocast and entered:
-                entered.pop()
-            return out
-
-    inputs = [n.meta["val"] for n in traced.graph.nodes if n.op == "placeholder"]
-    prop = InModes(traced, torch._guards.detect_fake_mode(inputs))  # make_fx's own fake mode
-    with torch.set_grad_enabled(torch.is_grad_enabled()):
-        try:
-            prop.propagate_dont_convert_inputs(*inputs)
-        finally:  # an error inside a region leaves no autocast mode behind
-            for m in reversed(entered):
-                m.__exit__(None, None, None)
-
-
-def _wrap_mode_regions(traced: fx.GraphModule) -> fx.GraphModule:
-    from torch._export.passes.replace_autocast_with_hop_pass import (
-        replace_autocast_with_hop_pass,
-    )
-    from torch._export.passes.replace_set_grad_with_hop_pass import (
-        replace_set_grad_with_hop_pass,
-    )
-
-    traced, _ = replace_set_grad_with_hop_pass(traced, None)
-    traced, _ = replace_autocast_with_hop_pass(traced, None)
-    return traced
-
-
-def grad_mode_regions(gm: fx.GraphModule) -> list[tuple[fx.GraphModule, bool]]:
-    """Each ``torch.no_grad()`` / ``torch.enable_grad()`` region of a re-traced graph as
-    ``(submodule, grad enabled)``, nested ones too. Regions inside ``torch.autocast(...)``
-    are left out: their ops run in the autocast dtype, which no kernel call there would."""
-    out = []
-    for n in gm.graph.nodes:
-        if (
-            n.op == "call_function"
-            and n.target is torch.ops.higher_order.wrap_with_set_grad_enabled
-        ):
-            sub = getattr(gm, str(cast(fx.Node, n.args[1]).target))
-            out.append((sub, bool(n.args[0])))
-            out.extend(grad_mode_regions(sub))
-    return out
 
 
 def run_pass(
@@ -299,7 +69,7 @@ def run_pass(
     from pdlkit.matcher.substitute import substitute
     from pdlkit.runtime_abi.autograd import grad_inputs, training_graph
 
-    autocast = _ambient_autocast(example_inputs)
+    autocast = ambient_autocast(example_inputs)
     if autocast:
         why_not = (
             f"compiled under {autocast}, whose ops run in its dtype, which no kernel call would"
@@ -341,15 +111,6 @@ def run_pass(
         report.fx_nodes = nodes
         report.graph_after = outcome.graph.print_readable(print_output=False)
     return outcome.graph, report
-
-
-def _ambient_autocast(example_inputs: list[Any]) -> str:
-    """The ``torch.autocast(...)`` the whole graph runs under ("" if none)."""
-    devices = {"cpu"} | {x.device.type for x in example_inputs if isinstance(x, torch.Tensor)}
-    for device in sorted(devices):
-        if torch.is_autocast_enabled(device):
-            return f"torch.autocast({device!r}, dtype={torch.get_autocast_dtype(device)})"
-    return ""
 
 
 def _substitute_region(
@@ -413,28 +174,6 @@ def _tuner(
     return Tuner(mode, traced, example_inputs)
 
 
-_IN_USE: dict[str, tuple[str, set[str]]] = {}  # folders -> (their fingerprint, kernels used)
-
-
-def _kernels_in_use(opts: Options) -> set[str]:
-    """The set to record this compilation's kernels in. When the files of the same folders
-    changed since the last compilation, the kernels used before lose their packed weights:
-    the next compilation is the one that matters, and a graph from before packs again."""
-    from pdlkit.runtime_abi.prepack import CACHE
-
-    paths = config.pattern_paths(opts.patterns) + config.kernel_paths(opts.kernels)
-    folders, fingerprint = "|".join(map(str, paths)), config.stat_fingerprint(paths)
-    with _PLAN_LOCK:
-        last = _IN_USE.get(folders)
-        if last is not None and last[0] == fingerprint:
-            return last[1]
-        if last is not None:
-            CACHE.release(last[1])
-        used: set[str] = set()
-        _IN_USE[folders] = (fingerprint, used)
-        return used
-
-
 class PdlkitBackend:
     """A Dynamo backend; ``torch.compile(model, backend=PdlkitBackend(...))`` or the name ``"pdlkit"``."""
 
@@ -493,7 +232,6 @@ class PdlkitBackend:
         mode: str | None = None,
         options: Mapping[str, Any] | None = None,
     ) -> Callable[..., Any]:
-        from pdlkit import distributed
         from pdlkit.optional import MissingDependency
 
         if distributed.has_subclass_inputs(gm, example_inputs):  # DTensor: local tensors
@@ -508,33 +246,14 @@ class PdlkitBackend:
         try:
             plan = load_plan(opts)
         except MissingDependency as e:
-            if self.explain_only:
-                raise ConfigError(str(e)) from e
-            self.session.warn_once(
-                f"pdlkit: {e}; compiling with Inductor alone, nothing is substituted",
-                process_wide=True,  # torch-mlir is missing for every backend
-            )
-            if opts.default_codegen == "eager":
-                return gm
-            from torch._inductor.compile_fx import compile_fx
-
-            return cast(Callable[..., Any], compile_fx(gm, example_inputs, config_patches=patches))
-        opts, plan = distributed.checked_options(gm, opts, plan)  # ranks agree; FSDP2 params
-        on = plan.target.models_on
-        if on and not self.explain_only and on not in host().devices:
-            raise ConfigError(
-                f"target {plan.target.name} plans for tensors on {on}, which this host lacks; "
-                f"use it with pdlkit.explain / `pdlkit explain --target {plan.target.name}`"
-            )
-        capture = inductor_options.captured(patches, example_inputs, on)
-        if capture:  # only kernels declared graph_capture_safe; explain names the others
-            plan = replace(plan, registry=inductor_options.CaptureSafe(plan.registry, capture))
+            return self._without_matcher(e, gm, example_inputs, opts, patches)
+        opts, plan, capture = self._for_this_graph(gm, example_inputs, opts, plan, patches)
         key = whole_graph.verdict_key(opts, plan, example_inputs, gm, self._stamp)
         known = whole_graph.known(key, opts) if not self.explain_only else None
         if known == graph_guard.INDUCTOR and self.on_report is None:
             return whole_graph.compile_inductor(gm, example_inputs, patches)
         keep_sites = known != graph_guard.KERNELS
-        used = _kernels_in_use(opts)
+        used = kernels_in_use(opts)
         with self.session.compiling() as index:  # the sites made here are the session's
             traced, report = run_pass(
                 gm,
@@ -582,6 +301,51 @@ class PdlkitBackend:
             args = (gm, traced, example_inputs, report, opts, patches, key, again)
             return whole_graph.faster_graph(*args)
         return cast(Callable[..., Any], compile_fx(chosen, example_inputs, config_patches=patches))
+
+    def _without_matcher(
+        self,
+        e: Exception,
+        gm: fx.GraphModule,
+        example_inputs: list[Any],
+        opts: Options,
+        patches: dict[str, Any],
+    ) -> Callable[..., Any]:
+        """torch-mlir is missing: Inductor (or eager) alone, said once per process; an error
+        for explain, which has nothing to show without the matcher."""
+        if self.explain_only:
+            raise ConfigError(str(e)) from e
+        self.session.warn_once(
+            f"pdlkit: {e}; compiling with Inductor alone, nothing is substituted",
+            process_wide=True,  # torch-mlir is missing for every backend
+        )
+        if opts.default_codegen == "eager":
+            return gm
+        from torch._inductor.compile_fx import compile_fx
+
+        return cast(Callable[..., Any], compile_fx(gm, example_inputs, config_patches=patches))
+
+    def _for_this_graph(
+        self,
+        gm: fx.GraphModule,
+        example_inputs: list[Any],
+        opts: Options,
+        plan: Plan,
+        patches: dict[str, Any],
+    ) -> tuple[Options, Plan, Any]:
+        """The options and plan for this graph: ranks agree (collectives), FSDP2 parameters
+        are not pre-packed, a target's device must be here (unless explaining), and where
+        CUDA graphs capture the graph only capture-safe kernels are eligible (``capture``)."""
+        opts, plan = distributed.checked_options(gm, opts, plan)  # ranks agree; FSDP2 params
+        on = plan.target.models_on
+        if on and not self.explain_only and on not in host().devices:
+            raise ConfigError(
+                f"target {plan.target.name} plans for tensors on {on}, which this host lacks; "
+                f"use it with pdlkit.explain / `pdlkit explain --target {plan.target.name}`"
+            )
+        capture = inductor_options.captured(patches, example_inputs, on)
+        if capture:  # only kernels declared graph_capture_safe; explain names the others
+            plan = replace(plan, registry=inductor_options.CaptureSafe(plan.registry, capture))
+        return opts, plan, capture
 
     # Dynamo reuses a compiled frame while the backend compares equal. Comparing unequal once
     # a pattern or kernel file changed makes the next torch.compile(...) recompile with it.
@@ -654,8 +418,6 @@ def optimize(
         load_plan(backend.options)  # bad files fail here, not at the first call
     except MissingDependency:
         pass  # the backend says so once, and compiles with Inductor alone
-    from pdlkit.optimized import remember
-
     compiled = _compile(model, backend, dynamic=dynamic)
     return remember(compiled, model, backend.options, backend.session)
 
@@ -691,8 +453,6 @@ def explain(
     no kernel runs and nothing is compiled. ``str(report)`` is a short table;
     ``report.format(verbose=True)`` adds every pattern, kernel and silent pattern.
     """
-    from pdlkit.optimized import unwrap
-
     model, opts = unwrap(
         model,
         dict(

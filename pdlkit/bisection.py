@@ -19,6 +19,8 @@ from typing import Any
 import torch
 
 from pdlkit import config
+from pdlkit.backend import optimize
+from pdlkit.optimized import as_keywords, is_optimized, session_of, unwrap
 from pdlkit.runtime_abi.verify import compare, reference_only
 
 
@@ -79,9 +81,6 @@ def bisect(
     difference. ``tolerance`` is ``(rtol, atol)`` over the outputs (default: the per-dtype
     ones of ``verify``, relative to each output's largest magnitude).
     """
-    from pdlkit.backend import optimize
-    from pdlkit.optimized import as_keywords, is_optimized, session_of, unwrap
-
     given = dict(patterns=patterns, kernels=kernels, target=target, autotune=autotune)
     given |= dict(default_codegen=default_codegen, allow_world_writable=allow_world_writable)
     optimized = is_optimized(model)

@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import fields, replace
 from typing import Any
 
+from pdlkit.plan import Options
+
 _ATTR = "_pdlkit_optimized"
 
 
@@ -39,8 +41,6 @@ def unwrap(model: Any, given: dict[str, Any]) -> tuple[Any, Any]:
 
     ``given`` holds the options passed explicitly (None = not given); they override the
     ones ``optimize`` was called with when ``model`` is its result."""
-    from pdlkit.backend import Options
-
     explicit = {k: v for k, v in given.items() if v is not None}
     found = getattr(model, "__dict__", {}).get(_ATTR)
     if found is not None:

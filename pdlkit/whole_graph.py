@@ -15,17 +15,15 @@ this module connects them to a compilation (``pdlkit.backend.PdlkitBackend``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import torch.fx as fx
 
 from pdlkit.matcher import graph_guard
 from pdlkit.matcher.report import GraphReport
+from pdlkit.plan import Options, Plan
 from pdlkit.runtime_abi.autotune import Decision, resolve_mode
 from pdlkit.runtime_abi.binding_stats import count
-
-if TYPE_CHECKING:
-    from pdlkit.backend import Options, Plan
 
 Rerun = Callable[[], tuple[fx.GraphModule, GraphReport]]
 

@@ -1,0 +1,160 @@
+"""What one compilation uses: options, the pattern set, the kernel registry, the target.
+
+    before: Options(patterns="my/patterns", kernels="my/kernels")
+    after:  Plan(patterns=<PatternSet>, registry=<KernelRegistry>, target=<Target host>)
+
+``load_plan`` reuses a pattern set while its files are unchanged. Two tables here are
+process-wide on purpose (see pdlkit/session.py for the rest): the loaded pattern sets, keyed
+by their files' paths and stamps (immutable once loaded, and parsing them again is what a
+second ``optimize`` of the same folders would otherwise pay), and which kernels each set of
+pattern / kernel folders used, so that the pre-pack cache, one per process, releases their
+packed weights when those files change.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pdlkit import config, inductor_options
+from pdlkit.errors import ConfigError
+from pdlkit.matcher.report import PatternInfo
+from pdlkit.runtime_abi.capability import Target, resolve
+
+_CODEGENS = ("inductor", "eager")
+
+
+@dataclass(frozen=True)
+class Options:
+    patterns: config.PathArg = None
+    kernels: config.PathArg = None
+    target: Any = None
+    default_codegen: str = "inductor"
+    verify: bool | str = False
+    allow_world_writable: bool | None = None  # None: PDLKIT_ALLOW_WORLD_WRITABLE decides
+    autotune: str | None = None  # None: PDLKIT_AUTOTUNE, else "cached"
+    mode: str | None = None  # Inductor's mode ("reduce-overhead": CUDA graphs, ...)
+    inductor_config: Mapping[str, Any] | None = None  # Inductor config patches
+
+    def __post_init__(self) -> None:
+        if self.default_codegen not in _CODEGENS:
+            raise ValueError(
+                f"default_codegen must be one of {_CODEGENS}, got {self.default_codegen!r}"
+            )
+        from pdlkit.runtime_abi.verify import resolve_mode
+
+        resolve_mode(self.verify)  # a bad value fails here, not at the first compile
+        from pdlkit.runtime_abi.autotune import resolve_mode as autotune_mode
+
+        autotune_mode(self.autotune)
+        inductor_options.check_mode(self.mode)
+
+    def with_(self, extra: Mapping[str, Any] | None) -> Options:
+        """These options with ``extra``'s: pdlkit's own keys, and Inductor config keys
+        (``torch.compile(..., options={"triton.cudagraphs": True})``) added to
+        ``inductor_config``."""
+        if not extra:
+            return self
+        ours, theirs = inductor_options.split(extra)
+        if theirs:
+            ours["inductor_config"] = {**(self.inductor_config or {}), **theirs}
+        return replace(self, **ours)
+
+    def config_patches(self) -> dict[str, Any]:
+        """What every ``compile_fx`` of this compilation gets as ``config_patches``."""
+        return inductor_options.patches(self.mode, self.inductor_config)
+
+
+@dataclass
+class Plan:
+    """What one compilation uses: patterns, kernels and the target."""
+
+    patterns: Any  # PatternSet
+    registry: Any  # KernelRegistry
+    target: Target
+
+    def pattern_infos(self) -> list[PatternInfo]:
+        infos = []
+        for p in self.patterns.ordered():
+            note = "disabled" if not p.enabled else f"targets {list(p.targets)}"
+            infos.append(
+                PatternInfo(p.name, p.where, p.benefit, p.root, p.active_on(self.target), note)
+            )
+        return infos
+
+
+_PLAN_LOCK = threading.Lock()
+
+
+_PATTERN_CACHE: dict[str, Any] = {}
+
+
+def load_plan(opts: Options) -> Plan:
+    """Load (or reuse, when no file changed) the pattern set and kernel registry."""
+    from pdlkit.matcher.patterns import PatternError, load_patterns
+    from pdlkit.optional import require_matcher
+    from pdlkit.runtime_abi.registry import KernelLoadError, KernelRegistry
+    from pdlkit.runtime_abi.trust import TrustError, check_writable
+
+    require_matcher()  # MissingDependency: the backend degrades to Inductor, saying why
+    target = resolve(opts.target)
+    try:
+        ppaths = config.pattern_paths(opts.patterns)
+        kpaths = config.kernel_paths(opts.kernels)
+        check_writable(ppaths, "patterns", opts.allow_world_writable)
+        key = "|".join(map(str, ppaths)) + "|" + config.stat_fingerprint(ppaths)
+        with _PLAN_LOCK:
+            patterns = _PATTERN_CACHE.get(key)
+            if patterns is None:
+                patterns = load_patterns(ppaths)
+                if len(_PATTERN_CACHE) > 32:
+                    _PATTERN_CACHE.clear()
+                _PATTERN_CACHE[key] = patterns
+        registry = KernelRegistry.from_folders(
+            kpaths, allow_world_writable=opts.allow_world_writable
+        )
+    except (PatternError, KernelLoadError, TrustError, config.PathError) as e:
+        raise ConfigError(str(e)) from e
+    for p in patterns.patterns:
+        if p.kernel is not None and registry.get(p.kernel) is None:
+            known = ", ".join(registry.names()) or "none"
+            raise ConfigError(
+                f"{p.pin_source}: pattern {p.name!r} pins kernel {p.kernel!r}, which no kernel folder "
+                f"declares (known: {known})"
+            )
+    _check_calls(patterns.patterns, registry)
+    return Plan(patterns, registry, target)
+
+
+_IN_USE: dict[str, tuple[str, set[str]]] = {}  # folders -> (their fingerprint, kernels used)
+
+
+def kernels_in_use(opts: Options) -> set[str]:
+    """The set to record this compilation's kernels in. When the files of the same folders
+    changed since the last compilation, the kernels used before lose their packed weights:
+    the next compilation is the one that matters, and a graph from before packs again."""
+    from pdlkit.runtime_abi.prepack import CACHE
+
+    paths = config.pattern_paths(opts.patterns) + config.kernel_paths(opts.kernels)
+    folders, fingerprint = "|".join(map(str, paths)), config.stat_fingerprint(paths)
+    with _PLAN_LOCK:
+        last = _IN_USE.get(folders)
+        if last is not None and last[0] == fingerprint:
+            return last[1]
+        if last is not None:
+            CACHE.release(last[1])
+        used: set[str] = set()
+        _IN_USE[folders] = (fingerprint, used)
+        return used
+
+
+def _check_calls(patterns: Any, registry: Any) -> None:
+    """Each pattern's ``pdlkit_call`` against the logical op it names (argument count and
+    constant kinds), at load: a ConfigError naming file:line:col, not a near miss later."""
+    from pdlkit.matcher.op_calls import call_problems
+
+    problems = [f"{w}: {m}" for p in patterns for w, m in call_problems(p, registry.op_table)]
+    if problems:
+        raise ConfigError("\n".join(problems))

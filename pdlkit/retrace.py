@@ -1,0 +1,144 @@
+"""Dynamo's torch-level graph -> a pre-dispatch ATen graph, the level patterns are written at.
+
+    before: linear = torch._C._nn.linear(x, w, b); gelu = torch._C._nn.gelu(linear)
+    after:  linear = aten.linear.default(x, w, b); gelu = aten.gelu.default(linear)
+            (every node with meta["val"]; torch.no_grad() / autocast regions as submodules)
+
+Re-traced inside Dynamo's own fake mode, so that only Dynamo's symbolic dims stay symbolic.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import torch
+import torch.fx as fx
+
+
+def _fake_inputs(gm: fx.GraphModule, example_inputs: list[Any]) -> list[Any]:
+    phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    vals = [n.meta.get("example_value") for n in phs]
+    if len(vals) == len(example_inputs) and all(v is not None for v in vals):
+        # Dynamo's value for an opaque object (a process group, a device mesh, a torchbind
+        # object) is already a FakeScriptObject; make_fx fakes the real one itself.
+        from torch._library.fake_class_registry import FakeScriptObject
+
+        pairs = zip(vals, example_inputs, strict=True)
+        return [x if isinstance(v, FakeScriptObject) else v for v, x in pairs]
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = torch._guards.detect_fake_mode(example_inputs) or FakeTensorMode()
+    return [mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in example_inputs]
+
+
+def retrace(gm: fx.GraphModule, example_inputs: list[Any]) -> fx.GraphModule:
+    """Dynamo's torch-level graph -> pre-dispatch ATen graph with ``meta["val"]`` on every node.
+
+    A ``torch.no_grad()`` / ``torch.enable_grad()`` or ``torch.autocast(...)`` region becomes
+    a call of a submodule, torch.export's form of it::
+
+        before: _set_grad_enabled(False); linear_1 = aten.linear(...); _set_grad_enabled(True)
+        after:  wrap_with_set_grad_enabled = higher_order.wrap_with_set_grad_enabled(
+                    False, self.submod_1, ...)      # submod_1: linear_1 = aten.linear(...)
+
+    so that no pass (CSE, canonicalization, matching) combines ops of different modes."""
+    import torch.fx.traceback as fx_traceback
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    fake = _fake_inputs(gm, example_inputs)
+
+    def run(*args: Any) -> Any:  # through the Interpreter, so user stack traces carry over
+        return fx.Interpreter(gm).run(*args)
+
+    # With Inductor's freezing on, Dynamo keeps parameters as real tensors on the module
+    # (get_attr), not as graph inputs; they are constants of the traced graph then.
+    mode = torch._guards.detect_fake_mode(fake)
+    allow = mode.allow_non_fake_inputs if mode is not None else False
+    try:
+        if mode is not None:
+            mode.allow_non_fake_inputs = True
+        with fx_traceback.preserve_node_meta():
+            traced = make_fx(run, pre_dispatch=True, tracing_mode="fake")(*fake)
+        if not any(n.target in _mode_calls() for n in traced.graph.nodes):
+            return traced
+        _propagate_in_modes(traced)
+    finally:
+        if mode is not None:
+            mode.allow_non_fake_inputs = allow
+    return _wrap_mode_regions(traced)
+
+
+def _mode_calls() -> tuple[Any, ...]:
+    """The calls a pre-dispatch graph switches grad or autocast mode with."""
+    from torch.amp.autocast_mode import _enter_autocast, _exit_autocast
+
+    return (torch._C._set_grad_enabled, _enter_autocast, _exit_autocast)
+
+
+def _propagate_in_modes(traced: fx.GraphModule) -> None:
+    """Recompute every node's fake value with each region's mode switched on.
+
+    Pre-dispatch tracing records a region's mode switches without making them (it must not
+    change global state), so the values make_fx leaves are those of the computation without
+    the modes: a linear under ``torch.autocast(dtype=torch.bfloat16)`` reads float32, and so
+    does everything downstream of it, where bfloat16 arrives at run time."""
+    from torch.amp.autocast_mode import _enter_autocast, _exit_autocast
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    entered: list[Any] = []
+
+    class InModes(FakeTensorProp):
+        def run_node(self, n: fx.Node) -> Any:
+            out = super().run_node(n)
+            if n.target is _enter_autocast:
+                entered.append(out)
+            elif n.target is _exit_autocast and entered:
+                entered.pop()
+            return out
+
+    inputs = [n.meta["val"] for n in traced.graph.nodes if n.op == "placeholder"]
+    prop = InModes(traced, torch._guards.detect_fake_mode(inputs))  # make_fx's own fake mode
+    with torch.set_grad_enabled(torch.is_grad_enabled()):
+        try:
+            prop.propagate_dont_convert_inputs(*inputs)
+        finally:  # an error inside a region leaves no autocast mode behind
+            for m in reversed(entered):
+                m.__exit__(None, None, None)
+
+
+def _wrap_mode_regions(traced: fx.GraphModule) -> fx.GraphModule:
+    from torch._export.passes.replace_autocast_with_hop_pass import (
+        replace_autocast_with_hop_pass,
+    )
+    from torch._export.passes.replace_set_grad_with_hop_pass import (
+        replace_set_grad_with_hop_pass,
+    )
+
+    traced, _ = replace_set_grad_with_hop_pass(traced, None)
+    traced, _ = replace_autocast_with_hop_pass(traced, None)
+    return traced
+
+
+def grad_mode_regions(gm: fx.GraphModule) -> list[tuple[fx.GraphModule, bool]]:
+    """Each ``torch.no_grad()`` / ``torch.enable_grad()`` region of a re-traced graph as
+    ``(submodule, grad enabled)``, nested ones too. Regions inside ``torch.autocast(...)``
+    are left out: their ops run in the autocast dtype, which no kernel call there would."""
+    out = []
+    for n in gm.graph.nodes:
+        if (
+            n.op == "call_function"
+            and n.target is torch.ops.higher_order.wrap_with_set_grad_enabled
+        ):
+            sub = getattr(gm, str(cast(fx.Node, n.args[1]).target))
+            out.append((sub, bool(n.args[0])))
+            out.extend(grad_mode_regions(sub))
+    return out
+
+
+def ambient_autocast(example_inputs: list[Any]) -> str:
+    """The ``torch.autocast(...)`` the whole graph runs under ("" if none)."""
+    devices = {"cpu"} | {x.device.type for x in example_inputs if isinstance(x, torch.Tensor)}
+    for device in sorted(devices):
+        if torch.is_autocast_enabled(device):
+            return f"torch.autocast({device!r}, dtype={torch.get_autocast_dtype(device)})"
+    return ""
