@@ -15,7 +15,7 @@ odd K, a kernel that refuses the tile state) runs the VNNI path on the same pack
 the next candidate, without a second pre-pack or a fallback through the reference.
 
 Declared with ``requires=["amx_tile", "amx_int8"]`` (``capability.host`` keeps those flags only
-where torch can enable AMX) at priority 20, before the VNNI kernels (10) and oneDNN's (0); the
+where Linux grants the tile state) at priority 20, before the VNNI kernels (10) and oneDNN's (0); the
 measured choice (``PDLKIT_AUTOTUNE``) times them like the others.
 """
 
