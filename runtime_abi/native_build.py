@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from pdlkit.runtime_abi.dlopen import open_library
-from pdlkit.runtime_abi.native import HEADER
+from pdlkit.runtime_abi.native_abi import HEADER
 from pdlkit.runtime_abi.trust import (
     TrustError,
     check_pin,
@@ -350,7 +350,7 @@ def build_and_load(
     once, naming ``what``, and declares nothing, so the rest of the registry stays usable."""
     import warnings
 
-    from pdlkit.runtime_abi.native import load_native_library
+    from pdlkit.runtime_abi.native_load import load_native_library
 
     try:
         lib = _build_preferring(source, arch, extra)

@@ -35,7 +35,7 @@ from pdlkit.runtime_abi.kernel import (
     bind_if_loaded,
     bind_op,
 )
-from pdlkit.runtime_abi.native import load_native_library
+from pdlkit.runtime_abi.native_load import load_native_library
 from pdlkit.runtime_abi.ops import LogicalOp, OpDeclarationError, OpTable
 from pdlkit.runtime_abi.trust import (
     Loading,

@@ -313,7 +313,7 @@ descriptors = st.fixed_dictionaries(
 
 
 def _build_descriptor(d: dict[str, Any], keep: list[Any]) -> int:
-    from pdlkit.runtime_abi import native as nat
+    from pdlkit.runtime_abi import native_abi as nat
 
     def cstr(b: bytes) -> Any:
         buf = ctypes.create_string_buffer(b)
@@ -364,7 +364,8 @@ def _build_descriptor(d: dict[str, Any], keep: list[Any]) -> int:
 def check_descriptor(d: dict[str, Any]) -> None:
     """A native kernel descriptor with random fields is validated into a kernel or refused
     with a KernelLoadError naming the library, as ``load_native_library`` reports it."""
-    from pdlkit.runtime_abi import native as nat
+    from pdlkit.runtime_abi.native_desc import read_descriptor
+    from pdlkit.runtime_abi.native_load import declare_spec
     from pdlkit.runtime_abi.registry import KernelLoadError
 
     CASES["native descriptors"] += 1
@@ -372,7 +373,7 @@ def check_descriptor(d: dict[str, Any]) -> None:
     path = Path("/fuzz/libfuzzed.so")
     addr = _build_descriptor(d, keep)
     try:
-        nat.declare_spec(path, "0" * 64, nat.read_descriptor(path, addr, 0, 0))
+        declare_spec(path, "0" * 64, read_descriptor(path, addr, 0, 0))
         CASES["native descriptors: loaded"] += 1
     except KernelLoadError as e:
         assert str(path) in str(e), f"error does not name the library: {e}"

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import torch
-from pdlkit.runtime_abi import native
+from pdlkit.runtime_abi import native_abi as native  # the C ABI as ctypes sees it
 from pdlkit.runtime_abi.native_build import build_driver, build_library
 from pdlkit.runtime_abi.reference import lookup
 from pdlkit.runtime_abi.registry import load_kernel_file

@@ -54,11 +54,13 @@ def _call(decl, args):
 @pytest.fixture(scope="module")
 def qgemm():
     pytest.importorskip("torchao", reason="the qlinear kernels' meta needs torchao")
+    load_kernel_file(ROOT / "kernels" / "ops" / "logical_ops.py")  # the ops, then kernels
     return {k.name: k for k in load_kernel_file(X86 / "qlinear_vnni.py")}["qlinear_vnni"]
 
 
 @pytest.fixture(scope="module")
 def onednn():
+    load_kernel_file(ROOT / "kernels" / "ops" / "logical_ops.py")  # the ops, then kernels
     return {k.name: k for k in load_kernel_file(X86 / "qlinear_onednn.py")}["qlinear_onednn"]
 
 
@@ -101,8 +103,8 @@ def test_onednn_is_exact_at_the_longest_k_and_declines_beyond(onednn):
 def test_int_mm_wraps_as_torch_int_mm_does(tmp_path):
     """torch._int_mm's int32 result of -128 * -128 * 140000 (past 2^31) wraps modulo 2^32:
     the VNNI kernel gives the same int32, its u8 shift and column-sum correction included."""
-    from pdlkit.runtime_abi.native import load_native_library
     from pdlkit.runtime_abi.native_build import build_library
+    from pdlkit.runtime_abi.native_load import load_native_library
 
     lib = build_library(X86 / "vnni_int8_gemm.c", "x86_64", out_dir=tmp_path)
     int_mm = {k.name: k for k in load_native_library(lib)}["vnni_int8_gemm"]
