@@ -269,7 +269,18 @@ def host_profile(fn: Callable[[], Any], calls: int = 5) -> dict[str, float]:
         "kernels_per_call": len(kernels) / calls,
         "host_us_per_call": host * 1e6,
         "launch_api_us_median": launch_us,
+        "gpu_us_by_kernel": gpu_time_by_kernel(kernels, calls),
     }
+
+
+def gpu_time_by_kernel(kernels: list[Any], calls: int, top: int = 10) -> list[tuple[str, float]]:
+    """The GPU time per call of the ``top`` kernels that took most (name cut to 60 characters,
+    us): where a step's time goes, to set against the weights' bytes over HBM bandwidth."""
+    by_name: dict[str, float] = {}
+    for e in kernels:
+        name = e.name[:60]
+        by_name[name] = by_name.get(name, 0.0) + e.device_time_total / calls
+    return sorted(by_name.items(), key=lambda kv: -kv[1])[:top]
 
 
 def measure_row(
@@ -386,6 +397,8 @@ def summary(r: dict[str, Any]) -> str:
         s += f"  cos {r['cosine_vs_bf16_eager']:.5f}"
     if "greedy_agreement" in r:
         s += f"  greedy {r['greedy_agreement']:.3f}"
+    for name, us in r.get("gpu_us_by_kernel", []):
+        s += f"\n      {us:9.1f} us  {name}"
     return s
 
 
