@@ -77,13 +77,20 @@ def quantize_per_token_triton(x: Tensor, eps: float, qmax: float) -> tuple[Tenso
 # -- int8 GEMM + rescale epilogue ---------------------------------------------------------------
 
 
-_INT8_SHAPES = {"q": {"rank": 2}, "w": {"rank": 2, "contiguous": True}}
+_INT8_LINEAR: dict[str, Any] = {
+    "implements": "int8_linear",
+    "dtypes": {"q": [torch.int8], "w": [torch.int8]},
+    "shapes": {"q": {"rank": 2}, "w": {"rank": 2, "contiguous": True}},
+}
+_GATED_SILU: dict[str, Any] = {
+    "implements": "int8_gated_silu",
+    "dtypes": {"q": [torch.int8], "wg": [torch.int8], "wu": [torch.int8]},
+    "shapes": {"q": {"rank": 2}, "wg": {"rank": 2, "contiguous": True}, "wu": {"rank": 2}},
+}
 
 
 @pdlkit.kernel(
-    implements="int8_linear",
-    dtypes={"q": [torch.int8], "w": [torch.int8]},
-    shapes=_INT8_SHAPES,
+    **_INT8_LINEAR,
     priority=1,
     traits=["deterministic", "graph_capture_safe"],
     **_ON,
@@ -110,9 +117,7 @@ def int8_linear_triton(
 
 
 @pdlkit.kernel(
-    implements="int8_linear",
-    dtypes={"q": [torch.int8], "w": [torch.int8]},
-    shapes=_INT8_SHAPES,
+    **_INT8_LINEAR,
     priority=0,
     traits=["deterministic"],
     device="cuda",
@@ -132,10 +137,15 @@ def int8_linear_cublas(
 # -- SwiGLU gate/up pair ------------------------------------------------------------------------
 
 
+def _gated_out(q: Tensor, wg: Tensor, wu: Tensor, m: int, dtype: int) -> Tensor:
+    """The [m, N] output of an int8_gated_silu; declines gate and up weights that differ."""
+    if wu.shape != wg.shape or not wu.is_contiguous():
+        raise pdlkit.KernelUnsupported("gate and up weights differ in shape or layout")
+    return torch.empty((m, wg.shape[0]), dtype=_dtype(dtype), device=q.device)
+
+
 @pdlkit.kernel(
-    implements="int8_gated_silu",
-    dtypes={"q": [torch.int8], "wg": [torch.int8], "wu": [torch.int8]},
-    shapes={"q": {"rank": 2}, "wg": {"rank": 2, "contiguous": True}, "wu": {"rank": 2}},
+    **_GATED_SILU,
     priority=1,
     traits=["deterministic", "graph_capture_safe"],
     **_ON,
@@ -153,12 +163,10 @@ def int8_gated_silu_triton(
 ) -> Tensor:
     """silu(q @ wg.T * x_scale * sg) * (q @ wu.T * x_scale * su), one pass over q; up to 64
     rows the split-K kernel streams both weights (as in int8_linear_triton)."""
-    if wu.shape != wg.shape or not wu.is_contiguous():
-        raise pdlkit.KernelUnsupported("gate and up weights differ in shape or layout")
     m = q.shape[0]
     if m <= _STREAM_ROWS:
         return int8_gated_silu_splitk.fn(q, x_scale, wg, sg, wu, su, dtype, shape)
-    out = torch.empty((m, wg.shape[0]), dtype=_dtype(dtype), device=q.device)
+    out = _gated_out(q, wg, wu, m, dtype)
     _triton().gated(
         q if q.stride(-1) == 1 else q.contiguous(),
         _rows(x_scale, m),
@@ -197,9 +205,7 @@ def _decode_rows(q: Tensor) -> int:
 
 
 @pdlkit.kernel(
-    implements="int8_linear",
-    dtypes={"q": [torch.int8], "w": [torch.int8]},
-    shapes=_INT8_SHAPES,
+    **_INT8_LINEAR,
     priority=0,
     traits=["deterministic", "graph_capture_safe"],
     **_ON,
@@ -223,9 +229,7 @@ def int8_linear_splitk(
 
 
 @pdlkit.kernel(
-    implements="int8_gated_silu",
-    dtypes={"q": [torch.int8], "wg": [torch.int8], "wu": [torch.int8]},
-    shapes={"q": {"rank": 2}, "wg": {"rank": 2, "contiguous": True}, "wu": {"rank": 2}},
+    **_GATED_SILU,
     priority=0,
     traits=["deterministic", "graph_capture_safe"],
     **_ON,
@@ -242,10 +246,8 @@ def int8_gated_silu_splitk(
     shape: list[int] | None,
 ) -> Tensor:
     """int8_gated_silu for up to 256 rows: the gate and up weights streamed side by side."""
-    if wu.shape != wg.shape or not wu.is_contiguous():
-        raise pdlkit.KernelUnsupported("gate and up weights differ in shape or layout")
     m = _decode_rows(q)
-    out = torch.empty((m, wg.shape[0]), dtype=_dtype(dtype), device=q.device)
+    out = _gated_out(q, wg, wu, m, dtype)
     _splitk().splitk(
         q if q.stride(-1) == 1 else q.contiguous(),
         _rows(x_scale, m),
