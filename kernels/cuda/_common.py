@@ -16,6 +16,8 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 _ON: dict[str, Any] = (
     {"device": "cpu", "requires": []} if INTERPRET else {"device": "cuda", "requires": ["sm_80"]}
 )
+# what every Triton kernel declares beside its op: deterministic, safe in a CUDA graph, where
+_CAPTURED: dict[str, Any] = {"traits": ["deterministic", "graph_capture_safe"], **_ON}
 _OUT_DTYPES = (torch.float16, torch.float32, torch.bfloat16)  # what the epilogues store
 
 

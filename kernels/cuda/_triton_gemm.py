@@ -76,7 +76,8 @@ def _act(y, ACT: tl.constexpr):
 
 @triton.jit
 def _tile(pid, M, N, BM: tl.constexpr, BN: tl.constexpr, GROUP_M: tl.constexpr):
-    """Grouped tile order: GROUP_M row tiles share each column tile while it is in L2."""
+    """This program's rows and columns of C; grouped tile order: GROUP_M row tiles share each
+    column tile while it is in L2."""
     grid_m = tl.cdiv(M, BM)
     grid_n = tl.cdiv(N, BN)
     width = GROUP_M * grid_n
@@ -85,7 +86,7 @@ def _tile(pid, M, N, BM: tl.constexpr, BN: tl.constexpr, GROUP_M: tl.constexpr):
     size_m = tl.minimum(grid_m - first_m, GROUP_M)
     pid_m = first_m + (pid % width) % size_m
     pid_n = (pid % width) // size_m
-    return pid_m, pid_n
+    return pid_m * BM + tl.arange(0, BM), pid_n * BN + tl.arange(0, BN)
 
 
 @triton.jit
@@ -115,9 +116,7 @@ def gemm_kernel(
     out_zp = tl.cast(out_zp, tl.float32)
     qmin = tl.cast(qmin, tl.float32)
     qmax = tl.cast(qmax, tl.float32)
-    pid_m, pid_n = _tile(tl.program_id(0), M, N, BM, BN, GROUP_M)
-    rm = pid_m * BM + tl.arange(0, BM)
-    rn = pid_n * BN + tl.arange(0, BN)
+    rm, rn = _tile(tl.program_id(0), M, N, BM, BN, GROUP_M)
     rk = tl.arange(0, BK)
     a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :]
     b_ptrs = b_ptr + rn[:, None] * stride_bn + rk[None, :]
@@ -182,9 +181,7 @@ def gated_kernel(
 ):  # fmt: skip
     """C = silu(A @ G^T * sa * sg) * (A @ U^T * sa * su): the gate and up GEMMs of a
     SwiGLU MLP share every A tile, and the product never leaves registers."""
-    pid_m, pid_n = _tile(tl.program_id(0), M, N, BM, BN, GROUP_M)
-    rm = pid_m * BM + tl.arange(0, BM)
-    rn = pid_n * BN + tl.arange(0, BN)
+    rm, rn = _tile(tl.program_id(0), M, N, BM, BN, GROUP_M)
     rk = tl.arange(0, BK)
     a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :]
     g_ptrs = g_ptr + rn[:, None] * stride_bn + rk[None, :]

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from pdlkit.kernels.cuda._common import _ON, INTERPRET, _dtype, _triton
+from pdlkit.kernels.cuda._common import _CAPTURED, INTERPRET, _dtype, _triton
 from pdlkit.quantization.int8_dynamic import quantize_per_token
 from pdlkit.runtime_abi.triton_binding import launched_by_inductor
 from torch import Tensor
@@ -114,8 +114,7 @@ def _norm_examples(dtype: torch.dtype) -> list[tuple[Any, ...]]:
     meta=_meta_norm_quant,
     reference=rmsnorm_quantize_ref,
     examples=_norm_examples,
-    traits=["deterministic", "graph_capture_safe"],
-    **_ON,
+    **_CAPTURED,
 )
 @launched_by_inductor(_FUSED)
 def rmsnorm_quantize_triton(
@@ -181,8 +180,7 @@ def _residual_examples(dtype: torch.dtype) -> list[tuple[Any, ...]]:
     meta=_meta_residual,
     reference=int8_linear_residual_ref,
     examples=_residual_examples,
-    traits=["deterministic", "graph_capture_safe"],
-    **_ON,
+    **_CAPTURED,
 )
 @launched_by_inductor(_GEMM, _SPLITK)
 def int8_linear_residual_triton(
@@ -254,8 +252,7 @@ def _examples3(dtype: torch.dtype) -> list[tuple[Any, ...]]:
     meta=_meta3,
     reference=int8_linear3_ref,
     examples=_examples3,
-    traits=["deterministic", "graph_capture_safe"],
-    **_ON,
+    **_CAPTURED,
 )
 @launched_by_inductor(_FUSED, _GEMM)
 def int8_linear3_triton(

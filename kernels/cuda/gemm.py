@@ -35,7 +35,7 @@ import weakref
 from typing import Any, cast
 
 import torch
-from pdlkit.kernels.cuda._common import _ON, _dtype, _triton
+from pdlkit.kernels.cuda._common import _CAPTURED, _ON, _dtype, _triton
 from pdlkit.runtime_abi.dtypes import quantized_dtype
 from pdlkit.runtime_abi.triton_binding import launched_by_inductor
 from torch import Tensor
@@ -63,8 +63,7 @@ def _rows(s: Tensor, m: int) -> Tensor:
     implements="quantize_per_token",
     dtypes={"x": [torch.float32, torch.bfloat16, torch.float16]},
     shapes={"x": {"rank": 2}},
-    traits=["deterministic", "graph_capture_safe"],
-    **_ON,
+    **_CAPTURED,
 )
 @launched_by_inductor(_GEMM)
 def quantize_per_token_triton(x: Tensor, eps: float, qmax: float) -> tuple[Tensor, Tensor]:
@@ -92,8 +91,7 @@ _GATED_SILU: dict[str, Any] = {
 @pdlkit.kernel(
     **_INT8_LINEAR,
     priority=1,
-    traits=["deterministic", "graph_capture_safe"],
-    **_ON,
+    **_CAPTURED,
 )
 @launched_by_inductor(_GEMM, _SPLITK)
 def int8_linear_triton(
@@ -147,8 +145,7 @@ def _gated_out(q: Tensor, wg: Tensor, wu: Tensor, m: int, dtype: int) -> Tensor:
 @pdlkit.kernel(
     **_GATED_SILU,
     priority=1,
-    traits=["deterministic", "graph_capture_safe"],
-    **_ON,
+    **_CAPTURED,
 )
 @launched_by_inductor(_GEMM, _SPLITK)
 def int8_gated_silu_triton(
@@ -207,8 +204,7 @@ def _decode_rows(q: Tensor) -> int:
 @pdlkit.kernel(
     **_INT8_LINEAR,
     priority=0,
-    traits=["deterministic", "graph_capture_safe"],
-    **_ON,
+    **_CAPTURED,
 )
 @launched_by_inductor(_SPLITK)
 def int8_linear_splitk(
@@ -231,8 +227,7 @@ def int8_linear_splitk(
 @pdlkit.kernel(
     **_GATED_SILU,
     priority=0,
-    traits=["deterministic", "graph_capture_safe"],
-    **_ON,
+    **_CAPTURED,
 )
 @launched_by_inductor(_SPLITK)
 def int8_gated_silu_splitk(
