@@ -266,7 +266,7 @@ def emulated():
     return lib, v
 
 
-def _emulated_run(lib, v, x, w, x_zp, amx, out_dtype, threads):
+def _emulated_run(lib, v, x, w, x_zp, amx, out_dtype, threads, act=2):
     """Output of pdlkit_qgemm_run with the AMX flag or without (the VNNI path)."""
     import ctypes
 
@@ -279,11 +279,11 @@ def _emulated_run(lib, v, x, w, x_zp, amx, out_dtype, threads):
     s8 = x.dtype is torch.int8
     cc = (colsum * -(x_zp + (128 if s8 else 0))).to(torch.int32)
     ss = (colsum * -x_zp).to(torch.int32)
-    quant = out_dtype is not torch.float32
+    qrange = {torch.uint8: (0, 255), torch.int8: (-128, 127), torch.float32: (0, 0)}[out_dtype]
     params = v._Params(
         n=n, k=k, packed=packed.data_ptr(), colcorr=cc.data_ptr(), x_scale=0.02,
-        inv_out_scale=20.0, x_zp=x_zp, out_zp=3, qmin=0 if quant else 0, qmax=255 if quant else 0,
-        act=2, out_kind=0 if quant else 2, flags=(v.QG_AMX if amx else 0) | (v.QG_S8 if s8 else 0),
+        inv_out_scale=20.0, x_zp=x_zp, out_zp=3, qmin=qrange[0], qmax=qrange[1], act=act,
+        out_kind=v._OUT_KIND[out_dtype], flags=(v.QG_AMX if amx else 0) | (v.QG_S8 if s8 else 0),
         colcorr_ss=ss.data_ptr(),
     )  # fmt: skip
     m = x.shape[0]
@@ -309,18 +309,31 @@ def _emulated_run(lib, v, x, w, x_zp, amx, out_dtype, threads):
         (64, 3072, 200, torch.uint8, 1),  # 4 K chunks of 768, one group of 4 panels
         (96, 1536, 1100, torch.int8, 2),  # 2 K chunks, groups of 7, 7 and 4 panels, 2 threads
         (32, 64, 64, torch.int8, 1),  # one tile step
+        (160, 512, 100, torch.uint8, 2),  # 5 blocks over 2 threads; 36 columns in panel 2
     ],
 )
-@pytest.mark.parametrize("out_dtype", [torch.uint8, torch.float32])
+@pytest.mark.parametrize("out_dtype", [torch.uint8, torch.int8, torch.float32])
 def test_emulated_amx_blocking_matches_the_vnni_path(
     emulated, m, k, n, x_dtype, threads, out_dtype
 ):
-    """The AMX path's blocking, K chunks and panel groups (tile instructions emulated) give the
-    VNNI path's outputs bit for bit: the same exact int32 sums, one epilogue."""
+    """The AMX path's blocking, K chunks and panel groups, and its epilogue run half a block
+    behind the tiles (tile instructions emulated) give the VNNI path's outputs bit for bit:
+    the same exact int32 sums, the same epilogue arithmetic."""
     lib, v = emulated
     x, w, _, _, x_zp = _operands(m, k, n, x_dtype, seed=m + k)
     amx = _emulated_run(lib, v, x, w, x_zp, True, out_dtype, threads)
     vnni = _emulated_run(lib, v, x, w, x_zp, False, out_dtype, threads)
+    assert torch.equal(amx, vnni)
+
+
+@pytest.mark.parametrize("act", [0, 1, 3])  # none, ReLU, GELU tanh (erf: the test above)
+def test_emulated_amx_epilogues_match_the_vnni_path(emulated, act):
+    """Each activation of the AMX path's epilogue (tile instructions emulated) gives the VNNI
+    path's codes."""
+    lib, v = emulated
+    x, w, _, _, x_zp = _operands(96, 256, 200, torch.uint8, seed=act)
+    amx = _emulated_run(lib, v, x, w, x_zp, True, torch.uint8, 1, act)
+    vnni = _emulated_run(lib, v, x, w, x_zp, False, torch.uint8, 1, act)
     assert torch.equal(amx, vnni)
 
 
