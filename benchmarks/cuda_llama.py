@@ -536,11 +536,12 @@ def main() -> None:
     res["sizes"] = CONFIGS[a.config]
     res["device"] = torch.cuda.get_device_name() if a.device == "cuda" else "CPU (interpreter)"
     try:
-        from machine import provenance
+        from machine import host_header
 
-        res["machine"] = provenance()
+        res["machine"] = " ".join(host_header())  # CPU model, AMX, GPU name, commit
     except Exception:
         res["machine"] = ""
+    print(res["machine"])
     print(res["device"], {k: res[k] for k in ("torch", "triton", "transformers", "torchao")})
     model = build_model(a.config, a.device)
     ids = torch.randint(0, VOCAB, (1, 16), device=a.device)

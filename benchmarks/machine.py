@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -33,6 +34,8 @@ def provenance() -> str:
         ).stdout.splitlines()
     except OSError:
         return "- pdlkit: git not available"
+    if not head and os.environ.get("PDLKIT_COMMIT"):  # a wheel run with no checkout near
+        return f"- pdlkit at commit {os.environ['PDLKIT_COMMIT']} (a wheel built from it)"
     files = [line[3:] for line in changed]
     dirty = (
         f" + uncommitted changes (working tree as measured) to {', '.join(files)}"
@@ -93,7 +96,6 @@ def gpu_name() -> str:
 def host_header(threads: int | None = None) -> list[str]:
     """Markdown bullets for a results file: date, CPU and AMX, threads, GPU, versions, commit."""
     import datetime
-    import os
     import platform
 
     import torch
