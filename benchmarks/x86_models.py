@@ -311,20 +311,29 @@ def compile_round(case: Case, model: Any, x: torch.Tensor, ref: torch.Tensor, tm
 
 
 def warm_process(tmp: str) -> str:
-    """Compile a small MLP once with Inductor and once with pdlkit (untimed in the results,
-    reported apart): the one-time costs of a process (Inductor's imports, pdlkit's pattern
-    set and kernels) would otherwise land on the first case's first compile."""
+    """Compile a small MLP once with Inductor and once with pdlkit, with Inductor's freezing off
+    and on (untimed in the results, reported apart): the one-time costs of a process
+    (Inductor's imports, its freezing passes' pattern tables, ~3 s on first use; pdlkit's
+    pattern set and kernels) would otherwise land on the first case's first compile, which
+    is pdlkit's (it compiles first in each round)."""
+    import torch._inductor.config as ic
+
     import pdlkit
 
     m = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU(), torch.nn.Linear(64, 64))
     x = torch.randn(8, 64)
     out = []
     for label, make in (("Inductor", torch.compile), ("pdlkit", pdlkit.optimize)):
-        torch._dynamo.reset()
-        with inductor_cache(tempfile.mkdtemp(prefix="warm-", dir=tmp)), torch.no_grad():
-            t = time.perf_counter()
-            make(m)(x)
-            out.append(f"{label} {time.perf_counter() - t:.1f} s")
+        for freezing in (False, True):
+            torch._dynamo.reset()
+            ic.freezing = freezing
+            with inductor_cache(tempfile.mkdtemp(prefix="warm-", dir=tmp)), torch.no_grad():
+                t = time.perf_counter()
+                make(m.eval())(x)
+                out.append(
+                    f"{label}{' (freezing)' if freezing else ''} {time.perf_counter() - t:.1f} s"
+                )
+    ic.freezing = False
     torch._dynamo.reset()
     return "- process warm-up (a small MLP, compiled once each, not in the tables): " + ", ".join(
         out

@@ -13,17 +13,21 @@ a fresh tensor of its shape and dtype. Kernels are timed through their bound
 ``torch.ops.pdlkit`` op with a call site of their own, as compiled code calls them (pre-packing
 happens in the warm-up, outside the timing).
 
-The subgraph is timed as Inductor runs it: its ops interpreted eagerly give an upper bound and
-its extern ops (GEMMs, convolutions, attention: what Inductor calls as library kernels on the
-CPU) a lower bound. A kernel slower than the upper bound loses and one faster than the lower
-bound wins without more ado; in between, or on CUDA, the subgraph is compiled by Inductor and
-timed (`benchmarks/x86_models.py` compares these choices with whole-model timings).
+The subgraph is timed as Inductor runs it, by default without compiling it: it runs with the
+library calls Inductor makes for it on the CPU (:mod:`pdlkit.matcher.lowered`: oneDNN's int8
+GEMM on a packed weight under freezing), the rest of its ops eagerly. Those calls alone are a
+lower bound of Inductor's time and the eager run about an upper one: a kernel slower than the
+upper bound loses, one faster than the lower bound wins, and in between the eager run is the
+subgraph's time (the proxy; ``benchmarks/x86_subgraph_proxy.py`` compares it with the compiled
+subgraph per site). With ``PDLKIT_AUTOTUNE_SUBGRAPH=compile``, or on CUDA, the subgraph is
+compiled by Inductor and timed instead (`benchmarks/x86_models.py` compares these choices
+with whole-model timings). The sites' savings counted for the whole-graph check take the
+lower bound where the subgraph's time is the proxy's.
 Timings and choices are cached per host (:mod:`pdlkit.runtime_abi.autotune`).
 """
 
 from __future__ import annotations
 
-import statistics
 import threading
 import time
 import warnings
@@ -33,6 +37,7 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+from pdlkit.matcher import lowered
 from pdlkit.matcher.canonicalize import weight_views
 from pdlkit.runtime_abi import autotune, triton_binding
 from pdlkit.runtime_abi.autotune import KEEP, Decision, Excluded, Timing
@@ -43,13 +48,6 @@ from pdlkit.runtime_abi.outputs import fresh
 from pdlkit.runtime_abi.sites import CallSite, drop_site, new_site
 
 aten = torch.ops.aten
-# ops Inductor leaves to a library on the CPU (extern kernels): the subgraph costs at least these
-_EXTERN = {
-    aten.linear.default, aten.addmm.default, aten.mm.default, aten.bmm.default,
-    aten.baddbmm.default, aten.matmul.default, aten._int_mm.default,
-    aten.convolution.default, aten.conv2d.default, aten.conv1d.default,
-    aten.scaled_dot_product_attention.default,
-}  # fmt: skip
 # views of a graph input are taken again on the real tensor (a transposed weight is the weight)
 _VIEWS = {
     aten.t.default, aten.transpose.int, aten.permute.default, aten.view.default,
@@ -213,7 +211,8 @@ class Tuner:
         is its library calls alone)."""
         if decision.choice == KEEP or self.saved_us is None:
             return
-        t = {x.name: x.us for x in decision.timings}
+        # a proxy's time is an estimate: count the saving against its lower bound
+        t = {x.name: x.us if x.low is None else x.low for x in decision.timings}
         keep, ours = t.get(KEEP), t.get(decision.choice)
         if decision.source == "pinned" or keep is None or ours is None:
             self.saved_us = None
@@ -303,22 +302,31 @@ def _subgraph_time(
 ) -> Timing:
     """The replaced subgraph's time as Inductor would run it (see the module docstring).
 
-    Under Inductor's freezing the subgraph is compiled with its weights as constants, as the
-    model will be: Inductor then lowers an int8 (PT2E) subgraph to oneDNN's int8 GEMM, which
-    beats its float GEMM, so the eager lower bound does not hold and is not used."""
+    On the CPU the subgraph runs with the library calls Inductor makes for it
+    (:mod:`pdlkit.matcher.lowered`: under freezing an int8 (PT2E) GEMM is oneDNN's int8 GEMM
+    on a packed weight): their time alone bounds Inductor's from below, the whole run eagerly
+    from above, and by default that run is the subgraph's time (the proxy); with
+    ``PDLKIT_AUTOTUNE_SUBGRAPH=compile``, or on CUDA, a kernel between the bounds is compared
+    with the subgraph compiled by Inductor, with its weights as constants under freezing."""
     times = [t.us for t in kernels if t.us is not None and not t.note.startswith("stopped")]
     best = min(times, default=None)
     freezing = bool(torch._inductor.config.freezing)
-    if device == "cpu" and best is not None:
+    constants = frozen if freezing else ()
+    if device == "cpu":
+        proxy = autotune.subgraph_mode() == "proxy"
         try:
-            lower, upper = _eager_bounds(subgraph, real, budget)
+            low = lowered.as_inductor_lowers(subgraph.module(), real, constants, freezing)
+            lower, upper = lowered.bounds(low.module, real, budget)
         except Exception as e:
             return Timing(KEEP, None, f"eager run raised {type(e).__name__}: {e}")
-        if best >= upper:
-            return Timing(KEEP, upper, "eager; every kernel is slower")
-        if best * (1 + autotune.MARGIN) < lower and not freezing:
-            return Timing(KEEP, lower, "its library calls alone; a kernel is faster")
-    constants = frozen if freezing else ()
+        floor = lower if low.faithful else None  # Inductor runs at least these library calls
+        if best is not None and best >= upper:
+            return Timing(KEEP, upper, "eager; every kernel is slower", floor)
+        if floor is not None and best is not None and best * (1 + autotune.MARGIN) < floor:
+            return Timing(KEEP, floor, "its library calls alone; a kernel is faster", floor)
+        if proxy and low.faithful:
+            note = "proxy: Inductor's library calls" + (", oneDNN int8" if low.lowered else "")
+            return Timing(KEEP, upper, note + ", the rest eagerly", floor)
     fn = subgraph.compile(list(real), constants)
     if fn is None:
         return Timing(KEEP, None, f"Inductor failed: {subgraph.compile_error}")
@@ -452,36 +460,3 @@ def cached_or_measured(
 
 def _device(args: Sequence[Any]) -> str:
     return autotune.device_of(a.meta.get("val") if isinstance(a, fx.Node) else a for a in args)
-
-
-class _Timed(fx.Interpreter):
-    """Runs a graph eagerly, adding up the seconds spent in extern ops."""
-
-    extern = 0.0
-
-    def run_node(self, n: fx.Node) -> Any:
-        if n.target in _EXTERN:
-            t0 = time.perf_counter()
-            out = super().run_node(n)
-            self.extern += time.perf_counter() - t0
-            return out
-        return super().run_node(n)
-
-
-def _eager_bounds(subgraph: Any, real: Sequence[Any], budget: float) -> tuple[float, float]:
-    """(lower, upper) bounds in microseconds of the subgraph's time under Inductor on the CPU:
-    the median time of its extern ops, and of the whole subgraph run eagerly."""
-    module = subgraph.module()
-    lows, highs = [], []
-    deadline = time.perf_counter() + budget / 2
-    with torch.no_grad():
-        for i in range(9):
-            interp = _Timed(module)
-            t0 = time.perf_counter()
-            interp.run(*real)
-            if i:  # the first run warms up
-                highs.append(time.perf_counter() - t0)
-                lows.append(interp.extern)
-            if i >= 3 and time.perf_counter() > deadline:
-                break
-    return statistics.median_high(lows) * 1e6, statistics.median_high(highs) * 1e6

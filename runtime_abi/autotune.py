@@ -48,6 +48,10 @@ MODES = ("cached", "off", "full")
 MODE_ENV = "PDLKIT_AUTOTUNE"
 CACHE_ENV = "PDLKIT_CACHE_DIR"
 BUDGET_ENV = "PDLKIT_AUTOTUNE_BUDGET"
+# how "keep the subgraph" is timed on the CPU (matcher/lowered.py): "proxy" (Inductor's library
+# calls, the rest eagerly: no compile) or "compile" (the subgraph compiled by Inductor)
+SUBGRAPH_ENV = "PDLKIT_AUTOTUNE_SUBGRAPH"
+SUBGRAPH_MODES = ("proxy", "compile")
 KEEP = "subgraph"  # the candidate that leaves the replaced ops to Inductor
 _FORMAT = 1
 _MAX_ENTRIES = 20_000
@@ -56,7 +60,8 @@ MARGIN = 0.03
 
 
 class AutotuneError(PdlkitError, ValueError):
-    """A bad ``autotune=`` value or ``PDLKIT_AUTOTUNE`` / ``PDLKIT_AUTOTUNE_BUDGET`` setting."""
+    """A bad ``autotune=`` value or ``PDLKIT_AUTOTUNE`` / ``PDLKIT_AUTOTUNE_BUDGET`` /
+    ``PDLKIT_AUTOTUNE_SUBGRAPH`` setting."""
 
 
 def resolve_mode(value: str | None) -> str:
@@ -68,7 +73,17 @@ def resolve_mode(value: str | None) -> str:
         where = f"autotune={value!r}"
     if value not in MODES:
         raise AutotuneError(f"{where}: expected one of {', '.join(MODES)}")
+    if value != "off":
+        subgraph_mode()
     return value
+
+
+def subgraph_mode() -> str:
+    """``PDLKIT_AUTOTUNE_SUBGRAPH``: ``proxy`` (the default) or ``compile``."""
+    raw = os.environ.get(SUBGRAPH_ENV, "").strip() or "proxy"
+    if raw not in SUBGRAPH_MODES:
+        raise AutotuneError(f"{SUBGRAPH_ENV}={raw!r}: expected one of {', '.join(SUBGRAPH_MODES)}")
+    return raw
 
 
 def budget_s() -> float:
@@ -133,6 +148,7 @@ class Timing:
     name: str  # a kernel's name, or KEEP
     us: float | None = None  # median microseconds per call; None: excluded
     note: str = ""  # why excluded, or how it was timed ("Inductor", "eager bound")
+    low: float | None = None  # a lower bound where ``us`` is an estimate (a proxy's time)
 
     def describe(self) -> str:
         t = f"{self.us:.1f} us" if self.us is not None else "excluded"
@@ -150,14 +166,18 @@ class Decision:
         return f"{self.source}: {times} -> {self.choice}" if times else self.source
 
     def to_json(self) -> dict[str, Any]:
-        return {"choice": self.choice, "timings": [[t.name, t.us, t.note] for t in self.timings]}
+        rows = [
+            [t.name, t.us, t.note] + ([t.low] if t.low is not None else []) for t in self.timings
+        ]
+        return {"choice": self.choice, "timings": rows}
 
     @classmethod
     def from_json(cls, d: Any) -> Decision:
         if not isinstance(d, dict) or not isinstance(d.get("choice"), str):
             raise ValueError("not a decision")
-        timings = [Timing(str(n), None if us is None else float(us), str(note))
-                   for n, us, note in d.get("timings", [])]  # fmt: skip
+        timings = [Timing(str(n), None if us is None else float(us), str(note),
+                          float(low[0]) if low and low[0] is not None else None)
+                   for n, us, note, *low in d.get("timings", [])]  # fmt: skip
         return cls(d["choice"], timings, "cache")
 
 

@@ -474,3 +474,93 @@ def test_a_graph_that_writes_in_place_is_not_run_again_to_time_it():
     gm = torch.fx.symbolic_trace(f)
     assert not graph_guard.timeable(gm, [torch.randn(2), torch.zeros(2)])
     assert graph_guard.timeable(torch.fx.symbolic_trace(lambda x: x * 2), [torch.randn(2)])
+
+
+def test_bad_subgraph_timing_setting_is_one_clear_error(monkeypatch):
+    monkeypatch.setenv("PDLKIT_AUTOTUNE_SUBGRAPH", "guess")
+    with pytest.raises(ValueError, match=r"PDLKIT_AUTOTUNE_SUBGRAPH='guess': expected one of"):
+        pdlkit.optimize(Chain(), autotune="cached")
+
+
+def _int8_site():
+    """A PT2E int8 linear + residual add + quantize subgraph, as pdlkit replaces it, and its
+    arguments (the weight and bias are the graph's constants: indices 1 and 2)."""
+    from torch.ao.quantization.fx import _decomposed  # noqa: F401 (registers the ops)
+
+    qd = torch.ops.quantized_decomposed
+
+    def site(qx, qw, b, r):
+        x = qd.dequantize_per_tensor.default(qx, 0.02, 128, 0, 255, torch.uint8)
+        w = qd.dequantize_per_channel.default(qw, torch.full((64,), 0.01),
+                                              torch.zeros(64, dtype=torch.int64), 0, -128, 127,
+                                              torch.int8)  # fmt: skip
+        y = torch.ops.aten.add.Tensor(torch.ops.aten.linear.default(x, w, b), r)
+        return qd.quantize_per_tensor.default(y, 0.05, 128, 0, 255, torch.uint8)
+
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randint(0, 255, (32, 48), dtype=torch.uint8, generator=g),
+            torch.randint(-127, 127, (64, 48), dtype=torch.int8, generator=g),
+            torch.randn(64, generator=g), torch.randn(32, 64, generator=g)]  # fmt: skip
+    return torch.fx.symbolic_trace(site), args
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs oneDNN (mkldnn)")
+def test_the_proxy_of_an_int8_site_is_the_onednn_call_inductor_makes_under_freezing():
+    """Under freezing the proxy runs the GEMM, the add and the quantize as one
+    onednn.qlinear_pointwise.binary call on a packed weight, and computes what the site does."""
+    from pdlkit.matcher import lowered
+
+    gm, args = _int8_site()
+    low = lowered.as_inductor_lowers(gm, args, (1, 2), freezing=True)
+    targets = [n.target for n in low.module.graph.nodes if n.op == "call_function"]
+    assert targets == [torch.ops.onednn.qlinear_pointwise.binary]
+    assert low.faithful and low.lowered == 1
+    got, want = low.module(*args), gm(*args)
+    assert got.dtype == torch.uint8 and got.shape == want.shape
+    assert (got.int() - want.int()).abs().max() <= 1  # one quantum of rounding
+
+
+def test_without_freezing_the_proxy_keeps_the_float_gemm():
+    from pdlkit.matcher import lowered
+
+    gm, args = _int8_site()
+    low = lowered.as_inductor_lowers(gm, args, (1, 2), freezing=False)
+    targets = {n.target for n in low.module.graph.nodes if n.op == "call_function"}
+    assert torch.ops.aten.linear.default in targets and low.lowered == 0
+
+
+def test_a_proxy_timing_keeps_its_lower_bound_in_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
+    timing = autotune.Timing(autotune.KEEP, 120.0, "proxy", 80.0)
+    autotune.decision_cache().put("site", autotune.Decision(autotune.KEEP, [timing]))
+    autotune._CACHES.clear()  # a new process reads the file
+    (back,) = autotune.decision_cache().get("site").timings
+    assert (back.us, back.low, back.note) == (120.0, 80.0, "proxy")
+
+
+def test_the_subgraph_is_compiled_only_on_request(folders, monkeypatch):
+    """A kernel the eager bounds cannot place (here: bounds made wide) is compared with the
+    proxy by default, with no Inductor compile of the subgraph; with
+    PDLKIT_AUTOTUNE_SUBGRAPH=compile, with the subgraph compiled by Inductor."""
+    from pdlkit.matcher import lowered
+    from pdlkit.runtime_abi import fallback
+
+    compiled = []
+    original = fallback.ReplacedSubgraph.compile
+
+    def counting(self, *a, **kw):
+        compiled.append(1)
+        return original(self, *a, **kw)
+
+    monkeypatch.setattr(fallback.ReplacedSubgraph, "compile", counting)
+    monkeypatch.setattr(lowered, "bounds", lambda module, real, budget: (0.0, 1e9))
+    p, k = folders(FAST)
+    (sub,) = pdlkit.explain(
+        Chain(), *inputs(), patterns=p, kernels=k, autotune="full"
+    ).substitutions
+    assert compiled == [] and "subgraph 1000000000.0 us (proxy: " in sub.tuning
+    monkeypatch.setenv("PDLKIT_AUTOTUNE_SUBGRAPH", "compile")
+    (sub,) = pdlkit.explain(
+        Chain(), *inputs(), patterns=p, kernels=k, autotune="full"
+    ).substitutions
+    assert compiled == [1] and "(Inductor)" in sub.tuning and sub.kernel == "fast_chain"

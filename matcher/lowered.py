@@ -1,0 +1,230 @@
+"""A replaced subgraph as Inductor lowers it on the CPU, timed without compiling it.
+
+    before: "keep the subgraph" was timed by compiling the site's subgraph with Inductor
+            (with frozen weights under freezing): 0.1-1 s of Inductor per site, 6-7 s of a
+            bert-mini int8 compile on a Xeon with AMX
+    after:  the subgraph runs with the library calls Inductor would make for it, the rest
+            of its ops eagerly (:func:`as_inductor_lowers`); no Inductor compile
+            (``PDLKIT_AUTOTUNE_SUBGRAPH=compile`` times Inductor's code as before)
+
+What Inductor calls for a subgraph on the CPU, and so what the proxy calls:
+
+* FP32 / BF16: ``aten.linear`` becomes an extern ``addmm`` / ``mm`` (with freezing, oneDNN's
+  packed linear), as eager ``aten.linear`` calls; pointwise ops around it are fused C++ loops.
+* int8 (PT2E) under ``torch._inductor.config.freezing``: Inductor's freezing passes
+  (``torch/_inductor/fx_passes/quantization.py``: ``_register_qlinear_weight_prepack_pass``,
+  ``_register_qlinear_unary_fusion``, ``_register_qlinear_binary_fusion``) turn
+  ``dequantize_per_tensor(x) -> linear(., dequantize_per_channel(w), b)`` into
+  ``onednn.qlinear_pointwise`` on the int8 activation with a weight packed once by
+  ``onednn.qlinear_prepack``, folding a following ``gelu`` / ``relu``, ``add`` (binary post-op)
+  and ``quantize_per_tensor`` (int8 output) into the call. The proxy makes the same rewrite
+  (:func:`as_inductor_lowers`), with the weight packed outside the timing.
+
+The proxy's time is compared with the kernels through two bounds (:func:`bounds`): its library
+calls alone (Inductor's code runs these and more: a lower bound) and the whole proxy run
+eagerly (Inductor fuses the remaining pointwise ops into fewer, faster loops: about an upper
+bound). ``benchmarks/x86_subgraph_proxy.py`` prints the proxy next to the compiled subgraph for
+every site of a model, on this host.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+aten = torch.ops.aten
+# ops Inductor leaves to a library on the CPU (extern kernels): the subgraph costs at least these
+EXTERN = {
+    aten.linear.default, aten.addmm.default, aten.mm.default, aten.bmm.default,
+    aten.baddbmm.default, aten.matmul.default, aten._int_mm.default,
+    aten.convolution.default, aten.conv2d.default, aten.conv1d.default,
+    aten.scaled_dot_product_attention.default,
+    torch.ops.onednn.qlinear_pointwise.default, torch.ops.onednn.qlinear_pointwise.tensor,
+    torch.ops.onednn.qlinear_pointwise.binary, torch.ops.onednn.qlinear_pointwise.binary_tensor,
+}  # fmt: skip
+
+
+def _quant_ops() -> tuple[set[Any], Any, set[Any]]:
+    """(activation dequantize ops, weight dequantize op, eval-mode no-ops)"""
+    qd = torch.ops.quantized_decomposed
+    return (
+        {qd.dequantize_per_tensor.default, qd.dequantize_per_tensor.tensor},
+        qd.dequantize_per_channel.default,
+        {aten.dropout.default},
+    )
+
+
+class Lowered:
+    """The subgraph rewritten as Inductor lowers it: ``module`` runs on the same arguments
+    as the subgraph; ``faithful`` is False where an int8 GEMM was left unlowered under
+    freezing (its eager time then says nothing of Inductor's, which calls oneDNN)."""
+
+    def __init__(self, module: fx.GraphModule, faithful: bool, lowered: int):
+        self.module, self.faithful, self.lowered = module, faithful, lowered
+
+
+def as_inductor_lowers(
+    module: fx.GraphModule, real: Sequence[Any], frozen: Sequence[int], freezing: bool
+) -> Lowered:
+    """A copy of ``module`` (the replaced subgraph, pre-dispatch ATen) with its int8 GEMMs
+    lowered to ``onednn.qlinear_pointwise`` as Inductor's freezing passes lower them (see
+    the module docstring); ``frozen``: the indices of the arguments that are graph
+    constants (weights). Without freezing nothing is rewritten."""
+    gm = copy.deepcopy(module)
+    if not freezing:
+        _conversions(gm)
+        gm.recompile()
+        return Lowered(gm, True, 0)
+    dq_act, dq_w, _ = _quant_ops()
+    phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    values = dict(zip(phs, real, strict=False))
+    constants = {phs[i] for i in frozen if i < len(phs)}
+    lowered, faithful = 0, True
+    for lin in [n for n in gm.graph.nodes if n.target is aten.linear.default]:
+        w = lin.args[1]
+        if not (isinstance(w, fx.Node) and w.target is dq_w):
+            continue  # a float GEMM: eager linear calls the same library as Inductor
+        if _lower_qlinear(gm, lin, values, constants, dq_act):
+            lowered += 1
+        else:
+            faithful = False
+    _conversions(gm)
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    return Lowered(gm, faithful, lowered)
+
+
+def _conversions(gm: fx.GraphModule) -> None:
+    """Per-tensor (de)quantize ops left in the graph become one dtype conversion each: Inductor
+    fuses them into the loop that makes or reads their tensor, where they cost about one pass
+    over it (run eagerly, ``quantized_decomposed``'s ops are five passes, 4-5x that)."""
+    qd = torch.ops.quantized_decomposed
+    ops = {
+        qd.quantize_per_tensor.default: 5,  # (x, scale, zero_point, qmin, qmax, dtype)
+        qd.dequantize_per_tensor.default: None,
+    }
+    for n in list(gm.graph.nodes):
+        if n.op != "call_function" or n.target not in ops:
+            continue
+        i = ops[n.target]
+        dtype = n.args[i] if i is not None else n.kwargs.get("out_dtype") or torch.float32
+        with gm.graph.inserting_before(n):
+            new = gm.graph.call_function(aten._to_copy.default, (n.args[0],), {"dtype": dtype})
+        n.replace_all_uses_with(new)
+        gm.graph.erase_node(n)
+
+
+def _sole_user(n: fx.Node) -> fx.Node | None:
+    users = list(n.users)
+    return users[0] if len(users) == 1 else None
+
+
+def _lower_qlinear(
+    gm: fx.GraphModule,
+    lin: fx.Node,
+    values: dict[fx.Node, Any],
+    constants: set[fx.Node],
+    dq_act: set[Any],
+) -> bool:
+    x, w = lin.args[0], lin.args[1]
+    bias = lin.args[2] if len(lin.args) > 2 else None
+    if not (isinstance(x, fx.Node) and x.target in dq_act):
+        return False
+    qw, w_scale, w_zp, axis = w.args[0], w.args[1], w.args[2], w.args[3]  # type: ignore[union-attr]
+    qx, x_scale, x_zp = x.args[0], x.args[1], x.args[2]
+    if axis != 0 or not isinstance(qw, fx.Node) or qw not in constants:
+        return False
+    x_val = values.get(qx) if isinstance(qx, fx.Node) else None
+    if x_val is None and isinstance(qx, fx.Node):
+        x_val = qx.meta.get("val")
+    if not isinstance(x_val, torch.Tensor) or any(type(d) is not int for d in x_val.shape):
+        return False
+    packed = torch.ops.onednn.qlinear_prepack(values[qw], list(x_val.shape))
+    name = f"_pdlkit_packed_{lin.name}"
+    gm.register_buffer(name, packed)
+    tensor_scales = x.target is torch.ops.quantized_decomposed.dequantize_per_tensor.tensor
+    tail, unary, other = _fusions(lin)
+    out_scale: Any = 1.0
+    out_zp: Any = 0
+    out_dtype: Any = torch.float32
+    q_ops = {torch.ops.quantized_decomposed.quantize_per_tensor.default}
+    q = _sole_user(tail)
+    if q is not None and q.target in q_ops and q.args[0] is tail and not tensor_scales:
+        out_scale, out_zp, out_dtype, tail = q.args[1], q.args[2], q.args[5], q
+    onednn = torch.ops.onednn.qlinear_pointwise
+    with gm.graph.inserting_before(tail):
+        weight = gm.graph.get_attr(name)
+        head = (qx, x_scale, x_zp, weight, w_scale, w_zp)
+        args: tuple[Any, ...]
+        if other is None:
+            op = onednn.tensor if tensor_scales else onednn.default
+            args = (*head, bias, out_scale, out_zp, out_dtype, *unary)
+        else:
+            op = onednn.binary_tensor if tensor_scales else onednn.binary
+            # Inductor's "sum" adds in place into ``other`` where it can: the same work, but
+            # timing calls must leave the caller's tensors alone
+            args = (*head, other, bias, out_scale, out_zp, out_dtype, 1.0, 0, "add", 1.0, *unary)
+        new = gm.graph.call_function(op, args)
+    tail.replace_all_uses_with(new)
+    return True
+
+
+def _fusions(lin: fx.Node) -> tuple[fx.Node, tuple[str, list[Any], str], fx.Node | None]:
+    """The last node Inductor folds into the int8 GEMM ``lin`` (eval-mode dropout skipped),
+    the unary post-op (name, args, algorithm) and the binary ``add``'s other operand."""
+    _, _, dropout = _quant_ops()
+    tail = lin
+    nxt = _sole_user(tail)
+    while nxt is not None and nxt.target in dropout and nxt.args[2] is False:
+        tail, nxt = nxt, _sole_user(nxt)
+    unary: tuple[str, list[Any], str] = ("none", [], "")
+    other: fx.Node | None = None
+    if nxt is not None and nxt.target is aten.add.Tensor and nxt.kwargs.get("alpha", 1) == 1:
+        a, b = nxt.args[0], nxt.args[1]
+        cand = b if a is tail else a
+        if isinstance(cand, fx.Node) and cand is not tail:
+            other, tail, nxt = cand, nxt, _sole_user(nxt)
+    if nxt is not None and nxt.target is aten.relu.default:
+        unary, tail = ("relu", [], ""), nxt
+    elif other is None and nxt is not None and nxt.target is aten.gelu.default:
+        unary, tail = ("gelu", [], str(nxt.kwargs.get("approximate", "none"))), nxt
+    return tail, unary, other
+
+
+class _Timed(fx.Interpreter):
+    """Runs a graph eagerly, adding up the seconds spent in extern ops."""
+
+    extern = 0.0
+
+    def run_node(self, n: fx.Node) -> Any:
+        if n.target in EXTERN:
+            t0 = time.perf_counter()
+            out = super().run_node(n)
+            self.extern += time.perf_counter() - t0
+            return out
+        return super().run_node(n)
+
+
+def bounds(module: fx.GraphModule, real: Sequence[Any], budget: float) -> tuple[float, float]:
+    """(lower, upper) in microseconds: the median time of ``module``'s extern ops, and of the
+    whole module run eagerly (its generated code: no interpreter in the way)."""
+    lows, highs = [], []
+    deadline = time.perf_counter() + budget / 2
+    with torch.no_grad():
+        module(*real)  # warm-up
+        for i in range(9):
+            interp = _Timed(module)
+            interp.run(*real)
+            t0 = time.perf_counter()
+            module(*real)
+            highs.append(time.perf_counter() - t0)
+            lows.append(interp.extern)
+            if i >= 3 and time.perf_counter() > deadline:
+                break
+    return statistics.median_high(lows) * 1e6, statistics.median_high(highs) * 1e6
