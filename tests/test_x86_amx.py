@@ -263,6 +263,7 @@ def emulated():
     lib.pdlkit_qgemm_packed_size.argtypes, lib.pdlkit_qgemm_packed_size.restype = [i64, i64], i64
     lib.pdlkit_qgemm_run.argtypes = [c, i64, i64, c, i64, c, c, c, c]
     lib.pdlkit_qgemm_uses_amx.argtypes = [c, i64]
+    lib.pdlkit_qgemm_run_add_ln.argtypes = [c, i64, i64, c, i64, c, c, c, c, c, c, i64, c, i64]
     return lib, v
 
 
@@ -324,6 +325,58 @@ def test_emulated_amx_blocking_matches_the_vnni_path(
     amx = _emulated_run(lib, v, x, w, x_zp, True, out_dtype, threads)
     vnni = _emulated_run(lib, v, x, w, x_zp, False, out_dtype, threads)
     assert torch.equal(amx, vnni)
+
+
+def _emulated_add_ln(lib, v, x, w, x_zp, amx, threads):
+    """pdlkit_qgemm_run_add_ln's float32 output and uint8 codes, AMX path or VNNI path."""
+    import ctypes
+
+    (m, k), n = x.shape, w.shape[0]
+    g = torch.Generator().manual_seed(n)
+    ws, b = torch.rand(n, generator=g) * 0.01 + 1e-3, torch.randn(n, generator=g)
+    res, gamma, beta = (
+        torch.randn(m, n, generator=g),
+        torch.rand(n, generator=g) + 0.5,
+        torch.randn(n, generator=g),
+    )
+    packed = torch.empty(lib.pdlkit_qgemm_packed_size(n, k), dtype=torch.int8)
+    lib.pdlkit_qgemm_pack(w.data_ptr(), k, n, k, packed.data_ptr())
+    colsum = w.sum(dim=1, dtype=torch.int32)
+    s8 = x.dtype is torch.int8
+    cc = (colsum * -(x_zp + (128 if s8 else 0))).to(torch.int32)
+    ss = (colsum * -x_zp).to(torch.int32)
+    params = v._Params(
+        n=n, k=k, packed=packed.data_ptr(), colcorr=cc.data_ptr(), x_scale=0.02, inv_out_scale=1.0,
+        x_zp=x_zp, out_zp=0, qmin=0, qmax=0, act=0, out_kind=2,
+        flags=(v.QG_AMX if amx else 0) | (v.QG_S8 if s8 else 0), colcorr_ss=ss.data_ptr(),
+    )  # fmt: skip
+    ln = v._LnArgs(gamma=gamma.data_ptr(), beta=beta.data_ptr(), eps=1e-12, inv_scale=255 / 8,
+                   zp=128, qmin=0, qmax=255)  # fmt: skip
+    out, codes = torch.empty(m, n), torch.empty(m, n, dtype=torch.uint8)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        rc = lib.pdlkit_qgemm_run_add_ln(
+            x.data_ptr(), m, k, out.data_ptr(), n, ws.data_ptr(), b.data_ptr(), None,
+            ctypes.addressof(params), ctypes.addressof(ln), res.data_ptr(), n, codes.data_ptr(), n,
+        )  # fmt: skip
+    finally:
+        torch.set_num_threads(before)
+    assert rc == 0
+    return out, codes
+
+
+@pytest.mark.parametrize("x_dtype", [torch.uint8, torch.int8])
+def test_emulated_amx_add_layer_norm_matches_the_vnni_path(emulated, x_dtype):
+    """The add + LayerNorm entry's AMX GEMM (3 blocks of 32 rows over 2 threads, 6 VNNI rows,
+    a 36-column panel; tile instructions emulated) gives the VNNI path's float32 output and
+    codes bit for bit."""
+    lib, v = emulated
+    x, w, _, _, x_zp = _operands(102, 512, 100, x_dtype, seed=5)
+    amx = _emulated_add_ln(lib, v, x, w, x_zp, True, 2)
+    vnni = _emulated_add_ln(lib, v, x, w, x_zp, False, 2)
+    assert torch.equal(amx[0], vnni[0])
+    assert torch.equal(amx[1], vnni[1])
 
 
 @pytest.mark.parametrize("act", [0, 1, 3])  # none, ReLU, GELU tanh (erf: the test above)

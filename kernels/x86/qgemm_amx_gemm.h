@@ -73,12 +73,25 @@ typedef struct {
     int64_t row, col, nc;
 } amx_pend;
 
+/* Where the epilogue of a call writes: out (rows ldo apart, row 0 of the call), from sums
+ * corrected by cc; res (float32 output only; rows ldr apart, or NULL): added as it stores. */
+typedef struct {
+    const int32_t *cc;
+    const epi_t *e;
+    void *out;
+    int64_t ldo;
+    const float *res;
+    int64_t ldr;
+} amx_dst;
+
 /* Rows r0 .. r1 - 1 of a pending half through the epilogue (what tile_out does for a VNNI
  * block; act and kind are constants after inlining): zero-point correction, scales, bias,
  * activation, then the float32 store or the codes, 32 per row (pack64 of two vectors). */
-VNNI static inline __attribute__((always_inline)) void amx_epi_rows(
-    const amx_pend *pd, int r0, int r1, const int32_t *cc, const epi_t *e, void *out,
-    int64_t ldo, int act, int kind) {
+VNNI static inline __attribute__((always_inline)) void amx_epi_rows(const amx_pend *pd, int r0,
+                                                                   int r1, const amx_dst *d,
+                                                                   int act, int kind) {
+    const int32_t *cc = d->cc;
+    const epi_t *e = d->e;
     const float(*tab)[16] = gelu_tab[act == ACT_GELU_TANH];
     const __m512 lo = _mm512_set1_ps(e->lo), hi = _mm512_set1_ps(e->hi), hk = _mm512_set1_ps(e->hk);
     const __m512i zp = _mm512_set1_epi32(e->zp);
@@ -101,15 +114,17 @@ VNNI static inline __attribute__((always_inline)) void amx_epi_rows(
             __m512i a = _mm512_load_si512(pd->acc + r * NR + 16 * j);
             if (e->wzp)
                 a = _mm512_sub_epi32(a, _mm512_mullo_epi32(wz[j], _mm512_set1_epi32(e->rowcorr[row])));
-            const __m512 y = qgelu ? qgelu16(y16(a, ccj[j], s[j], b[j], ACT_NONE, hk, tab), e->qt)
-                                   : y16(a, ccj[j], s[j], b[j], act, hk, tab);
+            __m512 y = qgelu ? qgelu16(y16(a, ccj[j], s[j], b[j], ACT_NONE, hk, tab), e->qt)
+                             : y16(a, ccj[j], s[j], b[j], act, hk, tab);
+            if (kind == OUT_F32 && d->res)
+                y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(mk[j], d->res + row * d->ldr + pd->col + 16 * j));
             if (kind == OUT_F32)
-                _mm512_mask_storeu_ps((float *)out + row * ldo + pd->col + 16 * j, mk[j], y);
+                _mm512_mask_storeu_ps((float *)d->out + row * d->ldo + pd->col + 16 * j, mk[j], y);
             else
                 q[j] = q16(y, lo, hi, zp);
         }
         if (kind != OUT_F32)
-            _mm512_mask_storeu_epi8((int8_t *)out + row * ldo + pd->col, bytes_mask(pd->nc),
+            _mm512_mask_storeu_epi8((int8_t *)d->out + row * d->ldo + pd->col, bytes_mask(pd->nc),
                                     pack64(q[0], q[1], q[0], q[1], kind == OUT_S8));
     }
 }
@@ -144,8 +159,8 @@ VNNI static inline __attribute__((always_inline)) void amx_epi_rows(
 #endif
 AMX static inline __attribute__((always_inline)) void amx_half(
     const uint8_t *x, int64_t ldx, int64_t q0, int64_t q1, const int8_t *b, int32_t *c, int first,
-    int s8, const amx_pend *pd, const uint8_t *nx, int64_t nsteps, const int32_t *cc,
-    const epi_t *e, void *out, int64_t ldo, int act, int kind) {
+    int s8, const amx_pend *pd, const uint8_t *nx, int64_t nsteps, const amx_dst *d, int act,
+    int kind) {
     const char *xa = (const char *)x, *xb = xa + 16 * ldx, *bb = (const char *)b;
     if (first) {
         _tile_zero(0);
@@ -181,11 +196,11 @@ AMX static inline __attribute__((always_inline)) void amx_half(
         AMX_DP(3, 5, 7);
         if (PDLKIT_AMX_PIPE && pd->acc) {
             const int to = (int)(AMX_MR * (t + 1) / steps);
-            amx_epi_rows(pd, done, to, cc, e, out, ldo, act, kind);
+            amx_epi_rows(pd, done, to, d, act, kind);
             done = to;
         }
     }
-    if (!PDLKIT_AMX_PIPE && pd->acc) amx_epi_rows(pd, 0, AMX_MR, cc, e, out, ldo, act, kind);
+    if (!PDLKIT_AMX_PIPE && pd->acc) amx_epi_rows(pd, 0, AMX_MR, d, act, kind);
     _tile_stored(0, c, NR * 4);
     _tile_stored(1, c + 16, NR * 4);
     _tile_stored(2, c + 16 * NR, NR * 4);
@@ -204,13 +219,13 @@ AMX static inline __attribute__((always_inline)) void amx_range(
     int act, int kind) {
     const int64_t n = p->n, k4 = (p->k + 3) / 4, kc4 = AMX_KC / 4, panels = (n + NR - 1) / NR;
     const int s8 = (p->flags & QG_S8) != 0;
-    const int32_t *cc = s8 ? p->colcorr_ss : p->colcorr;
+    const amx_dst d = {s8 ? p->colcorr_ss : p->colcorr, e, out, ldo, NULL, 0};
     amx_pend pd = {NULL, 0, 0, 0};
     for (int64_t t = t0; t < t1; t++) {
         const int64_t i = (t % blocks) * AMX_MR, g0 = (t / blocks) * group;
         const int64_t g1 = g0 + group < panels ? g0 + group : panels;
         if (m - i < AMX_MR) { /* the last rows: VNNI, after the pending epilogue */
-            if (pd.acc) amx_epi_rows(&pd, 0, AMX_MR, cc, e, out, ldo, act, kind);
+            if (pd.acc) amx_epi_rows(&pd, 0, AMX_MR, &d, act, kind);
             pd.acc = NULL;
             for (int64_t g = g0; g < g1; g++)
                 amx_rows(acc, x, i, m - i, ldx, g * NR, p, e, out, ldo, act, kind, NULL, 0);
@@ -227,8 +242,8 @@ AMX static inline __attribute__((always_inline)) void amx_range(
                     const int64_t ni = ((t + 1) % blocks) * AMX_MR;
                     const uint8_t *nx = last && m - ni >= AMX_MR ? x + ni * ldx : NULL;
                     amx_half(x + i * ldx, ldx, q0, q1, p->packed + g * k4 * NR * 4 + 128 * h,
-                             a + 32 * h, q0 == 0, s8, &pd, nx, (k4 < kc4 ? k4 : kc4) / 16, cc, e,
-                             out, ldo, act, kind);
+                             a + 32 * h, q0 == 0, s8, &pd, nx, (k4 < kc4 ? k4 : kc4) / 16, &d,
+                             act, kind);
                     pd.acc = NULL;
                     if (q1 == k4) {
                         pd.acc = a + 32 * h;
@@ -240,7 +255,36 @@ AMX static inline __attribute__((always_inline)) void amx_range(
             }
         }
     }
-    if (pd.acc) amx_epi_rows(&pd, 0, AMX_MR, cc, e, out, ldo, act, kind);
+    if (pd.acc) amx_epi_rows(&pd, 0, AMX_MR, &d, act, kind);
+}
+
+/* The GEMM of the add + LayerNorm entry on AMX (add_ln_group's): rows i0 .. i1 - 1 x every
+ * panel into out (float32, res added), panels outside and blocks of AMX_MR rows inside, K whole,
+ * as one stream of halves like amx_range (acc: one panel, AMX_MR x NR int32); the rows past the
+ * last whole block through the VNNI micro-kernel (amx_rows). */
+AMX __attribute__((noinline)) static void amx_add_rows(
+    int32_t *acc, const uint8_t *x, int64_t i0, int64_t i1, int64_t ldx,
+    const pdlkit_qgemm_params *p, const epi_t *e, float *out, int64_t ldo, const float *res,
+    int64_t ldr) {
+    const int64_t n = p->n, k4 = (p->k + 3) / 4, whole = i0 + (i1 - i0) / AMX_MR * AMX_MR;
+    const int s8 = (p->flags & QG_S8) != 0;
+    const amx_dst d = {s8 ? p->colcorr_ss : p->colcorr, e, out, ldo, res, ldr};
+    amx_pend pd = {NULL, 0, 0, 0};
+    for (int64_t n0 = 0; n0 < n; n0 += NR) {
+        const int64_t nc = n - n0 < NR ? n - n0 : NR, halves = nc > 32 ? 2 : 1;
+        for (int64_t i = i0; i < whole; i += AMX_MR)
+            for (int64_t h = 0; h < halves; h++) {
+                amx_half(x + i * ldx, ldx, 0, k4, p->packed + n0 * k4 * 4 + 128 * h, acc + 32 * h,
+                         1, s8, &pd, NULL, 0, &d, ACT_NONE, OUT_F32);
+                pd.acc = acc + 32 * h;
+                pd.row = i;
+                pd.col = n0 + 32 * h;
+                pd.nc = nc - 32 * h < 32 ? nc - 32 * h : 32;
+            }
+    }
+    if (pd.acc) amx_epi_rows(&pd, 0, AMX_MR, &d, ACT_NONE, OUT_F32);
+    for (int64_t n0 = 0; whole < i1 && n0 < n; n0 += NR)
+        amx_rows(acc, x, whole, i1 - whole, ldx, n0, p, e, out, ldo, ACT_NONE, OUT_F32, res, ldr);
 }
 
 /* This thread's contiguous share [*t0, *t1) of tasks 0 .. tasks - 1 (all of them outside a

@@ -375,14 +375,10 @@ VNNI static inline __attribute__((always_inline)) int add_ln_group(
      * first panel's GEMM hides the wait. */
     for (int64_t i = i0; i < i1; i++)
         for (int64_t j = 0; j < n; j += 16) _mm_prefetch((const char *)(res + i * ldr + j), _MM_HINT_T1);
-    for (int64_t n0 = 0; n0 < n; n0 += NR) {
+    if (amx) /* whole AMX blocks, then the VNNI micro-kernel for the rest (qgemm_amx_gemm.h) */
+        amx_add_rows(acc, x, i0, i1, ldx, p, e, out, ldo, res, ldr);
+    for (int64_t n0 = 0; !amx && n0 < n; n0 += NR) {
         const int8_t *panel = p->packed + (n0 / NR) * k4 * NR * 4;
-        if (amx) { /* whole AMX blocks, then the VNNI micro-kernel for the rest */
-            for (int64_t i = i0; i < i1; i += AMX_MR)
-                amx_rows(acc, x, i, i1 - i < AMX_MR ? i1 - i : AMX_MR, ldx, n0, p, e, out, ldo,
-                         ACT_NONE, OUT_F32, res, ldr);
-            continue;
-        }
         for (int64_t i = i0; i < i1; i += MR) {
             const int mr = i1 - i < MR ? (int)(i1 - i) : MR;
             kloop(mr, (p->flags & QG_S8) != 0, x + i * ldx, ldx, k, panel, acc);
