@@ -13,9 +13,8 @@ order reversed every other round; medians over all calls): ``onednn``, oneDNN's
 (``kernels/x86/qlinear_onednn.py``, what PyTorch's int8 path runs); ``amx``, pdlkit's
 ``qlinear_q_amx`` kernel function (the installed library; what a compiled graph calls); and each
 ``--variant NAME=[DIR][:DEFINES]``: ``DIR/qgemm_vnni.c`` (default: the installed kernels' folder)
-built with ``-D`` flags ``DEFINES`` (comma-separated), called through its ``pdlkit_qgemm_run``
-on the same pre-packed weight and parameters (plus an output allocation per call, as the kernel
-function does). Ratios are to ``onednn`` (< 1: faster); ``codes``: the largest difference
+built with ``-D`` flags ``DEFINES`` (comma-separated), its ``qlinear_q_amx`` called through the
+C ABI as the installed one is (its own pre-pack of the same weight). Ratios are to ``onednn`` (< 1: faster); ``codes``: the largest difference
 between an engine's uint8 output and oneDNN's; a variant whose codes differ from ``amx``'s is
 flagged. The limit line: oneDNN's qlinear on a 2048^3 GEMM, TOP/s per core.
 
@@ -26,7 +25,6 @@ The AMX kernels run on tiles only where the host has AMX-INT8 and Linux grants t
 from __future__ import annotations
 
 import argparse
-import ctypes
 import statistics
 import time
 from collections.abc import Callable
@@ -57,29 +55,24 @@ SHAPES: list[tuple[int, int, int, str]] = [
 
 def _kernels() -> dict[str, Any]:
     found = {}
-    for f in ("x86/qlinear_amx.py", "x86/qlinear_onednn.py"):
+    for f in ("x86/qlinear_vnni.py", "x86/qlinear_onednn.py"):
         found.update({k.name: k for k in load_kernel_file(ROOT / "kernels" / f)})
     return found
 
 
-def _variant(spec: str) -> tuple[str, ctypes.CDLL]:
-    """``NAME=[DIR][:DEFINES]`` built and loaded as qlinear_vnni.py loads its library."""
+def _variant(spec: str) -> tuple[str, Any]:
+    """``NAME=[DIR][:DEFINES]`` built as qlinear_vnni.py builds its library: its
+    ``qlinear_q_amx`` kernel (a C ABI library: sources of 2026-11-24 14:00 or later)."""
     from pdlkit.kernels.x86 import qlinear_vnni as v
-    from pdlkit.runtime_abi.native_build import load_c_library
+    from pdlkit.runtime_abi.native_build import build_library
+    from pdlkit.runtime_abi.native_load import load_native_library
 
     name, _, rest = spec.partition("=")
     folder, _, defines = rest.partition(":")
     source = Path(folder) / "qgemm_vnni.c" if folder else v.SOURCE
     flags = tuple(d for d in defines.split(",") if d)
-    size_check = ("pdlkit_qgemm_params_size", ctypes.sizeof(v._Params))
-    lib = load_c_library(source, "x86_64", f"variant {name}", ("-fopenmp", *flags), size_check)
-    if lib is None:
-        raise SystemExit(f"variant {name}: {source} did not build (see the warning above)")
-    lib.pdlkit_qgemm_init()
-    p, i64 = ctypes.c_void_p, ctypes.c_int64
-    lib.pdlkit_qgemm_run.argtypes = [p, i64, i64, p, i64, p, p, p, p]
-    lib.pdlkit_qgemm_run.restype = ctypes.c_int
-    return name, lib
+    lib = build_library(source, "x86_64", extra=("-fopenmp", *flags))
+    return name, {k.name: k for k in load_native_library(lib)}["qlinear_q_amx"]
 
 
 def _time(fn: Callable[[], Any], repeats: int) -> list[float]:
@@ -104,7 +97,7 @@ def _interleaved(
 
 
 def _cases(
-    ks: dict[str, Any], variants: list[tuple[str, ctypes.CDLL]], m: int, k: int, n: int, post: str
+    ks: dict[str, Any], variants: list[tuple[str, Any]], m: int, k: int, n: int, post: str
 ) -> tuple[dict[str, Callable[[], Any]], Any]:
     """The calls to time for one shape and the AMX kernel's pre-pack."""
     g = torch.Generator().manual_seed(m * 7 + k * 3 + n)
@@ -122,26 +115,13 @@ def _cases(
         "onednn": lambda: onednn.fn(x, 0.02, 128, po, *tail),
         "amx": lambda: amx.fn(x, 0.02, 128, pa, *tail),
     }
-    for name, lib in variants:
-        cases[name] = _direct(lib, x, pa, ws, b)
+    for name, decl in variants:
+        cases[name] = _call(decl, decl.prepack(w, attrs), x, tail)
     return cases, pa
 
 
-def _direct(lib: ctypes.CDLL, x: torch.Tensor, pa: Any, ws: torch.Tensor, b: torch.Tensor) -> Any:
-    m, k = x.shape
-    n = pa.n
-
-    def call() -> torch.Tensor:
-        out = torch.empty(m, n, dtype=torch.uint8)
-        rc = lib.pdlkit_qgemm_run(
-            x.data_ptr(), m, k, out.data_ptr(), n, ws.data_ptr(), b.data_ptr(), None,
-            pa.params_addr,
-        )  # fmt: skip
-        if rc:
-            raise RuntimeError(f"pdlkit_qgemm_run returned {rc}")
-        return out
-
-    return call
+def _call(decl: Any, packed: Any, x: torch.Tensor, tail: tuple[Any, ...]) -> Any:
+    return lambda: decl.fn(x, 0.02, 128, packed, *tail)
 
 
 def _limit(ks: dict[str, Any], threads: int) -> str:
@@ -158,9 +138,9 @@ def _limit(ks: dict[str, Any], threads: int) -> str:
 
 
 def _table(
-    ks: dict[str, Any], variants: list[tuple[str, ctypes.CDLL]], args: Any, threads: int
+    ks: dict[str, Any], variants: list[tuple[str, Any]], args: Any, threads: int
 ) -> list[str]:
-    from pdlkit.kernels.x86 import qlinear_amx
+    from pdlkit.kernels.x86 import qlinear_vnni
 
     torch.set_num_threads(threads)
     names = ["amx", *(v[0] for v in variants)]
@@ -180,7 +160,7 @@ def _table(
         line = f"{m:>5} {k:>5} {n:>5} {post:>5} {med['onednn']:>9.1f}"
         line += "".join(f" {med[c]:>10.1f} {med[c] / med['onednn']:>5.2f}" for c in names)
         best = min(med[c] for c in names)
-        tiles = "yes" if qlinear_amx.uses_amx(pa, m) else "no"
+        tiles = "yes" if qlinear_vnni.uses_amx(pa, m) else "no"
         top = 2 * m * n * k / best / 1e6 / threads
         line += f" {top:>7.2f} {tiles:>5} {'/'.join(map(str, codes))}"
         line += f"  (differs from amx: {', '.join(odd)})" if odd else ""

@@ -92,6 +92,21 @@ def _logical(t: Any) -> tuple[Any, torch.dtype] | None:
     return t.shape, t.dtype  # torch.Size hashes and compares as the tuple it is
 
 
+def _cpu_dl(t: torch.Tensor, keep: list[Any]) -> DLTensor:
+    """A DLTensor over a contiguous CPU tensor (``keep`` holds it and its shape arrays)."""
+    shape = (c_int64 * t.dim())(*t.shape)
+    strides = (c_int64 * t.dim())(*t.stride())
+    keep += (t, shape, strides)
+    return DLTensor(
+        data=t.data_ptr(),
+        device=DLDevice(_DEVICE_CODES["cpu"], 0),
+        ndim=t.dim(),
+        dtype=_dl_dtype(t.dtype),
+        shape=shape,
+        strides=strides,
+    )
+
+
 class NativeKernel:
     """The Python side of one native kernel: meta (real, meta or fake tensors) and calls."""
 
@@ -240,16 +255,11 @@ class NativeKernel:
         if weight.device.type != "cpu":
             raise KernelUnsupported(f"{spec.name}: prepack takes CPU weights")
         w = weight.contiguous()
-        shape = (c_int64 * w.dim())(*w.shape)
-        strides = (c_int64 * w.dim())(*w.stride())
-        dl = DLTensor(
-            data=w.data_ptr(),
-            device=DLDevice(_DEVICE_CODES["cpu"], 0),
-            ndim=w.dim(),
-            dtype=_dl_dtype(w.dtype),
-            shape=shape,
-            strides=strides,
-        )
+        dl = _cpu_dl(w, keep)
+        with_ = [attrs[n] for n in spec.prepack_with]  # ABI 1.2: packed together with w
+        if any(not isinstance(t, torch.Tensor) or t.device.type != "cpu" for t in with_):
+            raise KernelUnsupported(f"{spec.name}: prepack_with takes CPU tensors")
+        with_dl = (DLTensor * len(with_))(*(_cpu_dl(t.contiguous(), keep) for t in with_))
         # attributes the caller did not pass read as zero / empty
         empty = {KIND_INT: 0, KIND_FLOAT: 0.0, KIND_STRING: "", KIND_INT_LIST: []}
         args = [attrs.get(a.name, empty.get(a.kind)) for a in spec.args]
@@ -262,6 +272,8 @@ class NativeKernel:
             num_attrs=len(self.attr_args),
             error=ctypes.addressof(err),
             error_size=_ERROR_BYTES,
+            with_=with_dl if with_ else None,
+            num_with=len(with_),
         )
 
         def step(what: str) -> None:
@@ -291,7 +303,11 @@ class NativeKernel:
         i = self.packed_index
         if i is None or not isinstance(args[i], torch.Tensor):
             return args
-        attrs = {a.name: args[j] for j, a in enumerate(self.spec.args) if a.kind != KIND_TENSOR}
+        attrs = {
+            a.name: args[j]
+            for j, a in enumerate(self.spec.args)
+            if a.kind != KIND_TENSOR or a.name in self.spec.prepack_with
+        }
         out = list(args)
         out[i] = self.prepack(args[i], attrs)
         return out

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-ABI_MAJOR, ABI_MINOR = 1, 1
+ABI_MAJOR, ABI_MINOR = 1, 2
 HEADER = Path(__file__).resolve().parent / "include" / "pdlkit_abi.h"
 REGISTER_SYMBOL = "pdlkit_register"
 MAX_NDIM = 64  # the shape buffer meta() may fill per output
@@ -174,6 +174,8 @@ class KernelDesc(ctypes.Structure):
         ("doc", c_char_p),
         ("prepack_arg", c_char_p),  # ABI 1.1
         ("prepack", c_void_p),  # ABI 1.1
+        ("prepack_with", POINTER(c_char_p)),  # ABI 1.2
+        ("num_prepack_with", c_size_t),  # ABI 1.2
     ]
 
 
@@ -188,6 +190,8 @@ class PrepackFrame(ctypes.Structure):
         ("packed_size", c_size_t),
         ("error", c_void_p),
         ("error_size", c_size_t),
+        ("with_", POINTER(DLTensor)),  # ABI 1.2 (`with` in C)
+        ("num_with", c_size_t),  # ABI 1.2
     ]
 
 

@@ -105,6 +105,7 @@ class _Spec:
     doc: str
     prepack_arg: str | None = None  # ABI 1.1
     prepack: Any = None  # _PREPACK_FN
+    prepack_with: tuple[str, ...] = ()  # ABI 1.2
 
 
 def _read_arg(addr: int, i: int) -> _Arg:
@@ -179,6 +180,7 @@ def _validate(addr: int, d: Any, name: str, lib_minor: int) -> _Spec:
             raise ValueError(f"prepack_arg {prepack_arg!r} is not a required tensor parameter")
         if not d.prepack:
             raise ValueError(f"prepack_arg is {prepack_arg!r} but prepack is NULL")
+    prepack_with = _prepack_with(d, args, prepack_arg)
     traits = tuple(n for bit, n in _TRAIT_BITS.items() if d.traits & bit)
     extra = d.traits & ~sum(_TRAIT_BITS)
     if extra and lib_minor <= ABI_MINOR:  # a newer minor's promises we do not know are harmless
@@ -200,7 +202,26 @@ def _validate(addr: int, d: Any, name: str, lib_minor: int) -> _Spec:
         doc=d.doc.decode(errors="replace") if d.doc else "",
         prepack_arg=prepack_arg,
         prepack=_PREPACK_FN(d.prepack) if prepack_arg else None,
+        prepack_with=prepack_with,
     )
+
+
+def _prepack_with(d: Any, args: list[_Arg], prepack_arg: str | None) -> tuple[str, ...]:
+    """The prepack_with names (ABI 1.2): required tensor parameters other than prepack_arg."""
+    names = tuple(
+        _text(s, "a prepack_with name")
+        for s in _array(d.prepack_with, d.num_prepack_with, "prepack_with")
+    )
+    if names and prepack_arg is None:
+        raise ValueError(f"prepack_with {list(names)} without a prepack_arg")
+    tensors = {a.name for a in args if a.kind == KIND_TENSOR and not a.optional}
+    for name in names:
+        if name not in tensors or name == prepack_arg or names.count(name) > 1:
+            raise ValueError(
+                f"prepack_with {name!r} is not a required tensor parameter other than "
+                f"prepack_arg, named once"
+            )
+    return names
 
 
 # -- opening and registering ----------------------------------------------------------------------

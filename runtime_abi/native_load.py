@@ -91,6 +91,7 @@ def _declare(path: Path, digest: str, spec: _Spec) -> KernelDecl:
             traits=spec.traits,
             prepack=native.prepack if spec.prepack_arg else None,
             prepack_arg=spec.prepack_arg,
+            prepack_with=spec.prepack_with,
             source=source,
             digest=digest,
         )

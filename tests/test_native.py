@@ -283,7 +283,7 @@ def test_a_good_library_loads_and_a_newer_minor_is_accepted(tmp_path):
         (
             TEMPLATE,
             ("-DLIB_MAJOR=2", "-DLIB_MINOR=3"),
-            r"built for pdlkit ABI 2\.3, but this pdlkit speaks ABI 1\.1",
+            r"built for pdlkit ABI 2\.3, but this pdlkit speaks ABI 1\.2",
         ),
         (
             TEMPLATE,

@@ -1,5 +1,5 @@
-"""The AMX int8 kernels (kernels/x86/qlinear_amx.py: qgemm_vnni.c's library with the AMX path
-of qgemm_amx.h) and int8 activations on x86 (VNNI and AMX).
+"""The AMX int8 kernels (the *_amx kernels of qgemm_vnni.c's library, kernels/x86/qlinear_vnni.py:
+the AMX path of qgemm_amx.h) and int8 activations on x86 (VNNI and AMX).
 
 On a host without AMX the packing layout the tiles read, the declarations, the decline to the
 VNNI path and the s8 activations are tested; the tests that run the tile instructions skip
@@ -40,7 +40,7 @@ needs_amx = pytest.mark.skipif(not HAS_AMX, reason="needs amx_int8 (lscpu)")
 
 @pytest.fixture(scope="module")
 def amx():
-    return {k.name: k for k in load_kernel_file(ROOT / "kernels" / "x86" / "qlinear_amx.py")}
+    return {k.name: k for k in load_kernel_file(ROOT / "kernels" / "x86" / "qlinear_vnni.py")}
 
 
 @pytest.fixture(scope="module")
@@ -50,9 +50,9 @@ def vnni():
 
 @pytest.fixture(scope="module")
 def lib():
-    from pdlkit.kernels.x86 import qlinear_amx
+    from pdlkit.kernels.x86 import qlinear_vnni
 
-    return qlinear_amx
+    return qlinear_vnni
 
 
 def _operands(m, k, n, x_dtype, seed=0, x_zp=None):
@@ -104,7 +104,7 @@ def test_vnni_panels_are_amx_b_tiles(vnni):
     p = vnni["qlinear_vnni"].prepack(
         w, {"x_scale": 0.02, "x_zp": 0, "post_op": "none", "algorithm": ""}
     )
-    flat, k4 = p.packed, 128 // 4
+    flat, k4 = p.data[64:].view(torch.int8), 128 // 4  # after the 64-byte header
     wp = torch.cat((w, torch.zeros(128 - 80, 128, dtype=torch.int8)))  # two panels of 64
     for panel in range(2):
         for q0 in (0, 16):
@@ -157,11 +157,6 @@ def test_amx_kernel_runs_the_vnni_path_where_the_tiles_do_not_fit(
         torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-3)
     else:
         assert (got.int() - ref.int()).abs().max().item() <= 1
-
-
-def test_amx_state_is_asked_once_and_agrees_with_the_host_flags(lib):
-    assert lib.amx_ready() == HAS_AMX
-    assert lib.amx_ready() == HAS_AMX  # the answer is kept
 
 
 @pytest.mark.parametrize("x_zp", [-128, -7, 0, 127])
@@ -247,60 +242,32 @@ def emulated():
     """qgemm_vnni.c built with -DPDLKIT_AMX_EMULATE: qgemm_amx.h's tile instructions in plain C,
     everything around them (blocks of 32 rows, K chunks, panel groups, VNNI tail rows, the
     epilogue, threads) as on an AMX host."""
-    import ctypes
-
     from pdlkit.kernels.x86 import qlinear_vnni as v
-    from pdlkit.runtime_abi.native_build import load_c_library
+    from pdlkit.runtime_abi.native_build import build_library
+    from pdlkit.runtime_abi.native_load import load_native_library
 
-    lib = load_c_library(
-        v.SOURCE, "x86_64", "emulated AMX", ("-fopenmp", "-DPDLKIT_AMX_EMULATE"),
-        ("pdlkit_qgemm_params_size", ctypes.sizeof(v._Params)),
-    )  # fmt: skip
-    assert lib is not None
-    c, i64 = ctypes.c_void_p, ctypes.c_int64
-    lib.pdlkit_qgemm_init()
-    lib.pdlkit_qgemm_pack.argtypes = [c, i64, i64, i64, c]
-    lib.pdlkit_qgemm_packed_size.argtypes, lib.pdlkit_qgemm_packed_size.restype = [i64, i64], i64
-    lib.pdlkit_qgemm_run.argtypes = [c, i64, i64, c, i64, c, c, c, c]
-    lib.pdlkit_qgemm_uses_amx.argtypes = [c, i64]
-    lib.pdlkit_qgemm_run_add_ln.argtypes = [c, i64, i64, c, i64, c, c, c, c, c, c, i64, c, i64]
-    return lib, v
+    lib = build_library(v.SOURCE, "x86_64", extra=("-fopenmp", "-DPDLKIT_AMX_EMULATE"))
+    return {k.name: k for k in load_native_library(lib)}
 
 
-def _emulated_run(lib, v, x, w, x_zp, amx, out_dtype, threads, act=2):
-    """Output of pdlkit_qgemm_run with the AMX flag or without (the VNNI path)."""
-    import ctypes
+ACT_POSTS = {0: ("none", ""), 1: ("relu", ""), 2: ("gelu", "none"), 3: ("gelu", "tanh")}
 
+
+def _emulated_run(kernels, x, w, x_zp, amx, out_dtype, threads, act=2):
+    """Output of the emulated library's AMX kernel (a pre-pack asking for the tiles: every call
+    here has K % 64 == 0) or its VNNI one."""
     n, k = w.shape
     g = torch.Generator().manual_seed(k)
     ws, b = torch.rand(n, generator=g) * 0.01 + 1e-3, torch.randn(n, generator=g)
-    packed = torch.empty(lib.pdlkit_qgemm_packed_size(n, k), dtype=torch.int8)
-    lib.pdlkit_qgemm_pack(w.data_ptr(), k, n, k, packed.data_ptr())
-    colsum = w.sum(dim=1, dtype=torch.int32)
-    s8 = x.dtype is torch.int8
-    cc = (colsum * -(x_zp + (128 if s8 else 0))).to(torch.int32)
-    ss = (colsum * -x_zp).to(torch.int32)
-    qrange = {torch.uint8: (0, 255), torch.int8: (-128, 127), torch.float32: (0, 0)}[out_dtype]
-    params = v._Params(
-        n=n, k=k, packed=packed.data_ptr(), colcorr=cc.data_ptr(), x_scale=0.02,
-        inv_out_scale=20.0, x_zp=x_zp, out_zp=3, qmin=qrange[0], qmax=qrange[1], act=act,
-        out_kind=v._OUT_KIND[out_dtype], flags=(v.QG_AMX if amx else 0) | (v.QG_S8 if s8 else 0),
-        colcorr_ss=ss.data_ptr(),
-    )  # fmt: skip
-    m = x.shape[0]
-    assert lib.pdlkit_qgemm_uses_amx(ctypes.addressof(params), m) == (amx and m >= 32)
-    out = torch.empty(m, n, dtype=out_dtype)
+    out = None if out_dtype is torch.float32 else out_dtype
+    name = ("qlinear" if out is None else "qlinear_q") + ("_amx" if amx else "_vnni")
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        rc = lib.pdlkit_qgemm_run(
-            x.data_ptr(), m, k, out.data_ptr(), n, ws.data_ptr(), b.data_ptr(), None,
-            ctypes.addressof(params),
-        )  # fmt: skip
+        got, _ = _call(kernels[name], x, x_zp, w, ws, b, *ACT_POSTS[act], out)
     finally:
         torch.set_num_threads(before)
-    assert rc == 0
-    return out
+    return got
 
 
 @pytest.mark.parametrize(
@@ -320,18 +287,15 @@ def test_emulated_amx_blocking_matches_the_vnni_path(
     """The AMX path's blocking, K chunks and panel groups, and its epilogue run half a block
     behind the tiles (tile instructions emulated) give the VNNI path's outputs bit for bit:
     the same exact int32 sums, the same epilogue arithmetic."""
-    lib, v = emulated
     x, w, _, _, x_zp = _operands(m, k, n, x_dtype, seed=m + k)
-    amx = _emulated_run(lib, v, x, w, x_zp, True, out_dtype, threads)
-    vnni = _emulated_run(lib, v, x, w, x_zp, False, out_dtype, threads)
+    amx = _emulated_run(emulated, x, w, x_zp, True, out_dtype, threads)
+    vnni = _emulated_run(emulated, x, w, x_zp, False, out_dtype, threads)
     assert torch.equal(amx, vnni)
 
 
-def _emulated_add_ln(lib, v, x, w, x_zp, amx, threads):
-    """pdlkit_qgemm_run_add_ln's float32 output and uint8 codes, AMX path or VNNI path."""
-    import ctypes
-
-    (m, k), n = x.shape, w.shape[0]
+def _emulated_add_ln(kernels, x, w, x_zp, amx, threads):
+    """The emulated library's add + LayerNorm kernel, AMX or VNNI: float32 output and codes."""
+    m, n = x.shape[0], w.shape[0]
     g = torch.Generator().manual_seed(n)
     ws, b = torch.rand(n, generator=g) * 0.01 + 1e-3, torch.randn(n, generator=g)
     res, gamma, beta = (
@@ -339,31 +303,18 @@ def _emulated_add_ln(lib, v, x, w, x_zp, amx, threads):
         torch.rand(n, generator=g) + 0.5,
         torch.randn(n, generator=g),
     )
-    packed = torch.empty(lib.pdlkit_qgemm_packed_size(n, k), dtype=torch.int8)
-    lib.pdlkit_qgemm_pack(w.data_ptr(), k, n, k, packed.data_ptr())
-    colsum = w.sum(dim=1, dtype=torch.int32)
-    s8 = x.dtype is torch.int8
-    cc = (colsum * -(x_zp + (128 if s8 else 0))).to(torch.int32)
-    ss = (colsum * -x_zp).to(torch.int32)
-    params = v._Params(
-        n=n, k=k, packed=packed.data_ptr(), colcorr=cc.data_ptr(), x_scale=0.02, inv_out_scale=1.0,
-        x_zp=x_zp, out_zp=0, qmin=0, qmax=0, act=0, out_kind=2,
-        flags=(v.QG_AMX if amx else 0) | (v.QG_S8 if s8 else 0), colcorr_ss=ss.data_ptr(),
-    )  # fmt: skip
-    ln = v._LnArgs(gamma=gamma.data_ptr(), beta=beta.data_ptr(), eps=1e-12, inv_scale=255 / 8,
-                   zp=128, qmin=0, qmax=255)  # fmt: skip
-    out, codes = torch.empty(m, n), torch.empty(m, n, dtype=torch.uint8)
+    attrs = {"x_scale": 0.02, "x_zp": x_zp, "normalized_shape": [n], "eps": 1e-12}
+    attrs.update(out_scale=8 / 255, out_zp=128, out_qmin=0, out_qmax=255)
+    decl = kernels["qlinear_add_layer_norm_q_" + ("amx" if amx else "vnni")]
+    p, wz = decl.prepack(w, attrs), torch.zeros(n, dtype=torch.int64)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        rc = lib.pdlkit_qgemm_run_add_ln(
-            x.data_ptr(), m, k, out.data_ptr(), n, ws.data_ptr(), b.data_ptr(), None,
-            ctypes.addressof(params), ctypes.addressof(ln), res.data_ptr(), n, codes.data_ptr(), n,
-        )  # fmt: skip
+        return decl.fn(
+            x, 0.02, x_zp, p, ws, wz, b, res, [n], gamma, beta, 1e-12, 8 / 255, 128, 0, 255
+        )
     finally:
         torch.set_num_threads(before)
-    assert rc == 0
-    return out, codes
 
 
 @pytest.mark.parametrize("x_dtype", [torch.uint8, torch.int8])
@@ -371,10 +322,9 @@ def test_emulated_amx_add_layer_norm_matches_the_vnni_path(emulated, x_dtype):
     """The add + LayerNorm entry's AMX GEMM (3 blocks of 32 rows over 2 threads, 6 VNNI rows,
     a 36-column panel; tile instructions emulated) gives the VNNI path's float32 output and
     codes bit for bit."""
-    lib, v = emulated
     x, w, _, _, x_zp = _operands(102, 512, 100, x_dtype, seed=5)
-    amx = _emulated_add_ln(lib, v, x, w, x_zp, True, 2)
-    vnni = _emulated_add_ln(lib, v, x, w, x_zp, False, 2)
+    amx = _emulated_add_ln(emulated, x, w, x_zp, True, 2)
+    vnni = _emulated_add_ln(emulated, x, w, x_zp, False, 2)
     assert torch.equal(amx[0], vnni[0])
     assert torch.equal(amx[1], vnni[1])
 
@@ -383,10 +333,9 @@ def test_emulated_amx_add_layer_norm_matches_the_vnni_path(emulated, x_dtype):
 def test_emulated_amx_epilogues_match_the_vnni_path(emulated, act):
     """Each activation of the AMX path's epilogue (tile instructions emulated) gives the VNNI
     path's codes."""
-    lib, v = emulated
     x, w, _, _, x_zp = _operands(96, 256, 200, torch.uint8, seed=act)
-    amx = _emulated_run(lib, v, x, w, x_zp, True, torch.uint8, 1, act)
-    vnni = _emulated_run(lib, v, x, w, x_zp, False, torch.uint8, 1, act)
+    amx = _emulated_run(emulated, x, w, x_zp, True, torch.uint8, 1, act)
+    vnni = _emulated_run(emulated, x, w, x_zp, False, torch.uint8, 1, act)
     assert torch.equal(amx, vnni)
 
 
@@ -456,7 +405,7 @@ def test_amx_add_layer_norm_matches_vnni(amx, vnni, lib, x_dtype):
     assert torch.equal(outs[0][1], outs[1][1])
 
 
-# -- BF16 (kernels/x86/linear_bf16_amx.py: gemm_bf16.c with TDPBF16PS) --
+# -- BF16 (the *_amx kernels of kernels/x86/linear_bf16.py: gemm_bf16.c with TDPBF16PS) --
 
 HAS_AMX_BF16 = "amx_bf16" in host().features and "avx512_bf16" in host().features
 needs_amx_bf16 = pytest.mark.skipif(not HAS_AMX_BF16, reason="needs amx_bf16 (lscpu)")
@@ -466,8 +415,7 @@ needs_amx_bf16 = pytest.mark.skipif(not HAS_AMX_BF16, reason="needs amx_bf16 (ls
 def bf16():
     if "avx512_bf16" not in host().features:
         pytest.skip("the BF16 kernels are declared for avx512_bf16 hosts")
-    files = ("linear_bf16.py", "linear_bf16_amx.py")
-    return {k.name: k for f in files for k in load_kernel_file(ROOT / "kernels" / "x86" / f)}
+    return {k.name: k for k in load_kernel_file(ROOT / "kernels" / "x86" / "linear_bf16.py")}
 
 
 def _bf16_operands(m, k, n, seed=0):
@@ -487,7 +435,7 @@ def test_bf16_panels_are_amx_b_tiles(bf16):
     stride 256 from 4 c0 bytes in: the VNNI-2 B tile of columns c0 .. c0 + 15."""
     _, w, _ = _bf16_operands(1, 64, 64, seed=2)
     p = bf16["linear_bf16"].prepack(w, {})
-    flat = p.packed.view(torch.int16).view(torch.uint8)  # bytes
+    flat = p.data[64:]  # the panels' bytes, after the 64-byte header
     for q0 in (0, 16):
         for c0 in (0, 16, 32, 48):
             base = q0 * 256 + 4 * c0
@@ -500,13 +448,13 @@ def test_bf16_panels_are_amx_b_tiles(bf16):
 @pytest.mark.parametrize(("m", "k", "n"), [(1, 256, 96), (40, 100, 70), (70, 256, 100)])
 @pytest.mark.parametrize("gelu", [False, True])
 def test_bf16_amx_kernel_runs_the_avx512_path_where_the_tiles_do_not_fit(bf16, m, k, n, gelu):
-    from pdlkit.kernels.x86 import linear_bf16_amx
+    from pdlkit.kernels.x86 import linear_bf16
 
     x, w, b = _bf16_operands(m, k, n)
     name = "linear_gelu_bf16" if gelu else "linear_bf16"
     got, p = _bf16_call(bf16[name + "_amx"], x, w, b, gelu)
     fits = HAS_AMX_BF16 and k % 32 == 0 and m >= 32
-    assert linear_bf16_amx.uses_amx(p, m) == fits
+    assert linear_bf16.uses_amx(p, m) == fits
     if not fits:
         assert torch.equal(got, _bf16_call(bf16[name], x, w, b, gelu)[0])
 
@@ -517,12 +465,12 @@ def test_bf16_amx_kernel_runs_the_avx512_path_where_the_tiles_do_not_fit(bf16, m
 def test_bf16_amx_tiles_within_bf16_rounding(bf16, m, k, n, gelu):
     """TDPBF16PS sums in another order than vdpbf16ps: within bf16 rounding of the float
     reference and of the AVX512_BF16 kernel."""
-    from pdlkit.kernels.x86 import linear_bf16_amx
+    from pdlkit.kernels.x86 import linear_bf16
 
     x, w, b = _bf16_operands(m, k, n, seed=11)
     name = "linear_gelu_bf16" if gelu else "linear_bf16"
     got, p = _bf16_call(bf16[name + "_amx"], x, w, b, gelu)
-    assert linear_bf16_amx.uses_amx(p, m)
+    assert linear_bf16.uses_amx(p, m)
     y = F.linear(x.float(), w.float(), b.float())
     ref = F.gelu(y) if gelu else y
     torch.testing.assert_close(got.float(), ref, rtol=1.6e-2, atol=1e-2)
@@ -534,32 +482,16 @@ def test_bf16_amx_tiles_within_bf16_rounding(bf16, m, k, n, gelu):
 def test_emulated_amx_bf16_blocking_within_bf16_rounding(m, k, n):
     """gemm_bf16.c's AMX blocking (K chunks of 384, panel groups, AVX512_BF16 tail rows) with
     TDPBF16PS emulated: within bf16 rounding of the float32 reference."""
-    import ctypes
-
     if "avx512_bf16" not in host().features:
         pytest.skip("the tail rows run the AVX512_BF16 micro-kernel: needs avx512_bf16")
     from pdlkit.kernels.x86 import linear_bf16 as lb
-    from pdlkit.runtime_abi.native_build import load_c_library
+    from pdlkit.runtime_abi.native_build import build_library
+    from pdlkit.runtime_abi.native_load import load_native_library
 
-    lib = load_c_library(
-        lb.SOURCE, "x86_64", "emulated AMX BF16", ("-fopenmp", "-DPDLKIT_AMX_EMULATE"),
-        ("pdlkit_gbf16_params_size", ctypes.sizeof(lb._Params)),
-    )  # fmt: skip
-    assert lib is not None
-    c, i64 = ctypes.c_void_p, ctypes.c_int64
-    lib.pdlkit_gbf16_init()
-    lib.pdlkit_gbf16_packed_size.argtypes, lib.pdlkit_gbf16_packed_size.restype = [i64, i64], i64
-    lib.pdlkit_gbf16_pack.argtypes = [c, i64, i64, i64, c]
-    lib.pdlkit_gbf16_run.argtypes = [c, i64, i64, c, i64, c, c]
+    lib = build_library(lb.SOURCE, "x86_64", extra=("-fopenmp", "-DPDLKIT_AMX_EMULATE"))
+    decl = {k.name: k for k in load_native_library(lib)}["linear_bf16_amx"]
     x, w, b = _bf16_operands(m, k, n, seed=12)
-    packed = torch.empty(lib.pdlkit_gbf16_packed_size(n, k) // 2, dtype=torch.bfloat16)
-    lib.pdlkit_gbf16_pack(w.data_ptr(), k, n, k, packed.data_ptr())
-    params = lb._Params(n=n, k=k, packed=packed.data_ptr(), act=0, flags=lb.GB_AMX)
-    out = torch.empty(m, n, dtype=torch.bfloat16)
-    rc = lib.pdlkit_gbf16_run(
-        x.data_ptr(), m, k, out.data_ptr(), n, b.data_ptr(), ctypes.addressof(params)
-    )
-    assert rc == 0
+    out, _ = _bf16_call(decl, x, w, b, False)
     ref = F.linear(x.float(), w.float(), b.float())
     torch.testing.assert_close(out.float(), ref, rtol=1.6e-2, atol=1e-2)
 

@@ -160,30 +160,21 @@ def test_quantized_model_with_a_nan_bias_gives_eager_nans():
 
 
 def _k1_gemm(vnni, values, act, out_kind, out_scale=1.0):
-    """y = values[n] (K = 1: x = 1, w = 1, w_scale = values) through the C entry, float32
-    (out_kind 2) or uint8 codes with zero point 128 (out_kind 0)."""
-    import ctypes
-
-    g = vnni["qlinear_vnni"].fn.__globals__
-    lib, params_t = g["_LIB"], g["_Params"]
+    """y = values[n] (K = 1: x = 1, w = 1, w_scale = values) through the kernels, float32
+    (out_kind 2: qlinear_vnni) or uint8 codes with zero point 128 (out_kind 0: qlinear_q_vnni)."""
     n = len(values)
+    post = ("gelu", "tanh" if act == 3 else "none")
     x_q = torch.ones(1, 1, dtype=torch.uint8)
     w_q = torch.ones(n, 1, dtype=torch.int8)
-    packed = torch.empty(lib.pdlkit_qgemm_packed_size(n, 1), dtype=torch.int8)
-    lib.pdlkit_qgemm_pack(w_q.data_ptr(), 1, n, 1, packed.data_ptr())
-    colcorr = torch.zeros(n, dtype=torch.int32)
-    ws = torch.tensor(values, dtype=torch.float32)
-    p = params_t(
-        n=n, k=1, packed=packed.data_ptr(), colcorr=colcorr.data_ptr(), x_scale=1.0,
-        inv_out_scale=1.0 / out_scale, x_zp=0, out_zp=128, qmin=0, qmax=255, act=act,
-        out_kind=out_kind,
-    )  # fmt: skip
-    out = torch.empty(1, n, dtype=torch.float32 if out_kind == 2 else torch.uint8)
-    rc = lib.pdlkit_qgemm_run(
-        x_q.data_ptr(), 1, 1, out.data_ptr(), n, ws.data_ptr(), None, None, ctypes.addressof(p)
-    )
-    assert rc == 0
-    return out[0]
+    ws, wz = torch.tensor(values, dtype=torch.float32), torch.zeros(n, dtype=torch.int64)
+    attrs = {"x_scale": 1.0, "x_zp": 0, "post_op": post[0], "algorithm": post[1]}
+    if out_kind == 2:
+        k = vnni["qlinear_vnni"]
+        return k.fn(x_q, 1.0, 0, k.prepack(w_q, attrs), ws, wz, None, *post)[0]
+    k = vnni["qlinear_q_vnni"]
+    attrs.update(out_scale=out_scale, out_zp=128, out_qmin=0, out_qmax=255)
+    packed = k.prepack(w_q, attrs)
+    return k.fn(x_q, 1.0, 0, packed, ws, wz, None, out_scale, 128, 0, 255, *post)[0]
 
 
 @pytest.mark.parametrize("act", [2, 3])  # GELU erf, tanh

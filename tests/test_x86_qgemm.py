@@ -3,7 +3,6 @@ epilogue fused (kernels/x86/qgemm_vnni.c)."""
 
 from __future__ import annotations
 
-import ctypes
 import math
 import os
 import shutil
@@ -145,33 +144,7 @@ def test_non_contiguous_activations_strided_rows_and_no_rows(kernel):
     assert _call(kernel, empty).shape == (0, 12)
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_a_single_threaded_build_hands_large_gemms_to_onednn_with_several_threads(
-    kernel, monkeypatch, threads
-):
-    g = kernel.fn.__globals__
-    monkeypatch.setitem(g, "_parallel", False)  # as if built without OpenMP
-    monkeypatch.setitem(g, "PARALLEL_MIN_MACS", 100)
-    monkeypatch.setitem(g, "_threads", lambda: threads)
-    calls = []
-    onednn = g["_onednn"]
-
-    def counted(*a):
-        calls.append(1)
-        return onednn(*a)
-
-    monkeypatch.setitem(g, "_onednn", counted)
-    gen = torch.Generator().manual_seed(2)
-    x_q, w_q, ws, wz, b = _operands(gen, (2, 5, 40), 24, False)
-    for post, algo in POSTS:
-        args = (x_q, 0.02, 120, w_q, ws, wz, b, 0.05, 3, 0, 255, post, algo)
-        assert (_call(kernel, args).int() - _reference(*args).int()).abs().max() <= 1
-    assert len(calls) == (len(POSTS) if threads > 1 else 0)
-
-
 def test_the_openmp_build_splits_gemms_over_torch_threads_with_identical_results(kernel):
-    if not kernel.fn.__globals__["_parallel"]:
-        pytest.skip("qgemm_vnni.c was built without OpenMP (the compiler has no -fopenmp)")
     g = torch.Generator().manual_seed(6)
     x_q, w_q, ws, wz, b = _operands(g, (301, 256), 200, False)  # 2^24 multiply-adds: parallel
     args = (x_q, 0.02, 117, w_q, ws, wz, b, 0.05, 3, 0, 255, "gelu", "none")
@@ -187,25 +160,27 @@ def test_the_openmp_build_splits_gemms_over_torch_threads_with_identical_results
     assert (outs[1].int() - _reference(*args).int()).abs().max() <= 1
 
 
-def _run_c(decls, x_q, w_q, ws, act, scalar, x_scale=1.0, x_zp=0):
-    """Both C paths directly, float32 output: act(x_scale * ws[n] * (x - x_zp) . w[n])."""
-    g = decls["qlinear_vnni"].fn.__globals__
-    lib, params_t = g["_LIB"], g["_Params"]
-    (m, k), n = x_q.shape, w_q.shape[0]
-    packed = torch.empty(lib.pdlkit_qgemm_packed_size(n, k), dtype=torch.int8)
-    lib.pdlkit_qgemm_pack(w_q.data_ptr(), k, n, k, packed.data_ptr())
-    colcorr = (w_q.sum(1, dtype=torch.int32) * -x_zp).to(torch.int32)
-    p = params_t(
-        n=n, k=k, packed=packed.data_ptr(), colcorr=colcorr.data_ptr(), x_scale=x_scale,
-        inv_out_scale=1.0, x_zp=x_zp, act=act, out_kind=2,
-    )  # fmt: skip
-    out = torch.empty(m, n)
-    run = lib.pdlkit_qgemm_run_scalar if scalar else lib.pdlkit_qgemm_run
-    assert (
-        run(x_q.data_ptr(), m, k, out.data_ptr(), n, ws.data_ptr(), None, None, ctypes.addressof(p))
-        == 0
-    )
-    return out
+@pytest.fixture(scope="module")
+def plain():
+    """qgemm_vnni.c built with -DPDLKIT_SCALAR_REFERENCE: the same kernels, through the same C
+    ABI, on the plain C path (libm erff / tanhf / nearbyintf) the tests compare with."""
+    from pdlkit.runtime_abi.native_build import build_library
+    from pdlkit.runtime_abi.native_load import load_native_library
+
+    source = ROOT / "kernels" / "x86" / "qgemm_vnni.c"
+    lib = build_library(source, "x86_64", extra=("-DPDLKIT_SCALAR_REFERENCE",))
+    return {k.name: k for k in load_native_library(lib)}
+
+
+ACT_POSTS = {0: ("none", ""), 1: ("relu", ""), 2: ("gelu", "none"), 3: ("gelu", "tanh")}
+
+
+def _run_c(kernels, x_q, w_q, ws, act, x_scale=1.0, x_zp=0):
+    """``qlinear_vnni`` of ``kernels`` (the library, or its plain C build), float32 output:
+    act(x_scale * ws[n] * (x - x_zp) . w[n])."""
+    post, algo = ACT_POSTS[act]
+    wz = torch.zeros(w_q.shape[0], dtype=torch.int64)
+    return _call_f32(kernels["qlinear_vnni"], x_q, x_scale, x_zp, w_q, ws, wz, None, post, algo)
 
 
 @pytest.mark.parametrize(("act", "approximate"), [(2, "none"), (3, "tanh")])
@@ -222,52 +197,35 @@ def test_quantized_gelu_codes(decls, act, approximate, out_scale):
     y = (x_q.double() @ w_q.double().t()) * float(torch.tensor(s, dtype=torch.float32))
     inv = float(torch.tensor(1.0 / out_scale, dtype=torch.float32))
     want = (F.gelu(y, approximate=approximate) * inv).round().add(7).clamp(0, 255)
-    g = decls["qlinear_vnni"].fn.__globals__
-    lib, params_t = g["_LIB"], g["_Params"]
-    packed = torch.empty(lib.pdlkit_qgemm_packed_size(255, 1), dtype=torch.int8)
-    lib.pdlkit_qgemm_pack(w_q.data_ptr(), 1, 255, 1, packed.data_ptr())
-    colcorr = torch.zeros(255, dtype=torch.int32)
-    p = params_t(
-        n=255, k=1, packed=packed.data_ptr(), colcorr=colcorr.data_ptr(), x_scale=1.0,
-        inv_out_scale=1.0 / out_scale, x_zp=0, out_zp=7, qmin=0, qmax=255, act=act, out_kind=0,
-    )  # fmt: skip
-    got = torch.empty(256, 255, dtype=torch.uint8)
-    assert lib.pdlkit_qgemm_run(
-        x_q.data_ptr(), 256, 1, got.data_ptr(), 255, ws.data_ptr(), None, None, ctypes.addressof(p)
-    ) == 0  # fmt: skip
+    wz = torch.zeros(255, dtype=torch.int64)
+    args = (x_q, 1.0, 0, w_q, ws, wz, None, out_scale, 7, 0, 255, "gelu", approximate)
+    got = _call(decls["qlinear_q_vnni"], args)
     diff = (got.double() - want).abs()
     assert diff.max().item() <= 1
     assert (diff > 0).double().mean().item() < 1e-3
     assert want.unique().numel() > 100  # the codes span the range, not all clamped
 
 
-def test_an_activation_or_output_kind_out_of_range_is_refused(decls):
-    """The run entry picks one of 12 specialised GEMMs by (act, out_kind): values past them
-    (a corrupted or foreign params struct) return 2, and the op raises, instead of calling
-    through a table index out of range."""
-    g = decls["qlinear_vnni"].fn.__globals__
+def test_an_unknown_post_op_is_declined(decls):
+    """The kernel picks one of 12 specialised GEMMs by (activation, output kind): a post op
+    it has none for is declined per call (the reference runs), not looked up out of range."""
     x_q, w_q, ws, wz, _ = _operands(torch.Generator().manual_seed(5), (3, 8), 5, False)
-    packed = decls["qlinear_vnni"].prepack(
-        w_q, {"x_scale": 0.02, "x_zp": 3, "post_op": "none", "algorithm": ""}
-    )
-    for field, value in (("act", 4), ("out_kind", 3), ("act", -1)):
-        setattr(packed.params, field, value)
-        with pytest.raises(RuntimeError, match="do not fit"):
-            g["_gemm"](x_q, 0.02, 3, packed, ws, wz, None, 1.0, 0)
-        setattr(packed.params, field, 0 if field == "act" else 2)
+    for post, algo in (("sigmoid", ""), ("gelu", "exact"), ("relu", "tanh")):
+        with pytest.raises(pdlkit.KernelUnsupported, match="post op"):
+            _call_f32(decls["qlinear_vnni"], x_q, 0.02, 3, w_q, ws, wz, None, post, algo)
 
 
-def test_vnni_path_equals_the_plain_c_path(decls):
+def test_vnni_path_equals_the_plain_c_path(decls, plain):
     g = torch.Generator().manual_seed(4)
     for (m, k), n in [((13, 131), 70), ((6, 4), 64), ((1, 1030), 3)]:
         x_q, w_q, ws, _, _ = _operands(g, (m, k), n, False)
         for act in (0, 1):
-            fast, plain = (_run_c(decls, x_q, w_q, ws, act, s, 0.02, 100) for s in (False, True))
-            torch.testing.assert_close(fast, plain, rtol=1e-6, atol=1e-6)
+            fast, plain_c = (_run_c(d, x_q, w_q, ws, act, 0.02, 100) for d in (decls, plain))
+            torch.testing.assert_close(fast, plain_c, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize(("act", "approximate"), [(2, "none"), (3, "tanh")])
-def test_vectorised_gelu_accuracy(decls, act, approximate):
+def test_vectorised_gelu_accuracy(decls, plain, act, approximate):
     """The AVX-512 GELU (piecewise degree-4 tables) against float64 GELU, y in [-12, 12]:
     K = 1, so y = x_scale * w_scale * x[m] * w[n] over every u8 x s8 product."""
     x_q = torch.arange(256, dtype=torch.uint8).reshape(256, 1)
@@ -276,13 +234,10 @@ def test_vectorised_gelu_accuracy(decls, act, approximate):
     ws = torch.full((255,), s, dtype=torch.float32)
     y = (x_q.double() @ w_q.double().t()) * float(torch.tensor(s, dtype=torch.float32))
     want = F.gelu(y, approximate=approximate)
-    assert (
-        decls["qlinear_vnni"].fn.__globals__["_LIB"].pdlkit_qgemm_init() == 1
-    )  # AVX-512 VNNI here
-    for scalar in (False, True):
-        got = _run_c(decls, x_q, w_q, ws, act, scalar).double()
+    for kernels in (decls, plain):
+        got = _run_c(kernels, x_q, w_q, ws, act).double()
         err = (got - want).abs() / want.abs().clamp(min=1.0)
-        assert err.max().item() < 2e-6, (scalar, err.max().item())
+        assert err.max().item() < 2e-6, (kernels is plain, err.max().item())
 
 
 def quantize_static(model: torch.nn.Module, x: torch.Tensor) -> torch.nn.Module:

@@ -121,8 +121,6 @@ def test_a_broadcast_residual_is_declined(decls):
 
 def test_the_openmp_build_splits_row_groups_over_torch_threads_identically(decls):
     decl = decls["qlinear_add_layer_norm_q_vnni"]
-    if not decl.fn.__globals__["_parallel"]:
-        pytest.skip("qgemm_vnni.c was built without OpenMP (the compiler has no -fopenmp)")
     args = _operands(torch.Generator().manual_seed(7), (301, 256), 256)  # 2^24 MACs: parallel
     before = torch.get_num_threads()
     try:

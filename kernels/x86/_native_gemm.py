@@ -1,47 +1,10 @@
-"""What the two ctypes GEMM kernel files of this folder (``qlinear_vnni.py``,
-``linear_bf16.py``) do alike: load their library, handle their tensors. Not a kernel file (the registry skips
-``_*.py``)."""
+"""What the x86 GEMM kernel files of this folder share: the int32 exactness bound of their
+8-bit sums and how to read the header of a weight their C prepack hooks wrote
+(``x86_abi.h``'s ``x86_pack_header``). Not a kernel file (the registry skips ``_*.py``)."""
 
 from __future__ import annotations
 
-import ctypes
-from pathlib import Path
 from typing import Any
-
-from pdlkit.runtime_abi.native_build import host_arch
-from torch import Tensor
-
-
-def load_gemm_library(
-    source: Path, what: str, prefix: str, params: type[ctypes.Structure], run_args: list[Any]
-) -> ctypes.CDLL | None:
-    """Build and load one of this folder's GEMM libraries and declare its entry points, which
-    the C side names alike: ``<prefix>_init`` (tables, called here, before any call),
-    ``_parallel``, ``_packed_size``, ``_pack``, ``_run`` / ``_run_scalar`` (argument types
-    ``run_args``) and ``_params_size`` (checked against ``params``). None off x86-64 or when
-    the build fails (:func:`load_c_library` warns once)."""
-    if host_arch() != "x86_64":
-        return None  # nothing to declare: the kernels are x86-64 code
-    from pdlkit.runtime_abi.native_build import load_c_library
-
-    # -fopenmp: on torch's OpenMP threads where the compiler has OpenMP, else single-threaded
-    lib = load_c_library(
-        source, "x86_64", what, ("-fopenmp",), (f"{prefix}_params_size", ctypes.sizeof(params))
-    )
-    if lib is None:
-        return None
-    getattr(lib, f"{prefix}_init")()
-    getattr(lib, f"{prefix}_parallel").restype = ctypes.c_int
-    p, i64 = ctypes.c_void_p, ctypes.c_int64
-    size = getattr(lib, f"{prefix}_packed_size")
-    size.argtypes, size.restype = [i64, i64], i64
-    pack = getattr(lib, f"{prefix}_pack")
-    pack.argtypes, pack.restype = [p, i64, i64, i64, p], None
-    for name in ("_run", "_run_scalar"):
-        f = getattr(lib, prefix + name)
-        f.argtypes, f.restype = run_args, ctypes.c_int
-    return lib
-
 
 INT32_MAX = 2**31 - 1
 
@@ -58,18 +21,21 @@ def int32_exact_k(x_zp: int, w_zp_lo: int = 0, w_zp_hi: int = 0) -> int:
     return INT32_MAX // (a * b)  # a >= 128, b >= 128
 
 
-def storage_alias(t: Tensor) -> Tensor:
-    """A tensor over ``t``'s storage that holds no reference to ``t`` itself: a pre-pack can
-    keep it (for oneDNN's packed copy, made on first need) while the pre-pack cache still
-    drops the entry when ``t`` dies, and an in-place update of ``t`` still bumps the version
-    the cache checks."""
-    return t.new_empty(0).set_(t.untyped_storage(), t.storage_offset(), t.shape, t.stride())
+def pack_header(packed: Any) -> tuple[int, int, int]:
+    """``(flags, n, k)`` of a weight packed by qgemm_vnni.c or gemm_bf16.c (a
+    :class:`pdlkit.runtime_abi.native.PackedWeight`): the engine its pre-pack asked for
+    (bit 0: AMX) and the logical weight's size."""
+    words = packed.data[:64].view(-1, 8).view(dtype=__import__("torch").int64).flatten()
+    return int(words[0]) >> 32, int(words[1]), int(words[2])
 
 
-def rows(x: Tensor, k: int) -> tuple[Tensor, int]:
-    """``(x, ldx)`` for a C GEMM that reads rows of ``k`` contiguous elements ``ldx`` apart:
-    a 2-D ``x`` whose rows are contiguous is read in place (BERT's pooler input ``x[:, 0]``
-    is a strided ``[B, K]`` view); anything else is made contiguous (a copy only if it is not)."""
-    if x.dim() == 2 and x.stride(1) == 1 and x.stride(0) >= k:
-        return x, x.stride(0)
-    return (x if x.is_contiguous() else x.contiguous()), k
+def packed_uses_amx(packed: Any, m: int, kstep: int, feature: str) -> bool:
+    """Whether a call of ``m`` rows with this pre-pack runs on AMX tiles, by the rule of the
+    libraries' ``*_uses_amx``: asked for by the pre-pack (an ``*_amx`` kernel's), K a multiple
+    of ``kstep``, at least 32 rows, and the tiles granted to this process (``feature`` in
+    :func:`pdlkit.runtime_abi.capability.host`, which keeps AMX flags only where Linux grants
+    the tile state)."""
+    from pdlkit.runtime_abi.capability import host
+
+    flags, _, k = pack_header(packed)
+    return bool(flags & 1) and k % kstep == 0 and m >= 32 and feature in host().features

@@ -7,12 +7,12 @@
  * infinities propagate as in eager torch: ReLU is max(0, y), which keeps NaN (vmaxps returns its
  * second operand where one is NaN), GELU (gelu_avx512.h) is NaN for NaN and -inf, +inf for
  * +inf, and exactly 0 below y = -5.29 (torch's eager erf GELU gives NaN for +inf; Inductor's
- * +inf, as here). Not a
- * pdlkit ABI library (no pdlkit_register): plain C functions that
- * kernels/x86/linear_bf16.py calls through ctypes.
+ * +inf, as here). A pdlkit C ABI 1.2 library (pdlkit_register at the end): the kernels
+ * linear / linear_relu / linear_gelu on the AVX512_BF16 path and on AMX tiles, one packed
+ * weight (the prepack hook) for both; kernels/x86/linear_bf16.py builds and loads it.
  *
  * GEMM. vdpbf16ps multiplies pairs of bf16 and adds both products to one float32 lane. The
- * weight is packed once (pdlkit_gbf16_pack) into panels of 64 columns, K in pairs:
+ * weight is packed once (gbf16_pack, the prepack hook) into panels of 64 columns, K in pairs:
  * panel[q][c][i] = w[n0 + c, 2q + i], zero padded, so each pair of k is four 64-byte loads.
  * The micro-kernel keeps a 6 x 64 float32 tile in 24 zmm registers, broadcasts one pair of x
  * per row and issues 24 vdpbf16ps per 10 loads; the tile then goes through the epilogue in
@@ -30,12 +30,14 @@
  * every other call, run the AVX512_BF16 micro-kernel.
  *
  * Portability: the compute functions carry target("avx512f,avx512bw,avx512vl,avx512bf16")
- * attributes and run only where __builtin_cpu_supports says so; elsewhere pdlkit_gbf16_run
- * returns 1. pdlkit_gbf16_run_scalar is the plain C reference the tests compare with.
+ * attributes and run only where __builtin_cpu_supports says so; elsewhere run() declines
+ * (PDLKIT_UNSUPPORTED). gbf16_run_scalar is the plain C reference the tests compare with: a
+ * build with -DPDLKIT_SCALAR_REFERENCE registers the same kernels running it.
  *
  * Build (what pdlkit.runtime_abi.native_build.build_library(path, "x86_64", extra=("-fopenmp",))
  * runs; without -fopenmp the same source builds single-threaded):
- *   cc -O3 -fopenmp -shared -fPIC -Wall kernels/x86/gemm_bf16.c -lm -o libpdlkit_gemm_bf16.so
+ *   cc -O3 -fopenmp -shared -fPIC -Wall -I runtime_abi/include kernels/x86/gemm_bf16.c -lm \
+ *      -o libpdlkit_gemm_bf16.so
  */
 
 #include <math.h>
@@ -58,6 +60,7 @@
 #define M_PI 3.14159265358979323846
 #endif
 
+#include "x86_abi.h" /* pdlkit_abi.h and helpers */
 #include "gelu_avx512.h"
 #include "qgemm_amx.h" /* the AMX tile path (TDPBF16PS): permission, configuration, 32 x 64 blocks */
 
@@ -69,22 +72,21 @@ enum { NR = 64, MR = 6 };
 typedef struct {
     int64_t n;              /* output columns (weight rows) */
     int64_t k;              /* reduction length */
-    const uint16_t *packed; /* the weight, pdlkit_gbf16_pack's layout */
+    const uint16_t *packed; /* the weight, gbf16_pack's layout */
     int32_t act;            /* ACT_* */
-    int32_t flags;          /* GB_AMX: AMX tiles where the call allows (pdlkit_gbf16_uses_amx) */
+    int32_t flags;          /* GB_AMX: AMX tiles where the call allows (gbf16_uses_amx) */
 } pdlkit_gbf16_params;
 
 enum { GB_AMX = 1 };
 
-int pdlkit_gbf16_params_size(void) { return (int)sizeof(pdlkit_gbf16_params); }
 
 /* Bytes of the packed weight: ceil(N / 64) panels of ceil(K / 2) pairs of 64 x 2 bf16. */
-int64_t pdlkit_gbf16_packed_size(int64_t n, int64_t k) {
+static int64_t gbf16_packed_size(int64_t n, int64_t k) {
     return ((n + NR - 1) / NR) * ((k + 1) / 2) * NR * 2 * 2;
 }
 
 /* out = w [n, k] (bf16, rows ldw elements apart) in panels. */
-void pdlkit_gbf16_pack(const uint16_t *w, int64_t ldw, int64_t n, int64_t k, uint16_t *out) {
+static void gbf16_pack(const uint16_t *w, int64_t ldw, int64_t n, int64_t k, uint16_t *out) {
     const int64_t k2 = (k + 1) / 2, panels = (n + NR - 1) / NR;
     for (int64_t p = 0; p < panels; p++)
         for (int64_t q = 0; q < k2; q++)
@@ -359,22 +361,13 @@ static int has_bf16(void) { return 0; }
 /* Whether a call of m rows with these params runs on AMX tiles: asked for (GB_AMX), K a
  * multiple of 32, at least one block of AMX_MR rows, and this process may use the AMX-BF16
  * tiles (qgemm_amx.h's amx_ready_for). Otherwise the AVX512_BF16 path runs. */
-int pdlkit_gbf16_uses_amx(const pdlkit_gbf16_params *p, int64_t m) {
+static int gbf16_uses_amx(const pdlkit_gbf16_params *p, int64_t m) {
     return (p->flags & GB_AMX) && p->k % 32 == 0 && m >= AMX_MR && amx_ready_for(1);
-}
-
-/* 1 when this build runs its GEMMs on torch's OpenMP threads (built with -fopenmp), else 0. */
-int pdlkit_gbf16_parallel(void) {
-#if defined(_OPENMP)
-    return 1;
-#else
-    return 0;
-#endif
 }
 
 /* Builds the GELU tables (call once before using the library from several threads);
  * returns 1 when the AVX512_BF16 path runs on this CPU, 0 otherwise. */
-int pdlkit_gbf16_init(void) {
+static int gbf16_init(void) {
 #if PDLKIT_X86
     gelu_tables_init();
 #endif
@@ -384,8 +377,8 @@ int pdlkit_gbf16_init(void) {
 /* out[m, n] (bf16, rows ldo elements apart) from x [m, k] (bf16, rows ldx elements apart, each
  * row contiguous); bias: bf16 [n] or NULL. Returns 0; 1 where this CPU lacks AVX512_BF16;
  * -1 when out of memory. */
-int pdlkit_gbf16_run(const uint16_t *x, int64_t m, int64_t ldx, uint16_t *out, int64_t ldo,
-                     const uint16_t *bias, const pdlkit_gbf16_params *p) {
+__attribute__((unused)) static int gbf16_run(const uint16_t *x, int64_t m, int64_t ldx, uint16_t *out,
+                                            int64_t ldo, const uint16_t *bias, const pdlkit_gbf16_params *p) {
 #if PDLKIT_X86
     if (!has_bf16()) return 1;
     if (m <= 0 || p->n <= 0) return 0;
@@ -396,7 +389,7 @@ int pdlkit_gbf16_run(const uint16_t *x, int64_t m, int64_t ldx, uint16_t *out, i
     if (!B) return -1;
     for (int64_t j = 0; j < p->n; j++) B[j] = bias ? bf16_to_f32(bias[j]) * cs : 0.0f;
     if (gelu && !gelu_ready) gelu_tables_init();
-    GEMMS[pdlkit_gbf16_uses_amx(p, m)][(uint32_t)p->act <= ACT_GELU_TANH ? p->act : 0](x, m, ldx, out,
+    GEMMS[gbf16_uses_amx(p, m)][(uint32_t)p->act <= ACT_GELU_TANH ? p->act : 0](x, m, ldx, out,
                                                                                    ldo, p, B, cs);
     if (B != local) free(B);
     return 0;
@@ -407,8 +400,9 @@ int pdlkit_gbf16_run(const uint16_t *x, int64_t m, int64_t ldx, uint16_t *out, i
 }
 
 /* The same in plain C, from the packed weight (what the tests compare the AVX-512 path with). */
-int pdlkit_gbf16_run_scalar(const uint16_t *x, int64_t m, int64_t ldx, uint16_t *out,
-                            int64_t ldo, const uint16_t *bias, const pdlkit_gbf16_params *p) {
+__attribute__((unused)) static int gbf16_run_scalar(const uint16_t *x, int64_t m, int64_t ldx,
+                                                   uint16_t *out, int64_t ldo, const uint16_t *bias,
+                                                   const pdlkit_gbf16_params *p) {
     const int64_t k2 = (p->k + 1) / 2;
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < p->n; j++) {
@@ -420,4 +414,111 @@ int pdlkit_gbf16_run_scalar(const uint16_t *x, int64_t m, int64_t ldx, uint16_t 
             out[i * ldo + j] = f32_to_bf16(act_scalar(s + (bias ? bf16_to_f32(bias[j]) : 0.0f), p->act));
         }
     return 0;
+}
+
+/* ---------------------------------------------------------------- the pdlkit contract */
+
+#define GB_MAGIC 0x36314247u /* "GB16" */
+#if defined(PDLKIT_SCALAR_REFERENCE) /* tests: the same kernels on the plain C path */
+#define GB_RUN gbf16_run_scalar
+#else
+#define GB_RUN gbf16_run
+#endif
+
+/* The weight [N, K] in gbf16_pack's panels after the 64-byte header (which notes the engine). */
+static int32_t gb_prepack(pdlkit_prepack_frame *f, uint32_t flags) {
+    const DLTensor *w = f->weight;
+    if (!pdlkit_dtype_is(w->dtype, kDLBfloat, 16) || w->ndim != 2 || !pdlkit_is_contiguous(w))
+        return X86_ERR(f, PDLKIT_INVALID_ARGUMENT, "weight must be a contiguous [N, K] bfloat16 tensor");
+    const int64_t n = w->shape[0], k = w->shape[1];
+    if (k == 0) return X86_ERR(f, PDLKIT_UNSUPPORTED, "K = 0");
+    int32_t st;
+    x86_pack_header *h = x86_pack_begin(f, GB_MAGIC, flags, n, k,
+                                        sizeof(x86_pack_header) + (size_t)gbf16_packed_size(n, k), &st);
+    if (h != NULL) gbf16_pack((const uint16_t *)x86_data(w), k, n, k, (uint16_t *)(h + 1));
+    return st;
+}
+
+static int32_t gb_meta(const pdlkit_meta_frame *f) {
+    if (f->num_inputs != 3) return X86_ERR(f, PDLKIT_INVALID_ARGUMENT, "expects x, weight, bias");
+    return x86_linear_meta(f, 1, f->inputs[0].dtype);
+}
+
+/* act: ACT_*, or -1 for GELU with the `approximate` attribute. */
+static int32_t gb_run(const pdlkit_call_frame *f, int act) {
+    if (f->num_inputs != 3 || f->num_outputs != 1)
+        return X86_ERR(f, PDLKIT_INVALID_ARGUMENT, "expects x, weight, bias and one output");
+    const DLTensor *x = &f->inputs[0], *b = &f->inputs[2];
+    const x86_pack_header *h = x86_packed(&f->inputs[1], GB_MAGIC);
+    if (h == NULL) return X86_ERR(f, PDLKIT_UNSUPPORTED, "weight was not packed by gemm_bf16.c");
+    if (!pdlkit_dtype_is(x->dtype, kDLBfloat, 16) || x->ndim < 1 || x->shape[x->ndim - 1] != h->k)
+        return X86_ERR(f, PDLKIT_INVALID_ARGUMENT, "x must be bfloat16 [..., %lld]", (long long)h->k);
+    if (!pdlkit_is_none(b) && !x86_vector(b, h->n, kDLBfloat, 16))
+        return X86_ERR(f, PDLKIT_UNSUPPORTED, "bias must be %lld contiguous bfloat16 values", (long long)h->n);
+    if (act < 0) {
+        const pdlkit_attribute *a = x86_attr(f->attrs, f->num_attrs, "approximate", PDLKIT_KIND_STRING);
+        act = a != NULL ? x86_act("gelu", a) : -1;
+        if (act < 0) return X86_ERR(f, PDLKIT_UNSUPPORTED, "approximate must be 'none' or 'tanh'");
+    }
+    int64_t m, ldx;
+    void *copy = NULL; /* x compacted, where no row stride describes it (a transposed view) */
+    if (x86_rows(x, &m, &ldx) != 0 && (copy = x86_compact(x, 2)) == NULL)
+        return X86_ERR(f, PDLKIT_UNSUPPORTED, "no memory for a copy of x");
+    const pdlkit_gbf16_params p = {h->n, h->k, (const uint16_t *)(h + 1), act, (int32_t)h->flags};
+    const int rc = GB_RUN(copy ? (const uint16_t *)copy : (const uint16_t *)x86_data(x), m, ldx,
+                          (uint16_t *)x86_data(&f->outputs[0]), h->n,
+                          pdlkit_is_none(b) ? NULL : (const uint16_t *)x86_data(b), &p);
+    free(copy);
+    if (rc == 1) return X86_ERR(f, PDLKIT_UNSUPPORTED, "this CPU has no AVX512_BF16");
+    if (rc != 0) return X86_ERR(f, PDLKIT_UNSUPPORTED, "no memory for the epilogue's bias vector");
+    return PDLKIT_OK;
+}
+
+static int32_t gb_prepack_vnni(pdlkit_prepack_frame *f) { return gb_prepack(f, 0); }
+static int32_t gb_prepack_amx(pdlkit_prepack_frame *f) { return gb_prepack(f, GB_AMX); }
+static int32_t gb_run_none(const pdlkit_call_frame *f) { return gb_run(f, ACT_NONE); }
+static int32_t gb_run_relu(const pdlkit_call_frame *f) { return gb_run(f, ACT_RELU); }
+static int32_t gb_run_gelu(const pdlkit_call_frame *f) { return gb_run(f, -1); }
+
+static const DLDataType kBF16[] = {{kDLBfloat, 16, 1}};
+static const int32_t kRank2[] = {2};
+#define GB_TENSOR(name, ranks, nranks, optional)                                                  \
+    {sizeof(pdlkit_arg_desc), name, PDLKIT_KIND_TENSOR, kBF16, 1, ranks, nranks, NULL, NULL, 0, 0, 0, optional}
+static const pdlkit_arg_desc kLinearArgs[] = {
+    GB_TENSOR("x", NULL, 0, 0), GB_TENSOR("weight", kRank2, 1, 0), GB_TENSOR("bias", NULL, 0, 1),
+    {sizeof(pdlkit_arg_desc), "approximate", PDLKIT_KIND_STRING, NULL, 0, NULL, 0, NULL, NULL, 0, 0, 0, 0},
+};
+static const char *const kIsa[] = {"avx512f", "avx512_bf16", "amx_tile", "amx_bf16"};
+
+/* name, op, arguments (3, or 4 with approximate), run, engine (0 AVX512_BF16, 1 AMX), doc */
+#define GB_DESC(name, op, nargs, run, amx, doc)                                                    \
+    {sizeof(pdlkit_kernel_desc), name, 1, op, kDLCPU, amx ? 20 : 10, kLinearArgs, nargs, kIsa,     \
+     amx ? 4 : 2, 0, PDLKIT_TRAIT_DETERMINISTIC, 1, gb_meta, run, doc, "weight",                   \
+     amx ? gb_prepack_amx : gb_prepack_vnni, NULL, 0}
+#define GB_DOC " in bf16 (float32 accumulation, one rounding), one fused GEMM on "
+static const pdlkit_kernel_desc kDescs[] = {
+    GB_DESC("linear_bf16", "linear", 3, gb_run_none, 0, "x @ weight.T + bias" GB_DOC "AVX512_BF16."),
+    GB_DESC("linear_relu_bf16", "linear_relu", 3, gb_run_relu, 0, "relu(x @ weight.T + bias)" GB_DOC "AVX512_BF16."),
+    GB_DESC("linear_gelu_bf16", "linear_gelu", 4, gb_run_gelu, 0,
+            "gelu(x @ weight.T + bias, approximate)" GB_DOC "AVX512_BF16."),
+    GB_DESC("linear_bf16_amx", "linear", 3, gb_run_none, 1,
+            "x @ weight.T + bias" GB_DOC "AMX-BF16 tiles (K % 32 == 0, 32 rows or more; else AVX512_BF16)."),
+    GB_DESC("linear_relu_bf16_amx", "linear_relu", 3, gb_run_relu, 1,
+            "relu(x @ weight.T + bias)" GB_DOC "AMX-BF16 tiles where the call allows."),
+    GB_DESC("linear_gelu_bf16_amx", "linear_gelu", 4, gb_run_gelu, 1,
+            "gelu(x @ weight.T + bias, approximate)" GB_DOC "AMX-BF16 tiles where the call allows."),
+};
+static const pdlkit_kernel_desc *const kKernels[] = {&kDescs[0], &kDescs[1], &kDescs[2],
+                                                     &kDescs[3], &kDescs[4], &kDescs[5]};
+
+PDLKIT_EXPORT int32_t pdlkit_register(uint32_t host_major, uint32_t host_minor,
+                                      pdlkit_registration *out, char *error, size_t error_size) {
+    PDLKIT_REGISTRATION_BEGIN(host_major, out, error, error_size);
+    if (host_minor < 1) /* optional bias, prepack */
+        return pdlkit_error(error, error_size, PDLKIT_UNSUPPORTED,
+                            "needs a host speaking pdlkit ABI >= 1.1 (prepack), got 1.%u", (unsigned)host_minor);
+    gbf16_init(); /* the GELU tables, before any call from any thread */
+    out->kernels = kKernels;
+    out->num_kernels = sizeof(kKernels) / sizeof(kKernels[0]);
+    return PDLKIT_OK;
 }

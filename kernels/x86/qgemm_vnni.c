@@ -4,8 +4,10 @@
  *                            + bias[n]))                            (or float32, unquantized)
  *
  * with x uint8 [M, K] (rows ldx bytes apart), w int8 [N, K], per-channel w_scale / w_zp,
- * ReLU / GELU (erf, tanh) and a uint8 / int8 / float32 output. Not a pdlkit ABI library (no
- * pdlkit_register): plain C functions that kernels/x86/qlinear_vnni.py calls through ctypes.
+ * ReLU / GELU (erf, tanh) and a uint8 / int8 / float32 output. A pdlkit C ABI 1.2 library
+ * (pdlkit_register at the end; kernels/x86/qlinear_vnni.py builds and loads it): the ops
+ * qlinear_q / qlinear, their per-tensor-weight forms qlinear_q_pt / qlinear_pt, the add +
+ * LayerNorm ops and qkv_attention_q_merged, each on the VNNI path and on AMX tiles.
  *
  * GEMM. vpdpbusd multiplies unsigned by signed bytes, which is PT2E's u8 activation x s8
  * weight as is: no shift of the activations. Per output column, the zero-point terms are
@@ -20,7 +22,7 @@
  * (k_fits): K <= 65793 with symmetric weights and any x_zp, 131071 for x_zp = 128, 33025 for
  * any 8-bit zero points. Beyond it the call is declined (x = 255, w = -128 throughout would
  * wrap; K of about 65.8k and more gave wrong numbers before this check).
- * The weight is packed once (pdlkit_qgemm_pack) into panels of 64 columns, K in groups of
+ * The weight is packed once (qgemm_pack, in the prepack hook) into panels of 64 columns, K in groups of
  * four bytes: panel[q][c][i] = w[n0 + c, 4q + i], zero padded, so each group of 4 k is four
  * 64-byte loads. The micro-kernel keeps a 6 x 64 int32 tile in 24 zmm registers, broadcasts
  * four activation bytes per row and issues 24 vpdpbusd per 10 loads; the tile then goes
@@ -60,7 +62,7 @@
  * below y = -5.29 however large |y|): 512 x 256 x 1024 with GELU + uint8 codes
  * went from 767 to 740 us, codes unchanged but for a few in 10^5.
  *
- * Add + LayerNorm (pdlkit_qgemm_run_add_ln, a transformer block's output projection):
+ * Add + LayerNorm (qgemm_run_add_ln, a transformer block's output projection):
  * out = layer_norm(linear(x) + res) and optionally its codes. Rows go in groups whose float32
  * output stays in L2; per group the tiles add the residual as they store, then each row gets
  * a two-pass mean / variance and the normalize + affine + quantize pass. Replaces Inductor's
@@ -73,7 +75,7 @@
  *
  * int8 activations (symmetric quantizers, flags QG_S8): the VNNI path multiplies their u8 view
  * x + 128 (the micro-kernel XORs each group of four bytes with 0x80 before the broadcast) and
- * the Python side gives colcorr = -(x_zp + 128) sum_k w[n, k]; k_fits bounds K with zero point
+ * the pre-pack keeps colcorr = -(x_zp + 128) sum_k w[n, k] for them; k_fits bounds K with zero point
  * x_zp + 128, and the weight zero-point row sums are of the signed values. u8 calls run the same
  * instructions as before (the XOR with 0 folds away).
  *
@@ -84,14 +86,16 @@
  * entry uses them too. Rows past the last block of 32 and every other call run the VNNI path.
  *
  * Portability: the compute functions carry target("avx512f,avx512bw,avx512vl,avx512vnni")
- * attributes and run only where __builtin_cpu_supports says so; elsewhere pdlkit_qgemm_run
- * returns 1 (the Python side declares the kernel for VNNI hosts only). A plain C path
- * (pdlkit_qgemm_run_scalar, libm erff / tanhf / nearbyintf) is the reference the tests
+ * attributes and run only where __builtin_cpu_supports says so; elsewhere run() declines
+ * (the descriptors require avx512_vnni anyway). A plain C path (qgemm_run_scalar, libm
+ * erff / tanhf / nearbyintf; a build with -DPDLKIT_SCALAR_REFERENCE registers the same
+ * kernels running it) is the reference the tests
  * compare with.
  *
  * Build (what pdlkit.runtime_abi.native_build.build_library(path, "x86_64", extra=("-fopenmp",))
  * runs; no -m flags needed; without -fopenmp the same source builds single-threaded):
- *   cc -O3 -fopenmp -shared -fPIC -Wall kernels/x86/qgemm_vnni.c -lm -o libpdlkit_qgemm_vnni.so
+ *   cc -O3 -fopenmp -shared -fPIC -Wall -I runtime_abi/include kernels/x86/qgemm_vnni.c -lm \
+ *      -o libpdlkit_qgemm_vnni.so
  */
 
 #include <float.h>
@@ -115,6 +119,7 @@
 #define PDLKIT_X86 0
 #endif
 
+#include "x86_abi.h"      /* pdlkit_abi.h and helpers */
 #include "gelu_avx512.h" /* GELU: scalar reference, tables, 16 lanes at a time */
 #include "qgemm_amx.h"     /* the AMX tile path: permission, configuration, 32 x 64 blocks */
 
@@ -125,7 +130,7 @@ enum { OUT_U8 = 0, OUT_S8 = 1, OUT_F32 = 2 };
 typedef struct {
     int64_t n;              /* output columns (weight rows) */
     int64_t k;              /* reduction length */
-    const int8_t *packed;   /* the weight, pdlkit_qgemm_pack's layout */
+    const int8_t *packed;   /* the weight, qgemm_pack's layout */
     const int32_t *colcorr; /* [n]: -x_zp * sum_k w[n, k] */
     double x_scale;
     float inv_out_scale; /* (float)(1.0 / out_scale); unused for float32 output */
@@ -145,19 +150,17 @@ typedef struct {
 /* flags: run on AMX tiles where the call allows it (qgemm_amx.h); the activations are int8 */
 enum { QG_AMX = 1, QG_S8 = 2 };
 
-int pdlkit_qgemm_params_size(void) { return (int)sizeof(pdlkit_qgemm_params); }
-
 enum { NR = 64, MR = 6 };
 /* GEMMs smaller than this run on the calling thread: a parallel region costs a few us */
 #define PARALLEL_MIN_MACS ((int64_t)1 << 21)
 
 /* Bytes of the packed weight: ceil(N / 64) panels of ceil(K / 4) groups of 64 x 4 bytes. */
-int64_t pdlkit_qgemm_packed_size(int64_t n, int64_t k) {
+static int64_t qgemm_packed_size(int64_t n, int64_t k) {
     return ((n + NR - 1) / NR) * ((k + 3) / 4) * NR * 4;
 }
 
-/* out (pdlkit_qgemm_packed_size bytes) = w [n, k] (rows ldw bytes apart) in panels. */
-void pdlkit_qgemm_pack(const int8_t *w, int64_t ldw, int64_t n, int64_t k, int8_t *out) {
+/* out (qgemm_packed_size bytes) = w [n, k] (rows ldw bytes apart) in panels. */
+static void qgemm_pack(const int8_t *w, int64_t ldw, int64_t n, int64_t k, int8_t *out) {
     const int64_t k4 = (k + 3) / 4, panels = (n + NR - 1) / NR;
     for (int64_t p = 0; p < panels; p++)
         for (int64_t q = 0; q < k4; q++)
@@ -305,8 +308,6 @@ VNNI static inline void kloop(int mr, int s8, const uint8_t *x, int64_t ldx, int
 
 #include "qgemm_epilogue.h" /* y16 / q16, tile_out, the add + LayerNorm epilogue */
 
-int pdlkit_qgemm_ln_args_size(void) { return (int)sizeof(pdlkit_qgemm_ln_args); }
-
 /* Tile t of a GEMM: (panel t / blocks, row block t % blocks), so that a static schedule gives
  * each thread a run of whole panels (its share of the weight stays in its core's cache). */
 VNNI static inline __attribute__((always_inline)) void gemm_tile(
@@ -442,30 +443,18 @@ static int has_vnni(void) { return 0; }
  * multiple of 64, at least one block of AMX_MR rows, and this process may use the tiles (the CPU
  * has AMX-INT8 and Linux granted the tile state: amx_ready). Otherwise the call runs the VNNI
  * path on the same packed weight. */
-int pdlkit_qgemm_uses_amx(const pdlkit_qgemm_params *p, int64_t m) {
+static int qgemm_uses_amx(const pdlkit_qgemm_params *p, int64_t m) {
     return (p->flags & QG_AMX) && p->k % AMX_KSTEP == 0 && m >= AMX_MR &&
            (!(p->flags & QG_S8) || p->colcorr_ss) && amx_ready();
 }
 
-/* 1 where this process may use the AMX tiles (asks Linux for them on the first call). */
-int pdlkit_qgemm_amx_ready(void) { return amx_ready(); }
-
 /* Builds the GELU tables (call once before using the library from several threads);
  * returns 1 when the VNNI path runs on this CPU, 0 otherwise. */
-int pdlkit_qgemm_init(void) {
+static int qgemm_init(void) {
 #if PDLKIT_X86
     gelu_tables_init();
 #endif
     return has_vnni();
-}
-
-/* 1 when this build runs its GEMMs on torch's OpenMP threads (built with -fopenmp), else 0. */
-int pdlkit_qgemm_parallel(void) {
-#if defined(_OPENMP)
-    return 1;
-#else
-    return 0;
-#endif
 }
 
 /* Whether every sum_k (x - x_zp)(w - w_zp) fits in int32 for these zero points (w_zp in
@@ -569,9 +558,9 @@ static void epilogue_free(epi_t *e, const float *local) {
  * out of memory; 2 when the params' activation or output kind is out of range; 3 when a
  * scale or bias is not finite (or so large that the epilogue could overflow); 4 when K is too
  * long for exact int32 sums with these zero points (k_fits). Nothing is written for 1 to 4. */
-int pdlkit_qgemm_run(const uint8_t *x, int64_t m, int64_t ldx, void *out, int64_t ldo,
-                     const float *w_scale, const float *bias, const int64_t *w_zp,
-                     const pdlkit_qgemm_params *p) {
+__attribute__((unused)) static int qgemm_run(const uint8_t *x, int64_t m, int64_t ldx, void *out,
+                                            int64_t ldo, const float *w_scale, const float *bias,
+                                            const int64_t *w_zp, const pdlkit_qgemm_params *p) {
 #if PDLKIT_X86
     if (!has_vnni()) return 1;
     if ((uint32_t)p->act > ACT_GELU_TANH || (uint32_t)p->out_kind > OUT_F32) return 2;
@@ -580,7 +569,7 @@ int pdlkit_qgemm_run(const uint8_t *x, int64_t m, int64_t ldx, void *out, int64_
     epi_t e;
     const int rc = epilogue(x, m, ldx, w_scale, bias, w_zp, p, local, &e);
     if (rc < 0) return rc == -1 ? -1 : rc == -2 ? 4 : 3;
-    GEMMS[pdlkit_qgemm_uses_amx(p, m)][p->act][p->out_kind](x, m, ldx, out, ldo, p, &e);
+    GEMMS[qgemm_uses_amx(p, m)][p->act][p->out_kind](x, m, ldx, out, ldo, p, &e);
     epilogue_free(&e, local);
     return 0;
 #else
@@ -592,11 +581,11 @@ int pdlkit_qgemm_run(const uint8_t *x, int64_t m, int64_t ldx, void *out, int64_
 /* out[m, n] = layer_norm(x w^T (dequantized, + bias) + res) (float32, rows ldo apart; res
  * rows ldr apart; the params' out_kind must be float32 and act none), and codes (uint8 or
  * int8 by a->qmin, rows ldc apart) = its quantize_per_tensor when not NULL. Returns as
- * pdlkit_qgemm_run; 2 when the params do not fit; 5 when a row of linear(x) + res held a NaN,
+ * qgemm_run; 2 when the params do not fit; 5 when a row of linear(x) + res held a NaN,
  * an infinity or a value whose square overflows float32 (past about 1.8e19), where torch's
  * LayerNorm can give NaN through its variance (short rows; longer ones give beta) while this
  * one's two passes would not: the caller declines (the reference runs). */
-int pdlkit_qgemm_run_add_ln(const uint8_t *x, int64_t m, int64_t ldx, float *out, int64_t ldo,
+static int qgemm_run_add_ln(const uint8_t *x, int64_t m, int64_t ldx, float *out, int64_t ldo,
                             const float *w_scale, const float *bias, const int64_t *w_zp,
                             const pdlkit_qgemm_params *p, const pdlkit_qgemm_ln_args *a,
                             const float *res, int64_t ldr, void *codes, int64_t ldc) {
@@ -609,7 +598,7 @@ int pdlkit_qgemm_run_add_ln(const uint8_t *x, int64_t m, int64_t ldx, float *out
     const int rc = epilogue(x, m, ldx, w_scale, bias, w_zp, p, local, &e);
     if (rc < 0) return rc == -1 ? -1 : rc == -2 ? 4 : 3;
     const int bad =
-        gemm_add_ln(x, m, ldx, out, ldo, p, &e, a, res, ldr, codes, ldc, pdlkit_qgemm_uses_amx(p, m));
+        gemm_add_ln(x, m, ldx, out, ldo, p, &e, a, res, ldr, codes, ldc, qgemm_uses_amx(p, m));
     epilogue_free(&e, local);
     return bad ? 5 : 0;
 #else
@@ -620,9 +609,9 @@ int pdlkit_qgemm_run_add_ln(const uint8_t *x, int64_t m, int64_t ldx, float *out
 }
 
 /* The same in plain C, from the packed weight (what the tests compare the VNNI path with). */
-int pdlkit_qgemm_run_scalar(const uint8_t *x, int64_t m, int64_t ldx, void *out, int64_t ldo,
-                            const float *w_scale, const float *bias, const int64_t *w_zp,
-                            const pdlkit_qgemm_params *p) {
+__attribute__((unused)) static int qgemm_run_scalar(const uint8_t *x, int64_t m, int64_t ldx, void *out,
+                                                   int64_t ldo, const float *w_scale, const float *bias,
+                                                   const int64_t *w_zp, const pdlkit_qgemm_params *p) {
     int32_t *wzp, *rowcorr;
     int32_t *acc = (int32_t *)malloc(sizeof(int32_t) * (size_t)(p->n > 0 ? p->n : 1));
     const int zt = acc ? weight_zp_terms(w_zp, x, m, ldx, p, &wzp, &rowcorr) : -1;
@@ -643,4 +632,515 @@ int pdlkit_qgemm_run_scalar(const uint8_t *x, int64_t m, int64_t ldx, void *out,
     free(wzp);
     free(acc);
     return 0;
+}
+
+/* ---------------------------------------------------------------- the pdlkit contract */
+
+#define QG_MAGIC 0x38494751u /* "QGI8" */
+#if defined(PDLKIT_SCALAR_REFERENCE) /* tests: the same kernels on the plain C path */
+#define QG_RUN qgemm_run_scalar
+#else
+#define QG_RUN qgemm_run
+#endif
+
+/* What a kernel's output is: the ops qlinear (float32), qlinear_q (codes), and the add +
+ * LayerNorm ones (float32, or float32 and codes). */
+enum { MODE_F32 = 0, MODE_Q = 1, MODE_LN = 2, MODE_LN_Q = 3 };
+
+/* After the panels, three [n] column terms: -x_zp colsum (u8 activations), -(x_zp + 128)
+ * colsum (the u8 view x + 128 of s8 activations, which the VNNI path multiplies) and -x_zp
+ * colsum again (TDPBSSD's s8 x s8 sums, the AMX path's for s8 activations). */
+static const int32_t *qg_colcorr(const x86_pack_header *h) {
+    return (const int32_t *)((const char *)(h + 1) + qgemm_packed_size(h->n, h->k));
+}
+
+static size_t qg_packed_bytes(int64_t n, int64_t k) {
+    return sizeof(x86_pack_header) + (size_t)qgemm_packed_size(n, k) + (size_t)(12 * n + 63) / 64 * 64;
+}
+
+/* The weight [n, k] (rows ldw apart) into the panels and column terms after h. */
+static void qg_fill(x86_pack_header *h, const int8_t *w, int64_t ldw, int64_t x_zp) {
+    const int64_t n = h->n, k = h->k;
+    h->x_zp = x_zp;
+    qgemm_pack(w, ldw, n, k, (int8_t *)(h + 1));
+    int32_t *cc = (int32_t *)qg_colcorr(h);
+    for (int64_t j = 0; j < n; j++) {
+        int64_t sum = 0;
+        for (int64_t t = 0; t < k; t++) sum += w[j * ldw + t];
+        cc[j] = cc[2 * n + j] = (int32_t)(uint32_t)(-x_zp * sum); /* wraps as int32 sums do */
+        cc[n + j] = (int32_t)(uint32_t)(-(x_zp + 128) * sum);
+    }
+}
+
+static int32_t qg_prepack(pdlkit_prepack_frame *f, uint32_t flags) {
+    const DLTensor *w = f->weight;
+    if (!pdlkit_dtype_is(w->dtype, kDLInt, 8) || w->ndim != 2 || !pdlkit_is_contiguous(w))
+        return X86_ERR(f, PDLKIT_INVALID_ARGUMENT, "w_q must be a contiguous [N, K] int8 tensor");
+    const pdlkit_attribute *zp = x86_attr(f->attrs, f->num_attrs, "x_zp", PDLKIT_KIND_INT);
+    if (zp == NULL) return X86_ERR(f, PDLKIT_INVALID_ARGUMENT, "no int attribute x_zp");
+    const int64_t n = w->shape[0], k = w->shape[1];
+    if (k == 0) return X86_ERR(f, PDLKIT_UNSUPPORTED, "K = 0");
+    int32_t st;
+    x86_pack_header *h = x86_pack_begin(f, QG_MAGIC, flags, n, k, qg_packed_bytes(n, k), &st);
+    if (h != NULL) qg_fill(h, (const int8_t *)x86_data(w), k, zp->i);
+    return st;
+}
+
+/* The quantized output's range: (0, 255) or (-128, 127), else -1; 0 u8, 1 s8. */
+static int qg_range(const pdlkit_call_frame *f, pdlkit_qgemm_params *p) {
+    const pdlkit_attribute *os = x86_attr(f->attrs, f->num_attrs, "out_scale", PDLKIT_KIND_FLOAT);
+    const pdlkit_attribute *oz = x86_attr(f->attrs, f->num_attrs, "out_zp", PDLKIT_KIND_INT);
+    const pdlkit_attribute *lo = x86_attr(f->attrs, f->num_attrs, "out_qmin", PDLKIT_KIND_INT);
+    const pdlkit_attribute *hi = x86_attr(f->attrs, f->num_attrs, "out_qmax", PDLKIT_KIND_INT);
+    if (!os || !oz || !lo || !hi || !((lo->i == 0 && hi->i == 255) || (lo->i == -128 && hi->i == 127)))
+        return -1;
+    p->inv_out_scale = (float)(1.0 / os->f); /* rounded to float, as quantize_per_tensor does */
+    p->out_zp = (int32_t)oz->i, p->qmin = (int32_t)lo->i, p->qmax = (int32_t)hi->i;
+    return lo->i < 0;
+}
+
+/* The C params of one call: the pre-pack's weight and column terms for x's dtype, the
+ * activation's and output's quantization, the activation function. */
+static int32_t qg_params(const pdlkit_call_frame *f, const x86_pack_header *h, const DLTensor *x,
+                         int mode, pdlkit_qgemm_params *p) {
+    const pdlkit_attribute *xs = x86_attr(f->attrs, f->num_attrs, "x_scale", PDLKIT_KIND_FLOAT);
+    const pdlkit_attribute *xz = x86_attr(f->attrs, f->num_attrs, "x_zp", PDLKIT_KIND_INT);
+    if (!xs || !xz) return X86_ERR(f, PDLKIT_INVALID_ARGUMENT, "needs x_scale (float) and x_zp (int)");
+    if (xz->i != h->x_zp)
+        return X86_ERR(f, PDLKIT_INVALID_ARGUMENT, "x_zp %lld, but w_q was packed for %lld",
+                       (long long)xz->i, (long long)h->x_zp);
+    const int s8 = pdlkit_dtype_is(x->dtype, kDLInt, 8);
+    if (!s8 && !pdlkit_dtype_is(x->dtype, kDLUInt, 8))
+        return X86_ERR(f, PDLKIT_INVALID_ARGUMENT, "x_q must be uint8 or int8");
+    const int32_t *cc = qg_colcorr(h);
+    memset(p, 0, sizeof(*p));
+    p->n = h->n, p->k = h->k, p->packed = (const int8_t *)(h + 1);
+    p->colcorr = s8 ? cc + h->n : cc;
+    p->colcorr_ss = s8 ? cc + 2 * h->n : NULL;
+    p->flags = (int32_t)(h->flags & QG_AMX) | (s8 ? QG_S8 : 0);
+    p->x_scale = xs->f, p->x_zp = (int32_t)xz->i;
+    p->out_kind = OUT_F32;
+    if (mode == MODE_F32 || mode == MODE_Q) {
+        const pdlkit_attribute *op = x86_attr(f->attrs, f->num_attrs, "post_op", PDLKIT_KIND_STRING);
+        p->act = op ? x86_act(op->s, x86_attr(f->attrs, f->num_attrs, "algorithm", PDLKIT_KIND_STRING)) : -1;
+        if (p->act < 0) return X86_ERR(f, PDLKIT_UNSUPPORTED, "post op not none / relu / gelu(none | tanh)");
+    }
+    if (mode == MODE_Q || mode == MODE_LN_Q) {
+        const int sgn = qg_range(f, p);
+        if (sgn < 0) return X86_ERR(f, PDLKIT_UNSUPPORTED, "output range not [0, 255] or [-128, 127]");
+        if (mode == MODE_Q) p->out_kind = sgn ? OUT_S8 : OUT_U8;
+    }
+    return PDLKIT_OK;
+}
+
+/* w_scale / w_zp as the [n] vectors the GEMM reads: the tensors (per-channel ops) or, for the
+ * per-tensor ops, their numbers spread over *own (freed by the caller). */
+static int32_t qg_vectors(const pdlkit_call_frame *f, const DLTensor *scale, const DLTensor *zp,
+                          int64_t n, const float **ws, const int64_t **wz, void **own) {
+    *own = NULL;
+    if (scale != NULL) {
+        if (!x86_vector(scale, n, kDLFloat, 32) || !x86_vector(zp, n, kDLInt, 64))
+            return X86_ERR(f, PDLKIT_UNSUPPORTED, "w_scale / w_zp must be %lld contiguous float32 / int64",
+                           (long long)n);
+        *ws = (const float *)x86_data(scale), *wz = (const int64_t *)x86_data(zp);
+        return PDLKIT_OK;
+    }
+    const pdlkit_attribute *s = x86_attr(f->attrs, f->num_attrs, "w_scale", PDLKIT_KIND_FLOAT);
+    const pdlkit_attribute *z = x86_attr(f->attrs, f->num_attrs, "w_zp", PDLKIT_KIND_INT);
+    if (!s || !z) return X86_ERR(f, PDLKIT_INVALID_ARGUMENT, "needs w_scale (float) and w_zp (int)");
+    char *buf = (char *)malloc((size_t)(n > 0 ? n : 1) * (sizeof(float) + (z->i ? 8 : 0)) + 8);
+    if (buf == NULL) return X86_ERR(f, PDLKIT_INTERNAL, "no memory for [%lld] weight scales", (long long)n);
+    float *sv = (float *)buf;
+    int64_t *zv = z->i ? (int64_t *)(buf + 4 * n + (n & 1) * 4) : NULL;
+    for (int64_t j = 0; j < n; j++) sv[j] = (float)s->f;
+    for (int64_t j = 0; zv && j < n; j++) zv[j] = z->i;
+    *ws = sv, *wz = zv, *own = buf;
+    return PDLKIT_OK;
+}
+
+/* A failed return of qgemm_run / qgemm_run_add_ln as the call's status and message. */
+static int32_t qg_failed(const pdlkit_call_frame *f, int rc, const pdlkit_qgemm_params *p) {
+    const int64_t xz = p->x_zp + (p->flags & QG_S8 ? 128 : 0), a = xz > 255 - xz ? xz : 255 - xz;
+    switch (rc) {
+    case 1: return X86_ERR(f, PDLKIT_UNSUPPORTED, "this CPU has no AVX-512 VNNI");
+    case 3:
+        return X86_ERR(f, PDLKIT_UNSUPPORTED,
+                       "a scale or bias is not finite, or so large that the epilogue could overflow "
+                       "float32: the reference runs (its NaN / inf results are torch's)");
+    case 4:
+        return X86_ERR(f, PDLKIT_UNSUPPORTED,
+                       "K = %lld is too long for exact int32 sums with these zero points: they "
+                       "could overflow the int32 accumulator (exact up to K = %lld with x_zp %d and "
+                       "symmetric weights; qgemm_vnni.c, k_fits)",
+                       (long long)p->k, (long long)(2147483647 / ((a > 0 ? a : -a) * 128)), (int)p->x_zp);
+    case 5:
+        return X86_ERR(f, PDLKIT_UNSUPPORTED,
+                       "a row of linear(x) + residual holds a NaN, an infinity or a value past about "
+                       "1.8e19, where torch's LayerNorm gives NaN: the reference runs");
+    case -1: return X86_ERR(f, PDLKIT_INTERNAL, "qgemm_vnni: out of memory");
+    default: return X86_ERR(f, PDLKIT_INTERNAL, "qgemm_vnni: parameters out of range (rc %d)", rc);
+    }
+}
+
+/* The add + LayerNorm part of a call: residual (float32, the output's shape), the LayerNorm's
+ * weight and bias ([n] float32 or absent), its eps and (mode LN_Q) the codes' quantization. */
+static int32_t qg_ln_args(const pdlkit_call_frame *f, int64_t n, int mode, pdlkit_qgemm_ln_args *a) {
+    const DLTensor *res = &f->inputs[5], *y = &f->outputs[0], *g = &f->inputs[6], *b = &f->inputs[7];
+    int same = res->ndim == y->ndim && pdlkit_dtype_is(res->dtype, kDLFloat, 32);
+    char b1[256], b2[256];
+    for (int32_t d = 0; same && d < y->ndim; d++) same = res->shape[d] == y->shape[d];
+    if (!same)
+        return X86_ERR(f, PDLKIT_UNSUPPORTED, "residual %s, output %s: not float32 of the output's shape",
+                       x86_ints(b1, sizeof(b1), res->shape, (size_t)res->ndim, '('),
+                       x86_ints(b2, sizeof(b2), y->shape, (size_t)y->ndim, '('));
+    const pdlkit_attribute *ns = x86_attr(f->attrs, f->num_attrs, "normalized_shape", PDLKIT_KIND_INT_LIST);
+    const pdlkit_attribute *eps = x86_attr(f->attrs, f->num_attrs, "eps", PDLKIT_KIND_FLOAT);
+    if (!ns || !eps) return X86_ERR(f, PDLKIT_INVALID_ARGUMENT, "needs normalized_shape and eps");
+    if (ns->num_ints != 1 || ns->ints[0] != n)
+        return X86_ERR(f, PDLKIT_UNSUPPORTED, "layer_norm over %s, not the GEMM's row [%lld]",
+                       x86_ints(b1, sizeof(b1), ns->ints, ns->num_ints, '['), (long long)n);
+    if ((!pdlkit_is_none(g) && !x86_vector(g, n, kDLFloat, 32)) || (!pdlkit_is_none(b) && !x86_vector(b, n, kDLFloat, 32)))
+        return X86_ERR(f, PDLKIT_UNSUPPORTED, "LayerNorm weight / bias not %lld contiguous float32", (long long)n);
+    pdlkit_qgemm_params q;
+    memset(a, 0, sizeof(*a));
+    a->gamma = pdlkit_is_none(g) ? NULL : (const float *)x86_data(g);
+    a->beta = pdlkit_is_none(b) ? NULL : (const float *)x86_data(b);
+    a->eps = eps->f;
+    a->inv_scale = 1.0f;
+    if (mode == MODE_LN_Q) {
+        qg_range(f, &q); /* qg_params checked it */
+        a->inv_scale = q.inv_out_scale, a->zp = q.out_zp, a->qmin = q.qmin, a->qmax = q.qmax;
+    }
+    return PDLKIT_OK;
+}
+
+/* One call of a qlinear-family kernel. wpt: the weight's scale and zero point are numbers
+ * (qlinear_pt / qlinear_q_pt), not [n] tensors. */
+static int32_t qg_run(const pdlkit_call_frame *f, int mode, int wpt) {
+    const size_t want = mode >= MODE_LN ? 8 : wpt ? 3 : 5;
+    if (f->num_inputs != want || f->num_outputs != (mode == MODE_LN_Q ? 2u : 1u))
+        return X86_ERR(f, PDLKIT_INVALID_ARGUMENT, "expects %zu tensor inputs", want);
+    const DLTensor *x = &f->inputs[0], *bias = &f->inputs[wpt ? 2 : 4], *y = &f->outputs[0];
+    const x86_pack_header *h = x86_packed(&f->inputs[1], QG_MAGIC);
+    if (h == NULL) return X86_ERR(f, PDLKIT_UNSUPPORTED, "w_q was not packed by qgemm_vnni.c");
+    if (x->ndim < 1 || x->shape[x->ndim - 1] != h->k)
+        return X86_ERR(f, PDLKIT_INVALID_ARGUMENT, "x_q must be [..., %lld]", (long long)h->k);
+    pdlkit_qgemm_params p;
+    pdlkit_qgemm_ln_args ln;
+    const float *ws = NULL;
+    const int64_t *wz = NULL;
+    void *own = NULL, *copy = NULL;
+    int32_t st = qg_params(f, h, x, mode, &p);
+    if (st == PDLKIT_OK && mode >= MODE_LN) st = qg_ln_args(f, h->n, mode, &ln);
+    if (st == PDLKIT_OK && !pdlkit_is_none(bias) && !x86_vector(bias, h->n, kDLFloat, 32))
+        st = X86_ERR(f, PDLKIT_UNSUPPORTED, "bias must be %lld contiguous float32 values", (long long)h->n);
+    if (st == PDLKIT_OK)
+        st = qg_vectors(f, wpt ? NULL : &f->inputs[2], wpt ? NULL : &f->inputs[3], h->n, &ws, &wz, &own);
+    if (st != PDLKIT_OK) return st;
+    int64_t m, ldx, mr, ldr = h->n;
+    if (x86_rows(x, &m, &ldx) != 0 && (copy = x86_compact(x, 1)) == NULL) {
+        free(own);
+        return X86_ERR(f, PDLKIT_INTERNAL, "no memory for a copy of x_q");
+    }
+    const uint8_t *xd = copy ? (const uint8_t *)copy : (const uint8_t *)x86_data(x);
+    const float *b = pdlkit_is_none(bias) ? NULL : (const float *)x86_data(bias);
+    int rc;
+    if (mode < MODE_LN) {
+        rc = QG_RUN(xd, m, ldx, x86_data(y), h->n, ws, b, wz, &p);
+    } else {
+        const DLTensor *res = &f->inputs[5];
+        void *rcopy = NULL; /* a residual no row stride describes */
+        if (x86_rows(res, &mr, &ldr) != 0 && (rcopy = x86_compact(res, 4)) == NULL)
+            rc = -1;
+        else
+            rc = qgemm_run_add_ln(xd, m, ldx, (float *)x86_data(y), h->n, ws, b, wz, &p, &ln,
+                                  rcopy ? (const float *)rcopy : (const float *)x86_data(res), ldr,
+                                  mode == MODE_LN_Q ? x86_data(&f->outputs[1]) : NULL, h->n);
+        free(rcopy);
+    }
+    free(copy);
+    free(own);
+    return rc == 0 ? PDLKIT_OK : qg_failed(f, rc, &p);
+}
+
+static int32_t qg_meta(const pdlkit_meta_frame *f, int mode, int wpt) {
+    const size_t want = mode >= MODE_LN ? 8 : wpt ? 3 : 5;
+    if (f->num_inputs != want) return X86_ERR(f, PDLKIT_INVALID_ARGUMENT, "expects %zu tensor inputs", want);
+    DLDataType dt = {kDLFloat, 32, 1};
+    int32_t st = x86_linear_meta(f, 1, dt);
+    if (st != PDLKIT_OK || (mode != MODE_Q && mode != MODE_LN_Q)) return st;
+    const pdlkit_attribute *qmin = x86_attr(f->attrs, f->num_attrs, "out_qmin", PDLKIT_KIND_INT);
+    if (qmin == NULL) return X86_ERR(f, PDLKIT_INVALID_ARGUMENT, "no int attribute out_qmin");
+    dt.code = qmin->i >= 0 ? kDLUInt : kDLInt;
+    dt.bits = 8;
+    DLTensor *codes = &f->outputs[mode == MODE_LN_Q ? 1 : 0];
+    if (mode == MODE_LN_Q) {
+        codes->ndim = f->outputs[0].ndim;
+        for (int32_t d = 0; d < codes->ndim; d++) codes->shape[d] = f->outputs[0].shape[d];
+    }
+    codes->dtype = dt;
+    return PDLKIT_OK;
+}
+
+/* ---------------------------------------------------------------- qkv_attention_q_merged */
+
+#include "attention_core.h" /* attention.c's attention: attn_params, layout_of, execute, has_isa */
+
+/* wq with wk and wv (prepack_with, ABI 1.2) as one [3 N, K] GEMM weight, whose float32 output
+ * rows hold q | k | v side by side. */
+static int32_t qkv_prepack(pdlkit_prepack_frame *f) {
+    const DLTensor *wq = f->weight;
+    const pdlkit_attribute *zp = x86_attr(f->attrs, f->num_attrs, "x_zp", PDLKIT_KIND_INT);
+    if (zp == NULL) return X86_ERR(f, PDLKIT_INVALID_ARGUMENT, "no int attribute x_zp");
+    if (f->struct_size < sizeof(*f) || f->num_with != 2) /* a host below ABI 1.2 */
+        return X86_ERR(f, PDLKIT_UNSUPPORTED, "needs wk and wv packed with wq (ABI 1.2 prepack_with)");
+    const DLTensor *w3[3] = {wq, &f->with[0], &f->with[1]};
+    for (int i = 0; i < 3; i++)
+        if (!pdlkit_dtype_is(w3[i]->dtype, kDLInt, 8) || w3[i]->ndim != 2 || !pdlkit_is_contiguous(w3[i]) ||
+            w3[i]->shape[0] != wq->shape[0] || w3[i]->shape[1] != wq->shape[1] || wq->shape[1] == 0)
+            return X86_ERR(f, PDLKIT_UNSUPPORTED, "Q, K, V weights are not one [N, K > 0] int8 shape");
+    const int64_t n = wq->shape[0], k = wq->shape[1];
+    int32_t st;
+    x86_pack_header *h = x86_pack_begin(f, QG_MAGIC, 0, 3 * n, k, qg_packed_bytes(3 * n, k), &st);
+    if (h == NULL) return st;
+    int8_t *cat = (int8_t *)malloc((size_t)(3 * n * k));
+    if (cat == NULL) return X86_ERR(f, PDLKIT_INTERNAL, "no memory to join the Q, K, V weights");
+    for (int i = 0; i < 3; i++) memcpy(cat + i * n * k, x86_data(w3[i]), (size_t)(n * k));
+    qg_fill(h, cat, k, zp->i);
+    free(cat);
+    return PDLKIT_OK;
+}
+
+/* The attention's parameters for [b, s] activations whose projections' rows are q | k | v
+ * (head views of one batch's [s, 3 n] GEMM output), codes stored as [b, s, n]; the mask's
+ * geometry; the quantization. */
+static int32_t qkv_attn(const pdlkit_call_frame *f, int64_t b, int64_t s, int64_t n, attn_params *a) {
+    const pdlkit_attribute *hs = x86_attr(f->attrs, f->num_attrs, "head_shape", PDLKIT_KIND_INT_LIST);
+    const pdlkit_attribute *causal = x86_attr(f->attrs, f->num_attrs, "is_causal", PDLKIT_KIND_INT);
+    const pdlkit_attribute *scale = x86_attr(f->attrs, f->num_attrs, "scale", PDLKIT_KIND_FLOAT);
+    const pdlkit_attribute *os = x86_attr(f->attrs, f->num_attrs, "out_scale", PDLKIT_KIND_FLOAT);
+    if (!hs || !causal || !scale || !os) return X86_ERR(f, PDLKIT_INVALID_ARGUMENT, "missing attributes");
+    const int64_t d = hs->num_ints == 4 ? hs->ints[3] : -1;
+    if (d <= 0 || n % d || (hs->ints[2] != -1 && hs->ints[2] != n / d))
+        return X86_ERR(f, PDLKIT_UNSUPPORTED, "the view head_shape does not split N = %lld into heads",
+                       (long long)n);
+    if ((hs->ints[0] != -1 && hs->ints[0] != b) || (hs->ints[1] != -1 && hs->ints[1] != s))
+        return X86_ERR(f, PDLKIT_UNSUPPORTED, "the view head_shape of [%lld, %lld, %lld]", (long long)b,
+                       (long long)s, (long long)n);
+    if (!(os->f > 0.0) || !isfinite(os->f)) return X86_ERR(f, PDLKIT_UNSUPPORTED, "out_scale %g", os->f);
+    pdlkit_qgemm_params q;
+    if (qg_range(f, &q) < 0) return X86_ERR(f, PDLKIT_UNSUPPORTED, "output range not [0, 255] or [-128, 127]");
+    memset(a, 0, sizeof(*a));
+    a->B = b, a->H = n / d, a->Sq = a->Sk = s, a->D = d;
+    a->scale = (float)(scale->f > 0.0 ? scale->f : 1.0 / sqrt((double)d));
+    a->inv_out_scale = q.inv_out_scale, a->zp = q.out_zp, a->qmin = q.qmin, a->qmax = q.qmax;
+    a->causal = causal->i != 0;
+    int64_t *st3[3] = {a->qs, a->ks, a->vs};
+    for (int i = 0; i < 3; i++) st3[i][0] = 0, st3[i][1] = d, st3[i][2] = 3 * n;
+    a->os[0] = s * n, a->os[1] = d, a->os[2] = n; /* out[b, i, h d + j] */
+    const DLTensor *m = &f->inputs[13];
+    if (pdlkit_is_none(m)) return PDLKIT_OK;
+    const int64_t want[4] = {b, a->H, s, s};
+    if (m->ndim != 4 || (!pdlkit_dtype_is(m->dtype, kDLBool, 8) && !pdlkit_dtype_is(m->dtype, kDLFloat, 32)))
+        return X86_ERR(f, PDLKIT_UNSUPPORTED, "attn_mask is not a 4-D bool or float32 tensor");
+    for (int i = 0; i < 4; i++) {
+        if (m->shape[i] != 1 && m->shape[i] != want[i])
+            return X86_ERR(f, PDLKIT_UNSUPPORTED, "attn_mask dim %d is %lld, not 1 or %lld", i,
+                           (long long)m->shape[i], (long long)want[i]);
+        a->ms[i] = m->shape[i] == 1 ? 0 : m->strides[i];
+    }
+    if (s == 1) a->ms[3] = 1; /* one column: its stride is irrelevant */
+    a->mask_float = pdlkit_dtype_is(m->dtype, kDLFloat, 32);
+    a->mask = (const uint8_t *)x86_data(m);
+    return PDLKIT_OK;
+}
+
+/* The three projections' (w_scale, bias, w_zp) joined as [3 n] vectors in *own. */
+static int32_t qkv_vectors(const pdlkit_call_frame *f, int64_t n, float **ws, float **bias, int64_t **wz,
+                           void **own) {
+    char *buf = (char *)malloc((size_t)(3 * n) * 16);
+    if (buf == NULL) return X86_ERR(f, PDLKIT_INTERNAL, "no memory for the joined vectors");
+    *wz = (int64_t *)buf, *ws = (float *)(buf + 24 * n), *bias = *ws + 3 * n, *own = buf;
+    for (int i = 0; i < 3; i++) { /* inputs (w, s, z, b) of q, k, v start at 1, 5, 9 */
+        const DLTensor *s = &f->inputs[2 + 4 * i], *z = &f->inputs[3 + 4 * i], *b = &f->inputs[4 + 4 * i];
+        if (!x86_vector(s, n, kDLFloat, 32) || !x86_vector(z, n, kDLInt, 64) ||
+            (!pdlkit_is_none(b) && !x86_vector(b, n, kDLFloat, 32))) {
+            free(buf);
+            return X86_ERR(f, PDLKIT_UNSUPPORTED, "scales, zero points, biases not [%lld] contiguous", (long long)n);
+        }
+        memcpy(*ws + i * n, x86_data(s), (size_t)n * 4);
+        memcpy(*wz + i * n, x86_data(z), (size_t)n * 8);
+        if (pdlkit_is_none(b)) memset(*bias + i * n, 0, (size_t)n * 4);
+        else memcpy(*bias + i * n, x86_data(b), (size_t)n * 4);
+    }
+    return PDLKIT_OK;
+}
+
+/* The Q, K and V projections and the attention of one batch after another, so that each
+ * batch's q | k | v rows (s x 3 n float32) stay in L2 between the GEMM that writes them and the
+ * attention that reads them. 0, or the status of what failed. */
+static int32_t qkv_batches(const pdlkit_call_frame *f, const uint8_t *x, int64_t ldx, const attn_params *tmpl,
+                           const pdlkit_qgemm_params *p, const float *ws, const float *bias, const int64_t *wz) {
+    const int64_t s = tmpl->Sq, n = tmpl->H * tmpl->D;
+    const size_t ws_size = layout_of(tmpl->Sk, tmpl->D).total, esize = tmpl->mask_float ? 4 : 1;
+    float *scratch = (float *)malloc((size_t)(s * 3 * n) * 4 + 64);
+    char *att = (char *)aligned_alloc(64, ws_size); /* the attention's, once for all batches */
+    int rc = scratch && att ? 0 : -1, e = 0;
+    attn_params a = *tmpl;
+    a.B = 1, a.q = scratch, a.k = scratch + n, a.v = scratch + 2 * n;
+    for (int64_t b = 0; b < tmpl->B && rc == 0 && e == 0; b++) {
+        rc = qgemm_run(x + b * s * ldx, s, ldx, scratch, 3 * n, ws, bias, wz, p);
+        a.mask = tmpl->mask != NULL ? tmpl->mask + b * tmpl->ms[0] * (int64_t)esize : NULL;
+        a.out = tmpl->out + b * tmpl->os[0];
+        if (rc == 0) e = execute(&a, att, ws_size);
+    }
+    free(scratch);
+    free(att);
+    if (rc != 0) return qg_failed(f, rc, p);
+    if (e > 0)
+        return X86_ERR(f, PDLKIT_UNSUPPORTED,
+                       "a value of q, k, v, a score or the mask is not finite (NaN or inf; a mask's "
+                       "-inf is fine): the reference runs, whose NaN / inf results are torch's");
+    return e < 0 ? X86_ERR(f, PDLKIT_INTERNAL, "no memory for the attention's scratch") : PDLKIT_OK;
+}
+
+static int32_t qkv_run(const pdlkit_call_frame *f) {
+    if (f->num_inputs != 14 || f->num_outputs != 1)
+        return X86_ERR(f, PDLKIT_INVALID_ARGUMENT, "expects 14 tensor inputs and one output");
+    const DLTensor *x = &f->inputs[0];
+    const x86_pack_header *h = x86_packed(&f->inputs[1], QG_MAGIC);
+    if (h == NULL || h->n % 3) return X86_ERR(f, PDLKIT_UNSUPPORTED, "wq was not packed by qgemm_vnni.c");
+    if (x->ndim != 3 || x->shape[2] != h->k)
+        return X86_ERR(f, PDLKIT_INVALID_ARGUMENT, "x_q must be [B, S, %lld]", (long long)h->k);
+    if (!has_vnni() || !has_isa()) return X86_ERR(f, PDLKIT_UNSUPPORTED, "this CPU lacks AVX-512 VNNI / AVX512_BF16");
+    const int64_t b = x->shape[0], s = x->shape[1], n = h->n / 3;
+    pdlkit_qgemm_params p;
+    attn_params a;
+    int32_t st = qg_params(f, h, x, MODE_LN, &p); /* the GEMM: float32, no activation */
+    if (st == PDLKIT_OK) st = qkv_attn(f, b, s, n, &a);
+    if (st != PDLKIT_OK || b * s == 0) return st;
+    a.out = (int8_t *)x86_data(&f->outputs[0]);
+    float *ws = NULL, *bias = NULL;
+    int64_t *wz = NULL, m, ldx;
+    void *own = NULL, *copy = NULL;
+    if ((st = qkv_vectors(f, n, &ws, &bias, &wz, &own)) != PDLKIT_OK) return st;
+    if (x86_rows(x, &m, &ldx) != 0 && (copy = x86_compact(x, 1)) == NULL) {
+        free(own);
+        return X86_ERR(f, PDLKIT_INTERNAL, "no memory for a copy of x_q");
+    }
+    st = qkv_batches(f, copy ? (const uint8_t *)copy : (const uint8_t *)x86_data(x), ldx, &a, &p, ws, bias, wz);
+    free(copy);
+    free(own);
+    return st;
+}
+
+static int32_t qkv_meta(const pdlkit_meta_frame *f) {
+    if (f->num_inputs != 14) return X86_ERR(f, PDLKIT_INVALID_ARGUMENT, "expects 14 tensor inputs");
+    const pdlkit_attribute *qmin = x86_attr(f->attrs, f->num_attrs, "out_qmin", PDLKIT_KIND_INT);
+    if (qmin == NULL) return X86_ERR(f, PDLKIT_INVALID_ARGUMENT, "no int attribute out_qmin");
+    const DLDataType dt = {qmin->i >= 0 ? kDLUInt : kDLInt, 8, 1};
+    int32_t st = x86_linear_meta(f, 1, dt); /* [B, S, N] */
+    return st;
+}
+
+static int32_t qg_prepack_vnni(pdlkit_prepack_frame *f) { return qg_prepack(f, 0); }
+static int32_t qg_prepack_amx(pdlkit_prepack_frame *f) { return qg_prepack(f, QG_AMX); }
+#define QG_FUNCS(SUFFIX, MODE, WPT)                                                                  \
+    static int32_t qg_meta_##SUFFIX(const pdlkit_meta_frame *f) { return qg_meta(f, MODE, WPT); }   \
+    static int32_t qg_run_##SUFFIX(const pdlkit_call_frame *f) { return qg_run(f, MODE, WPT); }
+QG_FUNCS(f32, MODE_F32, 0)
+QG_FUNCS(q, MODE_Q, 0)
+QG_FUNCS(f32_pt, MODE_F32, 1)
+QG_FUNCS(q_pt, MODE_Q, 1)
+QG_FUNCS(ln, MODE_LN, 0)
+QG_FUNCS(ln_q, MODE_LN_Q, 0)
+
+static const DLDataType kU8S8[] = {{kDLUInt, 8, 1}, {kDLInt, 8, 1}};
+static const DLDataType kS8[] = {{kDLInt, 8, 1}};
+static const DLDataType kF32[] = {{kDLFloat, 32, 1}};
+static const DLDataType kI64[] = {{kDLInt, 64, 1}};
+static const int32_t kRank1[] = {1}, kRank2[] = {2};
+#define QG_ARG(name, kind) {sizeof(pdlkit_arg_desc), name, kind, NULL, 0, NULL, 0, NULL, NULL, 0, 0, 0, 0}
+#define QG_TENSOR(name, dt, ranks, nranks, optional)                                                  \
+    {sizeof(pdlkit_arg_desc), name, PDLKIT_KIND_TENSOR, dt, sizeof(dt) / sizeof(dt[0]), ranks,        \
+     nranks, NULL, NULL, 0, 0, 0, optional}
+#define QG_X QG_TENSOR("x_q", kU8S8, NULL, 0, 0), QG_ARG("x_scale", PDLKIT_KIND_FLOAT), QG_ARG("x_zp", PDLKIT_KIND_INT)
+#define QG_W QG_TENSOR("w_q", kS8, kRank2, 1, 0), QG_TENSOR("w_scale", kF32, kRank1, 1, 0), QG_TENSOR("w_zp", kI64, kRank1, 1, 0)
+#define QG_W_PT QG_TENSOR("w_q", kS8, kRank2, 1, 0), QG_ARG("w_scale", PDLKIT_KIND_FLOAT), QG_ARG("w_zp", PDLKIT_KIND_INT)
+#define QG_BIAS QG_TENSOR("bias", kF32, NULL, 0, 1)
+#define QG_OUT QG_ARG("out_scale", PDLKIT_KIND_FLOAT), QG_ARG("out_zp", PDLKIT_KIND_INT), \
+    QG_ARG("out_qmin", PDLKIT_KIND_INT), QG_ARG("out_qmax", PDLKIT_KIND_INT)
+#define QG_POST QG_ARG("post_op", PDLKIT_KIND_STRING), QG_ARG("algorithm", PDLKIT_KIND_STRING)
+#define QG_LN QG_TENSOR("residual", kF32, NULL, 0, 0), QG_ARG("normalized_shape", PDLKIT_KIND_INT_LIST), \
+    QG_TENSOR("ln_weight", kF32, NULL, 0, 1), QG_TENSOR("ln_bias", kF32, NULL, 0, 1), QG_ARG("eps", PDLKIT_KIND_FLOAT)
+
+/* The schemas of the logical ops (kernels/ops/logical_ops.py). */
+static const pdlkit_arg_desc kQlinear[] = {QG_X, QG_W, QG_BIAS, QG_POST};
+static const pdlkit_arg_desc kQlinearQ[] = {QG_X, QG_W, QG_BIAS, QG_OUT, QG_POST};
+static const pdlkit_arg_desc kQlinearPt[] = {QG_X, QG_W_PT, QG_BIAS, QG_POST};
+static const pdlkit_arg_desc kQlinearQPt[] = {QG_X, QG_W_PT, QG_BIAS, QG_OUT, QG_POST};
+static const pdlkit_arg_desc kQlinearLn[] = {QG_X, QG_W, QG_BIAS, QG_LN};
+static const pdlkit_arg_desc kQlinearLnQ[] = {QG_X, QG_W, QG_BIAS, QG_LN, QG_OUT};
+static const char *const kIsaQ[] = {"avx512f", "avx512_vnni", "amx_tile", "amx_int8"};
+static const char *const kIsaQkv[] = {"avx512f", "avx512_vnni", "avx512_bf16"};
+static const DLDataType kU8[] = {{kDLUInt, 8, 1}};
+static const DLDataType kMask[] = {{kDLBool, 8, 1}, {kDLFloat, 32, 1}};
+static const int32_t kRank3[] = {3}, kRank4[] = {4};
+#define QG_PROJ(w, s, z, b) QG_TENSOR(w, kS8, kRank2, 1, 0), QG_TENSOR(s, kF32, NULL, 0, 0), \
+    QG_TENSOR(z, kI64, NULL, 0, 0), QG_TENSOR(b, kF32, NULL, 0, 1)
+static const pdlkit_arg_desc kQkv[] = {
+    QG_TENSOR("x_q", kU8, kRank3, 1, 0), QG_ARG("x_scale", PDLKIT_KIND_FLOAT), QG_ARG("x_zp", PDLKIT_KIND_INT),
+    QG_PROJ("wq", "sq", "zq", "bq"), QG_PROJ("wk", "sk", "zk", "bk"), QG_PROJ("wv", "sv", "zv", "bv"),
+    QG_ARG("head_shape", PDLKIT_KIND_INT_LIST), QG_TENSOR("attn_mask", kMask, kRank4, 1, 1),
+    QG_ARG("is_causal", PDLKIT_KIND_INT), QG_ARG("scale", PDLKIT_KIND_FLOAT), QG_OUT,
+};
+static const char *const kQkvWith[] = {"wk", "wv"};
+
+#define QG_N(a) (sizeof(a) / sizeof(a[0]))
+/* name, op, arguments, meta / run suffix, outputs, engine (0 VNNI, 1 AMX), doc */
+#define QG_DESC(name, op, args, fn, outs, amx, doc)                                                   \
+    {sizeof(pdlkit_kernel_desc), name, 1, op, kDLCPU, amx ? 20 : 10, args, QG_N(args), kIsaQ,         \
+     amx ? 4 : 2, 0, PDLKIT_TRAIT_DETERMINISTIC, outs, qg_meta_##fn, qg_run_##fn, doc, "w_q",        \
+     amx ? qg_prepack_amx : qg_prepack_vnni, NULL, 0}
+#define QG_ENGINES(vnni, amx, op, args, fn, outs, doc)                                                \
+    QG_DESC(vnni, op, args, fn, outs, 0, doc " (AVX-512 VNNI)."),                                      \
+    QG_DESC(amx, op, args, fn, outs, 1,                                                                \
+            doc " (AMX tiles where K % 64 == 0 and M >= 32 and Linux grants them; else VNNI).")
+static const pdlkit_kernel_desc kDescs[] = {
+    QG_ENGINES("qlinear_q_vnni", "qlinear_q_amx", "qlinear_q", kQlinearQ, q, 1,
+               "quantize(act(dequantize(x_q) @ dequantize(w_q).T + bias)) in one fused int8 GEMM"),
+    QG_ENGINES("qlinear_vnni", "qlinear_amx", "qlinear", kQlinear, f32, 1,
+               "act(dequantize(x_q) @ dequantize(w_q).T + bias) in float32, one fused int8 GEMM"),
+    QG_ENGINES("qlinear_q_pt_vnni", "qlinear_q_pt_amx", "qlinear_q_pt", kQlinearQPt, q_pt, 1,
+               "qlinear_q with a per-tensor weight scale and zero point (numbers)"),
+    QG_ENGINES("qlinear_pt_vnni", "qlinear_pt_amx", "qlinear_pt", kQlinearPt, f32_pt, 1,
+               "qlinear with a per-tensor weight scale and zero point (numbers)"),
+    QG_ENGINES("qlinear_add_layer_norm_q_vnni", "qlinear_add_layer_norm_q_amx",
+               "qlinear_add_layer_norm_q", kQlinearLnQ, ln_q, 2,
+               "(y, quantize(y)), y = layer_norm(qlinear(x) + residual): one int8 GEMM whose row "
+               "blocks finish with the add, the LayerNorm and the codes while in L1"),
+    QG_ENGINES("qlinear_add_layer_norm_vnni", "qlinear_add_layer_norm_amx", "qlinear_add_layer_norm",
+               kQlinearLn, ln, 1, "layer_norm(qlinear(x) + residual) in one int8 GEMM"),
+    /* last: registered for hosts of ABI 1.2 and up (prepack_with) */
+    {sizeof(pdlkit_kernel_desc), "qkv_attention_q_merged_vnni", 1, "qkv_attention_q_merged", kDLCPU, 10,
+     kQkv, QG_N(kQkv), kIsaQkv, 3, 0, PDLKIT_TRAIT_DETERMINISTIC, 1, qkv_meta, qkv_run,
+     "The Q, K and V projections of a self-attention block as one VNNI GEMM (N = 3 H D) into "
+     "float32 rows q | k | v, then attention.c's AVX512_BF16 attention on head views of those rows, "
+     "batch by batch while they are in L2; codes stored as [B, S, H * D]. wq is packed with wk and wv.",
+     "wq", qkv_prepack, kQkvWith, 2},
+};
+#define QG_COUNT (sizeof(kDescs) / sizeof(kDescs[0]))
+static const pdlkit_kernel_desc *kKernels[QG_COUNT];
+
+PDLKIT_EXPORT int32_t pdlkit_register(uint32_t host_major, uint32_t host_minor,
+                                      pdlkit_registration *out, char *error, size_t error_size) {
+    PDLKIT_REGISTRATION_BEGIN(host_major, out, error, error_size);
+    if (host_minor < 1) /* optional bias, prepack */
+        return pdlkit_error(error, error_size, PDLKIT_UNSUPPORTED,
+                            "needs a host speaking pdlkit ABI >= 1.1 (prepack), got 1.%u", (unsigned)host_minor);
+    qgemm_init(); /* the GELU tables, before any call from any thread */
+    for (size_t i = 0; i < QG_COUNT; i++) kKernels[i] = &kDescs[i];
+    out->kernels = kKernels;
+    out->num_kernels = host_minor >= 2 ? QG_COUNT : QG_COUNT - 1; /* qkv: prepack_with */
+    return PDLKIT_OK;
 }

@@ -60,6 +60,12 @@
  *   1.1  optional tensor parameters (pdlkit_arg_desc.optional) and a pre-pack hook for
  *        constant weights (pdlkit_kernel_desc.prepack_arg / .prepack). A 1.0 library still
  *        loads: its shorter structs read as if the 1.1 fields were zero.
+ *   1.2  several constant tensors packed as one (pdlkit_kernel_desc.prepack_with /
+ *        .num_prepack_with; pdlkit_prepack_frame.with / .num_with): e.g. the Q, K and V
+ *        weights of an attention block packed as one [3 N, K] GEMM weight. This is what
+ *        pdlkit's own x86 kernels (qgemm_vnni.c, gemm_bf16.c, attention.c) needed to drop
+ *        their private ctypes entry points; several outputs (num_outputs > 1) were there
+ *        since 1.0. A 1.0 or 1.1 library still loads (the 1.2 fields read as zero).
  *
  * Tensors are DLPack DLTensors (https://github.com/dmlc/dlpack): `data` + `byte_offset`
  * is the first element; `shape` and `strides` have `ndim` entries, strides in elements
@@ -77,7 +83,7 @@
 #include <string.h>
 
 #define PDLKIT_ABI_MAJOR 1
-#define PDLKIT_ABI_MINOR 1
+#define PDLKIT_ABI_MINOR 2
 
 #if defined(_WIN32)
 #define PDLKIT_EXPORT __declspec(dllexport)
@@ -240,13 +246,16 @@ typedef struct pdlkit_call_frame {
   size_t error_size;
 } pdlkit_call_frame;
 
-/* prepack() (ABI 1.1): reorder a constant weight once into the kernel's own layout. The host
- * calls it twice per weight: first with packed == NULL to learn packed_size (set it), then
- * with a buffer of packed_size bytes, 64-byte aligned, to fill. The host caches the result
- * (bounded, keyed by the weight tensor's identity and version) and passes it to run() in
- * place of the prepack_arg input: a 1-D uint8 DLTensor of packed_size bytes. meta() always
- * sees the logical (unpacked) weight. Make the packed bytes self-describing (sizes in a
- * header) so that run() can check them. Must be thread-safe and deterministic. */
+/* prepack() (ABI 1.1): reorder a constant weight once into the kernel's own layout; with
+ * prepack_with (ABI 1.2) together with other constant tensors (e.g. wk and wv beside wq), which
+ * the frame passes in `with`: one packed buffer for several constants. The host calls it twice
+ * per weight: first with packed == NULL to learn packed_size (set it), then with a buffer of
+ * packed_size bytes, 64-byte aligned, to fill. The host caches the result (bounded, keyed by
+ * the weight tensor's identity and version, and those of the prepack_with tensors) and passes
+ * it to run() in place of the prepack_arg input: a 1-D uint8 DLTensor of packed_size bytes
+ * (prepack_with tensors still arrive as inputs, as they are). meta() always sees the logical
+ * (unpacked) weight. Make the packed bytes self-describing (sizes in a header) so that run()
+ * can check them. Must be thread-safe and deterministic. */
 typedef struct pdlkit_prepack_frame {
   size_t struct_size;
   const struct pdlkit_kernel_desc* kernel; /* the descriptor whose weight is packed */
@@ -257,6 +266,10 @@ typedef struct pdlkit_prepack_frame {
   size_t packed_size;                      /* set by the query, read-only on the second call */
   char* error;
   size_t error_size;
+  /* ---- ABI 1.2 ---- */
+  const DLTensor* with;                    /* the prepack_with tensors, in the descriptor's
+                                              order (contiguous, on the CPU); NULL if none */
+  size_t num_with;
 } pdlkit_prepack_frame;
 
 typedef int32_t (*pdlkit_meta_fn)(const pdlkit_meta_frame* frame);
@@ -319,6 +332,10 @@ typedef struct pdlkit_kernel_desc {
   /* ---- ABI 1.1 ---- */
   const char* prepack_arg;   /* the TENSOR parameter packed by `prepack`, or NULL for none */
   pdlkit_prepack_fn prepack; /* required when prepack_arg is set */
+  /* ---- ABI 1.2 ---- */
+  const char* const* prepack_with; /* other required TENSOR parameters packed together with
+                                      prepack_arg (pdlkit_prepack_frame.with), or NULL */
+  size_t num_prepack_with;
 } pdlkit_kernel_desc;
 
 /* ---------------------------------------------------------------------------------------- */
