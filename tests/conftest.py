@@ -1,9 +1,13 @@
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import tempfile
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -24,6 +28,32 @@ def _fresh_dynamo():
     torch._dynamo.reset()
 
 
+def run_interpreted(script: str) -> dict:
+    """``script`` run in a new Python under Triton's interpreter (TRITON_INTERPRET=1, which
+    Triton reads at import), from the repository's root; the JSON its last line prints."""
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def refused(path: Path, message: str) -> None:
+    """Loading the patterns at ``path`` (a file or folder) fails with a PatternError whose text
+    matches ``message``."""
+    from pdlkit.matcher import PatternError, load_patterns
+
+    with pytest.raises(PatternError, match=message):
+        load_patterns([path])
+
+
 def write(folder: Path, name: str, text: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / name
@@ -31,24 +61,87 @@ def write(folder: Path, name: str, text: str) -> Path:
     return path
 
 
-# A linear -> relu pattern whose kernel is named by `op`; reused by many tests.
-def linear_act_pattern(name: str, act: str, op: str, benefit: int = 1, extra: str = "") -> str:
+def pdl_pattern(
+    name: str,
+    match: str,
+    root: str,
+    op: str,
+    args: str,
+    benefit: int = 1,
+    rewrite: str | None = None,
+    at: str | None = None,
+) -> str:
+    """A test pattern: ``match`` (its ops and constraints, a line each), then the rewrite of
+    ``root`` into ``pdlkit_call(op, args..., root)``. ``args`` are values ("%x, %w"); "%r:operation"
+    or "%s:attribute" pass another kind. ``rewrite``, when given, is a line before the call;
+    ``at`` roots the rewrite at another op than ``root``."""
+    names, kinds = [], []
+    for arg in args.split(", "):
+        value, _, kind = arg.partition(":")
+        names.append(value)
+        kinds.append(f"!pdl.{kind or 'value'}")
+    before = "" if rewrite is None else f"\n    {rewrite}"
     return f"""
-    pdl.pattern @{name} : benefit({benefit}) {{
-      %x = pdl.operand
-      %w = pdl.operand
-      %b = pdl.operand
-      %t = pdl.type
-      %lin = pdl.operation "torch.aten.linear"(%x, %w, %b : !pdl.value, !pdl.value, !pdl.value) -> (%t : !pdl.type)
-      %y = pdl.result 0 of %lin
-      %act = pdl.operation "torch.aten.{act}"(%y : !pdl.value) -> (%t : !pdl.type)
-      {extra}
-      pdl.rewrite %act {{
-        %op = pdl.attribute = "{op}"
-        pdl.apply_native_rewrite "pdlkit_call"(%op, %x, %w, %b, %act : !pdl.attribute, !pdl.value, !pdl.value, !pdl.value, !pdl.operation)
-      }}
-    }}
-    """
+pdl.pattern @{name} : benefit({benefit}) {{
+{match.strip(chr(10))}
+  pdl.rewrite {at or root} {{
+    %op = pdl.attribute = "{op}"{before}
+    pdl.apply_native_rewrite "pdlkit_call"(%op, {", ".join(names)}, {root} : !pdl.attribute, {", ".join(kinds)}, !pdl.operation)
+  }}
+}}
+"""
+
+
+# The linear a test pattern starts from: %x, %w, %b, %t and %lin = linear(%x, %w, %b).
+LINEAR = """
+  %x = pdl.operand
+  %w = pdl.operand
+  %b = pdl.operand
+  %t = pdl.type
+  %lin = pdl.operation "torch.aten.linear"(%x, %w, %b : !pdl.value, !pdl.value, !pdl.value) -> (%t : !pdl.type)
+""".strip("\n")
+
+# LINEAR -> gelu(%y, %approx) as %gelu, and %tanh, the attribute "tanh" (lines 2-10)
+LINEAR_GELU = f"""{LINEAR}
+  %y = pdl.result 0 of %lin
+  %approx = pdl.operand
+  %gelu = pdl.operation "torch.aten.gelu"(%y, %approx : !pdl.value, !pdl.value) -> (%t : !pdl.type)
+  %tanh = pdl.attribute = "tanh"
+""".strip("\n")
+
+# relu(%x) + %y, both results used: a match with two roots, %r and %a.
+RELU_ADD = """
+  %x = pdl.operand
+  %y = pdl.operand
+  %alpha = pdl.operand
+  %t = pdl.type
+  %r = pdl.operation "torch.aten.relu"(%x : !pdl.value) -> (%t : !pdl.type)
+  %rv = pdl.result 0 of %r
+  %a = pdl.operation "torch.aten.add.Tensor"(%rv, %y, %alpha : !pdl.value, !pdl.value, !pdl.value) -> (%t : !pdl.type)
+""".strip("\n")
+
+
+def op_pattern(name: str, op: str, root: str = "relu", benefit: int = 1) -> str:
+    """One op, %r = ``root``(%x), replaced by a call of ``op`` with %x."""
+    match = f"""
+  %x = pdl.operand
+  %t = pdl.type
+  %r = pdl.operation "torch.aten.{root}"(%x : !pdl.value) -> (%t : !pdl.type)"""
+    return pdl_pattern(name, match, "%r", op, "%x", benefit)
+
+
+def linear_act(act: str) -> str:
+    """The match of linear -> ``act``: LINEAR, then %y its result and %act = act(%y)."""
+    return f"""{LINEAR}
+  %y = pdl.result 0 of %lin
+  %act = pdl.operation "torch.aten.{act}"(%y : !pdl.value) -> (%t : !pdl.type)"""
+
+
+def linear_act_pattern(name: str, act: str, op: str, benefit: int = 1, extra: str = "") -> str:
+    """linear -> ``act`` replaced by a call of ``op`` (x, w, b); ``extra`` lines (constraints)
+    start at line 9."""
+    lines = "\n  ".join(line.strip() for line in extra.splitlines())
+    return pdl_pattern(name, f"{linear_act(act)}\n  {lines}", "%act", op, "%x, %w, %b", benefit)
 
 
 KERNEL_HEADER = """
@@ -61,6 +154,27 @@ def meta(x, w, b):
 """
 
 
+def sigmoid_kernel(name: str = "k_lin_sigmoid", decl: str = "") -> str:
+    """A ``lin_sigmoid`` kernel named ``name``: sigmoid(addmm(b, x, w.T)); ``decl`` is more of
+    its declaration (``', dtypes={...}'``)."""
+    return f"""
+@pdlkit.kernel(op="lin_sigmoid", meta=meta{decl})
+def {name}(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
+    return torch.sigmoid(torch.addmm(b, x, w.t()))
+"""
+
+
+def make_folders(
+    root: Path, kernels: str, op: str = "lin_sigmoid", act: str = "sigmoid", file: str = "k.py"
+) -> tuple[Path, Path]:
+    """A user's two folders under ``root``: patterns/<op>.pdl.mlir, one linear -> ``act``
+    pattern calling ``op``, and kernels/<file> (KERNEL_HEADER + ``kernels``)."""
+    p, k = root / "patterns", root / "kernels"
+    write(p, f"{op}.pdl.mlir", linear_act_pattern(op, act, op))
+    write(k, file, KERNEL_HEADER + kernels)
+    return p, k
+
+
 class MLP(torch.nn.Module):
     """linear -> relu -> linear -> sigmoid: one linear+relu site, one linear+sigmoid site."""
 
@@ -71,6 +185,32 @@ class MLP(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(self.fc2(torch.relu(self.fc1(x))))
+
+
+def tiny_bert(**config: Any) -> torch.nn.Module:
+    """A random transformers BertModel, eval mode: 2 layers, hidden 64, 2 heads, intermediate
+    128, vocabulary 100, 32 positions (``config`` overrides); skips the test without transformers."""
+    transformers = pytest.importorskip("transformers", reason="pip install transformers")
+    base = dict(
+        num_hidden_layers=2,
+        hidden_size=64,
+        num_attention_heads=2,
+        intermediate_size=128,
+        vocab_size=100,
+        max_position_embeddings=32,
+    )
+    return transformers.BertModel(transformers.BertConfig(**{**base, **config})).eval()
+
+
+class LinRelu(torch.nn.Module):
+    """relu(fc(x)), fc a Linear(k, 8): one linear -> relu call site, named relu."""
+
+    def __init__(self, k: int = 8):
+        super().__init__()
+        self.fc = torch.nn.Linear(k, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.fc(x))
 
 
 @pytest.fixture

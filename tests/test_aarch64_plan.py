@@ -54,15 +54,20 @@ def test_explain_target_yitian_for_pt2e_bert_mini(capsys):
     assert "qlinear_add_layer_norm_q: not for target yitian" in out
 
 
-def _quantized_mlp() -> tuple[torch.nn.Module, torch.Tensor]:
+def _mlp() -> tuple[torch.nn.Module, torch.Tensor]:
+    """linear -> GELU -> linear (seed 0) and an input; skips the test without torchao."""
     pytest.importorskip("torchao", reason="needs torchao (pip install -e '.[quant]')")
-    from pdlkit.quantization import quantize
-
     torch.manual_seed(0)
     model = torch.nn.Sequential(
         torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8)
     ).eval()
-    x = torch.randn(4, 16)
+    return model, torch.randn(4, 16)
+
+
+def _quantized_mlp() -> tuple[torch.nn.Module, torch.Tensor]:
+    from pdlkit.quantization import quantize
+
+    model, x = _mlp()
     return quantize(model, (x,)), x
 
 
@@ -181,20 +186,14 @@ def test_an_x86_plan_does_not_list_the_aarch64_kernels():
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_arm_inductor_quantizer_graphs_use_the_per_tensor_kernels(dynamic):
     """torchao's ArmInductorQuantizer (s8 activations, per-tensor weights) on target yitian."""
-    pytest.importorskip("torchao", reason="needs torchao (pip install -e '.[quant]')")
+    model, x = _mlp()
     import torchao.quantization.pt2e.quantizer.arm_inductor_quantizer as aiq
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8)
-    ).eval()
-    x = torch.randn(4, 16)
     config = aiq.get_default_arm_inductor_quantization_config(is_dynamic=dynamic)
-    prepared = prepare_pt2e(
-        torch.export.export(model, (x,)).module(), aiq.ArmInductorQuantizer().set_global(config)
-    )
-    prepared(x)
+    quantizer = aiq.ArmInductorQuantizer().set_global(config)
+    prepared = prepare_pt2e(torch.export.export(model, (x,)).module(), quantizer)
+    prepared(x)  # one calibration batch
     q = convert_pt2e(prepared)
     chosen = sorted(
         (s.pattern, s.kernel) for s in pdlkit.explain(q, x, target="yitian").substitutions

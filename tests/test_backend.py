@@ -7,23 +7,16 @@ import time
 
 import pytest
 import torch
-from conftest import KERNEL_HEADER, MLP, linear_act_pattern, write
+from conftest import KERNEL_HEADER, MLP, linear_act_pattern, make_folders, sigmoid_kernel, write
 
 import pdlkit
 
-SIG_KERNEL = """
-@pdlkit.kernel(op="lin_sigmoid", meta=meta, dtypes={"x": [torch.float32]})
-def k_lin_sigmoid(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
-    return torch.sigmoid(torch.addmm(b, x, w.t()))
-"""
+SIG_KERNEL = sigmoid_kernel(decl=', dtypes={"x": [torch.float32]}')
 
 
 @pytest.fixture
 def user_folders(tmp_path):
-    p, k = tmp_path / "patterns", tmp_path / "kernels"
-    write(p, "lin_sigmoid.pdl.mlir", linear_act_pattern("lin_sigmoid", "sigmoid", "lin_sigmoid"))
-    write(k, "sig.py", KERNEL_HEADER + SIG_KERNEL)
-    return p, k
+    return make_folders(tmp_path, SIG_KERNEL)
 
 
 def test_shipped_patterns_fire_under_inductor(mlp):
@@ -86,9 +79,7 @@ def test_changed_kernel_file_takes_effect_in_next_compile(mlp, user_folders, mon
     with torch.no_grad():
         first = torch.compile(model, backend="pdlkit")(x)
         time.sleep(0.01)
-        write(
-            k, "sig.py", KERNEL_HEADER + SIG_KERNEL.replace("torch.sigmoid(", "2 * torch.sigmoid(")
-        )
+        write(k, "k.py", KERNEL_HEADER + SIG_KERNEL.replace("torch.sigmoid(", "2 * torch.sigmoid("))
         second = torch.compile(model, backend="pdlkit")(x)
     torch.testing.assert_close(second, 2 * first)
 

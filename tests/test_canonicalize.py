@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from conftest import tiny_bert
 from pdlkit.matcher.canonicalize import RULES, canonicalize, describe_rules, restore
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -218,6 +219,20 @@ def test_pre_transposed_weight_is_packed_once_and_again_after_an_update(form):
     assert pdlkit.stats()["prepack_misses"] == 1
 
 
+def _compiled(model: torch.nn.Module) -> tuple[list, list[str]]:
+    """``model`` on random ids compiled with the shipped patterns (eager codegen), its output
+    equal to eager's: the graphs' reports and the patterns substituted, sorted."""
+    ids = torch.randint(0, 100, (2, 16))
+    with torch.no_grad():
+        want = model(ids).last_hidden_state
+    reports = []
+    backend = PdlkitBackend(default_codegen="eager", on_report=lambda r, p: reports.append(r))
+    with torch.no_grad():
+        got = torch.compile(model, backend=backend)(ids).last_hidden_state
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    return reports, sorted(s.pattern for r in reports for s in r.substitutions)
+
+
 def test_gpt2_conv1d_linears_substitute():
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
@@ -225,45 +240,18 @@ def test_gpt2_conv1d_linears_substitute():
         n_layer=2, n_embd=64, n_head=4, vocab_size=100, n_positions=32, bos_token_id=0
     )
     cfg.eos_token_id = 0
-    model = transformers.GPT2Model(cfg).eval()
-    ids = torch.randint(0, 100, (2, 16))
-    with torch.no_grad():
-        want = model(ids).last_hidden_state
-    reports = []
-    backend = PdlkitBackend(default_codegen="eager", on_report=lambda r, p: reports.append(r))
-    with torch.no_grad():
-        got = torch.compile(model, backend=backend)(ids).last_hidden_state
-    subs = sorted(s.pattern for r in reports for s in r.substitutions)
+    reports, subs = _compiled(transformers.GPT2Model(cfg).eval())
     # c_attn, attn.c_proj, mlp.c_fc (+ NewGELU), mlp.c_proj per layer; Conv1D = view -> addmm -> view
     assert subs == ["linear"] * 6 + ["linear_gelu"] * 2
     assert sum(r.canonicalized.get("addmm", 0) for r in reports) == 8
     assert sum(r.canonicalized.get("gelu_tanh", 0) for r in reports) == 2
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_bert_linears_substitute():
-    transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    cfg = transformers.BertConfig(
-        num_hidden_layers=2,
-        hidden_size=64,
-        num_attention_heads=4,
-        intermediate_size=128,
-        vocab_size=100,
-        max_position_embeddings=32,
-    )
-    model = transformers.BertModel(cfg).eval()
-    ids = torch.randint(0, 100, (2, 16))
-    with torch.no_grad():
-        want = model(ids).last_hidden_state
-    reports = []
-    backend = PdlkitBackend(default_codegen="eager", on_report=lambda r, p: reports.append(r))
-    with torch.no_grad():
-        got = torch.compile(model, backend=backend)(ids).last_hidden_state
-    subs = sorted(s.pattern for r in reports for s in r.substitutions)
+    _, subs = _compiled(tiny_bert(num_attention_heads=4))
     # per layer: q, k, v, attention output, intermediate (+ GELU), output; then the pooler
     assert subs == ["linear"] * 11 + ["linear_gelu"] * 2
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_pre_transposed_constant_weight_under_inductor_freezing_packs_once():

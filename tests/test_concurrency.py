@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
-from conftest import KERNEL_HEADER, MLP, linear_act_pattern, write
+from conftest import MLP, make_folders, sigmoid_kernel
 from pdlkit.runtime_abi import binding, binding_stats
 from pdlkit.runtime_abi.binding import bind
 from pdlkit.runtime_abi.prepack import PrepackCache
@@ -137,20 +137,7 @@ def test_bounded_prepack_cache_stays_consistent_under_eviction_races():
 
 
 def test_registry_and_binding_from_many_threads_agree(tmp_path):
-    k = tmp_path / "k"
-    write(
-        k,
-        "sig.py",
-        KERNEL_HEADER
-        + """
-@pdlkit.kernel(op="lin_sigmoid", meta=meta)
-def k_threads(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
-    return torch.sigmoid(torch.addmm(b, x, w.t()))
-""",
-    )
-    write(
-        tmp_path / "p", "ls.pdl.mlir", linear_act_pattern("lin_sigmoid", "sigmoid", "lin_sigmoid")
-    )
+    _, k = make_folders(tmp_path, sigmoid_kernel("k_threads"))
 
     def work(t: int):
         decls, ops = [], []
@@ -187,18 +174,12 @@ def test_counters_of_finished_threads_are_kept_and_folded():
 
 
 def test_threads_falling_back_concurrently_get_the_replaced_subgraphs_numbers(tmp_path):
-    p, k = tmp_path / "p", tmp_path / "k"
-    write(p, "ls.pdl.mlir", linear_act_pattern("lin_sigmoid", "sigmoid", "lin_sigmoid"))
-    write(
-        k,
-        "declines.py",
-        KERNEL_HEADER
-        + """
+    declines = """
 @pdlkit.kernel(op="lin_sigmoid", meta=meta)
 def k_declines(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
     raise pdlkit.KernelUnsupported("never")  # every call runs the replaced subgraph
-""",
-    )
+"""
+    p, k = make_folders(tmp_path, declines)
     torch.manual_seed(0)
     model = MLP().eval()
     inputs = [torch.randn(4, 16) for _ in range(4)]

@@ -8,10 +8,6 @@ stream and under CUDA graph capture.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -126,18 +122,9 @@ _INTERPRETED = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def interpreted():
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    r = subprocess.run(
-        [sys.executable, "-c", _INTERPRETED],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    from conftest import run_interpreted  # here: the script imports this module as tests.test_cuda
+
+    return run_interpreted(_INTERPRETED)
 
 
 def test_triton_kernels_match_reference_in_interpreter(interpreted):

@@ -9,15 +9,12 @@ casts its own way (NumPy has no bfloat16); the GPU tests at the end check bfloat
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import run_interpreted
 
 import pdlkit
 
@@ -184,17 +181,7 @@ _INTERPRETED = textwrap.dedent(
 @pytest.fixture(scope="module")
 def interpreted():
     pytest.importorskip("transformers", reason="pip install transformers")
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    r = subprocess.run(
-        [sys.executable, "-c", _INTERPRETED],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    return run_interpreted(_INTERPRETED)
 
 
 def test_rmsnorm_quantize_matches_the_torch_ops_in_interpreter(interpreted):

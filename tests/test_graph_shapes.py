@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 import torch
-from conftest import KERNEL_HEADER, linear_act_pattern, write
+from conftest import KERNEL_HEADER, RELU_ADD, make_folders, op_pattern, pdl_pattern, write
 
 import pdlkit
 
@@ -126,22 +126,8 @@ def test_two_root_kernel_replaces_both_roots_whichever_is_root_and_first(tmp_pat
     assert out.count("replaced") == 8
 
 
-RELU_ADD = '''
-PATTERN = """
-pdl.pattern @relu_add : benefit(1) {
-  %x = pdl.operand
-  %y = pdl.operand
-  %alpha = pdl.operand
-  %t = pdl.type
-  %r = pdl.operation "torch.aten.relu"(%x : !pdl.value) -> (%t : !pdl.type)
-  %rv = pdl.result 0 of %r
-  %a = pdl.operation "torch.aten.add.Tensor"(%rv, %y, %alpha : !pdl.value, !pdl.value, !pdl.value) -> (%t : !pdl.type)
-  pdl.rewrite %r {
-    %op = pdl.attribute = "relu_add"
-    pdl.apply_native_rewrite "pdlkit_call"(%op, %x, %y, %r, %a : !pdl.attribute, !pdl.value, !pdl.value, !pdl.operation, !pdl.operation)
-  }
-}
-"""
+RELU_ADD_CASE = f'''
+PATTERN = """{pdl_pattern("relu_add", RELU_ADD, "%a", "relu_add", "%x, %y, %r:operation", at="%r")}"""
 KERNEL = """
 @pdlkit.kernel(op="relu_add", meta=lambda x, y: (torch.empty_like(x), torch.empty_like(x)))
 def k_relu_add(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
@@ -155,7 +141,7 @@ args = (torch.randn(4, 4), torch.randn(4, 4))
 def test_kernel_call_follows_an_argument_computed_between_its_roots(tmp_path):
     out = run_isolated(
         tmp_path,
-        RELU_ADD,
+        RELU_ADD_CASE,
         """
         def f(x, z):
             r = torch.relu(x)
@@ -175,7 +161,7 @@ def test_kernel_call_follows_an_argument_computed_between_its_roots(tmp_path):
 def test_kernel_call_that_would_need_ops_reordered_is_a_near_miss(tmp_path):
     out = run_isolated(
         tmp_path,
-        RELU_ADD,
+        RELU_ADD_CASE,
         """
         def f(x, z):
             r = torch.relu(x)
@@ -245,10 +231,7 @@ class Regions(torch.nn.Module):
 
 @pytest.fixture
 def lin_relu_folders(tmp_path):
-    p, k = tmp_path / "patterns", tmp_path / "kernels"
-    write(p, "lin_relu.pdl.mlir", linear_act_pattern("lin_relu", "relu", "lin_relu"))
-    write(k, "k.py", KERNEL_HEADER + LIN_RELU_KERNEL)
-    return p, k
+    return make_folders(tmp_path, LIN_RELU_KERNEL, op="lin_relu", act="relu")
 
 
 def _calls() -> int:
@@ -300,17 +283,7 @@ def test_kernel_without_backward_serves_the_no_grad_region_of_a_training_graph(
 
 
 def test_values_read_after_an_autocast_region_have_its_dtype(tmp_path):
-    pattern = """
-    pdl.pattern @relu_f32 : benefit(1) {
-      %x = pdl.operand
-      %t = pdl.type
-      %r = pdl.operation "torch.aten.relu"(%x : !pdl.value) -> (%t : !pdl.type)
-      pdl.rewrite %r {
-        %op = pdl.attribute = "relu_f32"
-        pdl.apply_native_rewrite "pdlkit_call"(%op, %x, %r : !pdl.attribute, !pdl.value, !pdl.operation)
-      }
-    }
-    """
+    pattern = op_pattern("relu_f32", "relu_f32")
     kernel = """
     @pdlkit.kernel(op="relu_f32", meta=lambda x: torch.empty_like(x), dtypes={"x": [torch.float32]})
     def k_relu_f32(x: Tensor) -> Tensor:

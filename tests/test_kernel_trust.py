@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import KERNEL_HEADER, linear_act_pattern, write
+from conftest import KERNEL_HEADER, linear_act_pattern, make_folders, sigmoid_kernel, write
 from pdlkit.runtime_abi.trust import write_pins
 
 import pdlkit
@@ -19,19 +19,13 @@ from pdlkit.cli import main
 KERNEL = """
 import pathlib
 pathlib.Path(__file__).with_suffix(".ran").touch()
-
-@pdlkit.kernel(op="lin_sigmoid", meta=meta)
-def k_lin_sigmoid(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
-    return torch.sigmoid(torch.addmm(b, x, w.t()))
-"""
+""" + sigmoid_kernel()
 
 
 @pytest.fixture
 def folders(tmp_path):
-    p, k = tmp_path / "patterns", tmp_path / "kernels"
-    write(p, "ls.pdl.mlir", linear_act_pattern("lin_sigmoid", "sigmoid", "lin_sigmoid"))
-    kf = write(k, "sig.py", KERNEL_HEADER + KERNEL)
-    return p, k, kf
+    p, k = make_folders(tmp_path, KERNEL, file="sig.py")
+    return p, k, k / "sig.py"
 
 
 def _sha(path: Path) -> str:

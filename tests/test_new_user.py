@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import KERNEL_HEADER, MLP, linear_act_pattern, write
+from conftest import KERNEL_HEADER, MLP, linear_act_pattern, make_folders, sigmoid_kernel, write
 from pdlkit.matcher import pattern_from_function
 
 import pdlkit
@@ -142,18 +142,10 @@ def test_op_name_without_overload_is_refused_with_the_closest_name(tmp_path):
 
 # -- item 3: explain and bisect report on what optimize built ----------------------------------
 
-SIG_KERNEL = """
-@pdlkit.kernel(op="lin_sigmoid", meta=meta)
-def k_mine(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
-    return torch.sigmoid(torch.addmm(b, x, w.t()))
-"""
-
 
 @pytest.fixture
 def mine(tmp_path):
-    p, k = tmp_path / "patterns", tmp_path / "kernels"
-    write(p, "ls.pdl.mlir", linear_act_pattern("lin_sigmoid", "sigmoid", "lin_sigmoid"))
-    write(k, "k.py", KERNEL_HEADER + SIG_KERNEL)
+    p, k = make_folders(tmp_path, sigmoid_kernel("k_mine"))
     return {"patterns": p, "kernels": k, "verify": "first_call", "default_codegen": "inductor"}
 
 

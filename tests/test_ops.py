@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import write
+from conftest import linear_act, pdl_pattern, write
 from pdlkit.matcher.lint import lint_paths
 from pdlkit.matcher.patterns import PatternError, load_patterns
 from pdlkit.runtime_abi.dtypes import dtype_from_code, mlir_name, torch_name
@@ -125,32 +125,16 @@ def test_an_older_kernel_declared_with_op_and_meta_still_loads(tmp_path):
     assert k is not None and k.params == ("x", "weight", "bias") and not k.from_op
 
 
-CALL = """
-pdl.pattern @p : benefit(1) {{
-  %x = pdl.operand
-  %w = pdl.operand
-  %b = pdl.operand
-  %t = pdl.type
-  %lin = pdl.operation "torch.aten.linear"(%x, %w, %b : !pdl.value, !pdl.value, !pdl.value) -> (%t : !pdl.type)
-  %y = pdl.result 0 of %lin
-  %act = pdl.operation "torch.aten.relu"(%y : !pdl.value) -> (%t : !pdl.type)
-  pdl.rewrite %act {{
-    %op = pdl.attribute = "lr"
-    {extra}
-    pdl.apply_native_rewrite "pdlkit_call"(%op, {args}, %act : !pdl.attribute, {kinds}, !pdl.operation)
-  }}
-}}
-"""
-
-
-def pattern_file(folder: Path, args: str, kinds: str, extra: str = "") -> Path:
-    return write(folder, "p.pdl.mlir", CALL.format(args=args, kinds=kinds, extra=extra))
+def pattern_file(folder: Path, args: str, extra: str = "") -> Path:
+    """linear -> relu calling op 'lr' with ``args``; its pdlkit_call at line 12, column 5."""
+    pattern = pdl_pattern("p", linear_act("relu"), "%act", "lr", args, rewrite=extra)
+    return write(folder, "p.pdl.mlir", pattern)
 
 
 def test_check_and_lint_name_a_call_with_the_wrong_number_of_arguments(tmp_path):
     ops = write(tmp_path / "k", "ops.py", OPS)
     kernel_file(tmp_path / "k")
-    p = pattern_file(tmp_path / "p", "%x, %w", "!pdl.value, !pdl.value")
+    p = pattern_file(tmp_path / "p", "%x, %w")
     want = f"pattern 'p' passes 2 arguments to op 'lr' ({ops}:11), which takes 3: x, w, b"
     problems, _ = check_paths([tmp_path / "p", tmp_path / "k"], kernels=[str(tmp_path / "k")])
     assert f"{p}:12:5: {want}" in problems
@@ -167,7 +151,7 @@ def test_compiling_with_a_call_of_the_wrong_arity_fails_at_load_naming_the_line(
 
     write(tmp_path / "k", "ops.py", OPS)
     kernel_file(tmp_path / "k")
-    p = pattern_file(tmp_path / "p", "%x, %w", "!pdl.value, !pdl.value")
+    p = pattern_file(tmp_path / "p", "%x, %w")
     torch._dynamo.reset()
     with pytest.raises(pdlkit.PdlkitError, match=rf"{p}:12:5: pattern 'p' passes 2 arguments"):
         pdlkit.optimize(
@@ -182,8 +166,7 @@ def test_a_string_constant_where_the_op_takes_a_tensor_is_named(tmp_path):
     kernel_file(tmp_path / "k")
     p = pattern_file(
         tmp_path / "p",
-        "%x, %w, %s",
-        "!pdl.value, !pdl.value, !pdl.attribute",
+        "%x, %w, %s:attribute",
         extra='%s = pdl.attribute = "relu"',
     )
     problems, _ = check_paths([tmp_path / "p"], kernels=[str(tmp_path / "k")])
@@ -199,8 +182,7 @@ def test_unit_for_an_optional_tensor_is_a_valid_call(tmp_path):
     kernel_file(tmp_path / "k")
     pattern_file(
         tmp_path / "p",
-        "%x, %w, %none",
-        "!pdl.value, !pdl.value, !pdl.attribute",
+        "%x, %w, %none:attribute",
         extra="%none = pdl.attribute = unit",
     )
     assert check_paths([tmp_path / "p"], kernels=[str(tmp_path / "k")])[0] == []

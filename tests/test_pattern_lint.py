@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import KERNEL_HEADER, linear_act_pattern, write
+from conftest import KERNEL_HEADER, linear_act_pattern, op_pattern, write
 from pdlkit.matcher.lint import lint_paths
 from pdlkit.matcher.pdll import find_mlir_pdll
 
@@ -19,17 +19,7 @@ def k_lr(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
     return torch.relu(x @ w.t() + b)
 """
 
-RELU_ONLY = """
-pdl.pattern @relu_any : benefit(3) {
-  %y = pdl.operand
-  %t = pdl.type
-  %act = pdl.operation "torch.aten.relu"(%y : !pdl.value) -> (%t : !pdl.type)
-  pdl.rewrite %act {
-    %op = pdl.attribute = "lr"
-    pdl.apply_native_rewrite "pdlkit_call"(%op, %y, %act : !pdl.attribute, !pdl.value, !pdl.operation)
-  }
-}
-"""
+RELU_ONLY = op_pattern("relu_any", "lr", benefit=3)
 
 
 def lint(tmp_path, files: dict[str, str]) -> list[str]:

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 import torch
+from conftest import tiny_bert
 from pdlkit.quantization import SCHEMES, cosine_similarity, max_abs_error, quantize
 
 import pdlkit
@@ -36,20 +37,10 @@ def mlp() -> tuple[torch.nn.Module, torch.Tensor]:
 
 @pytest.fixture(scope="module")
 def bert() -> tuple[torch.nn.Module, torch.Tensor]:
-    transformers = pytest.importorskip("transformers", reason="the BERT tests need transformers")
     torch.manual_seed(0)
-    config = transformers.BertConfig(
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=128,
-        vocab_size=100,
-        max_position_embeddings=32,
-        # Larger than BERT's 0.02, so that the GEMMs (and their quantization error) move the
-        # residual stream visibly instead of vanishing under the embeddings.
-        initializer_range=0.2,
-    )
-    return transformers.BertModel(config).eval(), torch.randint(0, 100, (2, 16))
+    # initializer_range larger than BERT's 0.02, so that the GEMMs (and their quantization
+    # error) move the residual stream visibly instead of vanishing under the embeddings.
+    return tiny_bert(initializer_range=0.2), torch.randint(0, 100, (2, 16))
 
 
 def _hidden(out: object) -> torch.Tensor:

@@ -9,6 +9,7 @@ import warnings
 
 import pytest
 import torch
+from conftest import tiny_bert
 from pdlkit.runtime_abi.capability import host
 from torch import nn
 
@@ -58,10 +59,9 @@ def llama():
 
 
 def bert():
-    t = _transformers()
-    c = t.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                     vocab_size=64, max_position_embeddings=32)  # fmt: skip
-    return Output(t.BertModel(c), "last_hidden_state"), torch.randint(0, 64, (2, 8))
+    _transformers()
+    model = tiny_bert(hidden_size=32, intermediate_size=64, vocab_size=64)
+    return Output(model, "last_hidden_state"), torch.randint(0, 64, (2, 8))
 
 
 def vit():

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import KERNEL_HEADER, linear_act_pattern, write
+from conftest import make_folders
 
 import pdlkit
 from pdlkit.backend import PdlkitBackend
@@ -35,10 +35,7 @@ class TwoLinearRelu(torch.nn.Module):
 
 @pytest.fixture
 def folders(tmp_path: Path) -> tuple[Path, Path]:
-    p, k = tmp_path / "p", tmp_path / "k"
-    write(p, "lr.pdl.mlir", linear_act_pattern("lin_relu", "relu", "lin_relu"))
-    write(k, "k.py", KERNEL_HEADER + KERNEL)
-    return p, k
+    return make_folders(tmp_path, KERNEL, op="lin_relu", act="relu")
 
 
 def test_session_lists_the_sites_its_compilation_made_in_graph_order(folders):

@@ -6,7 +6,16 @@ import re
 
 import pytest
 import torch
-from conftest import KERNEL_HEADER, linear_act_pattern, write
+from conftest import (
+    KERNEL_HEADER,
+    LINEAR,
+    LINEAR_GELU,
+    RELU_ADD,
+    linear_act,
+    linear_act_pattern,
+    pdl_pattern,
+    write,
+)
 from pdlkit.matcher import load_patterns
 from pdlkit.matcher.substitute import substitute
 from pdlkit.runtime_abi.capability import host
@@ -20,7 +29,16 @@ def trace(fn, *args):
     return make_fx(fn, pre_dispatch=True, tracing_mode="fake")(*args)
 
 
-def run(tmp_path, fn, args, patterns: dict[str, str], kernels: str):
+def xwb() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A linear's x [4, 8], weight [6, 8] and bias [6]."""
+    return torch.randn(4, 8), torch.randn(6, 8), torch.randn(6)
+
+
+def run(tmp_path, fn, args, patterns: dict[str, str] | None = None, kernels: str | None = None):
+    """Substitute ``fn``'s graph with ``patterns`` (the linear -> relu "lr", calling lin_relu)
+    and ``kernels`` (RELU_KERNEL)."""
+    patterns = patterns or {"a.pdl.mlir": linear_act_pattern("lr", "relu", "lin_relu")}
+    kernels = kernels or RELU_KERNEL
     pdir, kdir = tmp_path / "p", tmp_path / "k"
     for name, text in patterns.items():
         write(pdir, name, text)
@@ -53,10 +71,8 @@ def test_linear_relu_becomes_one_kernel_call(tmp_path):
     def f(x, w, b):
         return torch.relu(F.linear(x, w, b))
 
-    args = (torch.randn(4, 8), torch.randn(6, 8), torch.randn(6))
-    out = run(
-        tmp_path, f, args, {"a.pdl.mlir": linear_act_pattern("lr", "relu", "lin_relu")}, RELU_KERNEL
-    )
+    args = xwb()
+    out = run(tmp_path, f, args)
     assert body(out.graph) == [
         "k_lin_relu_default = torch.ops.pdlkit.k_lin_relu.default(x_1, w_1, b_1, SITE)",
         "return k_lin_relu_default",
@@ -68,13 +84,7 @@ def test_linear_relu_becomes_one_kernel_call(tmp_path):
 
 
 def test_no_match_leaves_graph_unchanged(tmp_path):
-    def f(x, w, b):
-        return torch.tanh(F.linear(x, w, b))
-
-    args = (torch.randn(4, 8), torch.randn(6, 8), torch.randn(6))
-    out = run(
-        tmp_path, f, args, {"a.pdl.mlir": linear_act_pattern("lr", "relu", "lin_relu")}, RELU_KERNEL
-    )
+    out = run(tmp_path, lambda x, w, b: torch.tanh(F.linear(x, w, b)), xwb())
     assert body(out.graph) == [
         "linear = torch.ops.aten.linear.default(x_1, w_1, b_1)",
         "tanh = torch.ops.aten.tanh.default(linear)",
@@ -84,25 +94,13 @@ def test_no_match_leaves_graph_unchanged(tmp_path):
 
 
 def test_constant_and_string_operands_reach_the_kernel(tmp_path):
-    pattern = """
-    pdl.pattern @lg : benefit(1) {
-      %x = pdl.operand
-      %w = pdl.operand
-      %b = pdl.operand
-      %t = pdl.type
-      %lin = pdl.operation "torch.aten.linear"(%x, %w, %b : !pdl.value, !pdl.value, !pdl.value) -> (%t : !pdl.type)
-      %y = pdl.result 0 of %lin
-      %approx = pdl.operand
-      %g = pdl.operation "torch.aten.gelu"(%y, %approx : !pdl.value, !pdl.value) -> (%t : !pdl.type)
-      %tanh = pdl.attribute = "tanh"
-      pdl.apply_native_constraint "constant_equals"(%approx, %tanh : !pdl.value, !pdl.attribute)
-      pdl.rewrite %g {
-        %op = pdl.attribute = "lin_gelu"
-        %scale = pdl.attribute = 2.0 : f64
-        pdl.apply_native_rewrite "pdlkit_call"(%op, %x, %w, %b, %approx, %scale, %g : !pdl.attribute, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.attribute, !pdl.operation)
-      }
-    }
-    """
+    match = f"""
+{LINEAR_GELU}
+  pdl.apply_native_constraint "constant_equals"(%approx, %tanh : !pdl.value, !pdl.attribute)
+"""
+    scale = "%scale = pdl.attribute = 2.0 : f64"
+    args = "%x, %w, %b, %approx, %scale:attribute"
+    pattern = pdl_pattern("lg", match, "%gelu", "lin_gelu", args, rewrite=scale)
     kernel = """
 @pdlkit.kernel(op="lin_gelu", meta=lambda x, w, b, a, s: meta(x, w, b))
 def k_lin_gelu(x: Tensor, w: Tensor, b: Tensor, approximate: str, scale: float) -> Tensor:
@@ -113,7 +111,7 @@ def k_lin_gelu(x: Tensor, w: Tensor, b: Tensor, approximate: str, scale: float) 
     def f(x, w, b):
         return F.gelu(F.linear(x, w, b), approximate="tanh") + F.gelu(F.linear(x, w, b))
 
-    args = (torch.randn(4, 8), torch.randn(6, 8), torch.randn(6))
+    args = xwb()
     out = run(tmp_path, f, args, {"a.pdl.mlir": pattern}, kernel)
     text = "\n".join(body(out.graph))
     assert "torch.ops.pdlkit.k_lin_gelu.default(x_1, w_1, b_1, 'tanh', 2.0, SITE)" in text
@@ -124,21 +122,16 @@ def k_lin_gelu(x: Tensor, w: Tensor, b: Tensor, approximate: str, scale: float) 
 
 
 def test_list_constant_operand(tmp_path):
-    pattern = """
-    pdl.pattern @s : benefit(1) {
-      %x = pdl.operand
-      %dims = pdl.operand
-      %keep = pdl.operand
-      %dt = pdl.operand
-      %t = pdl.type
-      %sum = pdl.operation "torch.aten.sum.dim_IntList"(%x, %dims, %keep, %dt : !pdl.value, !pdl.value, !pdl.value, !pdl.value) -> (%t : !pdl.type)
-      pdl.apply_native_constraint "is_none"(%dt : !pdl.value)
-      pdl.rewrite %sum {
-        %op = pdl.attribute = "rowsum"
-        pdl.apply_native_rewrite "pdlkit_call"(%op, %x, %dims, %keep, %sum : !pdl.attribute, !pdl.value, !pdl.value, !pdl.value, !pdl.operation)
-      }
-    }
-    """
+    match = """
+  %x = pdl.operand
+  %dims = pdl.operand
+  %keep = pdl.operand
+  %dt = pdl.operand
+  %t = pdl.type
+  %sum = pdl.operation "torch.aten.sum.dim_IntList"(%x, %dims, %keep, %dt : !pdl.value, !pdl.value, !pdl.value, !pdl.value) -> (%t : !pdl.type)
+  pdl.apply_native_constraint "is_none"(%dt : !pdl.value)
+"""
+    pattern = pdl_pattern("s", match, "%sum", "rowsum", "%x, %dims, %keep")
     kernel = """
 @pdlkit.kernel(op="rowsum", meta=lambda x, d, k: x.sum(d, keepdim=k))
 def k_rowsum(x: Tensor, dims: list[int], keepdim: bool) -> Tensor:
@@ -159,21 +152,7 @@ def k_rowsum(x: Tensor, dims: list[int], keepdim: bool) -> Tensor:
 
 def test_multi_output_match_replaces_both_roots(tmp_path):
     # relu(x) is used twice: by the add the pattern matches and by the graph output
-    pattern = """
-    pdl.pattern @relu_add : benefit(1) {
-      %x = pdl.operand
-      %y = pdl.operand
-      %alpha = pdl.operand
-      %t = pdl.type
-      %r = pdl.operation "torch.aten.relu"(%x : !pdl.value) -> (%t : !pdl.type)
-      %rv = pdl.result 0 of %r
-      %a = pdl.operation "torch.aten.add.Tensor"(%rv, %y, %alpha : !pdl.value, !pdl.value, !pdl.value) -> (%t : !pdl.type)
-      pdl.rewrite %a {
-        %op = pdl.attribute = "relu_add"
-        pdl.apply_native_rewrite "pdlkit_call"(%op, %x, %y, %r, %a : !pdl.attribute, !pdl.value, !pdl.value, !pdl.operation, !pdl.operation)
-      }
-    }
-    """
+    pattern = pdl_pattern("relu_add", RELU_ADD, "%a", "relu_add", "%x, %y, %r:operation")
     kernel = """
 def m2(x, y):
     return x.new_empty(x.shape), x.new_empty(x.shape)
@@ -201,27 +180,20 @@ def k_relu_add(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
         torch.testing.assert_close(a, b)
 
 
-ANY_LINEAR = """
-pdl.pattern @{name} : benefit({benefit}) {{
-  %x = pdl.operand
-  %w = pdl.operand
-  %b = pdl.operand
-  %t = pdl.type
-  %lin = pdl.operation "torch.aten.linear"(%x, %w, %b : !pdl.value, !pdl.value, !pdl.value) -> (%t : !pdl.type)
-  pdl.rewrite %lin {{
-    %op = pdl.attribute = "lin"
-    pdl.apply_native_rewrite "pdlkit_call"(%op, %x, %w, %b, %lin : !pdl.attribute, !pdl.value, !pdl.value, !pdl.value, !pdl.operation)
-  }}
-}}
-"""
-LIN_KERNEL = (
-    RELU_KERNEL
-    + """
-@pdlkit.kernel(op="lin", meta=meta)
-def k_lin(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
+def any_linear(name: str, benefit: int, op: str = "lin") -> str:
+    return pdl_pattern(name, LINEAR, "%lin", op, "%x, %w, %b", benefit)
+
+
+def lin_kernel(op: str) -> str:
+    """A kernel of x @ w.T + b for ``op``, named k_<op>."""
+    return f"""
+@pdlkit.kernel(op="{op}", meta=meta)
+def k_{op}(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
     return x @ w.t() + b
 """
-)
+
+
+LIN_KERNEL = RELU_KERNEL + lin_kernel("lin")
 
 
 def _competing(x, w, b):
@@ -238,9 +210,9 @@ def _competing(x, w, b):
 def test_competing_patterns_benefit_decides(tmp_path, fused_benefit, linear_benefit, expect):
     pats = {
         "a.pdl.mlir": linear_act_pattern("fused", "relu", "lin_relu", fused_benefit),
-        "b.pdl.mlir": ANY_LINEAR.format(name="plain", benefit=linear_benefit),
+        "b.pdl.mlir": any_linear("plain", linear_benefit),
     }
-    args = (torch.randn(4, 8), torch.randn(6, 8), torch.randn(6))
+    args = xwb()
     out = run(tmp_path, _competing, args, pats, LIN_KERNEL)
     assert sorted(s.kernel for s in out.report.substitutions) == sorted(expect)
     for a, b in zip(out.graph(*args), _competing(*args), strict=True):
@@ -248,19 +220,12 @@ def test_competing_patterns_benefit_decides(tmp_path, fused_benefit, linear_bene
 
 
 def test_equal_benefit_file_order_decides(tmp_path):
-    second = (
-        LIN_KERNEL
-        + """
-@pdlkit.kernel(op="lin2", meta=meta)
-def k_lin2(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
-    return x @ w.t() + b
-"""
-    )
+    second = LIN_KERNEL + lin_kernel("lin2")
     pats = {
-        "a.pdl.mlir": ANY_LINEAR.format(name="first", benefit=1),
-        "b.pdl.mlir": ANY_LINEAR.format(name="second", benefit=1).replace('"lin"', '"lin2"'),
+        "a.pdl.mlir": any_linear("first", 1),
+        "b.pdl.mlir": any_linear("second", 1, "lin2"),
     }
-    args = (torch.randn(4, 8), torch.randn(6, 8), torch.randn(6))
+    args = xwb()
     out = run(tmp_path, _competing, args, pats, second)
     assert [s.pattern for s in out.report.substitutions] == ["first", "first"]
     # every linear was claimed by the earlier file's pattern before this one ran
@@ -280,7 +245,7 @@ def k_lin_relu(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
         y = F.linear(x, w, b)
         return torch.relu(y), y, torch.relu(F.linear(xd, wd, bd))
 
-    args = (torch.randn(4, 8), torch.randn(6, 8), torch.randn(6))
+    args = xwb()
     args = args + tuple(a.double() for a in args)
     out = run(tmp_path, f, args, pats, kernel)
     assert out.report.substitutions == []
@@ -292,10 +257,7 @@ def k_lin_relu(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
 
 
 def test_subgraph_reading_an_input_the_kernel_does_not_receive_is_refused(tmp_path):
-    pattern = linear_act_pattern("lr", "relu", "lin_relu").replace(
-        "%op, %x, %w, %b, %act : !pdl.attribute, !pdl.value, !pdl.value, !pdl.value,",
-        "%op, %x, %w, %act : !pdl.attribute, !pdl.value, !pdl.value,",
-    )
+    pattern = pdl_pattern("lr", linear_act("relu"), "%act", "lin_relu", "%x, %w")
     kernel = """
 @pdlkit.kernel(op="lin_relu", meta=lambda x, w: x.new_empty((x.shape[0], w.shape[0])))
 def k_lin_relu(x: Tensor, w: Tensor) -> Tensor:
@@ -305,7 +267,7 @@ def k_lin_relu(x: Tensor, w: Tensor) -> Tensor:
     def f(x, w, b):
         return torch.relu(F.linear(x, w, b))
 
-    args = (torch.randn(4, 8), torch.randn(6, 8), torch.randn(6))
+    args = xwb()
     out = run(tmp_path, f, args, {"a.pdl.mlir": pattern}, kernel)
     assert out.report.substitutions == []
     assert "reads b_1, which the kernel call does not receive" in out.report.near_misses[0].reason
@@ -321,10 +283,7 @@ def k_lin_relu(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
     def f(x, w, b):
         return torch.relu(F.linear(x, w, b))
 
-    args = (torch.randn(4, 8), torch.randn(6, 8), torch.randn(6))
-    out = run(
-        tmp_path, f, args, {"a.pdl.mlir": linear_act_pattern("lr", "relu", "lin_relu")}, kernel
-    )
+    out = run(tmp_path, f, xwb(), kernels=kernel)
     assert out.report.substitutions == []
     assert "meta function gives [1] torch.float32, the replaced subgraph produces [4, 6]" in (
         out.report.near_misses[0].reason
@@ -336,9 +295,7 @@ def test_chained_substitutions_feed_each_other(tmp_path):
         return torch.relu(F.linear(torch.relu(F.linear(x, w1, b1)), w2, b2))
 
     args = (torch.randn(4, 8), torch.randn(8, 8), torch.randn(8), torch.randn(3, 8), torch.randn(3))
-    out = run(
-        tmp_path, f, args, {"a.pdl.mlir": linear_act_pattern("lr", "relu", "lin_relu")}, RELU_KERNEL
-    )
+    out = run(tmp_path, f, args)
     lines = body(out.graph)
     assert lines == [
         "k_lin_relu_default = torch.ops.pdlkit.k_lin_relu.default(x_1, w1_1, b1_1, SITE)",
@@ -377,7 +334,7 @@ def test_patterns_on_disjoint_ops_share_a_walk_and_keep_their_reports(tmp_path):
         y = F.linear(x, w, b)
         return torch.relu(y), y, torch.sigmoid(x @ w.t())
 
-    args = (torch.randn(4, 8), torch.randn(6, 8), torch.randn(6))
+    args = xwb()
     pdir = tmp_path / "p"
     for name, text in pats.items():
         write(pdir, name, text)

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from conftest import KERNEL_HEADER, MLP, linear_act_pattern, write
+from conftest import MLP, make_folders, sigmoid_kernel
 
 import pdlkit
 
@@ -23,14 +23,20 @@ def _train(model: torch.nn.Module, fn, x: torch.Tensor, target: torch.Tensor, st
     return losses
 
 
-def test_training_substitutes_kernels_with_a_backward_and_matches_eager():
+def _train_both(compile_fn):
+    """Four SGD steps of an MLP eagerly and of its copy through ``compile_fn(copy)``, the
+    counters reset first: (eager losses, compiled losses, eager model, copy)."""
     torch.manual_seed(0)
     eager = MLP()
-    compiled_model = copy.deepcopy(eager)
+    mine = copy.deepcopy(eager)
     x, target = torch.randn(8, 16), torch.randn(8, 16)
     pdlkit.stats(reset=True)
     want = _train(eager, eager, x, target)
-    got = _train(compiled_model, torch.compile(compiled_model, backend="pdlkit"), x, target)
+    return want, _train(mine, compile_fn(mine), x, target), eager, mine
+
+
+def test_training_substitutes_kernels_with_a_backward_and_matches_eager():
+    want, got, eager, compiled_model = _train_both(lambda m: torch.compile(m, backend="pdlkit"))
     st = pdlkit.stats()
     # the shipped linear_relu and linear kernels declare a backward
     assert st["by_kernel"]["linear_relu_onednn"]["substitutions"] == 1
@@ -41,19 +47,9 @@ def test_training_substitutes_kernels_with_a_backward_and_matches_eager():
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
 
 
-SIG_NO_BACKWARD = """
-@pdlkit.kernel(op="lin_sigmoid", meta=meta, dtypes={"x": [torch.float32]})
-def k_lin_sigmoid(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
-    return torch.sigmoid(torch.addmm(b, x, w.t()))
-"""
-
-
 @pytest.fixture
 def no_backward_folders(tmp_path):
-    p, k = tmp_path / "patterns", tmp_path / "kernels"
-    write(p, "lin_sigmoid.pdl.mlir", linear_act_pattern("lin_sigmoid", "sigmoid", "lin_sigmoid"))
-    write(k, "sig.py", KERNEL_HEADER + SIG_NO_BACKWARD)
-    return p, k
+    return make_folders(tmp_path, sigmoid_kernel(decl=', dtypes={"x": [torch.float32]}'))
 
 
 def test_kernel_without_backward_is_a_near_miss_in_training(no_backward_folders):
@@ -86,13 +82,7 @@ def test_training_graph_without_eligible_kernel_compiles_exactly_as_inductor(no_
 
 
 def test_user_kernel_backward_is_used_in_training(tmp_path):
-    p, k = tmp_path / "patterns", tmp_path / "kernels"
-    write(p, "lin_sigmoid.pdl.mlir", linear_act_pattern("lin_sigmoid", "sigmoid", "lin_sigmoid"))
-    write(
-        k,
-        "sig.py",
-        KERNEL_HEADER
-        + """
+    with_backward = """
 def save(ctx, inputs, out):
     ctx.save_for_backward(inputs[0], inputs[1], out)
 
@@ -100,20 +90,11 @@ def backward(ctx, grad):
     x, w, out = ctx.saved_tensors
     g = grad * out * (1 - out)
     return g @ w, g.t() @ x, g.sum(0)
-
-@pdlkit.kernel(op="lin_sigmoid", meta=meta, backward=backward, setup_context=save)
-def k_lin_sigmoid(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
-    return torch.sigmoid(torch.addmm(b, x, w.t()))
-""",
-    )
-    torch.manual_seed(0)
-    eager = MLP()
-    mine = copy.deepcopy(eager)
-    x, target = torch.randn(8, 16), torch.randn(8, 16)
-    pdlkit.stats(reset=True)
-    want = _train(eager, eager, x, target)
-    got = _train(
-        mine, pdlkit.optimize(mine, patterns=p, kernels=k, default_codegen="eager"), x, target
+"""
+    kernel = with_backward + sigmoid_kernel(decl=", backward=backward, setup_context=save")
+    p, k = make_folders(tmp_path, kernel)
+    want, got, _, _ = _train_both(
+        lambda m: pdlkit.optimize(m, patterns=p, kernels=k, default_codegen="eager")
     )
     assert pdlkit.stats()["by_kernel"]["k_lin_sigmoid"]["kernel_calls"] == 4
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import KERNEL_HEADER, linear_act_pattern, write
+from conftest import KERNEL_HEADER, LINEAR_GELU, LinRelu, linear_act_pattern, pdl_pattern, write
 
 import pdlkit
 from pdlkit.cli import main
@@ -14,15 +14,6 @@ LIN_RELU = """
 def k_lin_relu(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
     return torch.relu(x @ w.t() + b)
 """
-
-
-class LinRelu(torch.nn.Module):
-    def __init__(self, k: int = 8):
-        super().__init__()
-        self.fc = torch.nn.Linear(k, 8)
-
-    def forward(self, x):
-        return torch.relu(self.fc(x))
 
 
 def why(tmp_path, pattern: str, model, *inputs, kernel: str = LIN_RELU, **kw) -> list[str]:
@@ -72,25 +63,12 @@ def test_dtype_constraint_says_which_dtype_it_found(tmp_path):
 
 
 def test_constant_value_constraint_says_which_value_it_found(tmp_path):
-    pattern = """
-    pdl.pattern @lr : benefit(1) {
-      %x = pdl.operand
-      %w = pdl.operand
-      %b = pdl.operand
-      %t = pdl.type
-      %lin = pdl.operation "torch.aten.linear"(%x, %w, %b : !pdl.value, !pdl.value, !pdl.value) -> (%t : !pdl.type)
-      %y = pdl.result 0 of %lin
-      %approx = pdl.operand
-      %gelu = pdl.operation "torch.aten.gelu"(%y, %approx : !pdl.value, !pdl.value) -> (%t : !pdl.type)
-      %tanh = pdl.attribute = "tanh"
-      pdl.apply_native_constraint "single_use"(%y : !pdl.value)
-      pdl.apply_native_constraint "constant_equals"(%approx, %tanh : !pdl.value, !pdl.attribute)
-      pdl.rewrite %gelu {
-        %op = pdl.attribute = "lin_relu"
-        pdl.apply_native_rewrite "pdlkit_call"(%op, %x, %w, %b, %gelu : !pdl.attribute, !pdl.value, !pdl.value, !pdl.value, !pdl.operation)
-      }
-    }
-    """
+    match = f"""
+{LINEAR_GELU}
+  pdl.apply_native_constraint "single_use"(%y : !pdl.value)
+  pdl.apply_native_constraint "constant_equals"(%approx, %tanh : !pdl.value, !pdl.attribute)
+"""
+    pattern = pdl_pattern("lr", match, "%gelu", "lin_relu", "%x, %w, %b")
 
     class LinGelu(LinRelu):
         def forward(self, x):
