@@ -73,52 +73,33 @@ _COMMON: dict[str, Any] = {
     "traits": ["deterministic"],
 }
 
+
+def _float(*args: Any) -> Tensor:
+    """act(dequantize(x_q) @ dequantize(w_q).T + bias): torch._int_mm (oneDNN + ACL) + torch
+    epilogue; the activation's scale and zero point numbers or (dynamic) tensors."""
+    return _float_out(*args)
+
+
+def _requantized(*args: Any) -> Tensor:
+    """quantize_per_tensor(qlinear(...)): torch._int_mm + torch epilogue, u8 or s8 out."""
+    y = _float_out(*args[:7], *args[11:])  # (x_q, ..., bias) and (post_op, algorithm)
+    return _requantize(y, *args[7:11])  # out_scale, out_zp, out_qmin, out_qmax
+
+
+# the ops' parameters (kernels/ops/logical_ops.py) reach the kernels as *args; the _pt ops
+# take the weight quantized per tensor (ArmInductorQuantizer graphs): scale and zero point
+# are numbers
+_OPS = (
+    "qlinear",
+    "qlinear_dynamic",
+    "qlinear_q",
+    "qlinear_pt",
+    "qlinear_dynamic_pt",
+    "qlinear_q_pt",
+)
+
 if hasattr(torch, "_int_mm"):
-
-    @pdlkit.kernel(implements="qlinear", **_COMMON)
-    def torch_qlinear_aarch64(
-        x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm
-    ) -> Tensor:
-        """act(dequantize(x_q) @ dequantize(w_q).T + bias): torch._int_mm (oneDNN + ACL) + torch epilogue."""
-        return _float_out(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
-
-    @pdlkit.kernel(implements="qlinear_dynamic", **_COMMON)
-    def torch_qlinear_dynamic_aarch64(
-        x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm
-    ) -> Tensor:
-        """qlinear with the activation's scale and zero point as tensors (dynamic quantization)."""
-        return _float_out(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
-
-    @pdlkit.kernel(implements="qlinear_q", **_COMMON)
-    def torch_qlinear_q_aarch64(
-        x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, out_scale, out_zp, out_qmin, out_qmax,
-        post_op, algorithm,
-    ) -> Tensor:  # fmt: skip
-        """quantize_per_tensor(qlinear(...)): torch._int_mm + torch epilogue, u8 or s8 out."""
-        y = _float_out(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
-        return _requantize(y, out_scale, out_zp, out_qmin, out_qmax)
-
-    # the weight quantized per tensor (ArmInductorQuantizer graphs): scale and zero point are numbers
-
-    @pdlkit.kernel(implements="qlinear_pt", **_COMMON)
-    def torch_qlinear_pt_aarch64(
-        x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm
-    ) -> Tensor:
-        """qlinear with a per-tensor weight scale: torch._int_mm (oneDNN + ACL) + torch epilogue."""
-        return _float_out(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
-
-    @pdlkit.kernel(implements="qlinear_dynamic_pt", **_COMMON)
-    def torch_qlinear_dynamic_pt_aarch64(
-        x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm
-    ) -> Tensor:
-        """qlinear_dynamic with a per-tensor weight scale."""
-        return _float_out(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
-
-    @pdlkit.kernel(implements="qlinear_q_pt", **_COMMON)
-    def torch_qlinear_q_pt_aarch64(
-        x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, out_scale, out_zp, out_qmin, out_qmax,
-        post_op, algorithm,
-    ) -> Tensor:  # fmt: skip
-        """qlinear_q with a per-tensor weight scale, u8 or s8 out."""
-        y = _float_out(x_q, x_scale, x_zp, w_q, w_scale, w_zp, bias, post_op, algorithm)
-        return _requantize(y, out_scale, out_zp, out_qmin, out_qmax)
+    for _op in _OPS:
+        _name = f"torch_{_op}_aarch64"
+        _fn = _requantized if _op.startswith("qlinear_q") else _float
+        globals()[_name] = pdlkit.kernel(implements=_op, name=_name, **_COMMON)(_fn)
