@@ -33,6 +33,8 @@ import platform
 import sys
 from pathlib import Path
 
+from measure import write_report  # benchmarks/measure.py
+
 HERE = Path(__file__).resolve().parent
 BLADEDISC_YITIAN = {"PyTorch FP32 (BladeDISC's table)": 127.8, "BladeDISC int8": 31.1}
 
@@ -141,10 +143,7 @@ def main() -> int:
     lines += ["", "BladeDISC's published Yitian figures (one core, same model and batch):", ""]
     lines += [f"- {k}: {v} ms" for k, v in BLADEDISC_YITIAN.items()]
     lines.append(f"- pdlkit int8 here: {med['pdlkit-int8']:.2f} ms")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    write_report(args.out, "\n".join(lines) + "\n")
     return 0
 
 

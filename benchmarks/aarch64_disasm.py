@@ -29,6 +29,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))  # benchmarks/machine.py, also when imported
 
 from machine import provenance  # noqa: E402  benchmarks/machine.py
+from measure import write_report  # noqa: E402  benchmarks/measure.py
 
 # MACs one instruction does (128-bit vectors): SMMLA/USMMLA 2x8 . 8x2 int8; BFMMLA 2x4 . 4x2
 # bf16; SDOT 4 lanes x 4 int8; FMLA 4 fp32 lanes.
@@ -226,11 +227,7 @@ def main() -> int:
         from pdlkit.runtime_abi.native_build import build_library
 
         lib = build_library(arch="aarch64")
-    text = report(lib)
-    print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
-    print(f"written: {args.out}")
+    write_report(args.out, report(lib))
     return 0
 
 

@@ -52,6 +52,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from machine import cpu_model, provenance  # benchmarks/machine.py
+from measure import md_section, md_table, write_report  # benchmarks/measure.py
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "compile_overhead.md"
@@ -115,127 +116,105 @@ def synthetic() -> tuple[nn.Module, tuple[Any, ...]]:
 # -- the 50-pattern folder --------------------------------------------------------------------------
 
 _FAILING = {
-    # name prefix: (pdl body, what makes it fail)
-    "linear_gelu_rank5": """
-  %x = pdl.operand
-  %w = pdl.operand
-  %b = pdl.operand
-  %t = pdl.type
-  %linear = pdl.operation "torch.aten.linear"(%x, %w, %b : !pdl.value, !pdl.value, !pdl.value) -> (%t : !pdl.type)
-  %y = pdl.result 0 of %linear
-  %approximate = pdl.operand
-  %gelu = pdl.operation "torch.aten.gelu"(%y, %approximate : !pdl.value, !pdl.value) -> (%t : !pdl.type)
-  %r = pdl.attribute = 5
-  pdl.apply_native_constraint "has_rank"(%x, %r : !pdl.value, !pdl.attribute)
-  pdl.rewrite %gelu {
-    %op = pdl.attribute = "never_linear_gelu"
-    pdl.apply_native_rewrite "pdlkit_call"(%op, %x, %w, %b, %gelu : !pdl.attribute, !pdl.value, !pdl.value, !pdl.value, !pdl.operation)
-  }""",
-    "linear_relu_dim7": """
-  %x = pdl.operand
-  %w = pdl.operand
-  %b = pdl.operand
-  %t = pdl.type
-  %linear = pdl.operation "torch.aten.linear"(%x, %w, %b : !pdl.value, !pdl.value, !pdl.value) -> (%t : !pdl.type)
-  %y = pdl.result 0 of %linear
-  %relu = pdl.operation "torch.aten.relu"(%y : !pdl.value) -> (%t : !pdl.type)
-  %d = pdl.attribute = 0
-  %n = pdl.attribute = 7
-  pdl.apply_native_constraint "dim_equals"(%w, %d, %n : !pdl.value, !pdl.attribute, !pdl.attribute)
-  pdl.rewrite %relu {
-    %op = pdl.attribute = "never_linear_relu"
-    pdl.apply_native_rewrite "pdlkit_call"(%op, %x, %w, %b, %relu : !pdl.attribute, !pdl.value, !pdl.value, !pdl.value, !pdl.operation)
-  }""",
-    "add_rank5": """
-  %a = pdl.operand
-  %b = pdl.operand
-  %alpha = pdl.operand
-  %t = pdl.type
-  %add = pdl.operation "torch.aten.add.Tensor"(%a, %b, %alpha : !pdl.value, !pdl.value, !pdl.value) -> (%t : !pdl.type)
-  %r = pdl.attribute = 5
-  pdl.apply_native_constraint "is_float_tensor"(%a : !pdl.value)
-  pdl.apply_native_constraint "has_rank"(%a, %r : !pdl.value, !pdl.attribute)
-  pdl.rewrite %add {
-    %op = pdl.attribute = "never_add"
-    pdl.apply_native_rewrite "pdlkit_call"(%op, %a, %b, %add : !pdl.attribute, !pdl.value, !pdl.value, !pdl.operation)
-  }""",
-    "mul_f64": """
-  %a = pdl.operand
-  %b = pdl.operand
-  %t = pdl.type
-  %mul = pdl.operation "torch.aten.mul.Tensor"(%a, %b : !pdl.value, !pdl.value) -> (%t : !pdl.type)
-  %dt = pdl.attribute = "float64"
-  pdl.apply_native_constraint "has_dtype"(%a, %dt : !pdl.value, !pdl.attribute)
-  pdl.rewrite %mul {
-    %op = pdl.attribute = "never_mul"
-    pdl.apply_native_rewrite "pdlkit_call"(%op, %a, %b, %mul : !pdl.attribute, !pdl.value, !pdl.value, !pdl.operation)
-  }""",
-    "layer_norm_rank5": """
-  %x = pdl.operand
-  %shape = pdl.operand
-  %w = pdl.operand
-  %b = pdl.operand
-  %eps = pdl.operand
-  %cudnn = pdl.operand
-  %t = pdl.type
-  %ln = pdl.operation "torch.aten.layer_norm"(%x, %shape, %w, %b, %eps, %cudnn : !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value) -> (%t : !pdl.type)
-  pdl.apply_native_constraint "is_constant"(%eps : !pdl.value)
-  %r = pdl.attribute = 5
-  pdl.apply_native_constraint "has_rank"(%x, %r : !pdl.value, !pdl.attribute)
-  pdl.rewrite %ln {
-    %op = pdl.attribute = "never_layer_norm"
-    pdl.apply_native_rewrite "pdlkit_call"(%op, %x, %w, %b, %eps, %ln : !pdl.attribute, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.operation)
-  }""",
-    "add_layer_norm_k7": """
-  %a = pdl.operand
-  %b = pdl.operand
-  %alpha = pdl.operand
-  %t = pdl.type
-  %add = pdl.operation "torch.aten.add.Tensor"(%a, %b, %alpha : !pdl.value, !pdl.value, !pdl.value) -> (%t : !pdl.type)
-  %s = pdl.result 0 of %add
-  %shape = pdl.operand
-  %w = pdl.operand
-  %bias = pdl.operand
-  %eps = pdl.operand
-  %cudnn = pdl.operand
-  %ln = pdl.operation "torch.aten.layer_norm"(%s, %shape, %w, %bias, %eps, %cudnn : !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value) -> (%t : !pdl.type)
-  pdl.apply_native_constraint "single_use"(%s : !pdl.value)
-  %d = pdl.attribute = -1
-  %k = pdl.attribute = 7
-  pdl.apply_native_constraint "dim_divisible_by"(%a, %d, %k : !pdl.value, !pdl.attribute, !pdl.attribute)
-  pdl.rewrite %ln {
-    %op = pdl.attribute = "never_add_layer_norm"
-    pdl.apply_native_rewrite "pdlkit_call"(%op, %a, %b, %w, %bias, %eps, %ln : !pdl.attribute, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.operation)
-  }""",
-    "linear_add_bf16": """
-  %x = pdl.operand
-  %w = pdl.operand
-  %b = pdl.operand
-  %t = pdl.type
-  %linear = pdl.operation "torch.aten.linear"(%x, %w, %b : !pdl.value, !pdl.value, !pdl.value) -> (%t : !pdl.type)
-  %y = pdl.result 0 of %linear
-  %r = pdl.operand
-  %alpha = pdl.operand
-  %add = pdl.operation "torch.aten.add.Tensor"(%y, %r, %alpha : !pdl.value, !pdl.value, !pdl.value) -> (%t : !pdl.type)
-  %dt = pdl.attribute = "bf16"
-  pdl.apply_native_constraint "has_dtype"(%x, %dt : !pdl.value, !pdl.attribute)
-  pdl.rewrite %add {
-    %op = pdl.attribute = "never_linear_add"
-    pdl.apply_native_rewrite "pdlkit_call"(%op, %x, %w, %b, %r, %add : !pdl.attribute, !pdl.value, !pdl.value, !pdl.value, !pdl.value, !pdl.operation)
-  }""",
-    "sigmoid_mul_f16": """
-  %x = pdl.operand
-  %t = pdl.type
-  %sig = pdl.operation "torch.aten.sigmoid"(%x : !pdl.value) -> (%t : !pdl.type)
-  %s = pdl.result 0 of %sig
-  %mul = pdl.operation "torch.aten.mul.Tensor"(%s, %x : !pdl.value, !pdl.value) -> (%t : !pdl.type)
-  %dt = pdl.attribute = "f16"
-  pdl.apply_native_constraint "has_dtype"(%x, %dt : !pdl.value, !pdl.attribute)
-  pdl.rewrite %mul {
-    %op = pdl.attribute = "never_silu"
-    pdl.apply_native_rewrite "pdlkit_call"(%op, %x, %mul : !pdl.attribute, !pdl.value, !pdl.operation)
-  }""",
+    # name prefix: (operands, ops as "aten_op(args)", native constraints as "name(values; attributes)",
+    # the call the rewrite makes) -- what makes it fail is its constraint
+    "linear_gelu_rank5": (
+        "x w b approximate",
+        ["linear(x, w, b)", "gelu(linear, approximate)"],
+        ["has_rank(x; 5)"],
+        "never_linear_gelu(x, w, b)",
+    ),
+    "linear_relu_dim7": (
+        "x w b",
+        ["linear(x, w, b)", "relu(linear)"],
+        ["dim_equals(w; 0, 7)"],
+        "never_linear_relu(x, w, b)",
+    ),
+    "add_rank5": (
+        "a b alpha",
+        ["add.Tensor(a, b, alpha)"],
+        ["is_float_tensor(a)", "has_rank(a; 5)"],
+        "never_add(a, b)",
+    ),
+    "mul_f64": ("a b", ["mul.Tensor(a, b)"], ['has_dtype(a; "float64")'], "never_mul(a, b)"),
+    "layer_norm_rank5": (
+        "x shape w b eps cudnn",
+        ["layer_norm(x, shape, w, b, eps, cudnn)"],
+        ["is_constant(eps)", "has_rank(x; 5)"],
+        "never_layer_norm(x, w, b, eps)",
+    ),
+    "add_layer_norm_k7": (
+        "a b alpha shape w bias eps cudnn",
+        ["add.Tensor(a, b, alpha)", "layer_norm(add, shape, w, bias, eps, cudnn)"],
+        ["single_use(add)", "dim_divisible_by(a; -1, 7)"],
+        "never_add_layer_norm(a, b, w, bias, eps)",
+    ),
+    "linear_add_bf16": (
+        "x w b r alpha",
+        ["linear(x, w, b)", "add.Tensor(linear, r, alpha)"],
+        ['has_dtype(x; "bf16")'],
+        "never_linear_add(x, w, b, r)",
+    ),
+    "sigmoid_mul_f16": (
+        "x",
+        ["sigmoid(x)", "mul.Tensor(sigmoid, x)"],
+        ['has_dtype(x; "f16")'],
+        "never_silu(x)",
+    ),
 }
+
+
+def _call(spec: str) -> tuple[str, list[str], list[str]]:
+    """``"name(a, b; 1, 2)"`` -> name, value arguments, attribute arguments."""
+    name, _, args = spec.rstrip(")").partition("(")
+    values, _, attrs = args.partition(";")
+    return (
+        name,
+        values.replace(",", " ").split(),
+        [a.strip() for a in attrs.split(",") if a.strip()],
+    )
+
+
+def _kinds(*groups: tuple[int, str]) -> str:
+    return ", ".join(f"!pdl.{kind}" for n, kind in groups for _ in range(n))
+
+
+def pattern_body(operands: str, ops: list[str], constraints: list[str], call: str) -> str:
+    """A failing pattern's body: each op an operation of type %t named after it (an argument
+    naming an earlier op reads its result 0), its constraints, the rewrite of the last op."""
+    lines = [f"  %{n} = pdl.operand" for n in operands.split()] + ["  %t = pdl.type"]
+    produced: set[str] = set()
+    read: set[str] = set()
+
+    def values(names: list[str]) -> list[str]:
+        for n in names:
+            if n in produced and n not in read:
+                lines.append(f"  %{n}_0 = pdl.result 0 of %{n}")
+                read.add(n)
+        return [f"%{n}_0" if n in produced else f"%{n}" for n in names]
+
+    for op in ops:
+        name, args, _ = _call(op)
+        var, vals = name.split(".")[0], values(args)
+        sig = f"{', '.join(vals)} : {_kinds((len(vals), 'value'))}"
+        lines.append(f'  %{var} = pdl.operation "torch.aten.{name}"({sig}) -> (%t : !pdl.type)')
+        produced.add(var)
+    for i, constraint in enumerate(constraints):
+        name, args, attrs = _call(constraint)
+        vals = values(args) + [f"%c{i}_{j}" for j in range(len(attrs))]
+        lines += [f"  %c{i}_{j} = pdl.attribute = {a}" for j, a in enumerate(attrs)]
+        kinds = _kinds((len(args), "value"), (len(attrs), "attribute"))
+        lines.append(f'  pdl.apply_native_constraint "{name}"({", ".join(vals)} : {kinds})')
+    op, args, _ = _call(call)
+    root = var
+    kinds = _kinds((1, "attribute"), (len(args), "value"), (1, "operation"))
+    lines += [
+        f"  pdl.rewrite %{root} {{",
+        f'    %op = pdl.attribute = "{op}"',
+        f'    pdl.apply_native_rewrite "pdlkit_call"(%op, {", ".join("%" + a for a in args)}, %{root} : {kinds})',
+        "  }",
+    ]
+    return "\n" + "\n".join(lines)
 
 
 def write_patterns(folder: Path, shipped: Path, total: int = 50) -> list[str]:
@@ -248,7 +227,7 @@ def write_patterns(folder: Path, shipped: Path, total: int = 50) -> list[str]:
     for src in sorted(shipped.glob("cpu/*.pdl.mlir")):
         (folder / src.name).write_text(src.read_text())
         names.append(src.name)
-    kinds = list(_FAILING.items())
+    kinds = [(kind, pattern_body(*spec)) for kind, spec in _FAILING.items()]
     i = 0
     while len(names) < total:
         kind, body = kinds[i % len(kinds)]
@@ -446,15 +425,15 @@ def table(results: list[Result]) -> list[str]:
         "| model | nodes (Dynamo / ATen) | retrace ms | import ms | apply ms | rewrite ms | MLIR part ms "
         "| whole pass ms | Inductor compile ms (warm) | pass / Inductor | substitutions |"
     )
-    rows = [head, "|" + "---|" * (head.count("|") - 1)]
-    for r in results:
-        p = r.phases_ms
-        rows.append(
-            f"| {r.model} | {r.dynamo_nodes} / {r.aten_nodes} | {p['retrace']:.1f} | {p['mlir_import']:.1f} "
-            f"| {p['pdl_apply']:.1f} | {p['fx_rewrite']:.1f} | {r.mlir_ms:.1f} | {r.pass_ms:.1f} "
-            f"| {r.inductor_warm_ms:.0f} | {100 * r.pass_ms / r.inductor_warm_ms:.1f}% | {r.substitutions} |"
-        )
-    return rows
+
+    def row(r: Result) -> list[Any]:
+        phases = [f"{r.phases_ms[phase]:.1f}" for phase in PHASES]
+        ratio = f"{100 * r.pass_ms / r.inductor_warm_ms:.1f}%"
+        nodes = f"{r.dynamo_nodes} / {r.aten_nodes}"
+        ms = [f"{r.mlir_ms:.1f}", f"{r.pass_ms:.1f}", f"{r.inductor_warm_ms:.0f}"]
+        return [r.model, nodes, *phases, *ms, ratio, r.substitutions]
+
+    return md_table(head, map(row, results))
 
 
 def details(results: list[Result]) -> list[str]:
@@ -463,16 +442,16 @@ def details(results: list[Result]) -> list[str]:
         "| Inductor cold ms | pass / Inductor cold | Inductor runs ms (cold, warm...) "
         "| Inductor on pdlkit output ms | near misses | load avg 1/5/15 min |"
     )
-    rows = [head, "|" + "---|" * (head.count("|") - 1)]
-    for r in results:
-        rows.append(
-            f"| {r.model} | {r.patterns} | {r.load_plan_ms:.0f} | {r.first_pass_ms:.0f} "
-            f"| {', '.join(f'{x:.0f}' for x in r.pass_runs)} | {r.other_ms:.1f} "
-            f"| {r.inductor_cold_ms:.0f} | {100 * r.pass_ms / r.inductor_cold_ms:.1f}% "
-            f"| {', '.join(f'{x:.0f}' for x in r.inductor_runs)} | {r.inductor_rewritten_ms:.0f} "
-            f"| {r.near_misses} | {' / '.join(f'{x:.2f}' for x in r.load_avg)} |"
-        )
-    return rows
+
+    def row(r: Result) -> list[Any]:
+        runs = [", ".join(f"{x:.0f}" for x in xs) for xs in (r.pass_runs, r.inductor_runs)]
+        cold = [f"{r.inductor_cold_ms:.0f}", f"{100 * r.pass_ms / r.inductor_cold_ms:.1f}%"]
+        first = [f"{r.load_plan_ms:.0f}", f"{r.first_pass_ms:.0f}"]
+        load = " / ".join(f"{x:.2f}" for x in r.load_avg)
+        after = [f"{r.inductor_rewritten_ms:.0f}", r.near_misses, load]
+        return [r.model, r.patterns, *first, runs[0], f"{r.other_ms:.1f}", *cold, runs[1], *after]
+
+    return md_table(head, map(row, results))
 
 
 def targets(results: list[Result]) -> list[str]:
@@ -527,14 +506,8 @@ def render(results: list[Result], args: argparse.Namespace, total_s: float, sour
         "phases plus *other* (the rest of `run_pass`, e.g. printing graphs for a report; see Details).",
         "",
         *table(results),
-        "",
-        "## Targets",
-        "",
-        *targets(results),
-        "",
-        "## Details",
-        "",
-        *details(results),
+        *md_section("Targets", *targets(results)),
+        *md_section("Details", *details(results)),
         "",
         "Models: bert-mini = `BertConfig(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, "
         "intermediate_size=1024)`, input_ids 8 x 64; BERT-base = `BertConfig()`, 1 x 128; both random "
@@ -630,10 +603,7 @@ def main() -> int:
             del model
             torch._dynamo.reset()
     text = render(results, args, time.perf_counter() - start, source)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
-    print("\n" + text)
-    print(f"written to {args.out}")
+    write_report(args.out, text)
     return 0
 
 

@@ -10,14 +10,20 @@ ROOT = Path(__file__).resolve().parent.parent
 _SOURCES = ("patterns", "kernels", "pdlkit", "matcher", "runtime_abi", "quantization")
 
 
-def cpu_model() -> str:
+def _cpuinfo(field: str) -> str | None:
+    """What follows the colon of /proc/cpuinfo's first ``field`` line; None where there is none."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+            if line.startswith(field):
+                return line.split(":", 1)[1]
     except OSError:
         pass
-    return "unknown"
+    return None
+
+
+def cpu_model() -> str:
+    model = _cpuinfo("model name")
+    return "unknown" if model is None else model.strip()
 
 
 def provenance() -> str:
@@ -46,13 +52,7 @@ def provenance() -> str:
 
 
 def _flags() -> list[str]:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return line.split(":", 1)[1].split()
-    except OSError:
-        pass
-    return []
+    return (_cpuinfo("flags") or "").split()
 
 
 def cpu_flags() -> str:

@@ -24,18 +24,9 @@ from typing import Any
 
 import torch
 from machine import ROOT  # benchmarks/machine.py
-from stress_threads import header, measure, table
+from stress_threads import Net, header, measure, table
 
 import pdlkit
-
-
-class MLP(torch.nn.Module):
-    def __init__(self, d: int = 64, h: int = 256):
-        super().__init__()
-        self.fc1, self.fc2 = torch.nn.Linear(d, h), torch.nn.Linear(h, d)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.sigmoid(self.fc2(torch.relu(self.fc1(x))))
 
 
 class Counting:
@@ -51,7 +42,7 @@ def recompilations() -> list[dict[str, Any]]:
     from torch._inductor.compile_fx import compile_fx
 
     torch.manual_seed(0)
-    model = MLP().eval()
+    model = Net(64, 256).eval()
     rows = []
     for mode in ("automatic dynamic shapes", "mark_dynamic(x, 0)"):
         row: dict[str, Any] = {"mode": mode}
@@ -83,7 +74,7 @@ def rss_bytes() -> int:
 def memory(calls: int = 10_000) -> dict[str, Any]:
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    model = MLP().eval()
+    model = Net(64, 256).eval()
     x = torch.randn(8, 64)
     torch._dynamo.reset()
     with torch.no_grad():
@@ -113,7 +104,7 @@ def memory(calls: int = 10_000) -> dict[str, Any]:
 
 def training(steps: int = 5) -> dict[str, Any]:
     torch.manual_seed(0)
-    eager = MLP()
+    eager = Net(64, 256)
     mine = copy.deepcopy(eager)
     x, target = torch.randn(32, 64), torch.randn(32, 64)
 

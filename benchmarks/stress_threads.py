@@ -32,6 +32,8 @@ THREAD_COUNTS = (1, 2, 4, 8)
 
 
 class Net(torch.nn.Module):
+    """linear -> relu -> linear -> sigmoid (also benchmarks/reliability.py's model)."""
+
     def __init__(self, d: int = 128, h: int = 512):
         super().__init__()
         self.fc1, self.fc2 = torch.nn.Linear(d, h), torch.nn.Linear(h, d)

@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 import warnings
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from measure import interleaved  # benchmarks/measure.py
 
 
 def inputs(b: int, h: int, s: int, d: int) -> tuple[torch.Tensor, ...]:
@@ -85,7 +85,6 @@ def timing(label: str, shape: tuple[int, int, int, int], rounds: int, calls: int
         "compiled": lambda: compiled(q, k, v, mask),
         "decl.fn": lambda: decl.fn(q, k, v, mask, 0, scale, out_scale, out_zp, 0, 255),
     }
-    times: dict[str, list[float]] = {n: [] for n in variants}
     with torch.no_grad():
         want = variants["eager"]()
         for name in ("compiled", "decl.fn"):
@@ -95,12 +94,7 @@ def timing(label: str, shape: tuple[int, int, int, int], rounds: int, calls: int
         for f in variants.values():
             for _ in range(3):
                 f()
-        for _ in range(rounds):
-            for name, f in variants.items():
-                t0 = time.perf_counter()
-                for _ in range(calls):
-                    f()
-                times[name].append((time.perf_counter() - t0) / calls)
+        times = interleaved(variants, rounds, calls)
     base = statistics.median(times["eager"])
     print(f"{label} {list(shape)}, 1 thread, {rounds} interleaved rounds x {calls} calls:")
     for name, t in times.items():

@@ -60,7 +60,7 @@ from typing import Any
 
 import torch
 from machine import cpu_flags, cpu_model, provenance  # benchmarks/machine.py
-from measure import last_hidden, p10  # benchmarks/measure.py
+from measure import last_hidden, md_section, md_table, p10, write_report  # benchmarks/measure.py
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "x86_bert.md"
@@ -260,25 +260,27 @@ def run_case(case: Case, args: argparse.Namespace) -> CaseResult:
         "int8": ("PT2E converted, eager", ref_int8),
     }
 
+    # configuration: how it compiles, which model, the reference its outputs are held to
+    compilers: dict[str, Callable[[Any], Any]] = {
+        "eager": lambda m: m,
+        "inductor": torch.compile,
+        "pdlkit": pdlkit.optimize,
+    }
+    plans = {
+        "fp32-eager": ("eager", model, "fp32"),
+        "fp32-inductor": ("inductor", model, "fp32"),
+        "bf16-inductor": ("inductor", model_bf16, "bf16"),
+        "int8-inductor": ("inductor", converted, "int8"),
+        "pdlkit-int8": ("pdlkit", converted, "int8"),
+        "pdlkit-bf16": ("pdlkit", model_bf16, "bf16"),
+    }
+
     def make(cfg: str) -> tuple[Callable[[], Any], str]:
-        if cfg == "fp32-eager":
-            return (lambda: model(ids)), "fp32"
-        if cfg == "fp32-inductor":
-            c = torch.compile(model)
-            return (lambda: c(ids)), "fp32"
-        if cfg == "bf16-inductor":
-            c = torch.compile(model_bf16)
-            return (lambda: c(ids)), "bf16"
-        if cfg == "int8-inductor":
-            c = torch.compile(converted)
-            return (lambda: c(ids)), "int8"
-        if cfg == "pdlkit-int8":
-            c = pdlkit.optimize(converted)
-            return (lambda: c(ids)), "int8"
-        if cfg == "pdlkit-bf16":
-            c = pdlkit.optimize(model_bf16)
-            return (lambda: c(ids)), "bf16"
-        raise ValueError(cfg)
+        if cfg not in plans:
+            raise ValueError(cfg)
+        how, m, ref = plans[cfg]
+        c = compilers[how](m)
+        return (lambda: c(ids)), ref
 
     wanted = args.configs.split(",")
     # Rounds: every configuration is measured once per round (compiled afresh after a
@@ -565,39 +567,39 @@ def table(results: list[CaseResult]) -> list[str]:
         "| latency / PyTorch int8 (median) | latency / PyTorch int8 (p10) | cos vs FP32 "
         "| max abs err (reference) |"
     )
-    rows = [head, "|" + "---|" * (head.count("|") - 1)]
-    for r in results:
-        base = r.timings.get("fp32-eager")
-        peer = r.timings.get(PEER)
-        for cfg, label in CONFIGS:
-            t = r.timings.get(cfg)
-            if t is None:
-                continue
-            q1, q3 = t.quartiles()
-            speed = fmt_ratio(base.median / t.median) if base else "-"
-            vs_peer = fmt_ratio(t.median / peer.median) if peer else "-"
-            vs_peer10 = fmt_ratio(t.p10 / peer.p10) if peer else "-"
-            err = "-" if cfg == "fp32-eager" else f"{t.max_abs:.3g} ({t.reference})"
-            name = f"**{label}**" if cfg.startswith("pdlkit") else label
-            rows.append(
-                f"| {r.case.name} | {name} | {t.median:.2f} | {q1:.2f}-{q3:.2f} | {t.p10:.2f} "
-                f"| {speed} | {vs_peer} | {vs_peer10} | {t.cosine:.5f} | {err} |"
-            )
-    return rows
+
+    def row(r: CaseResult, cfg: str, label: str) -> list[str]:
+        t, base, peer = r.timings[cfg], r.timings.get("fp32-eager"), r.timings.get(PEER)
+        q1, q3 = t.quartiles()
+        speed = fmt_ratio(base.median / t.median) if base else "-"
+        vs_peer = (
+            [fmt_ratio(t.median / peer.median), fmt_ratio(t.p10 / peer.p10)] if peer else ["-"] * 2
+        )
+        err = "-" if cfg == "fp32-eager" else f"{t.max_abs:.3g} ({t.reference})"
+        name = f"**{label}**" if cfg.startswith("pdlkit") else label
+        ms = [f"{t.median:.2f}", f"{q1:.2f}-{q3:.2f}", f"{t.p10:.2f}"]
+        return [r.case.name, name, *ms, speed, *vs_peer, f"{t.cosine:.5f}", err]
+
+    return md_table(head, (row(r, c, lb) for r in results for c, lb in CONFIGS if c in r.timings))
 
 
 def gemm_rows(results: list[CaseResult]) -> list[str]:
     head = "| case | model | substituted / linears | share of linear FLOPs | by pattern | kernel calls / fallbacks (last round: compiling, warm-up and timed calls) |"
-    rows = [head, "|" + "---|" * (head.count("|") - 1)]
-    for r in results:
-        for k, g in r.gemms.items():
-            s = r.stats.get(f"pdlkit-{k}", {})
-            by = ", ".join(f"{p} {n}" for p, n in sorted(g.counts.items())) or "none"
-            rows.append(
-                f"| {r.case.name} | {k} | {g.substituted} / {g.linears} | {100 * g.flop_share:.0f}% "
-                f"| {by} | {s.get('kernel_calls', '-')} / {s.get('fallbacks', '-')} |"
-            )
-    return rows
+
+    def row(r: CaseResult, k: str, g: Any) -> list[str]:
+        s = r.stats.get(f"pdlkit-{k}", {})
+        by = ", ".join(f"{p} {n}" for p, n in sorted(g.counts.items())) or "none"
+        calls = f"{s.get('kernel_calls', '-')} / {s.get('fallbacks', '-')}"
+        return [
+            r.case.name,
+            k,
+            f"{g.substituted} / {g.linears}",
+            f"{100 * g.flop_share:.0f}%",
+            by,
+            calls,
+        ]
+
+    return md_table(head, (row(r, k, g) for r in results for k, g in r.gemms.items()))
 
 
 GEMM_TARGET = 0.85  # in-model GEMM rate / single-core limit (issue 4: within 15%)
@@ -699,18 +701,22 @@ def details(results: list[CaseResult]) -> list[str]:
         "| case | configuration | compile s (1st call, round 1) | timed calls | medians per round ms "
         "| min ms | load avg 1/5/15 after |"
     )
-    rows = [head, "|" + "---|" * (head.count("|") - 1)]
-    for r in results:
-        for cfg, label in CONFIGS:
-            t = r.timings.get(cfg)
-            if t is None:
-                continue
-            rows.append(
-                f"| {r.case.name} | {label} | {t.compile_s:.1f} | {len(t.runs_ms)} "
-                f"| {', '.join(f'{m:.2f}' for m in t.round_medians)} | {min(t.runs_ms):.2f} "
-                f"| {' / '.join(f'{x:.2f}' for x in t.load_avg)} |"
-            )
-    return rows
+
+    def row(r: CaseResult, cfg: str, label: str) -> list[Any]:
+        t = r.timings[cfg]
+        medians = ", ".join(f"{m:.2f}" for m in t.round_medians)
+        load = " / ".join(f"{x:.2f}" for x in t.load_avg)
+        return [
+            r.case.name,
+            label,
+            f"{t.compile_s:.1f}",
+            len(t.runs_ms),
+            medians,
+            f"{min(t.runs_ms):.2f}",
+            load,
+        ]
+
+    return md_table(head, (row(r, c, lb) for r in results for c, lb in CONFIGS if c in r.timings))
 
 
 def paired_rows(results: list[CaseResult]) -> list[str]:
@@ -812,14 +818,8 @@ def render(
             "FP32 eager / pdlkit (higher is faster).",
             "",
             *paired_rows(results),
-            "",
-            "## Targets (issue 4)",
-            "",
-            *targets(results),
-            "",
-            "## Details",
-            "",
-            *details(results),
+            *md_section("Targets (issue 4)", *targets(results)),
+            *md_section("Details", *details(results)),
             "",
             "Models: bert-mini = `BertConfig(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, "
             "intermediate_size=1024)`; BERT-base = `BertConfig()`; random weights (seed 0), eval mode, "
@@ -892,10 +892,7 @@ def main() -> int:
     text = render(
         results, sys.argv[1:], time.perf_counter() - start, source, load_start, args.warmup, plan
     )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
-    print("\n" + text)
-    print(f"written to {args.out}")
+    write_report(args.out, text)
     return 0
 
 

@@ -28,12 +28,11 @@ import platform
 import shutil
 import statistics
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
+from measure import interleaved  # benchmarks/measure.py
 from torch import nn
 
 
@@ -86,17 +85,6 @@ def _randomize_bn(model: nn.Module) -> None:
             m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
 
 
-def _windows(fns: dict[str, Callable[[], Any]], rounds: int, calls: int) -> dict[str, list[float]]:
-    per_call: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            per_call[name].append((time.perf_counter() - t0) / calls)
-    return per_call
-
-
 def _without_qconv(tmp: Path) -> Path:
     """The shipped kernel folder without the qconv kernels (their patterns stay near misses)."""
     from pdlkit.config import shipped_kernels
@@ -134,7 +122,7 @@ def measure(
         without(x)
         fns = {"fp32 eager": lambda: model(x), "PyTorch int8": lambda: peer(x),
                "pdlkit int8": lambda: mine(x), "pdlkit int8, no qconv kernels": lambda: without(x)}  # fmt: skip
-        times = _windows(fns, rounds, calls)
+        times = interleaved(fns, rounds, calls)
     report = pdlkit.explain(q, x, autotune="off")
     ratios = [m / p for m, p in zip(times["pdlkit int8"], times["PyTorch int8"], strict=True)]
     return {
