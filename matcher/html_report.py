@@ -262,10 +262,8 @@ def _svg(g: GraphReport, colors: dict[str, str], roots: dict[str, str | None]) -
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">'
     ]
-    for n in nodes:
-        if n.name not in pos:
-            continue
-        x, y = pos[n.name]
+    placed = [(n, *pos[n.name]) for n in nodes if n.name in pos]
+    for n, x, y in placed:
         for i in n.inputs:
             if i in pos:
                 sx, sy = pos[i][0] + W // 2, pos[i][1] + H
@@ -277,10 +275,7 @@ def _svg(g: GraphReport, colors: dict[str, str], roots: dict[str, str | None]) -
                     f'<path d="M{sx},{sy} C{sx},{my} {tx},{my} {tx},{ty}" fill="none" '
                     f'stroke="{stroke}" stroke-width="{4 if inside else 1}"/>'
                 )
-    for n in nodes:
-        if n.name not in pos:
-            continue
-        x, y = pos[n.name]
+    for n, x, y in placed:
         sub = region.get(n.name)
         fill = (
             colors.get(sub.pattern, PALETTE[0])
