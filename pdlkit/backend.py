@@ -300,6 +300,8 @@ class PdlkitBackend:
             again = rerun if report.kept else None
             args = (gm, traced, example_inputs, report, opts, patches, key, again)
             return whole_graph.faster_graph(*args)
+        if not report.substitutions:
+            whole_graph.nothing_substituted(key, known, report)
         return cast(Callable[..., Any], compile_fx(chosen, example_inputs, config_patches=patches))
 
     def _without_matcher(

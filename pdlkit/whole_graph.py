@@ -5,8 +5,9 @@
     after:  the substituted graph is timed against Inductor's code for Dynamo's graph (and,
             where some sites kept their subgraph, against the graph with a kernel at every
             site); the fastest runs. The verdict is cached per host: a graph Inductor won is
-            compiled by Inductor alone the next time, with no re-trace and no matching; a
-            graph the kernels-only variant won is matched with ``keep_sites=False`` directly.
+            compiled by Inductor alone the next time, with no re-trace and no matching (so is
+            a graph in which nothing was substituted); a graph the kernels-only variant won is
+            matched with ``keep_sites=False`` directly.
 
 The timing itself, its shortcuts and the cache keys are in :mod:`pdlkit.matcher.graph_guard`;
 this module connects them to a compilation (``pdlkit.backend.PdlkitBackend``).
@@ -53,6 +54,15 @@ def known(key: str, opts: Options) -> str | None:
     if not key or resolve_mode(opts.autotune) != "cached":
         return None
     return graph_guard.known_verdict(key)
+
+
+def nothing_substituted(key: str, known: str | None, report: GraphReport) -> None:
+    """Remember a measured graph in which nothing was substituted (every site measured faster
+    kept, or nothing matched) as Inductor's: the next compilation of it, in this process or
+    another, skips the re-trace and matching (seen on a Xeon with AMX: FP32 bert-mini, every
+    site kept, second compile 2.3 s against Inductor's 1.4 s)."""
+    if key and known is None and not report.skipped:
+        graph_guard.remember(key, Decision(graph_guard.INDUCTOR, [], "measured"))
 
 
 def compile_inductor(

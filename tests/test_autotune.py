@@ -564,3 +564,15 @@ def test_the_subgraph_is_compiled_only_on_request(folders, monkeypatch):
         Chain(), *inputs(), patterns=p, kernels=k, autotune="full"
     ).substitutions
     assert compiled == [1] and "(Inductor)" in sub.tuning and sub.kernel == "fast_chain"
+
+
+def test_a_graph_where_every_site_kept_its_subgraph_is_not_matched_again(folders):
+    """Nothing substituted (the only kernel measured slower): the next compilation of the
+    graph (a new process, the decision cache warm) is Inductor's alone, with no re-trace,
+    matching or tuning."""
+    p, k = folders(SLOW)
+    first = run(p, k, "cached")
+    assert first["substitutions"] == 0 and first["tuning_misses"] == 1
+    second = run(p, k, "cached")
+    assert second["graphs_left_to_inductor"] == 1
+    assert second["tuning_hits"] == 0 and second["tuning_misses"] == 0
