@@ -1,17 +1,24 @@
 """Decode-shaped int8 GEMMs (M = 1..256) on a GPU, and what a launch costs on the host.
 
-    python benchmarks/cuda_decode.py [--out DIR] [--sweep]
+    python benchmarks/cuda_decode.py [--out DIR] [--sweep] [--rows M ...]
 
-Part 1, the GEMMs of a Llama layer at M rows: pdlkit's split-K kernel
-(``kernels/cuda/_triton_splitk.py``; ``--sweep`` tries several tile configs and reports the
-best), pdlkit's tiled GEMM (``_triton_gemm.py``), ``torch._int_mm`` + rescale (cuBLASLt) and
-BF16 ``F.linear`` (cuBLAS). Each as GB/s of weights streamed (int8: N x K bytes; BF16: 2 N K)
-against the device-to-device copy rate measured in the same run (bytes read + written).
-Weights rotate over enough copies that L2 (50 MB on an H100) does not hold them.
+Part 1, the GEMMs of a Llama layer at M rows (Llama-2-7B's and Llama-3-style GQA's): pdlkit's
+split-K kernel (``kernels/cuda/_triton_splitk.py``; one weight, or a SwiGLU gate/up pair) and
+grouped kernel (Q, K and V in one launch, ``_triton_fused.py``), ``torch._int_mm`` + rescale
+(cuBLASLt) and BF16 ``F.linear`` (cuBLAS; Q, K, V as one concatenated weight). Each as GB/s of
+weights streamed (int8: N x K bytes; BF16: 2 N K) against the device-to-device copy rate
+measured in the same run (bytes read + written). ``--sweep`` times several tile configs of
+each pdlkit kernel (compiled first in parallel worker processes) and reports the best.
 
-Part 2, host time per call with no synchronization, one small GEMM: pdlkit's op through its
-runner (Triton's Python launcher), the same op traced into an Inductor graph
-(``launched_by_inductor``), and Inductor's own code for ``_int_mm`` + rescale.
+Two timings. ``graph``: a CUDA graph of back-to-back calls over rotating weight copies
+(together over three times L2's 50 MB), its replay time over the calls: a decode step as a
+captured model runs it. ``do_bench``: Triton's, which zeroes a 256 MB buffer before every
+call; the L2 lines that leaves dirty are written back while the GEMM reads (up to L2's size
+of extra traffic), which costs a 16 MB GEMM about as much as its own weights.
+
+Part 2 (without ``--sweep``), host time per call with no synchronization, one small GEMM:
+pdlkit's op through its runner (Triton's Python launcher), the same op traced into an
+Inductor graph (``launched_by_inductor``), and Inductor's own code for ``_int_mm`` + rescale.
 """
 
 from __future__ import annotations
@@ -19,9 +26,14 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
+import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import astuple, dataclass
+from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +42,42 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-# (name, N, K, gated): a Llama-2-7B layer's GEMMs, and Llama-3-style GQA's narrower K/V
+
+@dataclass(frozen=True)
+class Case:
+    """One GEMM of a layer at M rows: ``kind`` linear (one weight [N, K]), gated (gate and up
+    weights, [N, K] each) or grouped (Q, K, V weights [N_g, K] sharing their activation)."""
+
+    m: int
+    name: str
+    ns: tuple[int, ...]
+    k: int
+    kind: str
+
+    @property
+    def nbytes(self) -> int:  # int8 weight bytes streamed per call
+        return sum(self.ns) * self.k * (2 if self.kind == "gated" else 1)
+
+
 SHAPES = [
-    ("qkv each / o 4096x4096", 4096, 4096, False),
-    ("gate+up 11008x4096", 11008, 4096, True),
-    ("down 4096x11008", 4096, 11008, False),
-    ("GQA k/v 1024x4096", 1024, 4096, False),
-    ("GQA gate+up 14336x4096", 14336, 4096, True),
+    ("o (and q, k, v) 4096x4096", (4096,), 4096, "linear"),
+    ("gate+up 11008x4096", (11008,), 4096, "gated"),
+    ("down 4096x11008", (4096,), 11008, "linear"),
+    ("QKV grouped 3 x 4096x4096", (4096, 4096, 4096), 4096, "grouped"),
+    ("GQA k/v 1024x4096", (1024,), 4096, "linear"),
+    ("GQA gate+up 14336x4096", (14336,), 4096, "gated"),
+    ("GQA down 4096x14336", (4096,), 14336, "linear"),
+    ("GQA QKV grouped 4096+2x1024", (4096, 1024, 1024), 4096, "grouped"),
 ]
 ROWS = [1, 16, 64, 256]
+# (BN, BK, SPLIT_K, warps, stages) tried by --sweep, each with BM covering the rows (at most
+# 64), and BM 64 and 128 for more rows
+TILES = [
+    (16, 256, 1, 4, 4), (32, 256, 1, 4, 4), (32, 256, 1, 4, 6), (64, 256, 1, 4, 4),
+    (128, 256, 1, 8, 3), (32, 512, 1, 8, 3), (64, 256, 2, 4, 4), (64, 256, 4, 4, 4),
+    (128, 256, 2, 8, 3), (128, 256, 4, 8, 3), (128, 128, 8, 4, 4),
+]  # fmt: skip
+SMEM = 227 * 1024
 
 
 def bench(fn: Callable[[], Any]) -> float:
@@ -47,16 +86,32 @@ def bench(fn: Callable[[], Any]) -> float:
     return float(triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median"))
 
 
+def graph_ms(calls: Sequence[Callable[[], Any]], replays: int = 7) -> float:
+    """Milliseconds per call of ``calls`` captured back to back in one CUDA graph."""
+    for f in calls[:2]:
+        f()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for f in calls:
+            f()
+    g.replay()
+    times = []
+    for _ in range(replays):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        g.replay()
+        e1.record()
+        e1.synchronize()
+        times.append(e0.elapsed_time(e1))
+    del g
+    return statistics.median(times) / len(calls)
+
+
 def copy_rate() -> float:
     a = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
     b = torch.empty_like(a)
     return 2 * a.numel() / bench(lambda: b.copy_(a)) / 1e6  # GB/s, read + written
-
-
-def _weights(n: int, k: int, copies: int, dtype: torch.dtype) -> list[torch.Tensor]:
-    if dtype == torch.int8:
-        return [torch.randint(-127, 128, (n, k), dtype=dtype, device="cuda") for _ in range(copies)]
-    return [torch.randn(n, k, device="cuda").to(dtype) for _ in range(copies)]
 
 
 def _rotating(fns: Sequence[Callable[[], Any]]) -> Callable[[], Any]:
@@ -69,110 +124,171 @@ def _rotating(fns: Sequence[Callable[[], Any]]) -> Callable[[], Any]:
     return call
 
 
-def split_configs(m: int, n: int, k: int, gated: bool, sweep: bool) -> list[Any]:
+def _rotation(fns: Sequence[Callable[[], Any]], calls: int = 24) -> list[Callable[[], Any]]:
+    """At least ``calls`` calls cycling over ``fns`` (one per weight copy)."""
+    return [fns[i % len(fns)] for i in range(max(calls, len(fns)))]
+
+
+# -- the kernels under test ---------------------------------------------------------------------
+
+
+def candidates(case: Case, sweep: bool) -> list[Any]:
+    """None (the kernel's own pick), then with ``sweep`` the TILES that fit the case."""
+    from pdlkit.kernels.cuda._triton_splitk import SplitConfig
+
+    if not sweep:
+        return [None]
+    m, k = case.m, case.k
+    gated = case.kind == "gated"
+    out: list[Any] = [None]
+    for bm in [min(64, max(16, 1 << (m - 1).bit_length()))] if m <= 64 else [64, 128]:
+        for bn, bk, split, warps, stages in TILES:
+            tiles = sum(-(-n // bn) for n in case.ns) * -(-m // bm)
+            smem = stages * bk * (bm + bn * (2 if gated else 1))
+            if (
+                (case.kind == "grouped" and split > 1)
+                or (m >= 128 and bn < 32)
+                or k // (bk * split) < 2
+                or not 32 <= tiles * split <= 4096
+                or smem > SMEM
+            ):
+                continue
+            out.append(SplitConfig(bm, bn, bk, split, warps, stages))
+    return out
+
+
+@dataclass
+class Inputs:
+    q: torch.Tensor
+    xs: torch.Tensor
+    sets: list[list[torch.Tensor]]  # per weight copy: the case's weights
+    scales: list[torch.Tensor]  # per weight (the copies share them)
+    outs: list[torch.Tensor]
+
+
+def make_inputs(case: Case, copies: int, fill: bool = True) -> Inputs:
+    m, k = case.m, case.k
+    shapes = [(n, k) for n in case.ns] * (2 if case.kind == "gated" else 1)
+
+    def weight(shape: tuple[int, int]) -> torch.Tensor:
+        if fill:
+            return torch.randint(-127, 128, shape, dtype=torch.int8, device="cuda")
+        return torch.empty(shape, dtype=torch.int8, device="cuda")
+
+    return Inputs(
+        q=torch.randint(-127, 128, (m, k), dtype=torch.int8, device="cuda"),
+        xs=torch.rand(m, device="cuda") * 0.01,
+        sets=[[weight(s) for s in shapes] for _ in range(copies)],
+        scales=[torch.rand(s[0], device="cuda") * 0.01 for s in shapes],
+        outs=[torch.empty(m, n, device="cuda", dtype=torch.bfloat16) for n in case.ns],
+    )
+
+
+def run_case(case: Case, x: Inputs, ws: list[torch.Tensor], cfg: Any) -> None:
+    from pdlkit.kernels.cuda import _triton_fused as Fz
     from pdlkit.kernels.cuda import _triton_splitk as S
 
-    configs: list[Any] = [None]
-    if not sweep:
-        return configs
-    bm = min(64, max(16, 1 << (m - 1).bit_length()))
-    for bn, bk, split, warps, stages in [
-        (16, 256, 1, 4, 4), (32, 256, 1, 4, 4), (64, 256, 1, 4, 4), (32, 256, 2, 4, 4),
-        (64, 256, 2, 4, 4), (128, 128, 4, 8, 4), (32, 512, 1, 8, 3),
-    ]:  # fmt: skip
-        if k // (bk * split) >= 2:
-            configs.append(S.SplitConfig(bm, bn, bk, split, warps, stages))
-    return configs
+    if case.kind == "grouped":
+        Fz.grouped_splitk(x.q, x.xs, ws, x.scales, x.outs, config=cfg)
+    elif case.kind == "gated":
+        S.splitk(x.q, x.xs, ws[0], x.scales[0], x.outs[0], u=ws[1], u_scale=x.scales[1], config=cfg)  # fmt: skip
+    else:
+        S.splitk(x.q, x.xs, ws[0], x.scales[0], x.outs[0], config=cfg)
 
 
-def gemm_row(m: int, name: str, n: int, k: int, gated: bool, sweep: bool) -> dict[str, Any]:
-    copies = max(2, (160 << 20) // (n * k * (2 if gated else 1)))
-    ws = _weights(n, k, copies, torch.int8)
-    us = _weights(n, k, copies, torch.int8) if gated else [None] * copies
-    q = torch.randint(-127, 128, (m, k), dtype=torch.int8, device="cuda")
-    scales = (
-        torch.rand(m, device="cuda") * 0.01,
-        torch.rand(n, device="cuda") * 0.01,
-        torch.rand(n, device="cuda") * 0.01,
-    )
-    row: dict[str, Any] = {"m": m, "shape": name, "n": n, "k": k}
-    row["splitk_ms"], row["splitk_config"] = best_split(q, ws, us, scales, sweep)
-    row.update(peers(q, ws, us, scales))
-    del ws, us
-    wb = _weights(n * (2 if gated else 1), k, max(2, copies // 2), torch.bfloat16)
-    xb = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    row["bf16_ms"] = bench(_rotating([functools.partial(F.linear, xb, w) for w in wb]))
+def reference(case: Case, x: Inputs) -> list[torch.Tensor]:
+    ws = x.sets[0]
+    ys = [
+        (x.q.float() @ w.float().T) * x.xs[:, None] * s for w, s in zip(ws, x.scales, strict=True)
+    ]
+    if case.kind == "gated":
+        return [F.silu(ys[0]) * ys[1]]
+    return ys
+
+
+def _compile(job: tuple[Case, tuple[int, ...]]) -> str:
+    """In a worker process: one call of the case with this config, so that Triton's disk cache
+    holds its binary when the main process times it ('' or why it failed)."""
+    from pdlkit.kernels.cuda._triton_splitk import SplitConfig
+
+    case, cfg = job
+    try:
+        x = make_inputs(case, 1, fill=False)
+        run_case(case, x, x.sets[0], SplitConfig(*cfg))
+        torch.cuda.synchronize()
+        return ""
+    except Exception as e:
+        return f"{type(e).__name__}: {str(e)[:120]}"
+
+
+def precompile(cases: list[Case], workers: int) -> None:
+    jobs = [(c, astuple(cfg)) for c in cases for cfg in candidates(c, True) if cfg is not None]
+    t0 = time.perf_counter()
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        errors = [e for e in pool.map(_compile, jobs, chunksize=4) if e]
+    print(f"compiled {len(jobs)} configs in {time.perf_counter() - t0:.0f} s "
+          f"({workers} processes; {len(errors)} failed{': ' + errors[0] if errors else ''})",
+          flush=True)  # fmt: skip
+
+
+def time_pdlkit(case: Case, x: Inputs, sweep: bool) -> dict[str, Any]:
+    """Each candidate checked against a float reference, then timed in a graph; the kernel's
+    own pick and the fastest also by do_bench."""
+    ref = reference(case, x)
+    timed: dict[str, float] = {}
+    for cfg in candidates(case, sweep):
+        fns = [functools.partial(run_case, case, x, ws, cfg) for ws in x.sets]
+        try:
+            for o in x.outs:
+                o.fill_(float("nan"))
+            fns[0]()
+            for o, r in zip(x.outs, ref, strict=True):
+                err = ((o.float() - r).norm() / r.norm()).item()
+                assert err < 1e-2, f"relative error {err:.1e}"
+            timed[str(cfg or "pick")] = graph_ms(_rotation(fns))
+        except Exception as e:
+            print(f"    {cfg}: {type(e).__name__}: {str(e)[:100]}", flush=True)
+    best = min(timed, key=timed.__getitem__)
+    row: dict[str, Any] = {"pick_graph_ms": timed.get("pick", float("nan")), "best_config": best}
+    row["best_graph_ms"] = timed[best]
+    by_name = {str(c or "pick"): c for c in candidates(case, sweep)}
+    fns = [functools.partial(run_case, case, x, ws, by_name[best]) for ws in x.sets]
+    row["best_bench_ms"] = bench(_rotating(fns))
+    if sweep:
+        row["sweep_graph"] = timed
     return row
 
 
-def best_split(
-    q: torch.Tensor, ws: list[Any], us: list[Any], scales: tuple[Any, ...], sweep: bool
-) -> tuple[float, str]:
-    """The fastest split-K config, each checked against a float reference first."""
-    from pdlkit.kernels.cuda import _triton_splitk as S
-
-    xs, sw, su = scales
-    gated = us[0] is not None
-    m, k = q.shape
-    n = ws[0].shape[0]
-    out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-    ref = (q.float() @ ws[0].float().T) * xs[:, None] * sw
-    if gated:
-        ref = F.silu(ref) * ((q.float() @ us[0].float().T) * xs[:, None] * su)
-    best: tuple[float, str] | None = None
-    for cfg in split_configs(m, n, k, gated, sweep):
-
-        def split(w: torch.Tensor, u: Any, cfg: Any = cfg) -> Any:
-            return S.splitk(q, xs, w, sw, out, u=u, u_scale=su if gated else None, config=cfg)
-
-        try:
-            out.fill_(float("nan"))
-            split(ws[0], us[0])
-            err = ((out.float() - ref).norm() / ref.norm()).item()
-            assert err < 1e-2, f"relative error {err:.1e}"
-            ms = bench(
-                _rotating([functools.partial(split, w, u) for w, u in zip(ws, us, strict=True)])
-            )
-        except Exception as e:
-            print(f"    {cfg}: {type(e).__name__}: {str(e)[:100]}", flush=True)
-            continue
-        if best is None or ms < best[0]:
-            best = (ms, str(cfg or "default"))
-    assert best is not None, "no split-K config ran"
-    return best
-
-
-def peers(
-    q: torch.Tensor, ws: list[Any], us: list[Any], scales: tuple[Any, ...]
-) -> dict[str, float]:
-    """pdlkit's tiled kernel and cuBLASLt's int8 GEMM + rescale on the same weights."""
-    from pdlkit.kernels.cuda import _triton_gemm as T
-
-    xs, sw, su = scales
-    out = torch.empty(q.shape[0], ws[0].shape[0], device="cuda", dtype=torch.bfloat16)
-    if us[0] is not None:
-        pairs = zip(ws, us, strict=True)
-        gated = [functools.partial(T.gated, q, xs, w, sw, u, su, out) for w, u in pairs]
-        return {"tiled_ms": bench(_rotating(gated))}
-    tiled = [functools.partial(T.gemm, q, w, out, a_scale=xs, b_scale=sw) for w in ws]
-    r = {"tiled_ms": bench(_rotating(tiled))}
-    if q.shape[0] > 16:  # cuBLASLt's int8 GEMM needs M > 16
+def time_peers(case: Case, x: Inputs, copies: int) -> dict[str, float]:
+    """BF16 F.linear (the gated pair and Q, K, V as one weight) and cuBLASLt's _int_mm."""
+    row: dict[str, float] = {}
+    if case.kind == "linear" and case.m > 16:  # cuBLASLt's int8 GEMM needs M > 16
 
         def int_mm(w: torch.Tensor) -> torch.Tensor:
-            return (torch._int_mm(q, w.t()).float() * xs[:, None] * sw).to(torch.bfloat16)
+            return (torch._int_mm(x.q, w.t()).float() * x.xs[:, None] * x.scales[0]).to(torch.bfloat16)  # fmt: skip
 
-        r["int_mm_ms"] = bench(_rotating([functools.partial(int_mm, w) for w in ws]))
-    return r
+        row["int_mm_graph_ms"] = graph_ms(_rotation([functools.partial(int_mm, s[0]) for s in x.sets]))  # fmt: skip
+    n = sum(case.ns) * (2 if case.kind == "gated" else 1)
+    xb = torch.randn(case.m, case.k, device="cuda", dtype=torch.bfloat16)
+    wb = [torch.randn(n, case.k, device="cuda").to(torch.bfloat16) for _ in range(max(2, copies // 2))]  # fmt: skip
+    fns = [functools.partial(F.linear, xb, w) for w in wb]
+    row["bf16_graph_ms"] = graph_ms(_rotation(fns))
+    row["bf16_bench_ms"] = bench(_rotating(fns))
+    return row
 
 
-def rates(row: dict[str, Any], copy_gbs: float, gated: bool) -> None:
-    nbytes = row["n"] * row["k"] * (2 if gated else 1)
-    for key in ("splitk", "tiled", "int_mm"):
-        if f"{key}_ms" in row:
-            row[f"{key}_GBs"] = nbytes / row[f"{key}_ms"] / 1e6
-            row[f"{key}_of_copy"] = row[f"{key}_GBs"] / copy_gbs
-    row["bf16_GBs"] = 2 * nbytes / row["bf16_ms"] / 1e6
-    row["bf16_of_copy"] = row["bf16_GBs"] / copy_gbs
+def gemm_row(case: Case, sweep: bool, copy_gbs: float) -> dict[str, Any]:
+    copies = max(2, -(-(160 << 20) // case.nbytes))
+    x = make_inputs(case, copies)
+    row: dict[str, Any] = {"m": case.m, "shape": case.name, "ns": case.ns, "k": case.k}
+    row["kind"] = case.kind
+    row.update(time_pdlkit(case, x, sweep))
+    row.update(time_peers(case, x, copies))
+    del x
+    for key in [k for k in row if k.endswith("_ms")]:
+        bf16 = 2 if key.startswith("bf16") else 1
+        row[key.replace("_ms", "_of_copy")] = bf16 * case.nbytes / row[key] / 1e6 / copy_gbs
+    return row
 
 
 # -- host time per call --------------------------------------------------------------------------
@@ -238,30 +354,54 @@ def main() -> None:
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--rows", type=int, nargs="*", default=ROWS)
+    ap.add_argument("--workers", type=int, default=min(14, os.cpu_count() or 1))
     a = ap.parse_args()
+    from machine import host_header
+
     res: dict[str, Any] = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    res["host"] = host_header()
     res["copy_GBs"] = copy_rate()
     print(res, flush=True)
-    res["launch"] = launch_costs()
-    print("host us per call:", res["launch"], flush=True)
+    cases = [Case(m, *shape) for m in a.rows for shape in SHAPES]
+    if a.sweep:
+        precompile(cases, a.workers)
+    else:
+        res["launch"] = launch_costs()
+        print("host us per call:", res["launch"], flush=True)
     res["rows"] = []
-    for m in a.rows:
-        for name, n, k, gated in SHAPES:
-            row = gemm_row(m, name, n, k, gated, a.sweep)
-            rates(row, res["copy_GBs"], gated)
-            res["rows"].append(row)
-            print(
-                f"M={m:3d} {name:24s} splitk {row['splitk_ms'] * 1e3:7.1f} us "
-                f"({row['splitk_of_copy']:.0%} of copy, {row['splitk_config']})  tiled "
-                f"{row['tiled_ms'] * 1e3:7.1f} us  int_mm "
-                f"{row.get('int_mm_ms', float('nan')) * 1e3:7.1f} us  bf16 "
-                f"{row['bf16_ms'] * 1e3:7.1f} us ({row['bf16_of_copy']:.0%})",
-                flush=True,
-            )
+    for case in cases:
+        try:
+            row = gemm_row(case, a.sweep, res["copy_GBs"])
+        except Exception as e:  # one case's failure must not lose the others' figures
+            print(f"{case}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+            continue
+        res["rows"].append(row)
+        print(table_line(row), flush=True)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "cuda_decode.json").write_text(json.dumps(res, indent=1, default=str))
-    (out / "cuda_decode.md").write_text(markdown(res, " ".join(sys.argv[1:])))
+    md = markdown(res, " ".join(sys.argv[1:]))
+    (out / "cuda_decode.md").write_text(md)
+    print(md)
+
+
+def _us(row: dict[str, Any], key: str) -> str:
+    return f"{row[key] * 1e3:.1f}" if key in row else "-"
+
+
+def _pct(row: dict[str, Any], key: str) -> str:
+    return f"{row[key]:.0%}" if key in row else "-"
+
+
+def table_line(r: dict[str, Any]) -> str:
+    return (
+        f"| {r['m']} | {r['shape']} | {_us(r, 'pick_graph_ms')} | {_pct(r, 'pick_graph_of_copy')} "
+        f"| {_us(r, 'best_graph_ms')} | {_pct(r, 'best_graph_of_copy')} | {r['best_config']} "
+        f"| {_us(r, 'best_bench_ms')} | {_pct(r, 'best_bench_of_copy')} "
+        f"| {_us(r, 'int_mm_graph_ms')} | {_us(r, 'bf16_graph_ms')} "
+        f"| {_pct(r, 'bf16_graph_of_copy')} | {_us(r, 'bf16_bench_ms')} "
+        f"| {r['bf16_graph_ms'] / r['best_graph_ms']:.2f}x |"
+    )
 
 
 def markdown(res: dict[str, Any], argv: str) -> str:
@@ -269,27 +409,27 @@ def markdown(res: dict[str, Any], argv: str) -> str:
     lines = [
         f"# Decode-shaped int8 GEMMs on {res['device']} (torch {res['torch']})",
         "",
-        f"Written by `benchmarks/cuda_decode.py {argv}`. Medians of `triton.testing.do_bench`, "
-        "weights rotated so that L2 does not hold them. Rate: weight bytes streamed per "
-        f"second (int8: N K bytes, a gated pair twice that; BF16: twice the int8 bytes) "
-        f"against the device-to-device copy measured in the same run, {copy:.0f} GB/s "
-        "(read + written).",
+        *res["host"],
         "",
-        "| M | GEMM (N x K) | split-K us | of copy | best config | tiled us | `_int_mm` + "
-        "rescale us | BF16 `F.linear` us | of copy | BF16 / split-K |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        f"Written by `benchmarks/cuda_decode.py {argv}`. Rate: int8 weight bytes streamed per "
+        "second (a gated pair's two weights, grouped Q, K, V's three) against the "
+        f"device-to-device copy measured in the same run, {copy:.0f} GB/s (read + written); "
+        "BF16 streams twice the bytes. graph: medians of a CUDA graph's replays, back-to-back "
+        "calls over rotating weight copies, per call. do_bench: Triton's (L2 flushed by a "
+        "256 MB fill before each call, whose dirty lines are written back during the call). "
+        "pick: `pick_split_config` / `pick_grouped_config` as committed; best: the fastest "
+        "config tried (SplitConfig(bm, bn, bk, split_k, warps, stages)).",
+        "",
+        "| M | GEMM (N x K) | pick graph us | of copy | best graph us | of copy | best config "
+        "| best do_bench us | of copy | `_int_mm` + rescale graph us | BF16 graph us | of copy "
+        "| BF16 do_bench us | BF16 / best (graph) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *[table_line(r) for r in res["rows"]],
     ]
-    for r in res["rows"]:
-        mm = f"{r['int_mm_ms'] * 1e3:.1f}" if "int_mm_ms" in r else "-"
-        lines.append(
-            f"| {r['m']} | {r['shape']} | {r['splitk_ms'] * 1e3:.1f} | {r['splitk_of_copy']:.0%} "
-            f"| {r['splitk_config']} | {r['tiled_ms'] * 1e3:.1f} | {mm} | "
-            f"{r['bf16_ms'] * 1e3:.1f} | {r['bf16_of_copy']:.0%} | "
-            f"{r['bf16_ms'] / r['splitk_ms']:.2f}x |"
-        )
     cost = res.get("launch", {})
-    lines += ["", "Host time per call, no synchronization (us):", ""]
-    lines += [f"- {k}: {v:.1f}" for k, v in cost.items()]
+    if cost:
+        lines += ["", "Host time per call, no synchronization (us):", ""]
+        lines += [f"- {k}: {v:.1f}" for k, v in cost.items()]
     return "\n".join(lines) + "\n"
 
 

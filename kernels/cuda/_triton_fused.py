@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 from pdlkit.kernels.cuda._common import INTERPRET
-from pdlkit.kernels.cuda._triton_splitk import _epilogue, pick_split_config
+from pdlkit.kernels.cuda._triton_splitk import SplitConfig, _epilogue, pick_grouped_config
 from pdlkit.runtime_abi.triton_binding import launch
 
 _RNE = tl.constexpr(12582912.0)  # 1.5 * 2**23: (y + c) - c rounds fp32 y to nearest even
@@ -94,8 +94,8 @@ def grouped_splitk_kernel(
 ):  # fmt: skip
     """C_g[M, N_g] = (A[M, K] @ B_g[N_g, K]^T) * sa * s_g for the weight g whose column tiles
     hold program (n, m): tiles [0, TILES0) are weight 0's, then TILES1 of weight 1, then 2's."""
-    pid_n = tl.program_id(0)
-    pid_m = tl.program_id(1)
+    pid_m = tl.program_id(0)  # row tiles side by side: a column tile's weights read once
+    pid_n = tl.program_id(1)
     b_ptr = b0_ptr
     s_ptr = s0_ptr
     c_ptr = c0_ptr
@@ -139,17 +139,18 @@ def grouped_splitk(
     weights: list[torch.Tensor],
     scales: list[torch.Tensor],
     outs: list[torch.Tensor],
+    config: SplitConfig | None = None,
 ) -> list[torch.Tensor]:
     """outs[g] = (a @ weights[g].T) * a_scale[:, None] * scales[g] for two or three weights
-    [N_g, K] (contiguous int8), one launch; a [M, K] int8 with a unit inner stride."""
+    [N_g, K] (contiguous int8), one launch; a [M, K] int8 with a unit inner stride.
+    ``config``'s split_k is not used (one K slice a program)."""
     m, k = a.shape
     groups = len(weights)
-    n_max = max(w.shape[0] for w in weights)
-    cfg = pick_split_config(m, n_max, k, False, 0 if INTERPRET else 132)
+    cfg = config or pick_grouped_config(m, [w.shape[0] for w in weights], k)
     tiles = [triton.cdiv(w.shape[0], cfg.bn) for w in weights]
     while len(weights) < 3:  # an unused third group: no tiles
         weights, scales, outs, tiles = [*weights, weights[0]], [*scales, scales[0]], [*outs, outs[0]], [*tiles, 0]  # fmt: skip
-    grid = (sum(tiles), triton.cdiv(m, cfg.bm))
+    grid = (triton.cdiv(m, cfg.bm), sum(tiles))
     launch(grouped_splitk_kernel)[grid](
         a, a_scale,
         weights[0], scales[0], outs[0], weights[0].shape[0], tiles[0],

@@ -68,6 +68,12 @@ def pick_split_config(m: int, n: int, k: int, gated: bool, sms: int = 132) -> Sp
     return SplitConfig(bm, bn, bk, split, warps, stages)
 
 
+def pick_grouped_config(m: int, ns: list[int], k: int) -> SplitConfig:
+    """Tiles for ``grouped_splitk_kernel`` (Q, K, V in one launch; one K slice a program)."""
+    cfg = pick_split_config(m, max(ns), k, False, 0 if INTERPRET else 132)
+    return SplitConfig(cfg.bm, cfg.bn, cfg.bk, 1, cfg.warps, cfg.stages)
+
+
 @triton.jit
 def _epilogue(
     acc, acc_u, rm, rn, c_ptr, stride_cm, a_scale_ptr, b_scale_ptr, u_scale_ptr, bias_ptr, M, N,
@@ -103,11 +109,11 @@ def splitk_kernel(
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
 ):  # fmt: skip
     """C[M, N] = epilogue(A[M, K] @ B[N, K]^T) (and U for a gated pair), int8 in, int32
-    sums; program (n, s, m) sums K slice s of tile (m, n). ``ws`` holds SPLIT_K > 1's
+    sums; program (m, n, s) sums K slice s of tile (m, n). ``ws`` holds SPLIT_K > 1's
     partial sums (M x N, twice for a pair) and one counter per tile, all zero between calls."""
-    pid_n = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    pid_m = tl.program_id(2)
+    pid_m = tl.program_id(0)  # row tiles of one column tile run side by side: its weights
+    pid_n = tl.program_id(1)  # come from HBM once and from L2 for the other row tiles
+    pid_k = tl.program_id(2)
     rm = pid_m * BM + tl.arange(0, BM)
     rn = pid_n * BN + tl.arange(0, BN)
     rk = pid_k * K_SPLIT + tl.arange(0, BK)
@@ -148,7 +154,7 @@ def splitk_kernel(
         if GATED:
             tl.atomic_add(w_ptrs + M * N, acc_u, mask=ok, sem="relaxed")
         tl.debug_barrier()  # every thread's partial sums are in before the counter moves
-        count_ptr = ws_ptr + (1 + GATED) * M * N + pid_m * tl.num_programs(0) + pid_n
+        count_ptr = ws_ptr + (1 + GATED) * M * N + pid_n * tl.num_programs(0) + pid_m
         done = tl.atomic_add(count_ptr, 1, sem="acq_rel")
         if done == SPLIT_K - 1:  # the last slice of this tile: the sums are complete
             acc = tl.atomic_xchg(w_ptrs, tl.zeros((BM, BN), dtype=tl.int32), mask=ok)
@@ -189,7 +195,7 @@ def splitk(
         ws = torch.zeros((1 + gated) * m * n + grid_n * grid_m, dtype=torch.int32, device=a.device)
     else:
         ws = a  # not read
-    launch(splitk_kernel)[(grid_n, split, grid_m)](
+    launch(splitk_kernel)[(grid_m, grid_n, split)](
         a, b, u if u is not None else b, out, ws, a_scale, b_scale,
         u_scale if u_scale is not None else b_scale, bias if bias is not None else b_scale,
         residual if residual is not None else out,
