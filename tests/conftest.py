@@ -154,14 +154,20 @@ def meta(x, w, b):
 """
 
 
-def sigmoid_kernel(name: str = "k_lin_sigmoid", decl: str = "") -> str:
-    """A ``lin_sigmoid`` kernel named ``name``: sigmoid(addmm(b, x, w.T)); ``decl`` is more of
-    its declaration (``', dtypes={...}'``)."""
+def lin_kernel(op: str, name: str, body: str, decl: str = "") -> str:
+    """A kernel of ``op`` named ``name`` taking (x, w, b), whose body is ``body`` (any
+    indentation); ``decl`` is more of its declaration (``', dtypes={...}'``)."""
+    lines = textwrap.indent(textwrap.dedent(body).strip("\n"), "    ")
     return f"""
-@pdlkit.kernel(op="lin_sigmoid", meta=meta{decl})
+@pdlkit.kernel(op="{op}", meta=meta{decl})
 def {name}(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
-    return torch.sigmoid(torch.addmm(b, x, w.t()))
+{lines}
 """
+
+
+def sigmoid_kernel(name: str = "k_lin_sigmoid", decl: str = "") -> str:
+    """A ``lin_sigmoid`` kernel named ``name``: sigmoid(addmm(b, x, w.T))."""
+    return lin_kernel("lin_sigmoid", name, "return torch.sigmoid(torch.addmm(b, x, w.t()))", decl)
 
 
 def make_folders(

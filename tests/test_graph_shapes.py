@@ -135,22 +135,25 @@ def k_relu_add(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
     return r, r + y
 """
 args = (torch.randn(4, 4), torch.randn(4, 4))
+
+
+def late(x, z):
+    r = torch.relu(x)
+    y = torch.sin(z)  # the kernel's second argument, computed after the first root
+    return r + y, r * 3
+
+
+def tangled(x, z):
+    r = torch.relu(x)
+    u = r * 3  # reads the first root before the kernel's argument y exists
+    y = torch.sin(z)
+    return r + y, u
 '''
 
 
 def test_kernel_call_follows_an_argument_computed_between_its_roots(tmp_path):
-    out = run_isolated(
-        tmp_path,
-        RELU_ADD_CASE,
-        """
-        def f(x, z):
-            r = torch.relu(x)
-            y = torch.sin(z)  # the kernel's second argument, computed after the first root
-            return r + y, r * 3
-
-        print(substitute_with("late", PATTERN, KERNEL, f, args).graph.code)
-        """,
-    )
+    script = 'print(substitute_with("late", PATTERN, KERNEL, late, args).graph.code)\n'
+    out = run_isolated(tmp_path, RELU_ADD_CASE, script)
     lines = [ln.strip() for ln in out.splitlines()]
     sin = next(i for i, ln in enumerate(lines) if "aten.sin" in ln)
     call = next(i for i, ln in enumerate(lines) if "pdlkit.k_relu_add" in ln)
@@ -163,13 +166,7 @@ def test_kernel_call_that_would_need_ops_reordered_is_a_near_miss(tmp_path):
         tmp_path,
         RELU_ADD_CASE,
         """
-        def f(x, z):
-            r = torch.relu(x)
-            u = r * 3  # reads the first root before the kernel's argument y exists
-            y = torch.sin(z)
-            return r + y, u
-
-        o = substitute_with("tangled", PATTERN, KERNEL, f, args)
+        o = substitute_with("tangled", PATTERN, KERNEL, tangled, args)
         print(len(o.report.substitutions))
         print(o.report.near_misses[0].reason)
         """,
@@ -234,6 +231,14 @@ def lin_relu_folders(tmp_path):
     return make_folders(tmp_path, LIN_RELU_KERNEL, op="lin_relu", act="relu")
 
 
+def _regions(autocast: bool) -> tuple[Regions, torch.Tensor]:
+    """A Regions model (seed 0) and an input [4, 16]; the kernel counters reset."""
+    torch.manual_seed(0)
+    model, x = Regions(autocast), torch.randn(4, 16)
+    pdlkit.stats(reset=True)
+    return model, x
+
+
 def _calls() -> int:
     return pdlkit.stats()["by_kernel"].get("k_lin_relu", {}).get("kernel_calls", 0)
 
@@ -241,10 +246,9 @@ def _calls() -> int:
 def test_no_grad_region_compiles_to_eager_numbers_with_both_sites_substituted(
     lin_relu_folders,
 ):
-    torch.manual_seed(0)
-    model, x = Regions(autocast=False).eval().requires_grad_(False), torch.randn(4, 16)
+    model, x = _regions(autocast=False)
+    model.eval().requires_grad_(False)
     p, k = lin_relu_folders
-    pdlkit.stats(reset=True)
     y = pdlkit.optimize(model, patterns=p, kernels=k)(x)  # grad mode on: the region is one
     torch.testing.assert_close(y, model(x))
     assert _calls() == 2  # outside the region and inside it
@@ -253,10 +257,9 @@ def test_no_grad_region_compiles_to_eager_numbers_with_both_sites_substituted(
 def test_autocast_region_compiles_to_eager_numbers_with_the_outside_substituted(
     lin_relu_folders,
 ):
-    torch.manual_seed(0)
-    model, x = Regions(autocast=True).eval(), torch.randn(4, 16)
+    model, x = _regions(autocast=True)
+    model.eval()
     p, k = lin_relu_folders
-    pdlkit.stats(reset=True)
     with torch.no_grad():
         y = pdlkit.optimize(model, patterns=p, kernels=k)(x)
         want = model(x)
@@ -269,10 +272,9 @@ def test_autocast_region_compiles_to_eager_numbers_with_the_outside_substituted(
 def test_kernel_without_backward_serves_the_no_grad_region_of_a_training_graph(
     lin_relu_folders,
 ):
-    torch.manual_seed(0)
-    model, x = Regions(autocast=False).train(), torch.randn(4, 16)
+    model, x = _regions(autocast=False)
+    model.train()
     p, k = lin_relu_folders
-    pdlkit.stats(reset=True)
     y = pdlkit.optimize(model, patterns=p, kernels=k)(x)
     (got,) = torch.autograd.grad(y.sum(), model.fc1.weight)
     want = model(x)
@@ -309,10 +311,9 @@ def test_values_read_after_an_autocast_region_have_its_dtype(tmp_path):
 
 
 def test_graph_compiled_under_autocast_is_left_to_inductor(lin_relu_folders):
-    torch.manual_seed(0)
-    model, x = Regions(autocast=False).eval().requires_grad_(False), torch.randn(4, 16)
+    model, x = _regions(autocast=False)
+    model.eval().requires_grad_(False)
     p, k = lin_relu_folders
-    pdlkit.stats(reset=True)
     compiled = pdlkit.optimize(model, patterns=p, kernels=k)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         with pytest.warns(UserWarning, match=r"left to Inductor: compiled under torch\.autocast"):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
-from conftest import KERNEL_HEADER, linear_act_pattern, write
+from conftest import KERNEL_HEADER, lin_kernel, linear_act_pattern, write
 from pdlkit.runtime_abi.binding import bind
 from pdlkit.runtime_abi.capability import resolve
 from pdlkit.runtime_abi.registry import KernelLoadError, KernelRegistry
@@ -22,10 +24,16 @@ class Net(torch.nn.Module):
         return torch.relu(self.fc(x))  # the call site the errors name
 
 
-def compile_with(tmp_path, kernel_body: str, verify: bool = False):
+def folders(tmp_path, kernel_body: str) -> tuple[Path, Path]:
+    """p/ with the linear -> relu pattern lr (calling lin_relu), k/ with ``kernel_body``."""
     p, k = tmp_path / "p", tmp_path / "k"
     write(p, "a.pdl.mlir", linear_act_pattern("lr", "relu", "lin_relu"))
     write(k, "k.py", KERNEL_HEADER + kernel_body)
+    return p, k
+
+
+def compile_with(tmp_path, kernel_body: str, verify: bool = False):
+    p, k = folders(tmp_path, kernel_body)
     torch.manual_seed(0)
     model = Net().eval()
     return model, pdlkit.optimize(model, patterns=p, kernels=k, verify=verify)
@@ -33,12 +41,7 @@ def compile_with(tmp_path, kernel_body: str, verify: bool = False):
 
 def test_kernel_error_names_kernel_and_call_site(tmp_path):
     model, f = compile_with(
-        tmp_path,
-        """
-@pdlkit.kernel(op="lin_relu", meta=meta)
-def k_broken(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
-    raise ValueError("boom")
-""",
+        tmp_path, lin_kernel("lin_relu", "k_broken", 'raise ValueError("boom")')
     )
     with (
         torch.no_grad(),
@@ -52,16 +55,12 @@ def k_broken(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
 
 
 def test_kernel_unsupported_falls_back_to_the_replaced_subgraph(tmp_path):
-    model, f = compile_with(
-        tmp_path,
-        """
-@pdlkit.kernel(op="lin_relu", meta=meta)
-def k_picky(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
-    if x.shape[0] != 3:
-        raise pdlkit.KernelUnsupported("only 3 rows")
-    return torch.relu(x @ w.t() + b)
-""",
-    )
+    picky = """
+        if x.shape[0] != 3:
+            raise pdlkit.KernelUnsupported("only 3 rows")
+        return torch.relu(x @ w.t() + b)
+    """
+    model, f = compile_with(tmp_path, lin_kernel("lin_relu", "k_picky", picky))
     pdlkit.stats(reset=True)
     with torch.no_grad():
         x = torch.randn(2, 8)
@@ -73,11 +72,7 @@ def k_picky(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
 def test_output_disagreeing_with_meta_is_an_error(tmp_path):
     model, f = compile_with(
         tmp_path,
-        """
-@pdlkit.kernel(op="lin_relu", meta=meta)
-def k_wrong_dtype(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
-    return torch.relu(x @ w.t() + b).double()
-""",
+        lin_kernel("lin_relu", "k_wrong_dtype", "return torch.relu(x @ w.t() + b).double()"),
     )
     with (
         torch.no_grad(),
@@ -91,11 +86,7 @@ def k_wrong_dtype(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
 def test_verify_catches_a_kernel_computing_the_wrong_function(tmp_path):
     model, f = compile_with(
         tmp_path,
-        """
-@pdlkit.kernel(op="lin_relu", meta=meta)
-def k_off(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
-    return torch.relu(x @ w.t())  # forgot the bias
-""",
+        lin_kernel("lin_relu", "k_off", "return torch.relu(x @ w.t())  # forgot the bias"),
         verify=True,
     )
     with (
@@ -178,15 +169,9 @@ def test_shipped_kernels_pass_opcheck():
 
 
 def test_call_outside_the_shape_rules_falls_back_for_that_call(tmp_path):
-    model, f = compile_with(
-        tmp_path,
-        """
-@pdlkit.kernel(op="lin_relu", meta=meta, shapes={"x": {"contiguous": True}})
-def k_contig(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
-    assert x.is_contiguous()
-    return torch.relu(x @ w.t() + b)
-""",
-    )
+    body = "assert x.is_contiguous()\nreturn torch.relu(x @ w.t() + b)"
+    contiguous_x = ', shapes={"x": {"contiguous": True}}'
+    model, f = compile_with(tmp_path, lin_kernel("lin_relu", "k_contig", body, contiguous_x))
     pdlkit.stats(reset=True)
     with torch.no_grad():
         x = torch.randn(8, 2).t()  # [2, 8], not contiguous
@@ -197,17 +182,9 @@ def k_contig(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
 
 
 def test_provably_violated_shape_rule_is_a_near_miss(tmp_path):
-    p, k = tmp_path / "p", tmp_path / "k"
-    write(p, "a.pdl.mlir", linear_act_pattern("lr", "relu", "lin_relu"))
-    write(
-        k,
-        "k.py",
-        KERNEL_HEADER
-        + """
-@pdlkit.kernel(op="lin_relu", meta=meta, shapes={"x": {"divisible": {-1: 16}}})
-def k_k16(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
-    return torch.relu(x @ w.t() + b)
-""",
+    k16 = ', shapes={"x": {"divisible": {-1: 16}}}'
+    p, k = folders(
+        tmp_path, lin_kernel("lin_relu", "k_k16", "return torch.relu(x @ w.t() + b)", k16)
     )
     report = pdlkit.explain(Net().eval(), torch.randn(2, 8), patterns=p, kernels=k)
     assert report.substitutions == []
@@ -325,26 +302,11 @@ def test_prepack_cache_is_bounded():
 
 
 def test_explain_names_the_kernel_passed_over_and_why(tmp_path):
-    p, k = tmp_path / "p", tmp_path / "k"
-    write(p, "a.pdl.mlir", linear_act_pattern("lr", "relu", "lin_relu"))
-    write(
-        k,
-        "k.py",
-        KERNEL_HEADER
-        + """
-@pdlkit.kernel(op="lin_relu", meta=meta, requires=["amx_int8"], priority=9)
-def k_amx(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
-    return torch.relu(x @ w.t() + b)
-
-@pdlkit.kernel(op="lin_relu", meta=meta, version=2)
-def k_any(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
-    return torch.relu(x @ w.t() + b)
-
-@pdlkit.kernel(op="lin_relu", meta=meta, name="k_any")
-def k_any_v1(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
-    return torch.relu(x @ w.t() + b)
-""",
-    )
+    relu = "return torch.relu(x @ w.t() + b)"
+    amx = lin_kernel("lin_relu", "k_amx", relu, ', requires=["amx_int8"], priority=9')
+    v2 = lin_kernel("lin_relu", "k_any", relu, ", version=2")
+    v1 = lin_kernel("lin_relu", "k_any_v1", relu, ', name="k_any"')
+    p, k = folders(tmp_path, amx + v2 + v1)
     report = pdlkit.explain(
         Net().eval(), torch.randn(2, 8), patterns=p, kernels=k, target="x86-avx512-vnni"
     )
@@ -355,14 +317,7 @@ def k_any_v1(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
 
 
 def test_same_kernel_name_and_version_twice_is_refused(tmp_path):
-    body = (
-        KERNEL_HEADER
-        + """
-@pdlkit.kernel(op="lin_relu", meta=meta)
-def k_twin(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
-    return x
-"""
-    )
+    body = KERNEL_HEADER + lin_kernel("lin_relu", "k_twin", "return x")
     write(tmp_path / "a", "one.py", body)
     write(tmp_path / "a", "two.py", body)
     with pytest.raises(
@@ -381,12 +336,7 @@ def test_repeated_fallbacks_run_inductor_compiled_reference(tmp_path):
     from pdlkit.runtime_abi import binding
 
     model, f = compile_with(
-        tmp_path,
-        """
-@pdlkit.kernel(op="lin_relu", meta=meta)
-def k_never(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
-    raise pdlkit.KernelUnsupported("not today")
-""",
+        tmp_path, lin_kernel("lin_relu", "k_never", 'raise pdlkit.KernelUnsupported("not today")')
     )
     pdlkit.stats(reset=True)
     x = torch.randn(3, 8)
