@@ -32,6 +32,7 @@ _SCRIPT = textwrap.dedent(
         "one slice": S.SplitConfig(16, 32, 32, 1, 1, 1),
         "wide, three slices": S.SplitConfig(16, 64, 32, 3, 1, 1),
         "rows in one tile, eight slices": S.SplitConfig(64, 16, 16, 8, 1, 1),
+        "one row a tile (multiply-adds)": S.SplitConfig(1, 32, 32, 2, 1, 1),
     }
     for name, cfg in configs.items():
         y = torch.full((m, n), float("nan"))
@@ -60,7 +61,13 @@ def interpreted():
 
 
 @pytest.mark.parametrize(
-    "config", ["one slice", "wide, three slices", "rows in one tile, eight slices"]
+    "config",
+    [
+        "one slice",
+        "wide, three slices",
+        "rows in one tile, eight slices",
+        "one row a tile (multiply-adds)",
+    ],
 )
 def test_split_k_configs_sum_exactly_in_interpreter(interpreted, config):
     assert interpreted[config]["linear_exact"] == [True, True]  # every int32 sum, both calls

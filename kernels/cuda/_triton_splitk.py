@@ -124,6 +124,8 @@ def splitk_kernel(
     u_ptrs = u_ptr + rn[:, None] * stride_bn + rk[None, :]
     acc = tl.zeros((BM, BN), dtype=tl.int32)
     acc_u = tl.zeros((BM, BN), dtype=tl.int32)
+    vec = tl.zeros((BN, BK), dtype=tl.int32)  # BM = 1: products summed over K at the end
+    vec_u = tl.zeros((BN, BK), dtype=tl.int32)
     for k0 in range(0, K_SPLIT, BK):
         if EVEN_K:
             a = tl.load(a_ptrs, mask=m_ok, other=0)
@@ -132,16 +134,25 @@ def splitk_kernel(
             k_ok = (rk + k0 < K)[None, :]
             a = tl.load(a_ptrs, mask=m_ok & k_ok, other=0)
             b = tl.load(b_ptrs, mask=n_ok & k_ok, other=0)
-        acc = tl.dot(a, tl.trans(b), acc, out_dtype=tl.int32)
+        if BM == 1:  # one row: integer multiply-adds, no tensor-core tile of 16 rows
+            vec += a.to(tl.int32) * b.to(tl.int32)
+        else:
+            acc = tl.dot(a, tl.trans(b), acc, out_dtype=tl.int32)
         if GATED:
             if EVEN_K:
                 u = tl.load(u_ptrs, mask=n_ok, other=0)
             else:
                 u = tl.load(u_ptrs, mask=n_ok & (rk + k0 < K)[None, :], other=0)
-            acc_u = tl.dot(a, tl.trans(u), acc_u, out_dtype=tl.int32)
+            if BM == 1:
+                vec_u += a.to(tl.int32) * u.to(tl.int32)
+            else:
+                acc_u = tl.dot(a, tl.trans(u), acc_u, out_dtype=tl.int32)
             u_ptrs += BK
         a_ptrs += BK
         b_ptrs += BK
+    if BM == 1:
+        acc = tl.sum(vec, axis=1)[None, :]
+        acc_u = tl.sum(vec_u, axis=1)[None, :]
     if SPLIT_K == 1:
         _epilogue(
             acc, acc_u, rm, rn, c_ptr, stride_cm, a_scale_ptr, b_scale_ptr, u_scale_ptr,
