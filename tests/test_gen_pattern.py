@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import KERNEL_HEADER, write
+from conftest import KERNEL_HEADER, lin_kernel, write
 from pdlkit.matcher import load_patterns, pattern_from_function
 from pdlkit.matcher.gen_pattern import GenPatternError
 from pdlkit.matcher.substitute import substitute
@@ -28,16 +28,14 @@ def linear_gelu_tanh(x, weight, bias):
     return F.gelu(F.linear(x, weight, bias), approximate="tanh")
 
 
-KERNELS = """
-@pdlkit.kernel(op="gen_linear_relu", meta=meta)
-def gen_lr(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
-    return torch.relu(x @ w.t() + b)
-
-
+KERNELS = (
+    lin_kernel("gen_linear_relu", "gen_lr", "return torch.relu(x @ w.t() + b)")
+    + """
 @pdlkit.kernel(op="gen_linear_gelu_tanh", meta=meta)
 def gen_lg(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
     return torch.nn.functional.gelu(x @ weight.t() + bias, approximate="tanh")
 """
+)
 
 
 def _substitute(tmp_path, patterns: dict[str, str], fn, args):

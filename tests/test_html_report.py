@@ -10,22 +10,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import KERNEL_HEADER, linear_act_pattern, write
+from conftest import KERNEL_HEADER, lin_kernel, linear_act_pattern, write
 from pdlkit.matcher.html_report import _MISS, PALETTE
 
 import pdlkit
 from pdlkit.cli import main
 
-KERNELS = """
-@pdlkit.kernel(op="lr", meta=meta)
-def k_relu(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
-    return torch.relu(x @ w.t() + b)
-
-
-@pdlkit.kernel(op="ls", meta=meta)
-def k_sigmoid(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
-    return torch.sigmoid(x @ w.t() + b)
-"""
+KERNELS = "".join(
+    lin_kernel(op, name, f"return torch.{act}(x @ w.t() + b)")
+    for op, name, act in [("lr", "k_relu", "relu"), ("ls", "k_sigmoid", "sigmoid")]
+)
 BF16_ONLY = (
     '%bf = pdl.attribute = "bfloat16"\n'
     '      pdl.apply_native_constraint "has_dtype"(%x, %bf : !pdl.value, !pdl.attribute)'
