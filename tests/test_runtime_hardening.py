@@ -4,10 +4,12 @@ call sites freed with their graph, and outputs that change shape after the check
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -35,6 +37,13 @@ def compile_with(tmp_path, kernel_body: str, **kw):
     torch.manual_seed(0)
     model = Net().eval()
     return model, pdlkit.optimize(model, patterns=p, kernels=k, **kw)
+
+
+@contextlib.contextmanager
+def call_refused(match: str) -> Iterator[None]:
+    """The block, run without grad, raises a KernelCallError whose text matches ``match``."""
+    with torch.no_grad(), pytest.raises(pdlkit.KernelCallError, match=match):
+        yield
 
 
 def kernel(name: str, body: str, decorator: str = "") -> str:
@@ -86,13 +95,9 @@ def test_prepack_cache_packs_again_for_a_replaced_storage():
 def test_output_sharing_an_input_memory_is_an_error_on_the_first_call(tmp_path, body):
     model, f = compile_with(tmp_path, kernel("k_alias", body))
     x = torch.randn(2, 8)
-    with (
-        torch.no_grad(),
-        pytest.raises(
-            pdlkit.KernelCallError,
-            match=r"kernel 'k_alias' .* output 0 sharing memory with its input 'x' at call site relu "
-            r"at .*test_runtime_hardening\.py",
-        ),
+    with call_refused(
+        r"kernel 'k_alias' .* output 0 sharing memory with its input 'x' at call site relu "
+        r"at .*test_runtime_hardening\.py"
     ):
         f(x)
 
@@ -125,13 +130,7 @@ def test_strict_verification_refuses_a_kernel_that_modifies_its_input(tmp_path):
     model, f = compile_with(tmp_path, MUTATES, verify=True, default_codegen="eager")
     x = torch.randn(2, 8)
     before = x.clone()
-    with (
-        torch.no_grad(),
-        pytest.raises(
-            pdlkit.KernelCallError,
-            match=r"kernel 'k_mutates' .* at call site relu at .*: it modified its input 'x'",
-        ),
-    ):
+    with call_refused(r"kernel 'k_mutates' .* at call site relu at .*: it modified its input 'x'"):
         f(x)
     assert torch.equal(x, before)
 
@@ -246,13 +245,9 @@ def k_late_liar(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
 def test_output_changing_after_the_checked_calls_is_named(tmp_path, codegen, lie, got):
     model, f = compile_with(tmp_path, LATE_LIAR.format(lie=lie), default_codegen=codegen)
     x = torch.randn(2, 8)
-    with (
-        torch.no_grad(),
-        pytest.raises(
-            pdlkit.KernelCallError,
-            match=rf"kernel 'k_late_liar' .* returned {got} at call site relu at "
-            r".*meta function declares \[2, 8\] float32",
-        ),
+    with call_refused(
+        rf"kernel 'k_late_liar' .* returned {got} at call site relu at "
+        r".*meta function declares \[2, 8\] float32"
     ):
         for _ in range(13):
             f(x)
@@ -261,9 +256,6 @@ def test_output_changing_after_the_checked_calls_is_named(tmp_path, codegen, lie
 def test_output_changing_after_the_checked_calls_is_named_with_dynamic_shapes(tmp_path):
     liar = LATE_LIAR.format(lie="y[:1]")
     model, f = compile_with(tmp_path, liar, default_codegen="eager", dynamic=True)
-    with (
-        torch.no_grad(),
-        pytest.raises(pdlkit.KernelCallError, match=r"'k_late_liar' .* returned \[1, 8\] float32"),
-    ):
+    with call_refused(r"'k_late_liar' .* returned \[1, 8\] float32"):
         for rows in [2, 3] * 7:
             f(torch.randn(rows, 8))
