@@ -88,13 +88,19 @@ static size_t packed_bytes(int kind, int64_t n, int64_t k) {
   return sizeof(pack_header) + (size_t)(n_pad * round_up(k, 4) * 2);
 }
 
-static void pack_int8(const int8_t* w, int64_t n, int64_t k, void* out) {
+/* The header of a `kind` pack of an [n, k] weight, K padded to a multiple of `k_step`. */
+static pack_header* pack_start(void* out, uint32_t kind, int64_t n, int64_t k, int64_t k_step) {
   pack_header* h = (pack_header*)out;
-  int64_t n_pad = round_up(n, NR), k_pad = round_up(k, 8);
   memset(h, 0, sizeof(*h));
   h->magic = PACK_MAGIC;
-  h->kind = PACK_INT8;
-  h->n = n, h->k = k, h->n_pad = n_pad, h->k_pad = k_pad;
+  h->kind = kind;
+  h->n = n, h->k = k, h->n_pad = round_up(n, NR), h->k_pad = round_up(k, k_step);
+  return h;
+}
+
+static void pack_int8(const int8_t* w, int64_t n, int64_t k, void* out) {
+  pack_header* h = pack_start(out, PACK_INT8, n, k, 8);
+  int64_t n_pad = h->n_pad, k_pad = h->k_pad;
   int32_t* colsum = (int32_t*)(h + 1);
   int8_t* panels = (int8_t*)(colsum + n_pad);
   memset(colsum, 0, (size_t)n_pad * 4);
@@ -113,12 +119,8 @@ static void pack_int8(const int8_t* w, int64_t n, int64_t k, void* out) {
 }
 
 static void pack_bf16(const uint16_t* w, int64_t n, int64_t k, void* out) {
-  pack_header* h = (pack_header*)out;
-  int64_t n_pad = round_up(n, NR), k_pad = round_up(k, 4);
-  memset(h, 0, sizeof(*h));
-  h->magic = PACK_MAGIC;
-  h->kind = PACK_BF16;
-  h->n = n, h->k = k, h->n_pad = n_pad, h->k_pad = k_pad;
+  pack_header* h = pack_start(out, PACK_BF16, n, k, 4);
+  int64_t n_pad = h->n_pad, k_pad = h->k_pad;
   uint16_t* panels = (uint16_t*)(h + 1);
   memset(panels, 0, (size_t)(n_pad * k_pad) * 2);
   for (int64_t col = 0; col < n; ++col) {
@@ -753,18 +755,27 @@ static int32_t qlinear_run(const pdlkit_call_frame* f, qmode mode, int use_sdot,
   return PDLKIT_OK;
 }
 
-static int32_t int8_prepack(pdlkit_prepack_frame* f) {
+/* Pre-pack a contiguous [N, K] weight of dtype (code, bits) into `kind`'s panels: the first call
+ * (no buffer) asks the size, the second packs; `what` is the refusal's message. */
+static int32_t prepack(pdlkit_prepack_frame* f, int kind, uint8_t code, uint8_t bits, const char* what) {
   const DLTensor* w = f->weight;
-  if (!pdlkit_dtype_is(w->dtype, kDLInt, 8) || w->ndim != 2 || !pdlkit_is_contiguous(w))
-    return ERR(f, PDLKIT_INVALID_ARGUMENT, "w_q must be a contiguous [N, K] int8 tensor");
-  size_t bytes = packed_bytes(PACK_INT8, w->shape[0], w->shape[1]);
+  if (!pdlkit_dtype_is(w->dtype, code, bits) || w->ndim != 2 || !pdlkit_is_contiguous(w))
+    return ERR(f, PDLKIT_INVALID_ARGUMENT, "%s", what);
+  size_t bytes = packed_bytes(kind, w->shape[0], w->shape[1]);
   if (f->packed == NULL) {
     f->packed_size = bytes;
     return PDLKIT_OK;
   }
   if (f->packed_size != bytes) return ERR(f, PDLKIT_INVALID_ARGUMENT, "packed buffer of %zu bytes, needs %zu", f->packed_size, bytes);
-  pack_int8((const int8_t*)data_of(w), w->shape[0], w->shape[1], f->packed);
+  if (kind == PACK_INT8)
+    pack_int8((const int8_t*)data_of(w), w->shape[0], w->shape[1], f->packed);
+  else
+    pack_bf16((const uint16_t*)data_of(w), w->shape[0], w->shape[1], f->packed);
   return PDLKIT_OK;
+}
+
+static int32_t int8_prepack(pdlkit_prepack_frame* f) {
+  return prepack(f, PACK_INT8, kDLInt, 8, "w_q must be a contiguous [N, K] int8 tensor");
 }
 
 /* ---- BF16 contract ---- */
@@ -816,17 +827,7 @@ static int32_t linear_run(const pdlkit_call_frame* f, int post) {
 }
 
 static int32_t bf16_prepack(pdlkit_prepack_frame* f) {
-  const DLTensor* w = f->weight;
-  if (!pdlkit_dtype_is(w->dtype, kDLBfloat, 16) || w->ndim != 2 || !pdlkit_is_contiguous(w))
-    return ERR(f, PDLKIT_INVALID_ARGUMENT, "weight must be a contiguous [N, K] bfloat16 tensor");
-  size_t bytes = packed_bytes(PACK_BF16, w->shape[0], w->shape[1]);
-  if (f->packed == NULL) {
-    f->packed_size = bytes;
-    return PDLKIT_OK;
-  }
-  if (f->packed_size != bytes) return ERR(f, PDLKIT_INVALID_ARGUMENT, "packed buffer of %zu bytes, needs %zu", f->packed_size, bytes);
-  pack_bf16((const uint16_t*)data_of(w), w->shape[0], w->shape[1], f->packed);
-  return PDLKIT_OK;
+  return prepack(f, PACK_BF16, kDLBfloat, 16, "weight must be a contiguous [N, K] bfloat16 tensor");
 }
 
 static int32_t linear_gelu_run(const pdlkit_call_frame* f) {
