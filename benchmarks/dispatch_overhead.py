@@ -2,13 +2,22 @@
 substituted graph (``torch.ops.pdlkit.<kernel>``) and called directly from the same graph.
 
     python benchmarks/dispatch_overhead.py
+    python benchmarks/dispatch_overhead.py --native [--baseline REV]
 
 Prints medians and writes benchmarks/results/dispatch_overhead.md. Target (runtime ABI
 issue): at most 5 us added per call on the CPU.
+
+``--native``: the per-call cost of the x86 GEMM kernels through the public C ABI (this tree's
+``qgemm_vnni.c`` / ``gemm_bf16.c``, called by ``NativeKernel``) against the same kernels through
+the private ctypes entry points they had before (``kernels/x86`` at ``--baseline``, default
+``dc9b080``, loaded from a temporary folder), at tiny shapes where the call costs more than the
+GEMM; one thread, interleaved rounds, medians. Writes
+benchmarks/results/dispatch_overhead_native.md. Target (issue 22): within 2 us.
 """
 
 from __future__ import annotations
 
+import argparse
 import copy
 import datetime
 import platform
@@ -16,6 +25,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -153,5 +163,139 @@ def main() -> None:
     out.write_text(text)
 
 
+# -- the x86 GEMM kernels: public C ABI against the private ctypes entry points they had ---------
+
+ROOT = Path(__file__).resolve().parents[1]
+# what kernels/x86/{qlinear_vnni,linear_bf16}.py needed at the baseline
+OLD_FILES = (
+    "_native_gemm.py", "qlinear_vnni.py", "linear_bf16.py", "qgemm_vnni.c", "gemm_bf16.c",
+    "attention.c", "gelu_avx512.h", "qgemm_amx.h", "qgemm_amx_gemm.h", "qgemm_epilogue.h",
+)  # fmt: skip
+
+
+def _old_kernels(rev: str) -> dict[str, Any]:
+    """The kernels of ``kernels/x86`` at ``rev`` (private ctypes entry points), loaded from a
+    private temporary folder; their ``_native_gemm`` helper is that revision's."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    from pdlkit.runtime_abi.registry import load_kernel_file
+
+    folder = Path(tempfile.mkdtemp(prefix="pdlkit_old_x86_"))
+    for name in OLD_FILES:
+        data = subprocess.run(
+            ["git", "show", f"{rev}:kernels/x86/{name}"], cwd=ROOT, capture_output=True, check=True
+        ).stdout
+        (folder / name).write_bytes(data)
+    spec = importlib.util.spec_from_file_location("_old_native_gemm", folder / "_native_gemm.py")
+    assert spec is not None and spec.loader is not None
+    helper = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(helper)
+    key = "pdlkit.kernels.x86._native_gemm"
+    saved = sys.modules.get(key)
+    sys.modules[key] = helper
+    try:
+        return {
+            k.name: k
+            for f in ("qlinear_vnni.py", "linear_bf16.py")
+            for k in load_kernel_file(folder / f)
+        }
+    finally:
+        if saved is None:
+            del sys.modules[key]
+        else:
+            sys.modules[key] = saved
+
+
+def _new_kernels() -> dict[str, Any]:
+    from pdlkit.runtime_abi.registry import load_kernel_file
+
+    x86 = ROOT / "kernels" / "x86"
+    return {
+        k.name: k for f in ("qlinear_vnni.py", "linear_bf16.py") for k in load_kernel_file(x86 / f)
+    }
+
+
+QATTRS = ("x_scale", "x_zp", "out_scale", "out_zp", "out_qmin", "out_qmax", "post_op", "algorithm")
+
+
+def _calls(ks: dict[str, Any], m: int, k: int, n: int) -> dict[str, tuple[Any, ...]]:
+    """(kernel function, its arguments with the weight pre-packed) per kernel, as a compiled
+    call site's direct path calls it."""
+    g = torch.Generator().manual_seed(m)
+    x = torch.randint(0, 256, (m, k), generator=g, dtype=torch.uint8)
+    w = torch.randint(-127, 128, (n, k), generator=g, dtype=torch.int8)
+    ws, wz = torch.rand(n, generator=g) * 0.01, torch.zeros(n, dtype=torch.int64)
+    b = torch.randn(n, generator=g)
+    q = (0.02, 3, 0.05, 2, 0, 255, "relu", "")
+    out: dict[str, tuple[Any, ...]] = {}
+    kq, kf, kb = ks["qlinear_q_vnni"], ks["qlinear_vnni"], ks["linear_bf16"]
+    pq = kq.prepack(w, dict(zip(QATTRS, q, strict=True)))
+    out["qlinear_q (u8 out)"] = (kq.fn, x, 0.02, 3, pq, ws, wz, b, *q[2:])
+    pf = kf.prepack(w, {"x_scale": 0.02, "x_zp": 3, "post_op": "none", "algorithm": ""})
+    out["qlinear (f32 out)"] = (kf.fn, x, 0.02, 3, pf, ws, wz, b, "none", "")
+    xb, wb, bb = (torch.randn(*s, generator=g).bfloat16() for s in ((m, k), (n, k), (n,)))
+    out["linear (bf16)"] = (kb.fn, xb, kb.prepack(wb, {}), bb)
+    return out
+
+
+def native(rev: str, shapes: tuple[int, ...] = (1, 2, 4, 8), k: int = 64, n: int = 64) -> None:
+    torch.set_num_threads(1)
+    import pdlkit.kernels.ops.logical_ops  # noqa: F401  (the ops the kernels implement)
+
+    old, new = _old_kernels(rev), _new_kernels()
+    rows = []
+    for m in shapes:
+        a, b = _calls(old, m, k, n), _calls(new, m, k, n)
+        for name in a:
+            got, want = b[name][0](*b[name][1:]), a[name][0](*a[name][1:])
+            assert torch.equal(got, want), f"{name}: the two conventions disagree"
+        paths = {f"private {c}": a[c] for c in a} | {f"ABI {c}": b[c] for c in b}
+        times = per_call_us(paths, n=2000, rounds=21)
+        for c in a:
+            priv, abi = times[f"private {c}"], times[f"ABI {c}"]
+            delta = statistics.median(x - y for x, y in zip(abi, priv, strict=True))
+            rows.append((m, c, statistics.median(priv), statistics.median(abi), delta))
+            print(
+                f"M={m} {c}: private {rows[-1][2]:.2f} us, ABI {rows[-1][3]:.2f} us, +{delta:.2f}"
+            )
+    worst = max(r[4] for r in rows)
+    from pdlkit.runtime_abi.capability import host
+
+    amx = "yes" if "amx_int8" in host().features else "no"
+    lines = [
+        "# Per-call cost of the x86 GEMM kernels: public C ABI vs private ctypes entry points",
+        "",
+        f"Generated by `python benchmarks/dispatch_overhead.py --native --baseline {rev}` on "
+        f"{datetime.date.today()}: {platform.machine()}, {cpu_model()} (AMX {amx}), torch "
+        f"{torch.__version__}, one thread, no GPU.",
+        f"K = {k}, N = {n}; the kernel function called with its weight pre-packed, as a compiled",
+        "call site's direct path calls it (`runtime_abi/binding.py`); private = kernels/x86 at",
+        f"`{rev}` (Python wrappers calling `pdlkit_qgemm_run` / `pdlkit_gbf16_run` through ctypes",
+        "with hand-mirrored structs), ABI = this tree (`NativeKernel` filling a cached",
+        "`pdlkit_call_frame`). 21 interleaved rounds x 2,000 calls per path; outputs compared equal",
+        "first. Delta = median of the per-round differences (ABI - private).",
+        "",
+        "| M | kernel | private us | ABI us | delta us |",
+        "|---|---|---|---|---|",
+        *[f"| {m} | {c} | {p:.2f} | {q:.2f} | {d:+.2f} |" for m, c, p, q, d in rows],
+        "",
+        f"Largest delta: **{worst:+.2f} us**; target (issue 22): within 2 us: "
+        f"**{'met' if worst <= 2 else 'NOT met'}**.",
+    ]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    out = Path(__file__).parent / "results" / "dispatch_overhead_native.md"
+    out.write_text(text)
+
+
 if __name__ == "__main__":
-    main()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--native", action="store_true", help="the x86 GEMMs: C ABI vs private ctypes")
+    ap.add_argument("--baseline", default="dc9b080", help="revision of the private-ctypes kernels")
+    cli = ap.parse_args()
+    if cli.native:
+        native(cli.baseline)
+    else:
+        main()

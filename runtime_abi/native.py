@@ -15,12 +15,10 @@ again (:func:`pdlkit.runtime_abi.dlopen.open_library`).
 from __future__ import annotations
 
 import ctypes
-import struct
 import threading
 from collections.abc import Mapping, Sequence
 from ctypes import POINTER, c_int64
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from pdlkit.runtime_abi.kernel import (
@@ -29,10 +27,8 @@ from pdlkit.runtime_abi.kernel import (
 from pdlkit.runtime_abi.native_abi import (
     _DEVICE_CODES,
     _DL_CODES,
-    _DL_FMT,
     _DTYPES,
     _ERROR_BYTES,
-    _FRAME_FMT,
     KIND_FLOAT,
     KIND_INT,
     KIND_INT_LIST,
@@ -53,6 +49,9 @@ from pdlkit.runtime_abi.native_desc import (
     _Arg,
     _Spec,
 )
+from pdlkit.runtime_abi.native_frame import CpuCall, PackedWeight, _frame, _result
+
+__all__ = ["NativeKernel", "PackedWeight"]
 
 # -- calling ----------------------------------------------------------------------------------------
 
@@ -74,15 +73,6 @@ def _torch_dtype(d: DLDataType, kernel: str) -> torch.dtype:
 
 
 Shape = tuple[int, ...]
-
-
-class PackedWeight(NamedTuple):
-    """A weight packed by a native kernel's prepack hook (ABI 1.1): the bytes run() reads
-    (1-D uint8, 64-byte aligned) and the logical shape and dtype meta() sees."""
-
-    data: torch.Tensor
-    shape: Shape
-    dtype: torch.dtype
 
 
 def _logical(t: Any) -> tuple[Any, torch.dtype] | None:
@@ -121,6 +111,7 @@ class NativeKernel:
         self._local = threading.local()  # per thread: a reusable CPU workspace
         names = [a.name for a in spec.args]
         self.packed_index = names.index(spec.prepack_arg) if spec.prepack_arg else None
+        self.cpu = CpuCall(self)  # the CPU calls (native_frame.py)
 
     # attributes ----------------------------------------------------------------------------
     def _attrs(self, args: Sequence[Any], keep: list[Any]) -> Any:
@@ -314,9 +305,9 @@ class NativeKernel:
 
     def __call__(self, args: Sequence[Any]) -> Any:
         spec = self.spec
-        args = self._packed(args)
         if spec.device == "cpu":
-            return self._call_cpu(args)
+            return self.cpu(args)
+        args = self._packed(args)
         tensors = [args[i] for i in self.tensor_args]
         inputs = [t.data if isinstance(t, PackedWeight) else t for t in tensors]
         real = [t for t in inputs if t is not None]
@@ -337,155 +328,6 @@ class NativeKernel:
         status = spec.run(ctypes.addressof(buf))
         del workspace, keep
         return _result(spec, status, buf, lay, outs)
-
-    def _call_cpu(self, args: Sequence[Any]) -> Any:
-        """A CPU call through a :class:`_Plan`: the frame of this thread for these shapes,
-        strides, dtypes and attributes, made once; a call writes its data pointers and runs.
-        (Building the frame per call cost 25-30 us, 60-85 us with the interpreter's data
-        cold after a large kernel: more than a 64 x 64 attention head takes.)"""
-        spec = self.spec
-        tensors = [args[i] for i in self.tensor_args]
-        real: list[Any] = []
-        key: list[Any] = []
-        for t in tensors:
-            if t is None:
-                real.append(None)
-                key.append(None)
-                continue
-            if type(t) is PackedWeight:
-                t = t.data
-            if not t.is_cpu:
-                where = ", ".join(str(t.device) for t in tensors if t is not None)
-                raise KernelUnsupported(f"{spec.name} runs on cpu, got tensors on {where}")
-            if t.is_conj() or t.is_neg():  # lazy bits C would not see
-                raise KernelUnsupported(f"{spec.name}: an input has a pending conj/neg bit")
-            real.append(t)
-            key.append((t.shape, t.stride(), t.dtype))
-        for i, a in self.attr_args:
-            v = args[i]
-            if a.kind == KIND_INT_LIST:
-                v = tuple(v)
-            elif type(v) is float:
-                v = v.hex()  # -0.0 is not 0.0 to a kernel; NaN finds its own plan again
-            key.append((type(v), v))
-        local = self._local
-        try:
-            plans = local.plans
-        except AttributeError:
-            plans = local.plans = {}
-        k = tuple(key)
-        plan = plans.get(k)
-        if plan is None:
-            if len(plans) >= 256:
-                plans.clear()
-            plan = plans[k] = _Plan(self, tensors, real, args)
-        outs = [torch.empty(s, dtype=dt) for s, dt in plan.outs]
-        words = plan.words
-        for at, t in zip(plan.data_at, real + outs, strict=True):
-            if t is not None:
-                words[at] = t.data_ptr()
-        status = spec.run(plan.base)
-        return _result(spec, status, plan.buf, plan.layout, outs)
-
-
-class _Plan:
-    """A CPU call frame made once per thread and call shape: the CallFrame, its DLTensors
-    with their shape and stride arrays, the attributes and the workspace filled in; ``words``
-    views the frame as 64-bit words, ``data_at`` indexes each DLTensor's data pointer."""
-
-    __slots__ = ("base", "buf", "data_at", "keep", "layout", "outs", "words")
-
-    def __init__(
-        self, k: NativeKernel, tensors: list[Any], real: list[Any], args: Sequence[Any]
-    ) -> None:
-        self.outs = [(tuple(s), dt) for s, dt in k._meta_cached(tensors, args)]
-        outs = [torch.empty(s, dtype=dt) for s, dt in self.outs]  # for their strides only
-        self.keep: list[Any] = []
-        attrs = k._attrs(args, self.keep) if k.attr_args else None
-        ws, ws_addr = k._workspace(torch.device("cpu")) if k.spec.workspace else (None, 0)
-        self.keep.append(ws)
-        every = real + outs
-        self.buf, self.layout = _frame(k, every, len(real), attrs, torch.device("cpu"), 0, ws_addr)
-        self.base = ctypes.addressof(self.buf)
-        self.words = (c_int64 * (len(self.buf) // 8)).from_buffer(self.buf)
-        self.data_at = [(_FRAME_SIZE + i * _DL_SIZE) // 8 for i in range(len(every))]
-
-
-def _result(spec: _Spec, status: int, buf: Any, lay: _Layout, outs: list[torch.Tensor]) -> Any:
-    if status == OK:
-        return outs[0] if len(outs) == 1 else tuple(outs)
-    raw = buf.raw[lay.err_at :]
-    message = raw[: raw.find(b"\0")].decode(errors="replace")
-    if status == UNSUPPORTED:
-        raise KernelUnsupported(message or f"{spec.name} declined the call")
-    raise RuntimeError(f"{spec.name}: {STATUS_NAMES.get(status, f'status {status}')}: {message}")
-
-
-@dataclass(frozen=True)
-class _Layout:
-    """Where a CallFrame, its DLTensors, their shape/stride arrays and the error text lie."""
-
-    packer: struct.Struct
-    size: int
-    ints_at: tuple[int, ...]  # per tensor: offset of its shape array (strides follow)
-    err_at: int
-
-    @staticmethod
-    def of(dims: tuple[int, ...]) -> _Layout:
-        frame, dl = struct.calcsize("@" + _FRAME_FMT), struct.calcsize("@" + _DL_FMT)
-        pos, ints_at = frame + len(dims) * dl, []
-        for nd in dims:
-            ints_at.append(pos)
-            pos += 16 * nd
-        fmt = f"@{_FRAME_FMT}{_DL_FMT * len(dims)}{2 * sum(dims)}q"
-        return _Layout(struct.Struct(fmt), pos + _ERROR_BYTES, tuple(ints_at), pos)
-
-
-_LAYOUTS: dict[tuple[int, ...], _Layout] = {}
-_FRAME_SIZE, _DL_SIZE = struct.calcsize("@" + _FRAME_FMT), struct.calcsize("@" + _DL_FMT)
-
-
-def _frame(
-    k: NativeKernel,
-    every: list[Any],
-    n_in: int,
-    attrs: Any,
-    device: torch.device,
-    stream: int,
-    workspace: int,
-) -> tuple[Any, _Layout]:
-    """One buffer holding a CallFrame, its DLTensors (inputs then outputs; None is an absent
-    optional tensor), their shape/stride arrays and the error text, filled in."""
-    spec = k.spec
-    shapes = [() if t is None else t.shape for t in every]
-    dims = tuple(map(len, shapes))
-    lay = _LAYOUTS.get(dims)
-    if lay is None:
-        lay = _LAYOUTS.setdefault(dims, _Layout.of(dims))
-    buf = ctypes.create_string_buffer(lay.size)
-    base = ctypes.addressof(buf)
-    values: list[Any] = [
-        _FRAME_SIZE, spec.addr,
-        base + _FRAME_SIZE, n_in, base + _FRAME_SIZE + n_in * _DL_SIZE, len(every) - n_in,
-        ctypes.addressof(attrs) if attrs is not None else 0, len(k.attr_args),
-        stream, workspace, spec.workspace if workspace else 0,
-        base + lay.err_at, _ERROR_BYTES,
-    ]  # fmt: skip
-    ints: list[int] = []
-    dev, index = _DEVICE_CODES.get(device.type, 0), device.index or 0
-    for t, shape, nd, at in zip(every, shapes, dims, lay.ints_at, strict=True):
-        if t is None:  # absent: data NULL, ndim 0, dtype {0, 0, 0}
-            values += (0, dev, index, 0, 0, 0, 0, base + at, base + at, 0)
-            continue
-        code, bits = _DL_CODES.get(t.dtype) or _no_code(t.dtype)
-        values += (t.data_ptr(), dev, index, nd, code, bits, 1, base + at, base + at + 8 * nd, 0)
-        ints += (*shape, *t.stride())
-    lay.packer.pack_into(buf, 0, *values, *ints)
-    return buf, lay
-
-
-def _no_code(dt: torch.dtype) -> tuple[int, int]:
-    raise KernelUnsupported(f"dtype {dt} has no DLPack code")
 
 
 def _ints(args: Sequence[Any], attr_args: Sequence[tuple[int, _Arg]]) -> list[Any]:

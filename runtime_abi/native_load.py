@@ -65,10 +65,12 @@ def _declare(path: Path, digest: str, spec: _Spec) -> KernelDecl:
     sig = inspect.Signature(params, return_annotation=ret)
     n = len(params)
 
+    call = native.cpu if spec.device == "cpu" else native  # CPU: straight to the frame plans
+
     def fn(*args: Any, **kwargs: Any) -> Any:
         if kwargs or len(args) != n:
             args = sig.bind(*args, **kwargs).args
-        return native(args)
+        return call(args)
 
     fn.__signature__ = sig  # type: ignore[attr-defined]
     fn.__annotations__ = {p.name: p.annotation for p in params} | {"return": ret}

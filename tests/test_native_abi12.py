@@ -150,3 +150,18 @@ def test_prepack_with_naming_no_other_tensor_is_refused_at_load(tmp_path, with_,
         KernelLoadError, match=rf"libbad_with\.so: kernel 'bad_with': prepack_with {why}"
     ):
         load_kernel_file(lib)
+
+
+def test_a_tensor_changed_in_place_between_calls_gets_a_new_frame(tmp_path):
+    """A call site's constants are recognised by identity, version and data pointer between
+    calls (runtime_abi/native_frame.py): a tensor resized in place is seen anew."""
+    (k,) = load_kernel_file(build(tmp_path, "inplace_linear"))
+    a, b = torch.randn(3, 7), torch.randn(3, 7)
+    packed = k.prepack(a, {"b": b})
+    x = torch.randn(5, 7)
+    torch.testing.assert_close(k(x, packed, b, 1.0), F.linear(x, a + b))
+    torch.testing.assert_close(k(x, packed, b, 1.0), F.linear(x, a + b))  # x: kept
+    x.resize_(2, 7)  # the same object, smaller
+    got = k(x, packed, b, 1.0)
+    assert got.shape == (2, 3)
+    torch.testing.assert_close(got, F.linear(x, a + b))
