@@ -77,11 +77,6 @@ TILES = [
     (128, 256, 1, 8, 3), (32, 512, 1, 8, 3), (64, 256, 2, 4, 4), (64, 256, 4, 4, 4),
     (128, 256, 2, 8, 3), (128, 256, 4, 8, 3), (128, 128, 8, 4, 4),
 ]  # fmt: skip
-# with BM = 1 (one row: integer multiply-adds instead of a 16-row tensor-core tile)
-ROW_TILES = [
-    (16, 256, 1, 4, 4), (32, 256, 1, 8, 4), (64, 128, 1, 8, 4), (64, 128, 2, 8, 4),
-    (32, 512, 1, 8, 3),
-]  # fmt: skip
 SMEM = 227 * 1024
 
 
@@ -147,8 +142,8 @@ def candidates(case: Case, sweep: bool) -> list[Any]:
     gated = case.kind == "gated"
     out: list[Any] = [None]
     bms = [min(64, max(16, 1 << (m - 1).bit_length()))] if m <= 64 else [64, 128]
-    for bm in bms + [1] * (m == 1 and case.kind != "grouped"):
-        for bn, bk, split, warps, stages in TILES if bm > 1 else ROW_TILES:
+    for bm in bms:
+        for bn, bk, split, warps, stages in TILES:
             tiles = sum(-(-n // bn) for n in case.ns) * -(-m // bm)
             smem = stages * bk * (bm + bn * (2 if gated else 1))
             if (

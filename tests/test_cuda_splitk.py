@@ -11,9 +11,14 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+import torch
+import torch.nn.functional as F
 from conftest import run_interpreted
 
 pytest.importorskip("triton", reason="Triton is not installed (pip install triton)")
+needs_gpu = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs an NVIDIA GPU (runs on the lent GPU machine)"
+)
 
 _SCRIPT = textwrap.dedent(
     """
@@ -32,7 +37,6 @@ _SCRIPT = textwrap.dedent(
         "one slice": S.SplitConfig(16, 32, 32, 1, 1, 1),
         "wide, three slices": S.SplitConfig(16, 64, 32, 3, 1, 1),
         "rows in one tile, eight slices": S.SplitConfig(64, 16, 16, 8, 1, 1),
-        "one row a tile (multiply-adds)": S.SplitConfig(1, 32, 32, 2, 1, 1),
     }
     for name, cfg in configs.items():
         y = torch.full((m, n), float("nan"))
@@ -66,7 +70,6 @@ def interpreted():
         "one slice",
         "wide, three slices",
         "rows in one tile, eight slices",
-        "one row a tile (multiply-adds)",
     ],
 )
 def test_split_k_configs_sum_exactly_in_interpreter(interpreted, config):
@@ -76,3 +79,43 @@ def test_split_k_configs_sum_exactly_in_interpreter(interpreted, config):
 
 def test_grouped_qkv_with_a_given_config_sums_exactly_in_interpreter(interpreted):
     assert interpreted["grouped_exact"] == [True, True, True]
+
+
+def _int_mm(q: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """q @ w.T in int32: cuBLASLt's (M > 16), else on the CPU."""
+    if q.shape[0] > 16:
+        return torch._int_mm(q, w.T)
+    return (q.cpu().int() @ w.cpu().int().T).to(q.device)
+
+
+@needs_gpu
+@pytest.mark.parametrize(
+    "m,n,k,cfg",
+    [
+        (64, 4096, 4096, (64, 64, 256, 2, 4, 4)),
+        (16, 1000, 4096, (16, 128, 256, 4, 8, 3)),
+        (256, 520, 11008, (128, 64, 256, 2, 4, 4)),
+        (1, 96, 8192, None),  # pick_split_config's own split: too few tiles for the SMs
+    ],
+)
+@pytest.mark.parametrize("gated", [False, True])
+def test_gpu_split_k_slices_sum_exactly(m, n, k, cfg, gated):
+    from pdlkit.kernels.cuda import _triton_splitk as S
+
+    config = S.SplitConfig(*cfg) if cfg else S.pick_split_config(m, n, k, gated)
+    assert config.split_k > 1
+    q = torch.randint(-127, 128, (m, k), dtype=torch.int8, device="cuda")
+    w, u = (torch.randint(-127, 128, (n, k), dtype=torch.int8, device="cuda") for _ in range(2))
+    ones_m, ones_n = torch.ones(m, device="cuda"), torch.ones(n, device="cuda")
+    exact_w, exact_u = (_int_mm(q, b) for b in (w, u))
+    for _ in range(2):  # the workspace and its counters start from zero every call
+        out = torch.full((m, n), float("nan"), device="cuda")
+        S.splitk(q, ones_m, w, ones_n, out, u=u if gated else None,
+                 u_scale=ones_n if gated else None, config=config)  # fmt: skip
+        if gated:
+            want = F.silu(exact_w.float()) * exact_u.float()
+            assert ((out - want).norm() / want.norm()).item() < 1e-6
+        else:
+            assert torch.equal(
+                out, exact_w.float()
+            )  # the same int32 sums, rounded to float32 alike

@@ -3,19 +3,23 @@
 With few rows a GEMM is a pass over its weights: 64 x 4096 x 4096 moves 16 MB of int8
 weights and does 2.1 GOP, 5.6 us at the H100's 3.0 TB/s against about 2 us of tensor-core
 work. The tiled GEMM in ``_triton_gemm.py`` gives each program a 64 x 128 tile, so N = 4096
-makes 32 programs for 132 SMs, and most of the memory system idles (29 us measured). Here a
-program owns BN output columns (16 to 64) for BM rows: N = 4096 makes 256 programs, each
-keeping a few BK-wide loads of weights in flight (14.6 us measured; BF16 cuBLAS 22.3 us;
-benchmarks/results/cuda_decode.md).
+makes 32 programs for 132 SMs, and most of the memory system idles. Here a program owns BN
+output columns (16 to 128) for BM rows (16 to 128), walking K in 256-wide steps with up to six
+loads of weights in flight. Each program also re-reads its BM x K activation rows from L2, so
+past 16 rows ``pick_split_config`` takes the widest BN that still leaves about 96 tiles.
+Measured on an H100 as a decode step runs them (a CUDA graph of back-to-back calls over
+weights L2 does not hold; benchmarks/results/cuda_decode.md), a call costs about 3 us over
+its weights' bytes at the copy rate: the large GEMMs stream at 80-91% of the copy rate up to
+64 rows, a 16 MB one (4096 x 4096) at 61-66%, and BF16 cuBLAS takes 1.6-2x as long.
 
-K can also be split over programs (grid (N / BN, SPLIT_K, M / BM)) without losing
+K can also be split over programs (grid (M / BM, N / BN, SPLIT_K)) without losing
 determinism: each slice adds its int32 partial sums into an int32 workspace with atomics
 (integer addition is exact, so the order does not matter) and bumps the tile's counter; the
 slice that finds the counter at SPLIT_K - 1 takes the sums with an atomic exchange (which
 leaves zeros), resets the counter and runs the epilogue. The workspace starts zeroed
-(``torch.zeros`` per call, one small fill that Inductor launches with the kernel). At the
-Llama shapes measured one slice won; ``pick_split_config`` splits only when the tiles are
-too few for a quarter of the SMs.
+(``torch.zeros`` per call, one small fill that Inductor launches with the kernel). At every
+Llama shape measured one slice won (by 1.1x to 5x); ``pick_split_config`` splits only when
+the tiles are too few for an eighth of the SMs.
 
 Both int8 logical ops use it: ``int8_linear`` (one weight) and ``int8_gated_silu`` (gate and
 up weights share the activation tiles). The per-token quantization of the activations stays
@@ -47,31 +51,53 @@ class SplitConfig:
     stages: int
 
 
+_TILES = 96  # row x column tiles the widest BN must still leave (the sweep's winners)
+
+
+def _tile(m: int, n: int, gated: bool) -> tuple[int, int]:
+    """(BM, BN) for M rows and N output columns (a gated pair's N once; Q, K, V's summed).
+    Up to 16 rows, 32 columns a program (64 for a gated pair wider than 12288). Above, the
+    widest BN, with BM 128 past 64 rows, that leaves ``_TILES`` tiles: each program re-reads
+    its BM x K activation rows from L2 (with BN 16 at M = 64, four times the weights' bytes),
+    so wider tiles cut that traffic while enough programs keep HBM busy."""
+    bm = min(64, max(16, triton.next_power_of_2(m)))
+    if m <= 16:
+        return bm, 64 if gated and n > 12288 else 32
+    # (a gated pair's BM 128 or BN 128 needs more shared memory than an SM has)
+    for tm in (128, bm) if m > 64 and not gated else (bm,):
+        for bn in (64, 32) if gated else (128, 64, 32):
+            if triton.cdiv(n, bn) * triton.cdiv(m, tm) >= _TILES:
+                return tm, bn
+    return bm, 16
+
+
+def _config(bm: int, bn: int, split: int, gated: bool) -> SplitConfig:
+    """Warps and pipeline depth by tile width, as measured: 32 columns (one weight) six
+    K steps in flight, 128 columns eight warps and three stages (shared memory), else four."""
+    warps, stages = (8, 3) if bn >= 128 else (4, 6) if bn == 32 and not gated else (4, 4)
+    return SplitConfig(bm, bn, 256, split, warps, stages)
+
+
 def pick_split_config(m: int, n: int, k: int, gated: bool, sms: int = 132) -> SplitConfig:
-    """Tiles measured on an H100 (benchmarks/cuda_decode.py --sweep, M = 1 and 64,
-    benchmarks/results/cuda_decode.md): BM covers the rows (at most 64 a tile); 16 output
-    columns a program (32 where K is long, more for a wide gated pair); one K slice, since
-    splitting K lost to the zero fill and atomics it costs at every Llama shape measured,
-    unless there are too few tiles to occupy a quarter of the SMs."""
+    """Tiles measured on an H100 (benchmarks/cuda_decode.py --sweep, M = 1, 16, 64, 256 at the
+    Llama-2-7B and Llama-3 GQA shapes, benchmarks/results/cuda_decode.md): ``_tile``'s BM and
+    BN, BK 256; one K slice, since splitting K lost at every shape measured (its zero fill,
+    atomics and counter), unless there are too few tiles to occupy an eighth of the SMs."""
     if INTERPRET:
         return SplitConfig(16, 16, 32, 2 if k >= 64 else 1, 1, 1)
-    bm = min(64, max(16, triton.next_power_of_2(m)))
-    if gated:
-        bn = 64 if n > 12288 else 32 if m <= 16 else 16
-    else:
-        bn = 32 if k >= 8192 else 16
-    bk, warps, stages = (512, 8, 3) if k >= 8192 and m <= 16 else (256, 4, 4)
+    bm, bn = _tile(m, n, gated)
     tiles = triton.cdiv(n, bn) * triton.cdiv(m, bm)
     split = 1
-    while tiles * split < sms // 4 and k // (bk * split * 2) >= 4:
+    while tiles * split < sms // 8 and k // (256 * split * 2) >= 4:
         split *= 2
-    return SplitConfig(bm, bn, bk, split, warps, stages)
+    return _config(bm, bn, split, gated)
 
 
 def pick_grouped_config(m: int, ns: list[int], k: int) -> SplitConfig:
     """Tiles for ``grouped_splitk_kernel`` (Q, K, V in one launch; one K slice a program)."""
-    cfg = pick_split_config(m, max(ns), k, False, 0 if INTERPRET else 132)
-    return SplitConfig(cfg.bm, cfg.bn, cfg.bk, 1, cfg.warps, cfg.stages)
+    if INTERPRET:
+        return SplitConfig(16, 16, 32, 1, 1, 1)
+    return _config(*_tile(m, sum(ns), False), 1, False)
 
 
 @triton.jit
@@ -124,8 +150,6 @@ def splitk_kernel(
     u_ptrs = u_ptr + rn[:, None] * stride_bn + rk[None, :]
     acc = tl.zeros((BM, BN), dtype=tl.int32)
     acc_u = tl.zeros((BM, BN), dtype=tl.int32)
-    vec = tl.zeros((BN, BK), dtype=tl.int32)  # BM = 1: products summed over K at the end
-    vec_u = tl.zeros((BN, BK), dtype=tl.int32)
     for k0 in range(0, K_SPLIT, BK):
         if EVEN_K:
             a = tl.load(a_ptrs, mask=m_ok, other=0)
@@ -134,25 +158,16 @@ def splitk_kernel(
             k_ok = (rk + k0 < K)[None, :]
             a = tl.load(a_ptrs, mask=m_ok & k_ok, other=0)
             b = tl.load(b_ptrs, mask=n_ok & k_ok, other=0)
-        if BM == 1:  # one row: integer multiply-adds, no tensor-core tile of 16 rows
-            vec += a.to(tl.int32) * b.to(tl.int32)
-        else:
-            acc = tl.dot(a, tl.trans(b), acc, out_dtype=tl.int32)
+        acc = tl.dot(a, tl.trans(b), acc, out_dtype=tl.int32)
         if GATED:
             if EVEN_K:
                 u = tl.load(u_ptrs, mask=n_ok, other=0)
             else:
                 u = tl.load(u_ptrs, mask=n_ok & (rk + k0 < K)[None, :], other=0)
-            if BM == 1:
-                vec_u += a.to(tl.int32) * u.to(tl.int32)
-            else:
-                acc_u = tl.dot(a, tl.trans(u), acc_u, out_dtype=tl.int32)
+            acc_u = tl.dot(a, tl.trans(u), acc_u, out_dtype=tl.int32)
             u_ptrs += BK
         a_ptrs += BK
         b_ptrs += BK
-    if BM == 1:
-        acc = tl.sum(vec, axis=1)[None, :]
-        acc_u = tl.sum(vec_u, axis=1)[None, :]
     if SPLIT_K == 1:
         _epilogue(
             acc, acc_u, rm, rn, c_ptr, stride_cm, a_scale_ptr, b_scale_ptr, u_scale_ptr,
@@ -168,10 +183,10 @@ def splitk_kernel(
         count_ptr = ws_ptr + (1 + GATED) * M * N + pid_n * tl.num_programs(0) + pid_m
         done = tl.atomic_add(count_ptr, 1, sem="acq_rel")
         if done == SPLIT_K - 1:  # the last slice of this tile: the sums are complete
-            acc = tl.atomic_xchg(w_ptrs, tl.zeros((BM, BN), dtype=tl.int32), mask=ok)
+            zero = tl.zeros((BM, BN), dtype=tl.int32)  # relaxed: the counter's acq_rel add
+            acc = tl.atomic_xchg(w_ptrs, zero, mask=ok, sem="relaxed")  # ordered the sums
             if GATED:
-                zero = tl.zeros((BM, BN), dtype=tl.int32)
-                acc_u = tl.atomic_xchg(w_ptrs + M * N, zero, mask=ok)
+                acc_u = tl.atomic_xchg(w_ptrs + M * N, zero, mask=ok, sem="relaxed")
             tl.atomic_xchg(count_ptr, 0)
             _epilogue(
                 acc, acc_u, rm, rn, c_ptr, stride_cm, a_scale_ptr, b_scale_ptr, u_scale_ptr,
