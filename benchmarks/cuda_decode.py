@@ -261,8 +261,20 @@ def time_pdlkit(case: Case, x: Inputs, sweep: bool) -> dict[str, Any]:
 
 
 def time_peers(case: Case, x: Inputs, copies: int) -> dict[str, float]:
-    """BF16 F.linear (the gated pair and Q, K, V as one weight) and cuBLASLt's _int_mm."""
+    """BF16 F.linear (the gated pair and Q, K, V as one weight), cuBLASLt's _int_mm, and past
+    64 rows pdlkit's tiled GEMM (``_triton_gemm.py``, which int8_linear_triton runs there)."""
+    from pdlkit.kernels.cuda import _triton_gemm as T
+
     row: dict[str, float] = {}
+    if case.m > 64 and case.kind != "grouped":
+        o, (sw, su) = x.outs[0], (x.scales + x.scales)[:2]
+        tiled = [
+            functools.partial(T.gated, x.q, x.xs, s[0], sw, s[1], su, o)
+            if case.kind == "gated"
+            else functools.partial(T.gemm, x.q, s[0], o, a_scale=x.xs, b_scale=sw)
+            for s in x.sets
+        ]
+        row["tiled_graph_ms"] = graph_ms(_rotation(tiled))
     if case.kind == "linear" and case.m > 16:  # cuBLASLt's int8 GEMM needs M > 16
 
         def int_mm(w: torch.Tensor) -> torch.Tensor:
@@ -399,7 +411,7 @@ def table_line(r: dict[str, Any]) -> str:
         f"| {r['m']} | {r['shape']} | {_us(r, 'pick_graph_ms')} | {_pct(r, 'pick_graph_of_copy')} "
         f"| {_us(r, 'best_graph_ms')} | {_pct(r, 'best_graph_of_copy')} | {r['best_config']} "
         f"| {_us(r, 'best_bench_ms')} | {_pct(r, 'best_bench_of_copy')} "
-        f"| {_us(r, 'int_mm_graph_ms')} | {_us(r, 'bf16_graph_ms')} "
+        f"| {_us(r, 'tiled_graph_ms')} | {_us(r, 'int_mm_graph_ms')} | {_us(r, 'bf16_graph_ms')} "
         f"| {_pct(r, 'bf16_graph_of_copy')} | {_us(r, 'bf16_bench_ms')} "
         f"| {r['bf16_graph_ms'] / r['best_graph_ms']:.2f}x |"
     )
@@ -422,9 +434,10 @@ def markdown(res: dict[str, Any], argv: str) -> str:
         "config tried (SplitConfig(bm, bn, bk, split_k, warps, stages)).",
         "",
         "| M | GEMM (N x K) | pick graph us | of copy | best graph us | of copy | best config "
-        "| best do_bench us | of copy | `_int_mm` + rescale graph us | BF16 graph us | of copy "
+        "| best do_bench us | of copy | tiled graph us | `_int_mm` + rescale graph us "
+        "| BF16 graph us | of copy "
         "| BF16 do_bench us | BF16 / best (graph) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         *[table_line(r) for r in res["rows"]],
     ]
     cost = res.get("launch", {})
