@@ -5,7 +5,7 @@ shape; and the BF16 linear kernels (``linear_bf16.py``) against oneDNN's BF16 ma
     python benchmarks/x86_qlinear.py --rounds 9 --repeats 20 --threads 1
     python benchmarks/x86_qlinear.py --threads 2 --no-bf16 --out /tmp/x.md
 
-The AMX kernels (``qlinear_amx.py``) run on AMX tiles where the host has them (the ``tiles``
+The AMX kernels (the ``*_amx`` kernels of ``qlinear_vnni.py``) run on AMX tiles where the host has them (the ``tiles``
 column says whether the call did), else their VNNI path. First line of the results: the limit,
 a 2048^3 int8 GEMM through oneDNN's qlinear (no epilogue), in TOP/s per core.
 
@@ -67,10 +67,8 @@ def _kernels() -> dict[str, Any]:
     found = {}
     files = (
         "x86/qlinear_vnni.py",
-        "x86/qlinear_amx.py",
         "x86/qlinear_onednn.py",
         "x86/linear_bf16.py",
-        "x86/linear_bf16_amx.py",
     )
     for f in files:
         found.update({k.name: k for k in load_kernel_file(ROOT / "kernels" / f)})
@@ -131,7 +129,7 @@ def main() -> None:
         "kernels (`linear_bf16`, `linear_gelu_bf16`) against oneDNN's BF16 matmul "
         "(`linear_onednn`, `linear_gelu_onednn`), GFLOP/s of the BF16 kernel, `F.linear` in "
         "bf16 (GEMM and bias, no activation), and the largest difference between the two "
-        "kernels' outputs, then the AMX BF16 kernel (`linear_bf16_amx.py`: time, ratio to oneDNN, "
+        "kernels' outputs, then the AMX BF16 kernel (`linear_bf16_amx` of `linear_bf16.py`: time, ratio to oneDNN, "
         "whether it ran on tiles, GFLOP/s). Third table: `qlinear_add_layer_norm_q_vnni` (`fused`) against "
         "`qlinear_vnni` + Inductor's add + LayerNorm + quantize kernel (`unfused`), ratio "
         "fused / unfused, the GEMM alone (`qlinear_vnni`), what the fused epilogue adds to it, "
@@ -162,7 +160,7 @@ def _interleaved(cases: dict[str, Callable[[], Any]], args: argparse.Namespace) 
 
 def _bf16(ks: dict[str, Any], g: torch.Generator, args: argparse.Namespace) -> list[str]:
     """The BF16 kernels (AVX512_BF16 and AMX) against oneDNN's, bf16 in and out; GFLOP/s."""
-    from pdlkit.kernels.x86 import linear_bf16_amx
+    from pdlkit.kernels.x86 import linear_bf16
 
     lines = [
         f"{'M':>5} {'K':>5} {'N':>5} {'post':>10} {'oneDNN us':>10} {'bf16 us':>9} {'ratio':>6} "
@@ -195,7 +193,7 @@ def _bf16(ks: dict[str, Any], g: torch.Generator, args: argparse.Namespace) -> l
             f"{m:>5} {k:>5} {n:>5} {name:>10} {med['onednn']:>10.1f} {med['bf16']:>9.1f} "
             f"{med['bf16'] / med['onednn']:>6.2f} {2 * m * n * k / med['bf16'] / 1e3:>7.0f} "
             f"{med['linear']:>11.1f} {diff:>8.3g} {med['amx']:>8.1f} "
-            f"{med['amx'] / med['onednn']:>6.2f} {'yes' if linear_bf16_amx.uses_amx(pa, m) else 'no':>5} "
+            f"{med['amx'] / med['onednn']:>6.2f} {'yes' if linear_bf16.uses_amx(pa, m) else 'no':>5} "
             f"{2 * m * n * k / med['amx'] / 1e3:>7.0f}"
         )
         print(line, flush=True)
@@ -288,12 +286,12 @@ def _qlinear_rows(
     post: str, algo: str, xs8: bool,
 ) -> list[str]:  # fmt: skip
     """The two rows (uint8 and float32 output) of one shape."""
-    from pdlkit.kernels.x86 import qlinear_amx
+    from pdlkit.kernels.x86 import qlinear_vnni
 
     cases, codes, packed = _cases(ks, g, m, k, n, post, algo, xs8)
     med = _interleaved(cases, args)
     name = f"{post}/{algo}" if algo else post
-    tiles = "yes" if qlinear_amx.uses_amx(packed, m, torch.int8 if xs8 else torch.uint8) else "no"
+    tiles = "yes" if qlinear_vnni.uses_amx(packed, m, torch.int8 if xs8 else torch.uint8) else "no"
     out_lines = []
     for out, suffix, code in (("u8", "", str(codes)), ("f32", "_f32", "")):
         vnni, amx, peer = med["vnni" + suffix], med["amx" + suffix], med["onednn" + suffix]
