@@ -65,7 +65,9 @@
  *        weights of an attention block packed as one [3 N, K] GEMM weight. This is what
  *        pdlkit's own x86 kernels (qgemm_vnni.c, gemm_bf16.c, attention.c) needed to drop
  *        their private ctypes entry points; several outputs (num_outputs > 1) were there
- *        since 1.0. A 1.0 or 1.1 library still loads (the 1.2 fields read as zero).
+ *        since 1.0, and thread counts need no field (a library built with -fopenmp links the
+ *        OpenMP runtime torch loaded, so torch.set_num_threads applies to it). A 1.0 or 1.1
+ *        library still loads (the 1.2 fields read as zero).
  *
  * Tensors are DLPack DLTensors (https://github.com/dmlc/dlpack): `data` + `byte_offset`
  * is the first element; `shape` and `strides` have `ndim` entries, strides in elements
