@@ -16,7 +16,12 @@ order reversed every other round; medians over all calls): ``onednn``, oneDNN's
 built with ``-D`` flags ``DEFINES`` (comma-separated), its ``qlinear_q_amx`` called through the
 C ABI as the installed one is (its own pre-pack of the same weight). Ratios are to ``onednn`` (< 1: faster); ``codes``: the largest difference
 between an engine's uint8 output and oneDNN's; a variant whose codes differ from ``amx``'s is
-flagged. The limit line: oneDNN's qlinear on a 2048^3 GEMM, TOP/s per core.
+flagged. The limit line: oneDNN's qlinear on a 2048^3 GEMM, TOP/s per core. Second table per
+thread count: the output projection with its residual add, LayerNorm and codes fused
+(``qlinear_add_layer_norm_q_amx``, ``_vnni`` and the variants') against oneDNN's float32 GEMM
+alone (what PyTorch's path runs before its add + LayerNorm + quantize kernel, not counted here).
+``--model``: bert-mini 8 x 64 int8, PyTorch's int8 path against pdlkit with every site on its
+declared kernel, one thread, in one process (see ``_model``).
 
 The AMX kernels run on tiles only where the host has AMX-INT8 and Linux grants the tile state
 (``tiles`` column); elsewhere this measures their VNNI path.
@@ -28,6 +33,7 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -60,9 +66,9 @@ def _kernels() -> dict[str, Any]:
     return found
 
 
-def _variant(spec: str) -> tuple[str, Any]:
-    """``NAME=[DIR][:DEFINES]`` built as qlinear_vnni.py builds its library: its
-    ``qlinear_q_amx`` kernel (a C ABI library: sources of 2026-11-24 14:00 or later)."""
+def _variant(spec: str) -> tuple[str, dict[str, Any]]:
+    """``NAME=[DIR][:DEFINES]`` built as qlinear_vnni.py builds its library: its kernels by name
+    (a C ABI library: sources of 2026-11-24 14:00 or later)."""
     from pdlkit.kernels.x86 import qlinear_vnni as v
     from pdlkit.runtime_abi.native_build import build_library
     from pdlkit.runtime_abi.native_load import load_native_library
@@ -72,7 +78,7 @@ def _variant(spec: str) -> tuple[str, Any]:
     source = Path(folder) / "qgemm_vnni.c" if folder else v.SOURCE
     flags = tuple(d for d in defines.split(",") if d)
     lib = build_library(source, "x86_64", extra=("-fopenmp", *flags))
-    return name, {k.name: k for k in load_native_library(lib)}["qlinear_q_amx"]
+    return name, {k.name: k for k in load_native_library(lib)}
 
 
 def _time(fn: Callable[[], Any], repeats: int) -> list[float]:
@@ -115,7 +121,8 @@ def _cases(
         "onednn": lambda: onednn.fn(x, 0.02, 128, po, *tail),
         "amx": lambda: amx.fn(x, 0.02, 128, pa, *tail),
     }
-    for name, decl in variants:
+    for name, kernels in variants:
+        decl = kernels["qlinear_q_amx"]
         cases[name] = _call(decl, decl.prepack(w, attrs), x, tail)
     return cases, pa
 
@@ -169,6 +176,97 @@ def _table(
     return lines
 
 
+LN_SHAPES = [(512, 256, 256), (512, 1024, 256), (128, 768, 768), (128, 3072, 768)]
+LN_SHAPES += [(1024, 768, 768), (1024, 3072, 768)]
+
+
+def _ln_cases(
+    ks: dict[str, Any], variants: list[tuple[str, Any]], m: int, k: int, n: int
+) -> dict[str, Callable[[], Any]]:
+    """The output projection with its residual add, LayerNorm and codes: oneDNN's float32 GEMM
+    alone (``onednn``), pdlkit's fused AMX kernel (``amx``), its VNNI one (``vnni``), each
+    variant's ``qlinear_add_layer_norm_q_amx``; the callables return the codes."""
+    g = torch.Generator().manual_seed(m + k + n)
+    x = torch.randint(0, 256, (m, k), generator=g, dtype=torch.uint8)
+    w = torch.randint(-127, 128, (n, k), generator=g, dtype=torch.int8)
+    ws, wz = torch.rand(n, generator=g) * 0.01 + 1e-3, torch.zeros(n, dtype=torch.int64)
+    b, res = torch.randn(n, generator=g), torch.randn(m, n, generator=g)
+    gamma, beta = torch.rand(n, generator=g) + 0.5, torch.randn(n, generator=g) * 0.1
+    attrs = dict(x_scale=0.02, x_zp=128, normalized_shape=[n], eps=1e-12, out_scale=8 / 255)
+    attrs.update(out_zp=128, out_qmin=0, out_qmax=255)
+    onednn = ks["qlinear_onednn"]
+    po = onednn.prepack(w, dict(x_scale=0.02, x_zp=128, post_op="none", algorithm=""))
+    tail = (ws, wz, b, res, [n], gamma, beta, 1e-12, 8 / 255, 128, 0, 255)
+    cases: dict[str, Callable[[], Any]] = {
+        "onednn": lambda: onednn.fn(x, 0.02, 128, po, ws, wz, b, "none", "")
+    }
+    decls = {"amx": ks["qlinear_add_layer_norm_q_amx"], "vnni": ks["qlinear_add_layer_norm_q_vnni"]}
+    decls.update({name: kernels["qlinear_add_layer_norm_q_amx"] for name, kernels in variants})
+    for name, decl in decls.items():
+        cases[name] = _ln_call(decl, decl.prepack(w, attrs), x, tail)
+    return cases
+
+
+def _ln_call(decl: Any, packed: Any, x: torch.Tensor, tail: tuple[Any, ...]) -> Any:
+    return lambda: decl.fn(x, 0.02, 128, packed, *tail)[1]
+
+
+def _ln_table(
+    ks: dict[str, Any], variants: list[tuple[str, Any]], args: Any, threads: int
+) -> list[str]:
+    torch.set_num_threads(threads)
+    names = ["amx", "vnni", *(v[0] for v in variants)]
+    head = f"{'M':>5} {'K':>5} {'N':>5} {'oneDNN GEMM us':>14}"
+    lines = [head + "".join(f" {c + ' us':>10} {'ratio':>5}" for c in names)]
+    print(*lines, sep="\n", flush=True)
+    for m, k, n in LN_SHAPES:
+        cases = _ln_cases(ks, variants, m, k, n)
+        outs = {c: f() for c, f in cases.items()}
+        odd = [c for c in names if not torch.equal(outs[c], outs["amx"])]
+        med = _interleaved(cases, args.rounds, args.repeats)
+        line = f"{m:>5} {k:>5} {n:>5} {med['onednn']:>14.1f}"
+        line += "".join(f" {med[c]:>10.1f} {med[c] / med['onednn']:>5.2f}" for c in names)
+        line += f"  (codes differ from amx: {', '.join(odd)})" if odd else ""
+        print(line, flush=True)
+        lines.append(line)
+    return lines
+
+
+def _model(args: Any) -> list[str]:
+    """bert-mini 8 x 64 int8 (PT2E, X86InductorQuantizer) through PyTorch's int8 path
+    (``torch.compile`` with freezing: ``peer``) and ``pdlkit.optimize(autotune="off")`` (every
+    site on its declared kernel, the AMX ones on an AMX host: ``pdlkit``), one thread, in
+    alternating windows of ``--calls`` calls (order rotated per window): per configuration the
+    median and 10th percentile of the per-call times, and the median of per-window ratios to
+    ``peer``."""
+    import torch._inductor.config as ic
+    import x86_models as xm
+
+    torch.set_num_threads(1)
+    model, x = xm.prepare(*xm.build("bert-mini"), "int8-static")
+    ic.freezing = True
+    fns: dict[str, Callable[[], Any]] = {}
+    with torch.no_grad():
+        for conf, label in (("peer", "peer"), ("pdlkit-off", "pdlkit")):
+            torch._dynamo.reset()
+            f = xm.maker(conf, model)()
+            f(x)
+            fns[label] = partial(f, x)
+        names, ms = list(fns), {c: [] for c in fns}
+        for w in range(args.windows):
+            k = w % len(names)
+            for c in names[k:] + names[:k]:
+                ms[c].append(statistics.median(_time(fns[c], args.calls)) / 1e3)
+    lines = [f"bert-mini 8x64 int8-static, 1 thread, {args.windows} windows x {args.calls} calls"]
+    lines.append(f"{'config':>8} {'ms':>7} {'p10 ms':>7} {'/ peer':>7}")
+    for c in names:
+        ratio = statistics.median(a / b for a, b in zip(ms[c], ms["peer"], strict=True))
+        p10 = sorted(ms[c])[len(ms[c]) // 10]
+        lines.append(f"{c:>8} {statistics.median(ms[c]):>7.2f} {p10:>7.2f} {ratio:>7.3f}")
+    print(*lines, sep="\n", flush=True)
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts")
@@ -176,6 +274,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--variant", action="append", default=[], help="NAME=[DIR][:DEFINES]")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--model", action="store_true", help="also bert-mini int8 (needs transformers)")
+    ap.add_argument("--windows", type=int, default=30, help="--model: windows per configuration")
+    ap.add_argument("--calls", type=int, default=3, help="--model: calls per window")
     args = ap.parse_args()
     ks = _kernels()
     if "qlinear_q_amx" not in ks:
@@ -184,8 +285,11 @@ def main() -> None:
     text = ["# benchmarks/x86_amx.py", "", *host_header(None), ""]
     text += [f"- variant {s}" for s in args.variant]
     text += ["", "```"]
-    for threads in (int(t) for t in args.threads.split(",")):
+    for threads in (int(t) for t in args.threads.split(",") if t):
         text += [*_table(ks, variants, args, threads), ""]
+        text += [*_ln_table(ks, variants, args, threads), ""]
+    if args.model:
+        text += _model(args)
     args.out.write_text("\n".join([*text, "```", ""]))
     print(f"wrote {args.out}")
 

@@ -40,7 +40,8 @@ VNNI static inline __attribute__((always_inline)) void amx_rows(
  * multiplies it, the partial sums of each panel parked in acc (8 KB a panel) between chunks.
  * Measured first with K whole and one panel per task (the rows of x and the half panel both
  * streamed from L2 for every 32 x 32 block): 0.7-0.9 TOP/s at K = 3072 where oneDNN's qlinear
- * reached 1.5. PDLKIT_AMX_KC: a build-time override for benchmarks/x86_amx.py's variants. */
+ * reached 1.5. PDLKIT_AMX_KC: a build-time override for benchmarks/x86_amx.py's variants (384
+ * measured within noise of 768, better at some shapes and worse at others). */
 #ifndef PDLKIT_AMX_KC
 #define PDLKIT_AMX_KC 768
 #endif
@@ -144,23 +145,17 @@ VNNI static inline __attribute__((always_inline)) void amx_epi_rows(const amx_pe
  * they are stored at the end. Between the K steps, pd's epilogue, a slice of its rows per step:
  * the vector units finish the last half while the tile unit runs this one (oneDNN's brgemm
  * interleaves its tile stores and post-ops likewise). PDLKIT_AMX_PIPE=0 builds the epilogue
- * after the half instead (benchmarks/x86_amx.py's comparison). */
+ * after the half instead (benchmarks/x86_amx.py's comparison; on the GPU machine's Xeon, one
+ * thread, time / oneDNN's: 512x256x1024 0.79 without, 0.64 with; 1024x768x768 1.20, 1.03).
+ * Also measured there and left out: software prefetch of the next K step's B rows or the next
+ * block's rows of x (better at K = 3072 by up to 7%, worse at K = 256 by up to 28%), and the
+ * step's loads each just before its first use (no better). */
 #ifndef PDLKIT_AMX_PIPE
 #define PDLKIT_AMX_PIPE 1
 #endif
-/* Software prefetch into L1, build-time knobs for benchmarks/x86_amx.py: PFB, the B rows of the
- * K step that many steps ahead; PFA (0 / 1), the next task's rows of x during a task's last half
- * (nx: their first row, NULL where there is none; nsteps: their K steps) */
-#ifndef PDLKIT_AMX_PFB
-#define PDLKIT_AMX_PFB 0
-#endif
-#ifndef PDLKIT_AMX_PFA
-#define PDLKIT_AMX_PFA 0
-#endif
 AMX static inline __attribute__((always_inline)) void amx_half(
     const uint8_t *x, int64_t ldx, int64_t q0, int64_t q1, const int8_t *b, int32_t *c, int first,
-    int s8, const amx_pend *pd, const uint8_t *nx, int64_t nsteps, const amx_dst *d, int act,
-    int kind) {
+    int s8, const amx_pend *pd, const amx_dst *d, int act, int kind) {
     const char *xa = (const char *)x, *xb = xa + 16 * ldx, *bb = (const char *)b;
     if (first) {
         _tile_zero(0);
@@ -177,15 +172,6 @@ AMX static inline __attribute__((always_inline)) void amx_half(
     int done = 0;
     for (int64_t t = 0; t < steps; t++) {
         const int64_t q = q0 + 16 * t;
-        if (PDLKIT_AMX_PFB && t + PDLKIT_AMX_PFB < steps)
-            for (int r = 0; r < 16; r++) {
-                _mm_prefetch(bb + (q + 16 * PDLKIT_AMX_PFB + r) * 256, _MM_HINT_T0);
-                _mm_prefetch(bb + (q + 16 * PDLKIT_AMX_PFB + r) * 256 + 64, _MM_HINT_T0);
-            }
-        if (PDLKIT_AMX_PFA && nx) /* the next block's first K steps, spread over these */
-            for (int64_t u = t * nsteps / steps; u < (t + 1) * nsteps / steps; u++)
-                for (int r = 0; r < AMX_MR; r++)
-                    _mm_prefetch((const char *)nx + r * ldx + 64 * u, _MM_HINT_T0);
         _tile_loadd(4, xa + 4 * q, ldx);
         _tile_loadd(6, bb + q * 256, 256);
         _tile_loadd(7, bb + q * 256 + 64, 256);
@@ -236,14 +222,9 @@ AMX static inline __attribute__((always_inline)) void amx_range(
             for (int64_t g = g0; g < g1; g++) {
                 int32_t *a = acc + (g - g0) * AMX_MR * NR;
                 const int64_t nc = n - g * NR < NR ? n - g * NR : NR;
-                const int64_t halves = nc > 32 ? 2 : 1;
-                for (int64_t h = 0; h < halves; h++) {
-                    const int last = q1 == k4 && g == g1 - 1 && h == halves - 1 && t + 1 < t1;
-                    const int64_t ni = ((t + 1) % blocks) * AMX_MR;
-                    const uint8_t *nx = last && m - ni >= AMX_MR ? x + ni * ldx : NULL;
+                for (int64_t h = 0; h < (nc > 32 ? 2 : 1); h++) {
                     amx_half(x + i * ldx, ldx, q0, q1, p->packed + g * k4 * NR * 4 + 128 * h,
-                             a + 32 * h, q0 == 0, s8, &pd, nx, (k4 < kc4 ? k4 : kc4) / 16, &d,
-                             act, kind);
+                             a + 32 * h, q0 == 0, s8, &pd, &d, act, kind);
                     pd.acc = NULL;
                     if (q1 == k4) {
                         pd.acc = a + 32 * h;
@@ -275,7 +256,7 @@ AMX __attribute__((noinline)) static void amx_add_rows(
         for (int64_t i = i0; i < whole; i += AMX_MR)
             for (int64_t h = 0; h < halves; h++) {
                 amx_half(x + i * ldx, ldx, 0, k4, p->packed + n0 * k4 * 4 + 128 * h, acc + 32 * h,
-                         1, s8, &pd, NULL, 0, &d, ACT_NONE, OUT_F32);
+                         1, s8, &pd, &d, ACT_NONE, OUT_F32);
                 pd.acc = acc + 32 * h;
                 pd.row = i;
                 pd.col = n0 + 32 * h;
