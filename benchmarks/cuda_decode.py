@@ -323,6 +323,7 @@ def launch_costs() -> dict[str, float]:
     from pathlib import Path
 
     import pdlkit.kernels
+    import pdlkit.kernels.ops.logical_ops  # noqa: F401 (binds the implements= declarations)
     from pdlkit.runtime_abi.binding import CallSite, bind, new_site
     from pdlkit.runtime_abi.registry import load_kernel_file
     from pdlkit.runtime_abi.triton_binding import compiled_call
