@@ -68,6 +68,16 @@ class _Mismatch(Exception):
     pass
 
 
+@dataclass
+class _Walk:
+    """One walk's state: what each pattern value matched so far, the pattern ops still to
+    visit (with the graph op each must match and how it was reached), how values read."""
+
+    bound: dict[Any, Any]
+    stack: list[Any]
+    describe: Describe
+
+
 class PatternWalk:
     """One ``pdl.pattern``'s matcher, ready to be walked against candidate roots."""
 
@@ -130,17 +140,16 @@ class PatternWalk:
 
     def _walk(self, root: ir.Operation, describe: Describe) -> Candidate:
         root_name = _loc(root) or root.name
-        bound: dict[Any, Any] = {}
         matched = 0
         if self.root_value is None:
             return Candidate(
                 root_name, (0, self.n_ops), (0, len(self.constraints)), "unexplained: no root"
             )
         try:
-            stack = [(self.root_value.owner, root, "the root")]
-            while stack:
-                pdl_op, ir_op, via = stack.pop()
-                self._match_op(pdl_op, ir_op, via, bound, stack, describe)
+            w = _Walk({}, [(self.root_value.owner, root, "the root")], describe)
+            while w.stack:
+                pdl_op, ir_op, via = w.stack.pop()
+                self._match_op(pdl_op, ir_op, via, w)
                 matched += 1
             if matched < self.n_ops:
                 raise _Unexplained(
@@ -156,7 +165,7 @@ class PatternWalk:
             op = c.operation
             name = op.attributes["name"].value
             fn = natives.CONSTRAINTS.get(name)
-            values = [self._value(a, bound) for a in op.operands]
+            values = [self._value(a, w.bound) for a in op.operands]
             names = [self.name(a) for a in op.operands]
             if fn is None or any(v is _UNBOUND for v in values):
                 why = (
@@ -189,19 +198,11 @@ class PatternWalk:
             return attrs["value"] if "value" in attrs else bound.get(pdl_value, _UNBOUND)
         return bound.get(pdl_value, _UNBOUND)
 
-    def _match_op(
-        self,
-        pdl_op: Any,
-        ir_op: ir.Operation,
-        via: str,
-        bound: dict[Any, Any],
-        stack: list[Any],
-        describe: Describe,
-    ) -> None:
+    def _match_op(self, pdl_op: Any, ir_op: ir.Operation, via: str, w: _Walk) -> None:
         pdl_op = pdl_op.operation.opview
         me = pdl_op.operation.results[0]
-        if me in bound:
-            if bound[me] != ir_op:
+        if me in w.bound:
+            if w.bound[me] != ir_op:
                 raise _Mismatch(f"{via} must be the op {self.name(me)} already matched, it is not")
             return
         here = _loc(ir_op) or ir_op.name
@@ -209,10 +210,10 @@ class PatternWalk:
         if want is not None and ir_op.name != want:
             what = _op_label(ir_op)
             raise _Mismatch(f"{via} is {what}; the pattern wants {self.op_text(pdl_op)}")
-        bound[me] = ir_op
-        self._match_attributes(pdl_op, ir_op, here, bound)
-        self._match_operands(pdl_op, ir_op, here, bound, stack, describe)
-        self._match_result_types(pdl_op, ir_op, here, bound)
+        w.bound[me] = ir_op
+        self._match_attributes(pdl_op, ir_op, here, w.bound)
+        self._match_operands(pdl_op, ir_op, here, w)
+        self._match_result_types(pdl_op, ir_op, here, w.bound)
 
     def _match_attributes(
         self, pdl_op: Any, ir_op: ir.Operation, here: str, bound: dict[Any, Any]
@@ -228,15 +229,7 @@ class PatternWalk:
             elif str(fixed) != str(have):
                 raise _Mismatch(f"{here} has {key} = {have}; the pattern wants {fixed}")
 
-    def _match_operands(
-        self,
-        pdl_op: Any,
-        ir_op: ir.Operation,
-        here: str,
-        bound: dict[Any, Any],
-        stack: list[Any],
-        describe: Describe,
-    ) -> None:
+    def _match_operands(self, pdl_op: Any, ir_op: ir.Operation, here: str, w: _Walk) -> None:
         operands = list(pdl_op.operandValues)
         if any(_kind(v) == "pdl.operands" for v in operands):
             raise _Unexplained("unexplained: the pattern matches a variadic operand list")
@@ -253,25 +246,15 @@ class PatternWalk:
         for i, pv in enumerate(operands):
             where = f"operand {pos} of {here} ({ir_op.name})"
             if i in ranges:
-                self._match_results(
-                    pv, list(ir_op.operands)[pos : pos + width], where, bound, stack
-                )
+                self._match_results(pv, list(ir_op.operands)[pos : pos + width], where, w)
                 pos += width
                 continue
-            self._match_operand(i, pv, ir_op.operands[pos], where, bound, stack, describe)
+            self._match_operand(i, pv, ir_op.operands[pos], where, w)
             pos += 1
 
-    def _match_operand(
-        self,
-        i: int,
-        pv: Any,
-        actual: Any,
-        where: str,
-        bound: dict[Any, Any],
-        stack: list[Any],
-        describe: Describe,
-    ) -> None:
+    def _match_operand(self, i: int, pv: Any, actual: Any, where: str, w: _Walk) -> None:
         """Operand ``i`` of the pattern's op (``pv``) against the graph's value ``actual``."""
+        bound, describe = w.bound, w.describe
         src = pv.owner.operation
         if src.name == "pdl.operand":
             if pv in bound and bound[pv] != actual:
@@ -300,7 +283,7 @@ class PatternWalk:
             if pv in bound and bound[pv] != actual:
                 raise _Mismatch(f"{where} differs from {self.name(pv)}")
             bound[pv] = actual
-            stack.append((parent.owner, res.owner.operation, where))
+            w.stack.append((parent.owner, res.owner.operation, where))
         else:
             raise _Unexplained(f"unexplained: operand {i} is defined by {src.name}")
 
@@ -325,9 +308,7 @@ class PatternWalk:
         for t, r in zip(types, ir_op.results, strict=False):
             self._match_type(t, r.type, f"the result of {here}", bound)
 
-    def _match_results(
-        self, pv: Any, actual: list[Any], where: str, bound: dict[Any, Any], stack: list[Any]
-    ) -> None:
+    def _match_results(self, pv: Any, actual: list[Any], where: str, w: _Walk) -> None:
         """``pdl.results of %op`` as operands: every result of one op, in order."""
         parent = pv.owner.operation.opview.parent
         owners = {ir.OpResult(a).owner.operation for a in actual if isinstance(a, ir.OpResult)}
@@ -343,8 +324,8 @@ class PatternWalk:
                 f"{where} is not every result of {_op_label(owner)}; the pattern wants all of "
                 f"{self.op_text(parent.owner)}"
             )
-        bound[pv] = tuple(actual)
-        stack.append((parent.owner, owner, where))
+        w.bound[pv] = tuple(actual)
+        w.stack.append((parent.owner, owner, where))
 
     def _match_type(self, pdl_type: Any, actual: Any, where: str, bound: dict[Any, Any]) -> None:
         fixed = pdl_type.owner.operation.opview.constantType
