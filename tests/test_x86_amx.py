@@ -329,6 +329,36 @@ def test_emulated_amx_add_layer_norm_matches_the_vnni_path(emulated, x_dtype):
     assert torch.equal(amx[1], vnni[1])
 
 
+def _qkv_args(b, s, n, heads, seed):
+    """qkv_attention_q_merged's arguments for [b, s, n] activations and n / heads per head."""
+    g = torch.Generator().manual_seed(seed)
+    args = [torch.randint(0, 256, (b, s, n), generator=g, dtype=torch.uint8), 0.02, 128]
+    for _ in "qkv":
+        args += [torch.randint(-127, 128, (n, n), generator=g, dtype=torch.int8)]
+        args += [torch.rand(n, generator=g) * 0.001 + 1e-4, torch.zeros(n, dtype=torch.int64)]
+        args += [torch.randn(n, generator=g)]
+    return [*args, [b, s, -1, n // heads], None, 0, 0.0, 0.05, 128, 0, 255]
+
+
+def test_emulated_amx_qkv_attention_matches_the_vnni_path(emulated):
+    """qkv_attention_q_merged's per-batch GEMM on (emulated) AMX tiles, bert-mini's 64 x 256 x
+    768 per batch, gives the codes of the library built without emulation (VNNI where the host
+    has no AMX): the projections' sums are the same, so is everything after them."""
+    if "avx512_bf16" not in host().features:
+        pytest.skip("the attention needs avx512_bf16")
+    normal = {k.name: k for k in load_kernel_file(ROOT / "kernels" / "x86" / "qlinear_vnni.py")}
+    args = _qkv_args(2, 64, 256, 4, seed=11)
+    outs = []
+    for kernels in (emulated, normal):
+        decl = kernels["qkv_attention_q_merged_vnni"]
+        attrs = {
+            p: a for p, a in zip(decl.params, args, strict=True) if not isinstance(a, torch.Tensor)
+        }
+        attrs.update(wk=args[7], wv=args[11])
+        outs.append(decl.fn(*args[:3], decl.prepack(args[3], attrs), *args[4:]))
+    assert torch.equal(outs[0], outs[1])
+
+
 @pytest.mark.parametrize("act", [0, 1, 3])  # none, ReLU, GELU tanh (erf: the test above)
 def test_emulated_amx_epilogues_match_the_vnni_path(emulated, act):
     """Each activation of the AMX path's epilogue (tile instructions emulated) gives the VNNI

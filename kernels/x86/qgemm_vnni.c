@@ -887,7 +887,9 @@ static int32_t qg_meta(const pdlkit_meta_frame *f, int mode, int wpt) {
 #include "attention_core.h" /* attention.c's attention: attn_params, layout_of, execute, has_isa */
 
 /* wq with wk and wv (prepack_with, ABI 1.2) as one [3 N, K] GEMM weight, whose float32 output
- * rows hold q | k | v side by side. */
+ * rows hold q | k | v side by side; packed for AMX tiles (QG_AMX), which each batch's GEMM uses
+ * where qgemm_uses_amx says so (the tiles granted, K % 64 == 0, S >= 32: bert-mini's 64 x 256 x
+ * 768 per batch), else the VNNI path: the same sums either way. */
 static int32_t qkv_prepack(pdlkit_prepack_frame *f) {
     const DLTensor *wq = f->weight;
     const pdlkit_attribute *zp = x86_attr(f->attrs, f->num_attrs, "x_zp", PDLKIT_KIND_INT);
@@ -901,7 +903,7 @@ static int32_t qkv_prepack(pdlkit_prepack_frame *f) {
             return X86_ERR(f, PDLKIT_UNSUPPORTED, "Q, K, V weights are not one [N, K > 0] int8 shape");
     const int64_t n = wq->shape[0], k = wq->shape[1];
     int32_t st;
-    x86_pack_header *h = x86_pack_begin(f, QG_MAGIC, 0, 3 * n, k, qg_packed_bytes(3 * n, k), &st);
+    x86_pack_header *h = x86_pack_begin(f, QG_MAGIC, QG_AMX, 3 * n, k, qg_packed_bytes(3 * n, k), &st);
     if (h == NULL) return st;
     int8_t *cat = (int8_t *)malloc((size_t)(3 * n * k));
     if (cat == NULL) return X86_ERR(f, PDLKIT_INTERNAL, "no memory to join the Q, K, V weights");
@@ -1124,7 +1126,8 @@ static const pdlkit_kernel_desc kDescs[] = {
     /* last: registered for hosts of ABI 1.2 and up (prepack_with) */
     {sizeof(pdlkit_kernel_desc), "qkv_attention_q_merged_vnni", 1, "qkv_attention_q_merged", kDLCPU, 10,
      kQkv, QG_N(kQkv), kIsaQkv, 3, 0, PDLKIT_TRAIT_DETERMINISTIC, 1, qkv_meta, qkv_run,
-     "The Q, K and V projections of a self-attention block as one VNNI GEMM (N = 3 H D) into "
+     "The Q, K and V projections of a self-attention block as one int8 GEMM (N = 3 H D; VNNI, or AMX "
+     "tiles where Linux grants them and the batch has 32 rows or more) into "
      "float32 rows q | k | v, then attention.c's AVX512_BF16 attention on head views of those rows, "
      "batch by batch while they are in L2; codes stored as [B, S, H * D]. wq is packed with wk and wv.",
      "wq", qkv_prepack, kQkvWith, 2},
