@@ -9,9 +9,10 @@
  * 16 rows 256 bytes apart: the AMX path reads the VNNI pre-pack, no second packed copy.
  * The block: 32 rows x 32 columns as 2 x 2 C tiles (tmm0-3), two A tiles (tmm4-5, rows
  * i .. i + 15 and i + 16 .. i + 31) and two B tiles (tmm6-7), four tile loads per four
- * dot-product instructions (16384 multiply-adds each), K in steps of 64; a 32 x 64 block (one
- * panel) is two such halves, stored as int32 rows 64 apart into the caller's L1 scratch,
- * which the shared epilogue (tile_out) finishes like a VNNI tile of 32 rows.
+ * dot-product instructions (16384 multiply-adds each), K in steps of 64, the sums stored as
+ * int32 rows 64 apart into the caller's L1 scratch. The int8 GEMMs run such halves as a stream,
+ * each half's epilogue between the next one's K steps (qgemm_amx_gemm.h); the BF16 kernel runs
+ * a 32 x 64 block (one panel: two halves) at a time (AMX_BLOCK below) and then its epilogue.
  * BF16 (TDPBF16PS, gemm_bf16.c): the same with pairs of bf16 for groups of four bytes: the A
  * tile is 16 rows x 32 k, the B tile 16 pairs x 16 columns (VNNI-2), which is gemm_bf16.c's
  * panel layout (64 columns x 2 bf16 = 256 bytes per pair) read the same way; float32 sums.
@@ -145,7 +146,7 @@ AMX __attribute__((noinline)) static void amx_release(void) { _tile_release(); }
 /* acc[r * 64 + c] (r < 32, c < 64; int32, or float32 for bf16) (+)= sum_k x[r, k] w[n0 + c, k]
  * over groups q0 .. q1 - 1 of 4 bytes of one packed panel (q1 - q0 a multiple of 16), x rows
  * ldx bytes apart: first = 1 starts from zero, else adds to acc (a chunk of K after another);
- * DP: _tile_dpbusd, _tile_dpbssd or _tile_dpbf16ps. */
+ * DP: the tile dot product (_tile_dpbf16ps: gemm_bf16.c's). */
 #define AMX_BLOCK(NAME, DP)                                                                    \
     AMX __attribute__((noinline, unused)) static void NAME(                                     \
         const void *x, int64_t ldx, int64_t q0, int64_t q1, const void *panel, void *acc,       \
@@ -181,8 +182,6 @@ AMX __attribute__((noinline)) static void amx_release(void) { _tile_release(); }
             _tile_stored(3, c + 16 * 256 + 64, 256);                                             \
         }                                                                                        \
     }
-AMX_BLOCK(amx_block_u8, _tile_dpbusd)
-AMX_BLOCK(amx_block_s8, _tile_dpbssd)
 AMX_BLOCK(amx_block_bf16, _tile_dpbf16ps)
 
 #else

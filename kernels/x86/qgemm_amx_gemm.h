@@ -1,33 +1,27 @@
 /* The AMX GEMM of qgemm_vnni.c (included by it after the VNNI micro-kernel and the epilogue;
- * the tile instructions themselves are in qgemm_amx.h): a block of 32 rows x one panel
- * (amx_rows, the add + LayerNorm entry's), and the GEMM engine: tasks of 32 rows x a group of
- * panels with K in chunks (amx_group), each task as 32 x 32 halves of 2 x 2 C tiles whose
- * epilogue runs while the next half's tile instructions do (amx_half, amx_epi_rows, amx_range),
- * one parallel function per (activation, output kind) (AMX_VARIANT). */
+ * the tile instructions themselves are in qgemm_amx.h): tasks of 32 rows x a group of panels
+ * with K in chunks (amx_group), each task as 32 x 32 halves of 2 x 2 C tiles whose epilogue runs
+ * while the next half's tile instructions do (amx_half, amx_epi_rows, amx_range), one parallel
+ * function per (activation, output kind) (AMX_VARIANT), the add + LayerNorm entry's GEMM
+ * (amx_add_rows); the rows past the last whole block of 32 through the VNNI micro-kernel
+ * (amx_tail_rows). */
 
 #ifndef PDLKIT_QGEMM_AMX_GEMM_H
 #define PDLKIT_QGEMM_AMX_GEMM_H
 
-/* Rows i .. i + rows - 1 (rows <= AMX_MR) of panel column n0 into acc (rows NR apart), then
- * the epilogue: AMX tiles for a whole block of AMX_MR rows, the VNNI micro-kernel (6 rows at a
- * time) for the rows past the last whole block. res: as in tile_out. */
-VNNI static inline __attribute__((always_inline)) void amx_rows(
+/* Rows i .. i + rows - 1 (rows < AMX_MR: the last of a call, fewer than a block) of panel
+ * column n0 through the VNNI micro-kernel, 6 at a time, and tile_out (acc: 6 x NR int32 of
+ * scratch). res: as in tile_out. */
+VNNI static inline __attribute__((always_inline)) void amx_tail_rows(
     int32_t *acc, const uint8_t *x, int64_t i, int64_t rows, int64_t ldx, int64_t n0,
     const pdlkit_qgemm_params *p, const epi_t *e, void *out, int64_t ldo, int act, int kind,
     const float *res, int64_t ldr) {
     const int64_t n = p->n, k = p->k, k4 = (k + 3) / 4, esize = kind == OUT_F32 ? 4 : 1;
     const int8_t *panel = p->packed + (n0 / NR) * k4 * NR * 4;
     const int64_t nc = n - n0 < NR ? n - n0 : NR;
-    const int s8 = (p->flags & QG_S8) != 0;
-    if (rows == AMX_MR) {
-        (s8 ? amx_block_s8 : amx_block_u8)(x + i * ldx, ldx, 0, k4, panel, acc, 1);
-        tile_out(acc, AMX_MR, nc, s8 ? p->colcorr_ss : p->colcorr, e, n0, i,
-                 (char *)out + i * ldo * esize, ldo, act, kind, res ? res + i * ldr : NULL, ldr);
-        return;
-    }
     for (int64_t r = i; r < i + rows; r += MR) {
         const int mr = i + rows - r < MR ? (int)(i + rows - r) : MR;
-        kloop(mr, s8, x + r * ldx, ldx, k, panel, acc);
+        kloop(mr, (p->flags & QG_S8) != 0, x + r * ldx, ldx, k, panel, acc);
         tile_out(acc, mr, nc, p->colcorr, e, n0, r, (char *)out + r * ldo * esize, ldo, act, kind,
                  res ? res + r * ldr : NULL, ldr);
     }
@@ -198,7 +192,7 @@ AMX static inline __attribute__((always_inline)) void amx_half(
  * the last one's at the end. Per task: K in chunks, per chunk every panel of the group (its
  * partial sums parked in acc, AMX_MR x NR int32 a panel); the half of a panel past its last
  * column is skipped. Rows past the last whole block of AMX_MR go through the VNNI micro-kernel
- * (amx_rows). */
+ * (amx_tail_rows). */
 AMX static inline __attribute__((always_inline)) void amx_range(
     int32_t *acc, int64_t t0, int64_t t1, int64_t blocks, int64_t group, const uint8_t *x,
     int64_t m, int64_t ldx, void *out, int64_t ldo, const pdlkit_qgemm_params *p, const epi_t *e,
@@ -214,7 +208,7 @@ AMX static inline __attribute__((always_inline)) void amx_range(
             if (pd.acc) amx_epi_rows(&pd, 0, AMX_MR, &d, act, kind);
             pd.acc = NULL;
             for (int64_t g = g0; g < g1; g++)
-                amx_rows(acc, x, i, m - i, ldx, g * NR, p, e, out, ldo, act, kind, NULL, 0);
+                amx_tail_rows(acc, x, i, m - i, ldx, g * NR, p, e, out, ldo, act, kind, NULL, 0);
             continue;
         }
         for (int64_t q0 = 0; q0 < k4; q0 += kc4) {
@@ -242,7 +236,7 @@ AMX static inline __attribute__((always_inline)) void amx_range(
 /* The GEMM of the add + LayerNorm entry on AMX (add_ln_group's): rows i0 .. i1 - 1 x every
  * panel into out (float32, res added), panels outside and blocks of AMX_MR rows inside, K whole,
  * as one stream of halves like amx_range (acc: one panel, AMX_MR x NR int32); the rows past the
- * last whole block through the VNNI micro-kernel (amx_rows). */
+ * last whole block through the VNNI micro-kernel (amx_tail_rows). */
 AMX __attribute__((noinline)) static void amx_add_rows(
     int32_t *acc, const uint8_t *x, int64_t i0, int64_t i1, int64_t ldx,
     const pdlkit_qgemm_params *p, const epi_t *e, float *out, int64_t ldo, const float *res,
@@ -265,7 +259,7 @@ AMX __attribute__((noinline)) static void amx_add_rows(
     }
     if (pd.acc) amx_epi_rows(&pd, 0, AMX_MR, &d, ACT_NONE, OUT_F32);
     for (int64_t n0 = 0; whole < i1 && n0 < n; n0 += NR)
-        amx_rows(acc, x, whole, i1 - whole, ldx, n0, p, e, out, ldo, ACT_NONE, OUT_F32, res, ldr);
+        amx_tail_rows(acc, x, whole, i1 - whole, ldx, n0, p, e, out, ldo, ACT_NONE, OUT_F32, res, ldr);
 }
 
 /* This thread's contiguous share [*t0, *t1) of tasks 0 .. tasks - 1 (all of them outside a

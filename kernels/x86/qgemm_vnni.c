@@ -344,7 +344,7 @@ VNNI static inline __attribute__((always_inline)) void gemm_tile(
         OMP_TILES                                                                                 \
         for (int64_t t = 0; t < tiles; t++) gemm_tile(t, blocks, x, m, ldx, out, ldo, p, e, ACT, KIND); \
     }
-#include "qgemm_amx_gemm.h" /* amx_rows, amx_task, AMX_VARIANT */
+#include "qgemm_amx_gemm.h" /* amx_range, amx_add_rows, AMX_VARIANT */
 
 #define GEMM_KINDS(ACT)                                                                          \
     GEMM_VARIANT(ACT, OUT_U8) GEMM_VARIANT(ACT, OUT_S8) GEMM_VARIANT(ACT, OUT_F32)               \
