@@ -60,15 +60,16 @@ class PackedWeight:
 
 class _Site:
     """What one thread saw at a call site's last call (a site is a packed weight; kernels
-    without one share a single record): per tensor parameter the object, its version, data
-    pointer and (shape, strides, dtype); the attributes; the plan. A tensor that was another
-    object at the previous call (the activations) is not kept."""
+    without one share a single record): per tensor parameter a weak reference to the object,
+    its version, data pointer and (shape, strides, dtype); the attributes; the plan. Nothing is
+    kept alive by it; a parameter that was another object at the previous call (the
+    activations) is not referenced at all."""
 
     __slots__ = ("akey", "attrs", "metas", "objs", "plan", "ptrs", "ref", "vers", "volatile")
 
     def __init__(self, pw: Any, n: int) -> None:
         self.ref = weakref.ref(pw) if pw is not None else None
-        self.objs: list[Any] = [_UNSEEN] * n
+        self.objs: list[Any] = [_dead] * n  # weakref.ref, _dead or _absent
         self.vers, self.ptrs = [0] * n, [0] * n
         self.metas: list[Any] = [_UNSEEN] * n
         self.volatile = [False] * n
@@ -78,6 +79,16 @@ class _Site:
 
 
 _UNSEEN = object()
+
+
+def _dead() -> object:
+    """The reference of a parameter not seen yet, or not kept: no tensor is it."""
+    return _UNSEEN
+
+
+def _absent() -> None:
+    """The reference of an absent optional tensor."""
+    return None
 
 
 class CpuCall:
@@ -135,7 +146,7 @@ class CpuCall:
                 sites.clear()
             s = sites[id(pw)] = _Site(pw, len(self.tensor_at))
             if pw is not None:
-                self._seen(s, self.tensor_at.index(self.packed_at), pw, _UNSEEN, args)
+                self._seen(s, self.tensor_at.index(self.packed_at), pw, args)
         return s, args
 
     def __call__(self, args: Sequence[Any]) -> Any:
@@ -144,10 +155,11 @@ class CpuCall:
         same = s.plan is not None
         for j, i in self.check:
             t = args[i]
-            o = objs[j]
-            if t is o and (t is None or (t._version == vers[j] and t.data_ptr() == ptrs[j])):
+            if objs[j]() is t and (
+                t is None or (t._version == vers[j] and t.data_ptr() == ptrs[j])
+            ):
                 continue  # the same constant as at the site's last call
-            same = self._seen(s, j, t, o, args) and same
+            same = self._seen(s, j, t, args) and same
         values = self.attrs_of(args)
         last = s.attrs
         if last is None or len(last) != len(values) or not all(map(is_, values, last)):
@@ -172,12 +184,13 @@ class CpuCall:
         status = self.run(plan.base)
         return tuple(outs) if status == OK else _result(spec, status, plan.buf, plan.layout, outs)
 
-    def _seen(self, s: _Site, j: int, t: Any, o: Any, args: Sequence[Any]) -> bool:
-        """Record tensor parameter ``j`` (``t``; ``o`` was there at the last call): whether its
-        shape, strides and dtype are those of the last call."""
-        if o is not _UNSEEN and o is not t:
-            s.volatile[j] = True  # another object per call: not kept
-        s.objs[j] = _UNSEEN if s.volatile[j] else t
+    def _seen(self, s: _Site, j: int, t: Any, args: Sequence[Any]) -> bool:
+        """Record tensor parameter ``j`` (``t``): whether its shape, strides and dtype are
+        those of the last call."""
+        last = s.objs[j]
+        if last is not _dead and last() is not t:
+            s.volatile[j] = True  # another object per call: not referenced any more
+        s.objs[j] = _dead if s.volatile[j] else _absent if t is None else weakref.ref(t)
         if t is None:  # an absent optional tensor
             s.ptrs[j] = 0
             meta = None

@@ -165,3 +165,19 @@ def test_a_tensor_changed_in_place_between_calls_gets_a_new_frame(tmp_path):
     got = k(x, packed, b, 1.0)
     assert got.shape == (2, 3)
     torch.testing.assert_close(got, F.linear(x, a + b))
+
+
+def test_the_call_site_records_keep_no_tensor_alive(tmp_path):
+    import gc
+    import weakref
+
+    (k,) = load_kernel_file(build(tmp_path, "weak_linear"))
+    a, b = torch.randn(3, 7), torch.randn(3, 7)
+    packed = k.prepack(a, {"b": b})
+    x = torch.randn(5, 7)
+    for _ in range(3):  # x and b the same objects every call: both recognised as constants
+        k(x, packed, b, 1.0)
+    refs = [weakref.ref(t) for t in (x, b, packed)]
+    del x, b, packed
+    gc.collect()
+    assert [r() for r in refs] == [None, None, None]

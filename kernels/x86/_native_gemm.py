@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 INT32_MAX = 2**31 - 1
 
 
@@ -25,7 +27,7 @@ def pack_header(packed: Any) -> tuple[int, int, int]:
     """``(flags, n, k)`` of a weight packed by qgemm_vnni.c or gemm_bf16.c (a
     :class:`pdlkit.runtime_abi.native.PackedWeight`): the engine its pre-pack asked for
     (bit 0: AMX) and the logical weight's size."""
-    words = packed.data[:64].view(-1, 8).view(dtype=__import__("torch").int64).flatten()
+    words = packed.data[:64].view(torch.int64)  # x86_pack_header: magic | flags, n, k, ...
     return int(words[0]) >> 32, int(words[1]), int(words[2])
 
 
