@@ -9,7 +9,7 @@
 #define PDLKIT_QGEMM_EPILOGUE_H
 
 /* 16 columns: y' = (acc + colcorr) * S + B with S, B pre-scaled per column (see
- * pdlkit_qgemm_run), then the activation; the result is already multiplied by inv_out_scale
+ * qgemm_run), then the activation; the result is already multiplied by inv_out_scale
  * (quantized output) or not (float32). */
 AVX512 static inline __m512 y16(__m512i acc, __m512i cc, __m512 s, __m512 b, int act, __m512 hk,
                                 const float (*tab)[16]) {
@@ -112,7 +112,7 @@ VNNI static inline __attribute__((always_inline)) void tile_out(
 
 /* ---------------------------------------------------------------- add + LayerNorm epilogue */
 
-/* What pdlkit_qgemm_run_add_ln adds to the GEMM: a transformer block's output projection
+/* What qgemm_run_add_ln adds to the GEMM: a transformer block's output projection
  *   y = layer_norm(linear(x) + res) * gamma + beta        (over the whole row of n columns)
  * and optionally codes = quantize_per_tensor(y) for the next int8 GEMM. The constants of one
  * call site (the per-call tensors res and codes are arguments): */
