@@ -252,7 +252,7 @@ def _model(args: Any) -> list[str]:
             f = xm.maker(conf, model)()
             f(x)
             fns[label] = partial(f, x)
-        names, ms = list(fns), {c: [] for c in fns}
+        names, ms = list(fns), {c: list[float]() for c in fns}
         for w in range(args.windows):
             k = w % len(names)
             for c in names[k:] + names[:k]:
