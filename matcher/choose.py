@@ -317,14 +317,16 @@ def _subgraph_time(
         try:
             low = lowered.as_inductor_lowers(subgraph.module(), real, constants, freezing)
             lower, upper = lowered.bounds(low.module, real, budget)
-        except Exception as e:
-            return Timing(KEEP, None, f"eager run raised {type(e).__name__}: {e}")
-        floor = lower if low.faithful else None  # Inductor runs at least these library calls
-        if best is not None and best >= upper:
-            return Timing(KEEP, upper, "eager; every kernel is slower", floor)
-        if floor is not None and best is not None and best * (1 + autotune.MARGIN) < floor:
-            return Timing(KEEP, floor, "its library calls alone; a kernel is faster", floor)
-        if proxy and low.faithful:
+        except Exception:  # a rewrite this subgraph does not take: Inductor's code is timed
+            proxy = False
+        else:
+            floor = lower if low.faithful else None  # Inductor runs at least these calls
+            if best is not None and best >= upper:
+                return Timing(KEEP, upper, "eager; every kernel is slower", floor)
+            if floor is not None and best is not None and best * (1 + autotune.MARGIN) < floor:
+                return Timing(KEEP, floor, "its library calls alone; a kernel is faster", floor)
+            proxy = proxy and low.faithful
+        if proxy:
             note = "proxy: Inductor's library calls" + (", oneDNN int8" if low.lowered else "")
             return Timing(KEEP, upper, note + ", the rest eagerly", floor)
     fn = subgraph.compile(list(real), constants)

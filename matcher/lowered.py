@@ -32,7 +32,7 @@ from __future__ import annotations
 import copy
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -149,7 +149,8 @@ def _lower_qlinear(
     name = f"_pdlkit_packed_{lin.name}"
     gm.register_buffer(name, packed)
     tensor_scales = x.target is torch.ops.quantized_decomposed.dequantize_per_tensor.tensor
-    tail, unary, other = _fusions(lin)
+    out_shape = (*x_val.shape[:-1], values[qw].shape[0])
+    tail, unary, other = _fusions(lin, lambda n: _fits(n, out_shape, values))
     out_scale: Any = 1.0
     out_zp: Any = 0
     out_dtype: Any = torch.float32
@@ -175,9 +176,19 @@ def _lower_qlinear(
     return True
 
 
-def _fusions(lin: fx.Node) -> tuple[fx.Node, tuple[str, list[Any], str], fx.Node | None]:
+def _fits(other: fx.Node, shape: tuple[int, ...], values: dict[fx.Node, Any]) -> bool:
+    """Whether ``other`` can be the binary post-op's operand: a float32 tensor of the GEMM
+    output's ``shape`` (no broadcast), as Inductor's binary fusion asks."""
+    a = values.get(other, other.meta.get("val"))
+    return isinstance(a, torch.Tensor) and a.dtype == torch.float32 and tuple(a.shape) == shape
+
+
+def _fusions(
+    lin: fx.Node, binary_ok: Callable[[fx.Node], bool]
+) -> tuple[fx.Node, tuple[str, list[Any], str], fx.Node | None]:
     """The last node Inductor folds into the int8 GEMM ``lin`` (eval-mode dropout skipped),
-    the unary post-op (name, args, algorithm) and the binary ``add``'s other operand."""
+    the unary post-op (name, args, algorithm) and the binary ``add``'s other operand (one
+    that ``binary_ok`` accepts)."""
     _, _, dropout = _quant_ops()
     tail = lin
     nxt = _sole_user(tail)
@@ -188,7 +199,7 @@ def _fusions(lin: fx.Node) -> tuple[fx.Node, tuple[str, list[Any], str], fx.Node
     if nxt is not None and nxt.target is aten.add.Tensor and nxt.kwargs.get("alpha", 1) == 1:
         a, b = nxt.args[0], nxt.args[1]
         cand = b if a is tail else a
-        if isinstance(cand, fx.Node) and cand is not tail:
+        if isinstance(cand, fx.Node) and cand is not tail and binary_ok(cand):
             other, tail, nxt = cand, nxt, _sole_user(nxt)
     if nxt is not None and nxt.target is aten.relu.default:
         unary, tail = ("relu", [], ""), nxt

@@ -482,7 +482,7 @@ def test_bad_subgraph_timing_setting_is_one_clear_error(monkeypatch):
         pdlkit.optimize(Chain(), autotune="cached")
 
 
-def _int8_site():
+def _int8_site(residual=(32, 64)):
     """A PT2E int8 linear + residual add + quantize subgraph, as pdlkit replaces it, and its
     arguments (the weight and bias are the graph's constants: indices 1 and 2)."""
     from torch.ao.quantization.fx import _decomposed  # noqa: F401 (registers the ops)
@@ -500,7 +500,7 @@ def _int8_site():
     g = torch.Generator().manual_seed(0)
     args = [torch.randint(0, 255, (32, 48), dtype=torch.uint8, generator=g),
             torch.randint(-127, 127, (64, 48), dtype=torch.int8, generator=g),
-            torch.randn(64, generator=g), torch.randn(32, 64, generator=g)]  # fmt: skip
+            torch.randn(64, generator=g), torch.randn(*residual, generator=g)]  # fmt: skip
     return torch.fx.symbolic_trace(site), args
 
 
@@ -518,6 +518,18 @@ def test_the_proxy_of_an_int8_site_is_the_onednn_call_inductor_makes_under_freez
     got, want = low.module(*args), gm(*args)
     assert got.dtype == torch.uint8 and got.shape == want.shape
     assert (got.int() - want.int()).abs().max() <= 1  # one quantum of rounding
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs oneDNN (mkldnn)")
+def test_a_broadcast_add_is_not_folded_into_the_int8_gemm():
+    from pdlkit.matcher import lowered
+
+    gm, args = _int8_site(residual=(64,))
+    low = lowered.as_inductor_lowers(gm, args, (1, 2), freezing=True)
+    targets = [n.target for n in low.module.graph.nodes if n.op == "call_function"]
+    assert targets[0] is torch.ops.onednn.qlinear_pointwise.default
+    assert torch.ops.aten.add.Tensor in targets
+    assert low.module(*args).shape == gm(*args).shape
 
 
 def test_without_freezing_the_proxy_keeps_the_float_gemm():
