@@ -985,9 +985,14 @@ static int32_t qkv_batches(const pdlkit_call_frame *f, const uint8_t *x, int64_t
                            const pdlkit_qgemm_params *p, const float *ws, const float *bias, const int64_t *wz) {
     const int64_t s = tmpl->Sq, n = tmpl->H * tmpl->D;
     const size_t ws_size = layout_of(tmpl->Sk, tmpl->D).total, esize = tmpl->mask_float ? 4 : 1;
-    float *scratch = (float *)malloc((size_t)(s * 3 * n) * 4 + 64);
-    char *att = (char *)aligned_alloc(64, ws_size); /* the attention's, once for all batches */
-    int rc = scratch && att ? 0 : -1, e = 0;
+    /* one batch's q | k | v rows, then the attention's scratch: in the host's workspace (one
+     * per thread, reused, 64-byte aligned) where they fit, else allocated for this call */
+    const size_t rows = ((size_t)(s * 3 * n) * 4 + 63) / 64 * 64;
+    char *own = f->workspace_size >= rows + ws_size ? NULL : (char *)aligned_alloc(64, rows + ws_size);
+    char *base = own != NULL ? own : (char *)f->workspace;
+    float *scratch = (float *)base;
+    char *att = base + rows;
+    int rc = own != NULL || f->workspace_size >= rows + ws_size ? 0 : -1, e = 0;
     attn_params a = *tmpl;
     a.B = 1, a.q = scratch, a.k = scratch + n, a.v = scratch + 2 * n;
     for (int64_t b = 0; b < tmpl->B && rc == 0 && e == 0; b++) {
@@ -996,8 +1001,7 @@ static int32_t qkv_batches(const pdlkit_call_frame *f, const uint8_t *x, int64_t
         a.out = tmpl->out + b * tmpl->os[0];
         if (rc == 0) e = execute(&a, att, ws_size);
     }
-    free(scratch);
-    free(att);
+    free(own);
     if (rc != 0) return qg_failed(f, rc, p);
     if (e > 0)
         return X86_ERR(f, PDLKIT_UNSUPPORTED,
@@ -1097,6 +1101,9 @@ static const pdlkit_arg_desc kQkv[] = {
     QG_ARG("is_causal", PDLKIT_KIND_INT), QG_ARG("scale", PDLKIT_KIND_FLOAT), QG_OUT,
 };
 static const char *const kQkvWith[] = {"wk", "wv"};
+/* bert-mini's and BERT-base's q | k | v rows of one batch (128 x 2304 float32) and attention
+ * scratch fit; longer sequences allocate theirs per call */
+#define QKV_WORKSPACE ((size_t)2 << 20)
 
 #define QG_N(a) (sizeof(a) / sizeof(a[0]))
 /* name, op, arguments, meta / run suffix, outputs, engine (0 VNNI, 1 AMX), doc */
@@ -1125,7 +1132,7 @@ static const pdlkit_kernel_desc kDescs[] = {
                kQlinearLn, ln, 1, "layer_norm(qlinear(x) + residual) in one int8 GEMM"),
     /* last: registered for hosts of ABI 1.2 and up (prepack_with) */
     {sizeof(pdlkit_kernel_desc), "qkv_attention_q_merged_vnni", 1, "qkv_attention_q_merged", kDLCPU, 10,
-     kQkv, QG_N(kQkv), kIsaQkv, 3, 0, PDLKIT_TRAIT_DETERMINISTIC, 1, qkv_meta, qkv_run,
+     kQkv, QG_N(kQkv), kIsaQkv, 3, QKV_WORKSPACE, PDLKIT_TRAIT_DETERMINISTIC, 1, qkv_meta, qkv_run,
      "The Q, K and V projections of a self-attention block as one int8 GEMM (N = 3 H D; VNNI, or AMX "
      "tiles where Linux grants them and the batch has 32 rows or more) into "
      "float32 rows q | k | v, then attention.c's AVX512_BF16 attention on head views of those rows, "
