@@ -330,9 +330,12 @@ def test_missing_kernel_folder_is_named(tmp_path):
         KernelRegistry.from_folders([tmp_path / "nope"])
 
 
-def test_repeated_fallbacks_run_inductor_compiled_reference(tmp_path):
+def test_repeated_fallbacks_run_inductor_compiled_reference(tmp_path, monkeypatch):
     from pdlkit.runtime_abi import binding
 
+    # a process whose kernels ran on one thread (earlier tests may have run them on several,
+    # which makes every fallback keep interpreting: runtime_abi/fallback.py)
+    monkeypatch.setattr(binding.THREADS, "many", False)
     model, f = compile_with(
         tmp_path, lin_kernel("lin_relu", "k_never", 'raise pdlkit.KernelUnsupported("not today")')
     )

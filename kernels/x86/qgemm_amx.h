@@ -45,10 +45,18 @@ enum { AMX_MR = 32, AMX_KSTEP = 64 }; /* rows per AMX block; K per tile step */
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
 
-/* cpuid leaf 7, EDX: bit 24 AMX-TILE, 25 AMX-INT8, 22 AMX-BF16 */
+/* cpuid leaf 7, EDX: bit 24 AMX-TILE, 25 AMX-INT8, 22 AMX-BF16. cpuid is asked once per process
+ * and its EDX kept: it is a serializing instruction (~100+ cycles, far more under a hypervisor
+ * that traps it), and amx_ready runs on every GEMM call. */
 static int amx_cpu(int bit) {
-    unsigned a, b, c, d;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+    static int64_t edx = -1; /* -1: not asked yet */
+    int64_t d = __atomic_load_n(&edx, __ATOMIC_ACQUIRE);
+    if (d < 0) {
+        unsigned a, b, c, e = 0;
+        if (!__get_cpuid_count(7, 0, &a, &b, &c, &e)) e = 0;
+        d = (int64_t)e;
+        __atomic_store_n(&edx, d, __ATOMIC_RELEASE);
+    }
     return (d >> 24 & 1) && (d >> bit & 1);
 }
 
