@@ -241,30 +241,44 @@ def interleave(
     timers: dict[str, dict[str, Callable[[], Any]]],
     results: dict[str, Any],
     device: str,
-    rounds: int = 5,
+    rounds: int = 21,
+    calls: int = 30,
 ) -> None:
-    """Time every path's calls again, round-robin (``rounds`` short medians each, their median
-    kept): the host is shared, and a row's paths timed one after the other can meet different
-    loads (one H100 run timed pdlkit's decode 1 at 1.34 ms back to back, while its host time
-    profiled alone was BF16 Inductor's, 0.61-0.72 ms). The first, sequential figure stays as
-    ``<key>_sequential``."""
-    samples: dict[tuple[str, str], list[float]] = {}
-    for _ in range(rounds):
-        for path, fns in timers.items():
-            for key, fn in fns.items():
-                if device == "cuda":
-                    import triton.testing
+    """Time every path's calls again, round-robin (measure.interleaved): per round and path,
+    ``calls`` back-to-back calls and one synchronize, the wall time per call; the median of
+    the rounds is kept, and BF16 Inductor's ratio per round. Without CUDA graphs a decode
+    step is host-bound, and the shared host's load swings it by up to 2x within a minute:
+    paths timed one after the other (the ``<key>_sequential`` figures) gave pdlkit's Llama-2
+    decode 64 0.64x and 1.56x of BF16 Inductor in two runs of the same code on an H100."""
+    from measure import interleaved
 
-                    t = float(triton.testing.do_bench(fn, warmup=5, rep=30, return_mode="median"))
-                else:
-                    t = bench_ms(fn, device)
-                samples.setdefault((path, key), []).append(t)
-    for (path, key), ts in samples.items():
-        r = results[path]
-        if r.get(key) is not None:
-            r[f"{key}_sequential"] = r[key]
-        r[key] = statistics.median(ts)
-        r[f"{key}_rounds"] = rounds
+    def window(fn: Callable[[], Any]) -> Callable[[], None]:
+        def run() -> None:
+            for _ in range(calls):
+                fn()
+            if device == "cuda":
+                torch.cuda.synchronize()
+
+        return run
+
+    fns = {(p, k): window(fn) for p, d in timers.items() for k, fn in d.items()}
+    for fn in fns.values():
+        fn()
+    per = interleaved({f"{p} {k}": fn for (p, k), fn in fns.items()}, rounds, 1)
+    for p, k in fns:
+        ms = [t / calls * 1e3 for t in per[f"{p} {k}"]]
+        r = results[p]
+        if r.get(k) is not None:
+            r[f"{k}_sequential"] = r[k]
+        r[k], r[f"{k}_rounds"] = statistics.median(ms), rounds
+        base = per.get(f"bf16_inductor {k}")
+        if base is not None and p != "bf16_inductor":
+            ratios = sorted(b / t for b, t in zip(base, per[f"{p} {k}"], strict=True))
+            r[f"{k}_round_ratio_vs_bf16_inductor"] = [
+                ratios[0],
+                statistics.median(ratios),
+                ratios[-1],
+            ]
 
 
 def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -526,9 +540,9 @@ def markdown(res: dict[str, Any]) -> str:
         f"transformers `LlamaModel`, 2 decoder layers, config {res['config']} "
         f"({res['sizes']}), random weights, BF16 activations; decode rows: one token per "
         f"sequence over a static KV cache of {res['ctx']} tokens. Medians of "
-        "`triton.testing.do_bench` (ms), taken again after a row's paths are compiled: 5 "
-        "rounds, the paths round-robin, the median of the rounds (rows of runs before "
-        "2026-11-24 14:40 timed each path once, one after the other); "
+        "`triton.testing.do_bench` (ms), then timed again once a row's paths are compiled: 21 "
+        "rounds, the paths round-robin, 30 back-to-back calls each, the median of the rounds "
+        "(rows of runs before 2026-11-24 15:00 timed each path once, one after the other); "
         "`graph` = the compiled call captured in a CUDA graph "
         'and replayed; `reduce-overhead` = compiled with `mode="reduce-overhead"` (Inductor\'s '
         "CUDA graph trees; for pdlkit through `pdlkit.optimize(..., mode=...)`). Host us / call: "
