@@ -539,20 +539,17 @@ def test_per_tensor_kernel_with_a_new_bias_tensor_each_call(amx):
 
 
 def test_explain_for_an_amx_target_plans_the_amx_kernels():
-    """A PT2E model (X86InductorQuantizer) planned for a Xeon with AMX: both GEMMs go to the
-    AMX kernels (autotune off: declared priority decides)."""
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-    from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as xiq
+    """A PT2E model (X86InductorQuantizer, through pdlkit.quantization: its capture is the one
+    the quantizer annotates on every torch, where torch 2.11's non-strict export alone left
+    both linears FP32) planned for a Xeon with AMX: both GEMMs go to the AMX kernels
+    (autotune off: declared priority decides)."""
+    from pdlkit.quantization import quantize
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(
         torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 64)
     ).eval()
     x = torch.randn(64, 64)
-    quantizer = xiq.X86InductorQuantizer().set_global(
-        xiq.get_default_x86_inductor_quantization_config()
-    )
-    prepared = prepare_pt2e(torch.export.export(model, (x,)).module(), quantizer)
-    prepared(x)
-    report = pdlkit.explain(convert_pt2e(prepared), x, target="x86-amx", autotune="off")
+    qmodel = quantize(model, (x,), scheme="int8-static")
+    report = pdlkit.explain(qmodel, x, target="x86-amx", autotune="off")
     assert [s.kernel for s in report.substitutions] == ["qlinear_q_amx", "qlinear_amx"]
