@@ -1,0 +1,104 @@
+"""The whole-graph verdict (matcher/graph_guard.py) against an interleaved measurement.
+
+    python benchmarks/x86_whole_graph.py [--model bert-mini] [--dtype int8-static] [--rounds 21]
+
+In one process, one thread, a fresh decision cache: compiles the model as PyTorch's path does
+(``peer``), with ``pdlkit.optimize(autotune="cached")`` and with ``autotune="off"``; prints
+the verdict pdlkit cached for the whole graph (the timings of the substituted graph, of the
+kernels-only graph and of Inductor's, taken while compiling), then times the three compiled
+models in ``--rounds`` rounds of 3 calls each, round-robin, and prints per configuration the
+median per call and the median and range of its per-round ratio to the peer. The question it
+answers: does the verdict taken at compile time agree with what the model then runs at?
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+GRAPHS = ("substituted", "kernels only", "inductor")
+
+
+def verdicts(folder: Path) -> list[dict[str, Any]]:
+    """The whole-graph decisions in a decision cache folder."""
+    found: list[dict[str, Any]] = []
+
+    def walk(o: Any) -> None:
+        if isinstance(o, dict):
+            names = [t[0] for t in o.get("timings", []) if isinstance(t, list) and t]
+            if "choice" in o and any(n in GRAPHS for n in names):
+                found.append(o)
+            for v in o.values():
+                walk(v)
+        elif isinstance(o, list):
+            for v in o:
+                walk(v)
+
+    for p in folder.rglob("*.json"):
+        try:
+            walk(json.loads(p.read_text()))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="bert-mini")
+    ap.add_argument("--dtype", default="int8-static")
+    ap.add_argument("--rounds", type=int, default=21)
+    a = ap.parse_args()
+    folder = Path(tempfile.mkdtemp())
+    os.environ["PDLKIT_CACHE_DIR"] = str(folder)
+    import torch._inductor.config as ic
+    import x86_models as xm
+    from machine import host_header
+
+    import pdlkit
+
+    torch.set_num_threads(1)
+    print("\n".join(host_header(1)))
+    model, x = xm.prepare(*xm.build(a.model), a.dtype)
+    ic.freezing = a.dtype.startswith("int8")
+    fns: dict[str, Any] = {}
+    with torch.no_grad():
+        for conf in ("peer", "pdlkit", "pdlkit-off"):
+            torch._dynamo.reset()
+            pdlkit.stats(reset=True)
+            t0 = time.perf_counter()
+            f = xm.maker(conf, model)()
+            f(x)
+            subs = pdlkit.stats()["substitutions"] if conf != "peer" else 0
+            print(f"{conf}: compile {time.perf_counter() - t0:.1f} s, {subs} substitutions")
+            fns[conf] = f
+        for v in verdicts(folder):
+            times = ", ".join(
+                f"{n} {us / 1e3:.2f} ms" if us is not None else f"{n} ({note})"
+                for n, us, note, *_ in v["timings"]
+            )
+            print(f"verdict: {v['choice']} ({times})")
+        ms: dict[str, list[float]] = {c: [] for c in fns}
+        for _ in range(a.rounds):
+            for c, f in fns.items():
+                t0 = time.perf_counter()
+                for _ in range(3):
+                    f(x)
+                ms[c].append((time.perf_counter() - t0) / 3 * 1e3)
+    for c, ts in ms.items():
+        r = sorted(t / p for t, p in zip(ts, ms["peer"], strict=True))
+        print(
+            f"{c}: {statistics.median(ts):.2f} ms a call; per round / peer: median "
+            f"{statistics.median(r):.3f} ({r[0]:.3f}-{r[-1]:.3f})"
+        )
+
+
+if __name__ == "__main__":
+    main()
