@@ -79,11 +79,13 @@
  * x_zp + 128, and the weight zero-point row sums are of the signed values. u8 calls run the same
  * instructions as before (the XOR with 0 folds away).
  *
- * AMX (qgemm_amx.h, flags QG_AMX): where the pre-pack asks, K % 64 == 0, M >= 32 and Linux
- * grants the tile state, blocks of 32 rows x a group of panels run as TDPBUSD / TDPBSSD tiles
- * that read the same packed panels (they are the AMX B-tile layout), in K chunks of 768, and
- * finish through the same tile_out (qgemm_epilogue.h) as the VNNI blocks; the add + LayerNorm
- * entry uses them too. Rows past the last block of 32 and every other call run the VNNI path.
+ * AMX (qgemm_amx.h, qgemm_amx_gemm.h; flags QG_AMX): where the pre-pack asks, K % 64 == 0,
+ * M >= 32 and Linux grants the tile state, each thread runs its blocks as one stream of halves
+ * (32 rows x 32 columns of a packed panel: TDPBUSD / TDPBSSD tiles that read the same panels,
+ * which are the AMX B-tile layout), a half's epilogue (the same code as the VNNI blocks',
+ * qgemm_epilogue.h) running on the vector units while the tiles compute the next half; the
+ * add + LayerNorm entry and the QKV GEMM of qkv_attention_q_merged use them too. Rows past the
+ * last block of 32 and every other call run the VNNI path.
  *
  * Portability: the compute functions carry target("avx512f,avx512bw,avx512vl,avx512vnni")
  * attributes and run only where __builtin_cpu_supports says so; elsewhere run() declines
@@ -121,7 +123,7 @@
 
 #include "x86_abi.h"      /* pdlkit_abi.h and helpers */
 #include "gelu_avx512.h" /* GELU: scalar reference, tables, 16 lanes at a time */
-#include "qgemm_amx.h"     /* the AMX tile path: permission, configuration, 32 x 64 blocks */
+#include "qgemm_amx.h"     /* the AMX tile path: cpuid, permission, tile configuration */
 
 enum { ACT_NONE = 0, ACT_RELU = 1, ACT_GELU_ERF = 2, ACT_GELU_TANH = 3 };
 enum { OUT_U8 = 0, OUT_S8 = 1, OUT_F32 = 2 };
