@@ -23,6 +23,9 @@ Process-wide on purpose, and not here:
   their files' contents: immutable once loaded, and reused so that a second ``optimize`` of
   the same folders does not parse or execute them again (a kernel file's module is
   registered in ``sys.modules`` under its digest);
+* re-traced graphs (pdlkit/retrace.py), keyed by Dynamo's graph and its inputs' shapes, a
+  few, least recently used dropped: Dynamo's graph decides the trace, not a backend, and a
+  second compilation of it (``torch._dynamo.reset()``, a new ``optimize``) copies it;
 * the warning that an optional dependency (torch-mlir) is missing: a fact about the process,
   said once per process (``warn_once(..., process_wide=True)``).
 """

@@ -1,0 +1,84 @@
+"""The re-trace, reused: a second compilation of the same Dynamo graph copies the first trace."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import MLP
+
+import pdlkit
+from pdlkit import retrace
+
+
+@pytest.fixture
+def traces(monkeypatch):
+    """Counts the traces pdlkit makes (the cache starts empty)."""
+    monkeypatch.setattr(retrace, "_TRACED", type(retrace._TRACED)())
+    calls = []
+    real = retrace._trace
+
+    def counted(gm, example_inputs):
+        calls.append(gm)
+        return real(gm, example_inputs)
+
+    monkeypatch.setattr(retrace, "_trace", counted)
+    return calls
+
+
+def _compile_and_check(model: torch.nn.Module, x: torch.Tensor) -> int:
+    torch._dynamo.reset()
+    pdlkit.stats(reset=True)
+    with torch.no_grad():
+        y = pdlkit.optimize(model, autotune="off")(x)
+        torch.testing.assert_close(y, model(x), rtol=1e-5, atol=1e-5)
+    return int(pdlkit.stats()["substitutions"])
+
+
+def test_second_compilation_reuses_the_trace_with_the_same_substitutions(traces):
+    torch.manual_seed(0)
+    model, x = MLP().eval(), torch.randn(4, 16)
+    first = _compile_and_check(model, x)
+    assert len(traces) == 1 and first == 2
+    assert _compile_and_check(model, x) == first
+    assert len(traces) == 1  # the second compilation copied the first trace
+
+
+def test_new_shapes_or_another_graph_trace_again(traces):
+    torch.manual_seed(0)
+    model = MLP().eval()
+    _compile_and_check(model, torch.randn(4, 16))
+    _compile_and_check(model, torch.randn(6, 16))  # other input shapes
+    _compile_and_check(MLP(h=48).eval(), torch.randn(4, 16))  # other weight shapes
+    assert len(traces) == 3
+
+
+def test_each_compilation_gets_a_graph_of_its_own(traces):
+    """The passes after the re-trace edit its graph in place: the cached one never changes,
+    and each copy's values are in its compilation's fake mode."""
+    torch.manual_seed(0)
+    model, x = MLP().eval(), torch.randn(4, 16)
+    got = []
+
+    def backend(gm, example_inputs):
+        got.append(retrace.retrace(gm, example_inputs))
+        return gm.forward
+
+    for _ in range(2):
+        torch._dynamo.reset()
+        with torch.no_grad():
+            torch.compile(model, backend=backend)(x)
+    a, b = got
+    assert a is not b and a.graph is not b.graph and len(traces) == 1
+    assert a.code == b.code
+    first = next(n for n in a.graph.nodes if n.op == "call_function")
+    first.meta["mark"] = True
+    a.graph.erase_node(next(n for n in reversed(a.graph.nodes) if n.op == "output"))
+    (cached,) = (g for _, g in retrace._TRACED.values())
+    assert all("mark" not in n.meta for n in cached.graph.nodes)
+    assert any(n.op == "output" for n in cached.graph.nodes)
+    modes = {
+        id(n.meta["val"].fake_mode)
+        for n in b.graph.nodes
+        if isinstance(n.meta.get("val"), torch.Tensor)
+    }
+    assert len(modes) == 1
