@@ -25,7 +25,7 @@ from pdlkit.errors import ConfigError
 from pdlkit.matcher import graph_guard
 from pdlkit.matcher.report import GraphReport, Report
 from pdlkit.optimized import remember, unwrap
-from pdlkit.plan import Options, Plan, kernels_in_use, load_plan
+from pdlkit.plan import Options, Plan, kernels_in_use, load_plan, plan_stamp
 from pdlkit.retrace import ambient_autocast, grad_mode_regions, retrace
 from pdlkit.runtime_abi.binding_stats import count
 from pdlkit.runtime_abi.capability import host
@@ -210,6 +210,29 @@ class PdlkitBackend:
         # the call sites, reports and warnings of this backend's compilations
         self.session = CompileSession(keep_reports=explain_only)
         self._stamp: tuple[str, str] | None = None
+        self._last_plan: tuple[tuple[Any, ...], Plan, tuple[str, str]] | None = None  # plan()
+
+    def plan(self, opts: Options) -> Plan:
+        """``load_plan(opts)``, or the plan this backend loaded last when the options it
+        reads and :func:`~pdlkit.plan.plan_stamp` (environment, and the stat of every file
+        and folder it would read or check) are unchanged: ``optimize`` loads it up front and
+        its first compilation takes it from here. A change to any file, its permissions or
+        the environment loads again, with every check (pins, permissions, hashes)."""
+        return self._plan_and_stamp(opts)[0]
+
+    def _plan_and_stamp(self, opts: Options) -> tuple[Plan, tuple[str, str]]:
+        """The plan and ``_current_stamp(opts)``, both reused while ``plan_stamp`` (which
+        sees every change the files' stamp sees) is unchanged."""
+        key = (opts.patterns, opts.kernels, opts.target, opts.allow_world_writable)
+        stamp = plan_stamp(opts)  # before loading: a change made during the load shows next
+        last = self._last_plan
+        if stamp is not None and last is not None and last[0] == (*key, stamp):
+            return last[1], last[2]
+        files = self._current_stamp(opts)
+        plan = load_plan(opts)
+        if stamp is not None:
+            self._last_plan = ((*key, stamp), plan, files)
+        return plan, files
 
     def _current_stamp(self, opts: Options) -> tuple[str, str]:
         import os
@@ -242,11 +265,13 @@ class PdlkitBackend:
         if mode is not None and mode != "default":  # torch.compile(..., mode=...)
             opts = replace(opts, mode=mode)
         patches = opts.config_patches()
-        self._stamp = self._current_stamp(opts)
         try:
-            plan = load_plan(opts)
-        except MissingDependency as e:
-            return self._without_matcher(e, gm, example_inputs, opts, patches)
+            plan, self._stamp = self._plan_and_stamp(opts)
+        except BaseException as e:
+            self._stamp = self._current_stamp(opts)  # the files this compilation saw
+            if isinstance(e, MissingDependency):
+                return self._without_matcher(e, gm, example_inputs, opts, patches)
+            raise
         opts, plan, capture = self._for_this_graph(gm, example_inputs, opts, plan, patches)
         key = whole_graph.verdict_key(opts, plan, example_inputs, gm, self._stamp)
         known = whole_graph.known(key, opts) if not self.explain_only else None
@@ -417,7 +442,7 @@ def optimize(
     from pdlkit.optional import MissingDependency
 
     try:
-        load_plan(backend.options)  # bad files fail here, not at the first call
+        backend.plan(backend.options)  # bad files fail here, not at the first call
     except MissingDependency:
         pass  # the backend says so once, and compiles with Inductor alone
     compiled = _compile(model, backend, dynamic=dynamic)
@@ -474,7 +499,7 @@ def explain(
     backend = PdlkitBackend(explain_only=True, why=(why,) if isinstance(why, str) else tuple(why))
     backend.options = opts
     try:
-        plan = load_plan(backend.options)
+        plan = backend.plan(backend.options)
     except MissingDependency as e:
         raise ConfigError(str(e)) from e
     compiled = _compile(model, backend)

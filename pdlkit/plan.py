@@ -8,14 +8,19 @@ process-wide on purpose (see pdlkit/session.py for the rest): the loaded pattern
 by their files' paths and stamps (immutable once loaded, and parsing them again is what a
 second ``optimize`` of the same folders would otherwise pay), and which kernels each set of
 pattern / kernel folders used, so that the pre-pack cache, one per process, releases their
-packed weights when those files change.
+packed weights when those files change. A whole plan is reused only by the backend that
+loaded it (``PdlkitBackend.plan``), while :func:`plan_stamp` says nothing it read changed.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import stat
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from pdlkit import config, inductor_options
@@ -126,6 +131,85 @@ def load_plan(opts: Options) -> Plan:
             )
     _check_calls(patterns.patterns, registry)
     return Plan(patterns, registry, target)
+
+
+def plan_stamp(opts: Options) -> str | None:
+    """What ``load_plan(opts)`` reads besides the options, as one digest: the environment that
+    names folders or allows world-writable ones, and the ``lstat`` of every file and folder
+    under the pattern and kernel paths (mode, owner, inode, size, mtime, ctime: any write,
+    ``chmod``, ``chown`` or replacement changes it), of what a symbolic link in them points
+    to, and of the folders above them (mode, owner, inode). Equal digests mean a new load
+    would read the same bytes under the same permissions; None: the paths are not valid
+    (load to get the error). A backend reuses its last plan while this is unchanged
+    (``PdlkitBackend.plan``); nothing reuses a plan across backends or processes."""
+    from pdlkit.runtime_abi.trust import ALLOW_ENV
+
+    try:
+        paths = config.pattern_paths(opts.patterns) + config.kernel_paths(opts.kernels)
+    except config.PathError:
+        return None
+    h = hashlib.sha1()
+    for env in (config.PATTERN_ENV, config.KERNEL_ENV, ALLOW_ENV):
+        h.update(f"{env}={os.environ.get(env)!r}\n".encode())
+    seen: set[str] = set()
+    for root in paths:
+        _stamp_tree(str(root), h, seen)
+    return h.hexdigest()
+
+
+def _stat_line(path: str, st: os.stat_result) -> bytes:
+    return (
+        f"{path}\0{st.st_mode}\0{st.st_uid}\0{st.st_ino}\0{st.st_size}\0"
+        f"{st.st_mtime_ns}\0{st.st_ctime_ns}\n"
+    ).encode()
+
+
+def _stamp_tree(root: str, h: Any, seen: set[str]) -> None:
+    """``root``, everything under it (links followed once) and its parents into ``h``."""
+    root = os.path.realpath(root)
+    if root in seen:
+        return
+    seen.add(root)
+    for parent in Path(root).parents:  # a parent anyone may write to could replace root
+        try:
+            st = os.stat(parent)
+        except OSError:
+            continue
+        h.update(f"{parent}\0{st.st_mode}\0{st.st_uid}\0{st.st_ino}\n".encode())
+    links: list[str] = []
+    try:
+        st = os.lstat(root)
+    except OSError:
+        h.update(f"{root}\0gone\n".encode())
+        return
+    h.update(_stat_line(root, st))
+    if stat.S_ISDIR(st.st_mode):
+        _stamp_folder(root, h, links)
+    for link in links:
+        target = os.path.realpath(link)
+        h.update(f"{link}\0->{target}\n".encode())
+        if os.path.exists(target):
+            _stamp_tree(target, h, seen)
+
+
+def _stamp_folder(folder: str, h: Any, links: list[str]) -> None:
+    """Every entry under ``folder`` (``lstat``, in name order) into ``h``; links noted."""
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError as e:
+        h.update(f"{folder}\0unreadable {e.errno}\n".encode())
+        return
+    for entry in entries:
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            h.update(f"{entry.path}\0gone\n".encode())
+            continue
+        h.update(_stat_line(entry.path, st))
+        if stat.S_ISLNK(st.st_mode):
+            links.append(entry.path)
+        elif stat.S_ISDIR(st.st_mode):
+            _stamp_folder(entry.path, h, links)
 
 
 _IN_USE: dict[str, tuple[str, set[str]]] = {}  # folders -> (their fingerprint, kernels used)
