@@ -155,17 +155,66 @@ def _copy(traced: fx.GraphModule) -> fx.GraphModule:
 def _in_this_compilation(traced: fx.GraphModule, fake: list[Any]) -> fx.GraphModule:
     """``traced``'s values made again in this compilation's fake mode (the one make_fx
     takes: Dynamo's tracing context's): kernel meta functions and Inductor run in that mode,
-    and a value of an earlier one does not mix with it. One converter makes them all, so a
-    view stays a view of its base (bert-mini: 0.02 s, against 0.1 s to trace again)."""
+    and a value of an earlier one does not mix with it. Where every value is plain (no
+    gradient: inference graphs) they are built directly on meta storage, tensors that shared
+    a storage sharing one again (bert-mini: 0.006 s); otherwise one ``from_tensor`` converter
+    makes them all, so a view stays a view of its base (0.02 s, against 0.1 s to trace again)."""
     mode = torch._guards.detect_fake_mode(fake) or FakeTensorMode(allow_non_fake_inputs=True)
+    vals = [n.meta["val"] for n in traced.graph.nodes if "val" in n.meta]
+    if all(map(_plain_val, vals)):
+        convert = _rebuilder(mode)
+    else:
 
-    def convert(t: torch.Tensor) -> torch.Tensor:
-        return mode.from_tensor(t, static_shapes=True)
+        def convert(t: torch.Tensor) -> torch.Tensor:
+            return mode.from_tensor(t, static_shapes=True)
 
     for n in traced.graph.nodes:
         if "val" in n.meta:
             n.meta["val"] = tree_map_only(torch.Tensor, convert, n.meta["val"])
     return traced
+
+
+def _plain_val(val: Any) -> bool:
+    """Whether every tensor in ``val`` is a dense strided fake tensor of static shape that
+    needs no gradient (no autograd history to make again) and holds no constant or
+    conjugate / negative bit: what :func:`_rebuilder` makes again."""
+    from torch.utils._pytree import tree_leaves
+
+    return all(
+        type(t) is FakeTensor
+        and t.layout == torch.strided
+        and not t.requires_grad
+        and not t.is_quantized
+        and not t.is_conj()
+        and not t.is_neg()
+        and t.constant is None
+        and all(type(d) is int for d in (*t.shape, *t.stride(), t.storage_offset()))
+        for t in tree_leaves(val)
+        if isinstance(t, torch.Tensor)
+    )
+
+
+def _rebuilder(mode: FakeTensorMode) -> Any:
+    """Fake tensors of ``mode`` with the shapes, strides, offsets and dtypes of earlier ones,
+    built directly on meta storage (a tenth of ``from_tensor``'s cost); tensors that shared
+    a storage share one again, so a view still aliases its base."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    storages: dict[int, Any] = {}
+
+    def convert(t: torch.Tensor) -> torch.Tensor:
+        old = t.untyped_storage()
+        key = old._cdata
+        with unset_fake_temporarily():
+            storage = storages.get(key)
+            if storage is None:
+                storage = torch.UntypedStorage(old.nbytes(), device="meta")
+                storages[key] = storage
+            elem = torch.empty(0, dtype=t.dtype, device="meta")
+            elem.set_(storage, t.storage_offset(), t.shape, t.stride())
+        return FakeTensor(mode, elem, t.device)
+
+    return convert
 
 
 def _mode_calls() -> tuple[Any, ...]:

@@ -82,3 +82,54 @@ def test_each_compilation_gets_a_graph_of_its_own(traces):
         if isinstance(n.meta.get("val"), torch.Tensor)
     }
     assert len(modes) == 1
+
+
+def _storage_groups(gm: torch.fx.GraphModule) -> list[int]:
+    """Per tensor value, in node order, the index of the first value sharing its storage."""
+    from torch.utils._pytree import tree_leaves
+
+    vals = [
+        t
+        for n in gm.graph.nodes
+        for t in tree_leaves(n.meta.get("val"))
+        if isinstance(t, torch.Tensor)
+    ]
+    keys = [t.untyped_storage()._cdata for t in vals]
+    return [keys.index(k) for k in keys]
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_values_made_again_in_this_mode_keep_their_layout_and_aliasing(grad):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(x):
+        y = x.t()  # a view of x
+        return y.reshape(-1)[1:] * 2 + x.view(-1)[1:], y.contiguous()
+
+    cached = make_fx(f, tracing_mode="fake")(torch.randn(4, 4))
+    if grad:  # a value that needs a gradient (make_fx's values here need none)
+        x = next(iter(cached.graph.nodes))
+        x.meta["val"] = x.meta["val"].fake_mode.from_tensor(torch.randn(4, 4, requires_grad=True))
+    vals = [n.meta["val"] for n in cached.graph.nodes if "val" in n.meta]
+    assert all(map(retrace._plain_val, vals)) is not grad  # needing grad: from_tensor
+    mode = FakeTensorMode()
+    copy = retrace._in_this_compilation(retrace._copy(cached), [mode.from_tensor(torch.ones(1))])
+    pairs = [
+        (a.meta["val"], b.meta["val"])
+        for a, b in zip(cached.graph.nodes, copy.graph.nodes, strict=True)
+        if isinstance(a.meta.get("val"), torch.Tensor)
+    ]
+    assert len(pairs) >= 5
+    for old, new in pairs:
+        assert new.fake_mode is mode and old.fake_mode is not mode
+        assert (new.shape, new.stride(), new.storage_offset(), new.dtype, new.device) == (
+            old.shape,
+            old.stride(),
+            old.storage_offset(),
+            old.dtype,
+            old.device,
+        )
+        assert new.requires_grad == old.requires_grad
+    assert _storage_groups(copy) == _storage_groups(cached)
+    assert len(set(_storage_groups(copy))) < len(pairs)  # the views share a storage
