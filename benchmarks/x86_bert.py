@@ -838,6 +838,14 @@ def main() -> int:
         help="also BERT-base, 1 x 128 and 8 x 128, one and two threads (slow here)",
     )
     ap.add_argument("--no-mini", action="store_true", help="skip bert-mini (with --bert-base)")
+    ap.add_argument(
+        "--base-threads",
+        default="1,2",
+        help="BERT-base thread counts, comma-separated (default 1,2)",
+    )
+    ap.add_argument(
+        "--base-batches", default="1,8", help="BERT-base batch sizes, comma-separated (default 1,8)"
+    )
     ap.add_argument("--repeats", type=int, default=None, help="timed calls per configuration")
     ap.add_argument(
         "--rounds",
@@ -874,8 +882,8 @@ def main() -> int:
     if not args.no_mini:
         cases.append((Case("bert-mini", MINI, 8, 64, 1), args.repeats or 30, args.rounds or 5))
     if args.bert_base:
-        for threads in (1, 2):
-            for batch in (1, 8):
+        for threads in (int(t) for t in args.base_threads.split(",")):
+            for batch in (int(b) for b in args.base_batches.split(",")):
                 reps = args.repeats or (20 if batch == 1 else 8)
                 cases.append((Case("BERT-base", {}, batch, 128, threads), reps, args.rounds or 1))
 
