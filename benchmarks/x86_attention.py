@@ -12,9 +12,11 @@ on the FP32 output's range (as PT2E's observers do). Variants, all under ``torch
 
 * ``eager``: ``quantize_per_tensor(F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
   scale=1/sqrt(D)), ...)`` in eager torch (the baseline);
-* ``compiled``: that same function under ``pdlkit.optimize`` (the shipped pattern turns it
-  into one ``torch.ops.pdlkit.x86_attention_q_bf16`` call: how a compiled graph calls the
-  kernel). This includes the compiled function's fixed cost per call (Dynamo's guards, the
+* ``inductor``: that same function under ``torch.compile`` (Inductor's code: the "keep the
+  subgraph" candidate that pdlkit's measured choice compares the kernel with);
+* ``compiled``: that same function under ``pdlkit.optimize(..., autotune="off")`` (the shipped
+  pattern turns it into one ``torch.ops.pdlkit.x86_attention_q_bf16`` call: how a compiled
+  graph calls the kernel). This includes the compiled function's fixed cost per call (Dynamo's guards, the
   AOT / Inductor wrappers: about 40 us here at tiny shapes), which a whole compiled model
   pays once per forward, not per attention;
 * ``decl.fn``: the kernel declaration's Python function (ctypes call, no dispatcher; about
@@ -78,16 +80,19 @@ def timing(label: str, shape: tuple[int, int, int, int], rounds: int, calls: int
     out_zp = round(-lo / out_scale)
     eager = AttentionQ(scale, out_scale, out_zp)
     torch._dynamo.reset()  # a fresh compilation per shape (no automatic dynamic shapes)
-    compiled = pdlkit.optimize(eager)
+    inductor = torch.compile(eager)
+    # autotune off: the kernel runs even where Inductor's code measures faster (what it compares)
+    compiled = pdlkit.optimize(eager, autotune="off")
     pdlkit.stats(reset=True)
     variants = {
         "eager": lambda: eager(q, k, v, mask),
+        "inductor": lambda: inductor(q, k, v, mask),
         "compiled": lambda: compiled(q, k, v, mask),
         "decl.fn": lambda: decl.fn(q, k, v, mask, 0, scale, out_scale, out_zp, 0, 255),
     }
     with torch.no_grad():
         want = variants["eager"]()
-        for name in ("compiled", "decl.fn"):
+        for name in ("inductor", "compiled", "decl.fn"):
             print(f"{label} {name}: {codes(variants[name](), want)}")
         st = pdlkit.stats()["by_kernel"].get(decl.name, {})
         assert st.get("kernel_calls") == 1 and st.get("fallbacks") == 0, st  # the kernel ran
