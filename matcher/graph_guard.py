@@ -15,6 +15,7 @@ in place): running one a few more times has no effect a caller could see.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -128,11 +129,29 @@ def choose(
             decision = Decision(SUBSTITUTED, [*timings, Timing(INDUCTOR, None, note)])
             cache.put(key, decision)
             return SUBSTITUTED, ours, decision
-        fns = {SUBSTITUTED: ours, **{n: m() for n, m in makers.items() if n != SUBSTITUTED}}
-        timings = _measure([(n, _call(f, tensors)) for n, f in fns.items()], device)
+        fns, failed = _compiled({n: m for n, m in makers.items() if n != SUBSTITUTED})
+        fns = {SUBSTITUTED: ours, **fns}
+        timings = _measure([(n, _call(f, tensors)) for n, f in fns.items()], device) + failed
     decision = Decision(_faster(timings), timings)
     cache.put(key, decision)
     return decision.choice, fns[decision.choice], decision
+
+
+def _compiled(
+    makers: dict[str, Callable[[], Callable[..., Any]]],
+) -> tuple[dict[str, Callable[..., Any]], list[Timing]]:
+    """The other graphs' code; one that fails to compile is no candidate (said once, with
+    the cause): the substituted graph, already compiled, is never lost to it."""
+    fns: dict[str, Callable[..., Any]] = {}
+    failed: list[Timing] = []
+    for name, make in makers.items():
+        try:
+            fns[name] = make()
+        except Exception as e:  # noqa: BLE001 - any compile error: the graph is no candidate
+            note = f"did not compile: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
+            warnings.warn(f"pdlkit: whole-graph check: the {name} graph {note}", stacklevel=4)
+            failed.append(Timing(name, None, note))
+    return fns, failed
 
 
 def _call(fn: Callable[..., Any], tensors: list[Any]) -> Callable[[], Any]:

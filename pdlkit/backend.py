@@ -327,6 +327,7 @@ class PdlkitBackend:
             return whole_graph.faster_graph(*args)
         if not report.substitutions:
             whole_graph.nothing_substituted(key, known, report)
+        inductor_options.lower_as_fallbacks(chosen)
         return cast(Callable[..., Any], compile_fx(chosen, example_inputs, config_patches=patches))
 
     def _without_matcher(

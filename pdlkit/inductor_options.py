@@ -163,3 +163,33 @@ def keep_dynamo_inputs(dynamo_gm: Any, traced: Any) -> bool:
         if "tensor_dict" in src.meta:
             dst.meta["tensor_dict"] = src.meta["tensor_dict"]
     return True
+
+
+def lower_as_fallbacks(gm: torch.fx.GraphModule) -> None:
+    """Give every ``torch.ops.pdlkit`` op in ``gm`` Inductor's fallback lowering before Inductor
+    meets it, as its implicit fallback would (the layout constraint the op's tags ask for, else
+    Inductor's default for custom ops), once per op and process.
+
+        before: the first call of each pdlkit op in a graph went through Inductor's implicit
+                fallback, whose log line formats every argument's IR (torch 2.11 does so with
+                logging off): on a Xeon with AMX, BERT-base int8, an op first met in a late
+                layer (the whole-graph check's kernels-only graph) spent minutes in ``ir.__str__``
+        after:  the lowering is there; Inductor emits the same extern call without the line
+    """
+    from torch._inductor import lowering
+
+    tag_of = getattr(torch._library.utils, "get_layout_constraint_tag", None)
+    constraint_of = getattr(lowering, "tag_to_layout_constraint", None)
+    for n in gm.graph.nodes:
+        op = n.target
+        if not (
+            n.op == "call_function"
+            and isinstance(op, torch._ops.OpOverload)
+            and op.namespace == "pdlkit"
+            and op not in lowering.lowerings
+        ):
+            continue
+        layout = None
+        if tag_of is not None and constraint_of is not None:
+            layout = constraint_of(tag_of(op, with_default=True))
+        lowering.make_fallback(op, layout_constraint=layout)

@@ -20,6 +20,7 @@ from typing import Any, cast
 
 import torch.fx as fx
 
+from pdlkit import inductor_options
 from pdlkit.matcher import graph_guard
 from pdlkit.matcher.report import GraphReport
 from pdlkit.plan import Options, Plan
@@ -98,10 +99,12 @@ def faster_graph(
         assert rerun is not None
         traced_k, report_k = rerun()
         other.append(report_k)
+        inductor_options.lower_as_fallbacks(traced_k)
         return cast(
             Callable[..., Any], compile_fx(traced_k, example_inputs, config_patches=patches)
         )
 
+    inductor_options.lower_as_fallbacks(traced)
     verdict, fn, decision = graph_guard.choose(
         graph_guard.graph_key(gm, example_inputs, kernels),
         lambda: compile_fx(traced, example_inputs, config_patches=patches),
