@@ -94,12 +94,13 @@ def files_under(paths: Iterable[Path]) -> list[Path]:
 
 
 def stat_fingerprint(paths: Iterable[Path]) -> str:
-    """Cheap change detection: every file's path, size and mtime under the given paths."""
+    """Cheap change detection: every file's path, inode, size, mtime and ctime under the given
+    paths (ctime: an edit that puts size and mtime back still changes it)."""
     h = hashlib.sha1()
     for f in files_under(paths):
         try:
             st = f.stat()
         except OSError:
             continue
-        h.update(f"{f}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        h.update(f"{f}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\n".encode())
     return h.hexdigest()

@@ -161,3 +161,17 @@ def test_a_backend_reuses_its_plan_and_files_stamp_until_a_file_changes(mlp, fol
         torch.compile(model, backend=b)(x)
     assert len(loads) == 2 and b._stamp == b._current_stamp(b.options) != stamp
     assert pdlkit.stats()["substitutions"] == 2  # the first two compilations only
+
+
+def test_a_reload_sees_an_edit_that_keeps_size_and_mtime(mlp, folders):
+    """The parsed patterns are reused across loads only while no file changed, ctime included
+    (an editor or ``cp -p`` can put size and mtime back; no one can put ctime back)."""
+    model, x = mlp
+    p, k = folders
+    assert _substitutions(model, x, patterns=p, kernels=k) == 1
+    path = p / "lin_sigmoid.pdl.mlir"
+    st = path.stat()
+    path.write_text(path.read_text().replace('"torch.aten.sigmoid"', '"torch.aten.tanh"   '))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    torch._dynamo.reset()
+    assert _substitutions(model, x, patterns=p, kernels=k) == 0
