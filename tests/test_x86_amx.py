@@ -340,16 +340,23 @@ def _qkv_args(b, s, n, heads, seed):
     return [*args, [b, s, -1, n // heads], None, 0, 0.0, 0.05, 128, 0, 255]
 
 
-def test_emulated_amx_qkv_attention_matches_the_vnni_path(emulated):
+def test_emulated_amx_qkv_attention_matches_the_vnni_path():
     """qkv_attention_q_merged's per-batch GEMM on (emulated) AMX tiles, bert-mini's 64 x 256 x
     768 per batch, gives the codes of the library built without emulation (VNNI where the host
-    has no AMX): the projections' sums are the same, so is everything after them."""
+    has no AMX): the projections' sums are the same, so is everything after them (both built
+    with the attention on the vector units, -DPDLKIT_ATTENTION_NO_AMX: its tile path is
+    tests/test_x86_amx_attention.py's)."""
     if "avx512_bf16" not in host().features:
         pytest.skip("the attention needs avx512_bf16")
-    normal = {k.name: k for k in load_kernel_file(ROOT / "kernels" / "x86" / "qlinear_vnni.py")}
+    from pdlkit.kernels.x86 import qlinear_vnni as v
+    from pdlkit.runtime_abi.native_build import build_library
+    from pdlkit.runtime_abi.native_load import load_native_library
+
+    libs = [("-DPDLKIT_AMX_EMULATE", "-DPDLKIT_ATTENTION_NO_AMX"), ("-DPDLKIT_ATTENTION_NO_AMX",)]
+    built = [build_library(v.SOURCE, "x86_64", extra=("-fopenmp", *f)) for f in libs]
     args = _qkv_args(2, 64, 256, 4, seed=11)
     outs = []
-    for kernels in (emulated, normal):
+    for kernels in ({k.name: k for k in load_native_library(b)} for b in built):
         decl = kernels["qkv_attention_q_merged_vnni"]
         attrs = {
             p: a for p, a in zip(decl.params, args, strict=True) if not isinstance(a, torch.Tensor)

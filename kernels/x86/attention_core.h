@@ -23,6 +23,7 @@
 #define ATT_INLINE static inline __attribute__((always_inline))
 
 enum { ATT_MR = 4, ATT_NV = 4 };                /* micro-tile: ATT_MR rows x ATT_NV zmm (64 fp32 columns) */
+enum { ATT_TR = 16 };                   /* query rows per block on AMX tiles (attention_amx.h) */
 enum { MAX_DIM = 1 << 16 };             /* Sk and D beyond this are declined */
 #define WORKSPACE_BYTES ((size_t)576 << 10)
 #define LOG2E 1.44269504088896340736f
@@ -44,16 +45,20 @@ typedef struct {
   int64_t os[3];
 } attn_params;
 
-typedef struct { /* sizes of the scratch buffers for one call */
-  int64_t SkP, DP, D2, D2P, Sk2;
-  size_t kp, kf, vp, qb, sb, pb, mrow, total; /* byte offsets; total = size */
+typedef struct { /* sizes of the scratch buffers for one call (either path: vector or tiles) */
+  int64_t SkP, SkT, DP, D2, D2P, Sk2;
+  size_t kp, kf, vp, qb, sb, pb, ob, mrow, total; /* byte offsets; total = size */
+  int tiles; /* set by execute: the heads run on AMX tiles (attention_amx.h) */
 } attn_layout;
 
 static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
 
+/* Row buffers hold ATT_TR rows (the vector path uses ATT_MR of them); P rows are SkT long and
+ * V has SkT / 2 pair rows so that the tiles' P V steps of 32 keys read zeros past Sk. */
 static attn_layout layout_of(int64_t Sk, int64_t D) {
   attn_layout L;
   L.SkP = (Sk + 15) / 16 * 16;
+  L.SkT = (Sk + 31) / 32 * 32;
   L.DP = (D + 15) / 16 * 16;
   L.D2 = (D + 1) / 2;
   L.D2P = (L.D2 + 15) / 16 * 16;
@@ -61,12 +66,14 @@ static attn_layout layout_of(int64_t Sk, int64_t D) {
   size_t off = 0;
   L.kp = off, off += round64((size_t)(L.D2 * L.SkP) * 4);
   L.kf = off, off += round64((size_t)(D * L.SkP) * 4); /* K in float32, where a block needs it */
-  L.vp = off, off += round64((size_t)(L.Sk2 * L.DP) * 4);
-  L.qb = off, off += round64((size_t)(ATT_MR * L.D2P) * 4);
-  L.sb = off, off += round64((size_t)(ATT_MR * L.SkP) * 4);
-  L.pb = off, off += round64((size_t)(ATT_MR * L.SkP) * 2);
+  L.vp = off, off += round64((size_t)(L.SkT / 2 * L.DP) * 4);
+  L.qb = off, off += round64((size_t)(ATT_TR * L.D2P) * 4);
+  L.sb = off, off += round64((size_t)(ATT_TR * L.SkP) * 4);
+  L.pb = off, off += round64((size_t)(ATT_TR * L.SkT) * 2);
+  L.ob = off, off += round64((size_t)(ATT_TR * L.DP) * 4);
   L.mrow = off, off += round64((size_t)L.SkP * 4);
   L.total = off;
+  L.tiles = 0;
   return L;
 }
 
@@ -260,6 +267,20 @@ ATT_INLINE BF16_TARGET void qk_tile_f32(const int nv, const float* const* q, int
     for (int j = 0; j < nv; ++j) _mm512_storeu_ps(s + r * lds + 16 * j, acc[r][j]);
 }
 
+/* The codes of y * scale (y: 16 sums of P V; scale: 1 / (rowsum out_scale)) into out's lanes m:
+ * rounded half to even, + zp, clamped to [qmin, qmax]. */
+ATT_INLINE BF16_TARGET void store_codes(__m512 y, __m512 scale, int8_t* out, __mmask16 m,
+                                        const attn_params* p) {
+  /* keep the product inside int32 before converting (saturates to the right end) */
+  const __m512 flo = _mm512_set1_ps((float)p->qmin - (float)p->zp - 1.0f);
+  const __m512 fhi = _mm512_set1_ps((float)p->qmax - (float)p->zp + 1.0f);
+  y = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(y, scale), flo), fhi);
+  __m512i c = _mm512_cvt_roundps_epi32(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  c = _mm512_add_epi32(c, _mm512_set1_epi32(p->zp));
+  c = _mm512_min_epi32(_mm512_max_epi32(c, _mm512_set1_epi32(p->qmin)), _mm512_set1_epi32(p->qmax));
+  _mm512_mask_cvtepi32_storeu_epi8(out, m, c);
+}
+
 /* out[r][0 .. min(16 nv, ncols)) = quantize(inv[r] * sum_j2 pw[r][j2] . vp[j2][..]) for
  * r < mr, where inv[r] = 1 / (rowsum * out_scale). */
 ATT_INLINE BF16_TARGET void pv_tile(const int nv, const uint32_t* pw, int64_t ldp, int64_t j2n,
@@ -267,22 +288,10 @@ ATT_INLINE BF16_TARGET void pv_tile(const int nv, const uint32_t* pw, int64_t ld
                                 int8_t* out, int64_t ldo, int64_t ncols, const attn_params* p) {
   __m512 acc[ATT_MR][ATT_NV];
   dot_tile(nv, pw, ldp, j2n, vp, ldv, acc);
-  const __m512i zp = _mm512_set1_epi32(p->zp);
-  const __m512i lo = _mm512_set1_epi32(p->qmin), hi = _mm512_set1_epi32(p->qmax);
-  /* keep the product inside int32 before converting (saturates to the right end) */
-  const __m512 flo = _mm512_set1_ps((float)p->qmin - (float)p->zp - 1.0f);
-  const __m512 fhi = _mm512_set1_ps((float)p->qmax - (float)p->zp + 1.0f);
-  for (int r = 0; r < ATT_MR; ++r) {
-    if (r >= mr) break;
-    __m512 scale = _mm512_set1_ps(inv[r]);
-    for (int j = 0; j < nv; ++j) {
-      __m512 y = _mm512_mul_ps(acc[r][j], scale);
-      y = _mm512_min_ps(_mm512_max_ps(y, flo), fhi);
-      __m512i c = _mm512_cvt_roundps_epi32(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      c = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(c, zp), lo), hi);
-      _mm512_mask_cvtepi32_storeu_epi8(out + r * ldo + 16 * j, first_n(ncols - 16 * j), c);
-    }
-  }
+  for (int r = 0; r < ATT_MR && r < mr; ++r)
+    for (int j = 0; j < nv; ++j)
+      store_codes(acc[r][j], _mm512_set1_ps(inv[r]), out + r * ldo + 16 * j,
+                  first_n(ncols - 16 * j), p);
 }
 
 /* ---- softmax -------------------------------------------------------------------------- */
@@ -357,137 +366,206 @@ static void gather_row(const uint8_t* mrow, int64_t st, int64_t Sk, int mask_flo
 
 /* ---- one (b, h) ----------------------------------------------------------------------- */
 
+/* One (b, h): its views of q, k, the mask and the output, its packed K and V, the row buffers
+ * of this thread's scratch (attention_head sets it up; the steps below read it). */
+typedef struct {
+  const attn_params* p;
+  const attn_layout* L;
+  const float *q, *kh;     /* the head's q and k rows */
+  const uint8_t* mhead;    /* the head's mask (NULL: none) */
+  int8_t* out;
+  const uint32_t *kp, *vp; /* K, V as bf16 pair words (pack_k_bf16, pack_v) */
+  float *kf, *sb, *ob;     /* K in float32 (once needed), scores, P V sums (tiles) */
+  uint32_t* qb;            /* query rows as bf16 pair words */
+  uint16_t* pb;            /* bf16 softmax weights */
+  uint8_t* mbuf;           /* a gathered mask row */
+  float kn, mul;           /* max_j |k_j|^2; the scores' multiplier (see scores_row) */
+  int kf_ready;
+} att_head;
+
+/* Rows i0 .. i0 + mr - 1 of q -> bf16 pair words qb[r][0 .. D2P) for r < ATT_MR (zero past mr);
+ * returns max_r |q_r|^2 of the bf16 values (one dpbf16 of each word with itself, as for k). */
+static BF16_TARGET float q_rows(const att_head* h, int64_t i0, int mr, uint32_t* qb) {
+  const int64_t D2P = h->L->D2P;
+  __m512 n2[ATT_MR];
+  for (int r = 0; r < ATT_MR; ++r) {
+    n2[r] = _mm512_setzero_ps();
+    for (int64_t w0 = 0; w0 < D2P; w0 += 16) {
+      const __m512i w = r < mr ? pair_words(h->q + (i0 + r) * h->p->qs[2], 2 * w0, h->p->D)
+                               : _mm512_setzero_si512();
+      _mm512_storeu_si512(qb + r * D2P + w0, w);
+      n2[r] = _mm512_dpbf16_ps(n2[r], (__m512bh)w, (__m512bh)w);
+    }
+  }
+  return max_row_sum4(n2);
+}
+
+/* BF16 products only where no logit of the rows can be large: |q_i . k_j| scale <= |q_i| |k_j|
+ * scale <= QK_BF16_MAX (Cauchy-Schwarz), qn = max |q_i|^2; else float32 (see Precision). */
+ATT_INLINE int qk_bf16_ok(const att_head* h, float qn) {
+  return h->p->scale * h->p->scale * qn * h->kn <= QK_BF16_MAX * QK_BF16_MAX;
+}
+
+/* Scores of ATT_MR query rows from i0 into sb (rows SkP apart) on the vector units: BF16 from
+ * qb (q_rows) where bf16, else float32 FMA (K packed to kf on the head's first need). */
+static BF16_TARGET void qk_rows(att_head* h, int64_t i0, int mr, const uint32_t* qb, int bf16,
+                                float* sb) {
+  const attn_layout* L = h->L;
+  const int64_t SkP = L->SkP, D = h->p->D;
+  if (bf16) {
+    for (int64_t c0 = 0; c0 < SkP; c0 += 16 * ATT_NV) {
+      const uint32_t* kc = h->kp + c0;
+      switch ((SkP - c0) / 16 < ATT_NV ? (int)((SkP - c0) / 16) : ATT_NV) {
+        case 1: qk_tile_bf16(1, qb, L->D2P, L->D2, kc, SkP, sb + c0, SkP); break;
+        case 2: qk_tile_bf16(2, qb, L->D2P, L->D2, kc, SkP, sb + c0, SkP); break;
+        case 3: qk_tile_bf16(3, qb, L->D2P, L->D2, kc, SkP, sb + c0, SkP); break;
+        default: qk_tile_bf16(4, qb, L->D2P, L->D2, kc, SkP, sb + c0, SkP); break;
+      }
+    }
+    return;
+  }
+  if (!h->kf_ready) pack_k_f32(h->kh, h->p->ks[2], h->p->Sk, D, L, h->kf);
+  h->kf_ready = 1;
+  const float* qr[ATT_MR]; /* rows past Sq repeat the last one (their scores are not used) */
+  for (int r = 0; r < ATT_MR; ++r) qr[r] = h->q + (i0 + (r < mr ? r : mr - 1)) * h->p->qs[2];
+  for (int64_t c0 = 0; c0 < SkP; c0 += 16 * ATT_NV) {
+    const float* kc = h->kf + c0;
+    switch ((SkP - c0) / 16 < ATT_NV ? (int)((SkP - c0) / 16) : ATT_NV) {
+      case 1: qk_tile_f32(1, qr, D, kc, SkP, sb + c0, SkP); break;
+      case 2: qk_tile_f32(2, qr, D, kc, SkP, sb + c0, SkP); break;
+      case 3: qk_tile_f32(3, qr, D, kc, SkP, sb + c0, SkP); break;
+      default: qk_tile_f32(4, qr, D, kc, SkP, sb + c0, SkP); break;
+    }
+  }
+}
+
+/* The mask row of query row i (NULL: none) and how many keys it may keep (Sk, or i + 1 where
+ * causal; 0 for a row one bool masks out). */
+static const uint8_t* mask_row(const att_head* h, int64_t i, int64_t* keep) {
+  const attn_params* p = h->p;
+  *keep = p->causal && i + 1 < p->Sk ? i + 1 : p->Sk;
+  if (h->mhead == NULL) return NULL;
+  const uint8_t* mrow = h->mhead + i * p->ms[2] * (int64_t)(p->mask_float ? 4 : 1);
+  if (p->ms[3] == 0 && !p->mask_float) { /* one bool for the row (HF BERT) */
+    if (!mrow[0]) *keep = 0;
+    return NULL;
+  }
+  if (p->ms[3] != 1) { /* a broadcast / strided mask row: gather it */
+    gather_row(mrow, p->ms[3], p->Sk, p->mask_float, h->mbuf);
+    return h->mbuf;
+  }
+  return mrow;
+}
+
+/* Softmax of ATT_MR rows from i0 (those below mr), phase by phase (their reductions overlap):
+ * scores sb (rows SkP apart) -> bf16 weights pb (rows ldp apart; zero for a fully masked or
+ * padding row) and inv[r] = 1 / (rowsum out_scale) (0 for those). 1 where a score or mask value
+ * is NaN or +inf (see attention_head). */
+static BF16_TARGET int softmax_rows(const att_head* h, int64_t i0, int mr, float* sb,
+                                    uint16_t* pb, int64_t ldp, float* inv) {
+  const attn_params* p = h->p;
+  const int64_t SkP = h->L->SkP;
+  __m512 red[ATT_MR];
+  float mx[ATT_MR];
+  int bad = 0;
+  for (int r = 0; r < ATT_MR; ++r) {
+    red[r] = _mm512_set1_ps(-INFINITY);
+    if (r >= mr) continue;
+    int64_t keep;
+    const uint8_t* mrow = mask_row(h, i0 + r, &keep);
+    __mmask16 nan = 0;
+    red[r] = scores_row(sb + r * SkP, SkP, keep, mrow, p->mask_float, h->mul, &nan);
+    bad |= nan != 0;
+  }
+  for (int r = 0; r < ATT_MR; ++r) mx[r] = _mm512_reduce_max_ps(red[r]);
+  for (int r = 0; r < ATT_MR; ++r) {
+    red[r] = _mm512_setzero_ps();
+    bad |= mx[r] != mx[r];
+    if (!(mx[r] > -INFINITY)) { /* fully masked (torch gives zeros) or a padding row */
+      memset(pb + r * ldp, 0, (size_t)SkP * 2);
+      continue;
+    }
+    red[r] = p->mask_float ? exp_row(sb + r * SkP, pb + r * ldp, SkP, mx[r], 1)
+                           : exp_row(sb + r * SkP, pb + r * ldp, SkP, mx[r], 0);
+  }
+  for (int r = 0; r < ATT_MR; ++r) { /* 1 / (rowsum out_scale); 0: fully masked, out = zp */
+    float t = _mm512_reduce_add_ps(red[r]);
+    bad |= t != t; /* a NaN score, or +inf (mx = +inf) */
+    inv[r] = t > 0.0f ? p->inv_out_scale / t : 0.0f;
+  }
+  return bad;
+}
+
+/* Codes of ATT_MR rows from i0 (those below mr): P V on the vector units, quantized. */
+static BF16_TARGET void pv_rows(const att_head* h, int64_t i0, int mr, const float* inv) {
+  const attn_layout* L = h->L;
+  const int64_t SkP = L->SkP, DP = L->DP, D = h->p->D, ldo = h->p->os[2];
+  const uint32_t* pw = (const uint32_t*)h->pb;
+  for (int64_t c0 = 0; c0 < DP; c0 += 16 * ATT_NV) {
+    int8_t* oc = h->out + i0 * ldo + c0;
+    const uint32_t* vc = h->vp + c0;
+    switch ((DP - c0) / 16 < ATT_NV ? (int)((DP - c0) / 16) : ATT_NV) {
+      case 1: pv_tile(1, pw, SkP / 2, L->Sk2, vc, DP, inv, mr, oc, ldo, D - c0, h->p); break;
+      case 2: pv_tile(2, pw, SkP / 2, L->Sk2, vc, DP, inv, mr, oc, ldo, D - c0, h->p); break;
+      case 3: pv_tile(3, pw, SkP / 2, L->Sk2, vc, DP, inv, mr, oc, ldo, D - c0, h->p); break;
+      default: pv_tile(4, pw, SkP / 2, L->Sk2, vc, DP, inv, mr, oc, ldo, D - c0, h->p); break;
+    }
+  }
+}
+
+/* The head's query rows ATT_MR at a time on the vector units (AVX512_BF16); 1 where a value
+ * is not finite (see attention_head). */
+static BF16_TARGET int head_rows(att_head* h) {
+  int bad = 0;
+  float inv[ATT_MR];
+  for (int64_t i0 = 0; i0 < h->p->Sq; i0 += ATT_MR) {
+    const int mr = h->p->Sq - i0 < ATT_MR ? (int)(h->p->Sq - i0) : ATT_MR;
+    const float qn = q_rows(h, i0, mr, h->qb);
+    bad |= !(qn <= FLT_MAX);
+    qk_rows(h, i0, mr, h->qb, qk_bf16_ok(h, qn), h->sb);
+    bad |= softmax_rows(h, i0, mr, h->sb, h->pb, h->L->SkP, inv);
+    pv_rows(h, i0, mr, inv);
+  }
+  return bad;
+}
+
+#include "attention_amx.h" /* head_rows_amx: the same steps with Q K^T and P V on AMX tiles */
+
 /* One (b, h). Returns 1 where the call must be declined (the reference, whose NaN / inf results
  * are torch's, runs instead): a q, k or v that is not finite (or past about 1e19, where |q|^2
  * overflows), a NaN score or mask value, or +inf (which makes the row's max +inf and its sum
  * NaN); -inf is fine (masked out). Else 0. */
-static BF16_TARGET int attention_head(const attn_params* p, int64_t b, int64_t h,
+static BF16_TARGET int attention_head(const attn_params* p, int64_t b, int64_t hd,
                                       const attn_layout* L, char* ws) {
-  const uint32_t* kp = (const uint32_t*)(ws + L->kp);
-  const float* kf = (const float*)(ws + L->kf);
-  uint32_t* vp = (uint32_t*)(ws + L->vp);
-  uint32_t* qb = (uint32_t*)(ws + L->qb);
-  float* sb = (float*)(ws + L->sb);
-  uint16_t* pb = (uint16_t*)(ws + L->pb);
-  uint8_t* mbuf = (uint8_t*)(ws + L->mrow);
-  const int64_t Sq = p->Sq, Sk = p->Sk, D = p->D, SkP = L->SkP;
-  const float* q = p->q + b * p->qs[0] + h * p->qs[1];
-  const float* kh = p->k + b * p->ks[0] + h * p->ks[1];
-  const float kn = pack_k_bf16(kh, p->ks[2], Sk, D, L, (uint32_t*)kp);
-  const __m512 vsum = pack_v(p->v + b * p->vs[0] + h * p->vs[1], p->vs[2], Sk, D, L, vp);
-  int bad = !(kn <= FLT_MAX) || _mm512_cmp_ps_mask(_mm512_mul_ps(vsum, _mm512_setzero_ps()),
-                                                  _mm512_setzero_ps(), _CMP_NEQ_UQ) != 0;
-  int kf_ready = 0; /* K in float32, packed when the first row block needs it */
-  const uint8_t* mhead = NULL;
-  const size_t esize = p->mask_float ? 4 : 1;
-  if (p->mask) mhead = p->mask + (b * p->ms[0] + h * p->ms[1]) * (int64_t)esize;
-  int8_t* out = p->out + b * p->os[0] + h * p->os[1];
-  const int64_t ldo = p->os[2];
+  att_head h;
+  h.p = p, h.L = L;
+  h.q = p->q + b * p->qs[0] + hd * p->qs[1];
+  h.kh = p->k + b * p->ks[0] + hd * p->ks[1];
+  h.mhead = p->mask ? p->mask + (b * p->ms[0] + hd * p->ms[1]) * (int64_t)(p->mask_float ? 4 : 1)
+                    : NULL;
+  h.out = p->out + b * p->os[0] + hd * p->os[1];
+  h.kp = (const uint32_t*)(ws + L->kp), h.vp = (const uint32_t*)(ws + L->vp);
+  h.kf = (float*)(ws + L->kf), h.sb = (float*)(ws + L->sb), h.ob = (float*)(ws + L->ob);
+  h.qb = (uint32_t*)(ws + L->qb), h.pb = (uint16_t*)(ws + L->pb), h.mbuf = (uint8_t*)(ws + L->mrow);
   /* scores in log2 units (scale log2(e)), or natural ones with a float mask (scores_row) */
-  const float mul = p->mask_float ? p->scale : p->scale * LOG2E;
-  float inv[ATT_MR];
-
-  for (int64_t i0 = 0; i0 < Sq; i0 += ATT_MR) {
-    int mr = Sq - i0 < ATT_MR ? (int)(Sq - i0) : ATT_MR;
-    __m512 n2[ATT_MR]; /* |q_r|^2 in lanes (bf16 values, as for k) */
-    for (int r = 0; r < ATT_MR; ++r) {
-      n2[r] = _mm512_setzero_ps();
-      for (int64_t w0 = 0; w0 < L->D2P; w0 += 16) {
-        const __m512i w = r < mr ? pair_words(q + (i0 + r) * p->qs[2], 2 * w0, D)
-                                 : _mm512_setzero_si512();
-        _mm512_storeu_si512(qb + r * L->D2P + w0, w);
-        n2[r] = _mm512_dpbf16_ps(n2[r], (__m512bh)w, (__m512bh)w);
-      }
-    }
-    /* BF16 products only where no logit of the block can be large: |q_i . k_j| scale <=
-     * |q_i| |k_j| scale <= QK_BF16_MAX (Cauchy-Schwarz); else float32 (see Precision) */
-    const float qn = max_row_sum4(n2);
-    bad |= !(qn <= FLT_MAX);
-    if (p->scale * p->scale * qn * kn <= QK_BF16_MAX * QK_BF16_MAX) {
-      for (int64_t c0 = 0; c0 < SkP; c0 += 16 * ATT_NV) {
-        const uint32_t* kc = kp + c0;
-        float* sc = sb + c0;
-        switch ((SkP - c0) / 16 < ATT_NV ? (int)((SkP - c0) / 16) : ATT_NV) {
-          case 1: qk_tile_bf16(1, qb, L->D2P, L->D2, kc, SkP, sc, SkP); break;
-          case 2: qk_tile_bf16(2, qb, L->D2P, L->D2, kc, SkP, sc, SkP); break;
-          case 3: qk_tile_bf16(3, qb, L->D2P, L->D2, kc, SkP, sc, SkP); break;
-          default: qk_tile_bf16(4, qb, L->D2P, L->D2, kc, SkP, sc, SkP); break;
-        }
-      }
-    } else {
-      if (!kf_ready) pack_k_f32(kh, p->ks[2], Sk, D, L, (float*)kf);
-      kf_ready = 1;
-      const float* qr[ATT_MR]; /* rows past Sq repeat the last one (their scores are not used) */
-      for (int r = 0; r < ATT_MR; ++r) qr[r] = q + (i0 + (r < mr ? r : mr - 1)) * p->qs[2];
-      for (int64_t c0 = 0; c0 < SkP; c0 += 16 * ATT_NV) {
-        switch ((SkP - c0) / 16 < ATT_NV ? (int)((SkP - c0) / 16) : ATT_NV) {
-          case 1: qk_tile_f32(1, qr, D, kf + c0, SkP, sb + c0, SkP); break;
-          case 2: qk_tile_f32(2, qr, D, kf + c0, SkP, sb + c0, SkP); break;
-          case 3: qk_tile_f32(3, qr, D, kf + c0, SkP, sb + c0, SkP); break;
-          default: qk_tile_f32(4, qr, D, kf + c0, SkP, sb + c0, SkP); break;
-        }
-      }
-    }
-    /* softmax of the ATT_MR rows, phase by phase (their reductions overlap) */
-    __m512 red[ATT_MR];
-    float mx[ATT_MR];
-    for (int r = 0; r < ATT_MR; ++r) {
-      red[r] = _mm512_set1_ps(-INFINITY);
-      if (r >= mr) continue;
-      int64_t i = i0 + r;
-      int64_t keep = p->causal && i + 1 < Sk ? i + 1 : Sk;
-      const uint8_t* mrow = NULL;
-      if (mhead != NULL) {
-        mrow = mhead + i * p->ms[2] * (int64_t)esize;
-        if (p->ms[3] == 0 && !p->mask_float) { /* one bool for the row (HF BERT) */
-          if (!mrow[0]) keep = 0;
-          mrow = NULL;
-        } else if (p->ms[3] != 1) { /* a broadcast / strided mask row: gather it */
-          gather_row(mrow, p->ms[3], Sk, p->mask_float, mbuf);
-          mrow = mbuf;
-        }
-      }
-      __mmask16 nan = 0;
-      red[r] = scores_row(sb + r * SkP, SkP, keep, mrow, p->mask_float, mul, &nan);
-      bad |= nan != 0;
-    }
-    for (int r = 0; r < ATT_MR; ++r) mx[r] = _mm512_reduce_max_ps(red[r]);
-    for (int r = 0; r < ATT_MR; ++r) {
-      red[r] = _mm512_setzero_ps();
-      bad |= mx[r] != mx[r];
-      if (!(mx[r] > -INFINITY)) { /* fully masked (torch gives zeros) or a padding row */
-        memset(pb + r * SkP, 0, (size_t)SkP * 2);
-        continue;
-      }
-      red[r] = p->mask_float ? exp_row(sb + r * SkP, pb + r * SkP, SkP, mx[r], 1)
-                             : exp_row(sb + r * SkP, pb + r * SkP, SkP, mx[r], 0);
-    }
-    for (int r = 0; r < ATT_MR; ++r) { /* 1 / (rowsum out_scale); 0: fully masked, out = zp */
-      float t = _mm512_reduce_add_ps(red[r]);
-      bad |= t != t; /* a NaN score, or +inf (mx = +inf) */
-      inv[r] = t > 0.0f ? p->inv_out_scale / t : 0.0f;
-    }
-    const uint32_t* pw = (const uint32_t*)pb;
-    for (int64_t c0 = 0; c0 < L->DP; c0 += 16 * ATT_NV) {
-      int8_t* oc = out + i0 * ldo + c0;
-      const uint32_t* vc = vp + c0;
-      switch ((L->DP - c0) / 16 < ATT_NV ? (int)((L->DP - c0) / 16) : ATT_NV) {
-        case 1: pv_tile(1, pw, SkP / 2, L->Sk2, vc, L->DP, inv, mr, oc, ldo, D - c0, p); break;
-        case 2: pv_tile(2, pw, SkP / 2, L->Sk2, vc, L->DP, inv, mr, oc, ldo, D - c0, p); break;
-        case 3: pv_tile(3, pw, SkP / 2, L->Sk2, vc, L->DP, inv, mr, oc, ldo, D - c0, p); break;
-        default: pv_tile(4, pw, SkP / 2, L->Sk2, vc, L->DP, inv, mr, oc, ldo, D - c0, p); break;
-      }
-    }
-  }
-  return bad;
+  h.mul = p->mask_float ? p->scale : p->scale * LOG2E;
+  h.kf_ready = 0; /* K in float32, packed when the first row block needs it */
+  h.kn = pack_k_bf16(h.kh, p->ks[2], p->Sk, p->D, L, (uint32_t*)h.kp);
+  const __m512 vsum =
+      pack_v(p->v + b * p->vs[0] + hd * p->vs[1], p->vs[2], p->Sk, p->D, L, (uint32_t*)h.vp);
+  int bad = !(h.kn <= FLT_MAX) || _mm512_cmp_ps_mask(_mm512_mul_ps(vsum, _mm512_setzero_ps()),
+                                                    _mm512_setzero_ps(), _CMP_NEQ_UQ) != 0;
+  return bad | (L->tiles ? head_rows_amx(&h) : head_rows(&h));
 }
 
 /* Heads one after another on this thread, with the scratch ws; 1 where some head saw a value
  * that is not finite (see attention_head). */
 static BF16_TARGET int attention(const attn_params* p, const attn_layout* L, char* ws) {
   int bad = 0;
+  if (L->tiles) att_amx_begin();
   for (int64_t b = 0; b < p->B; ++b)
     for (int64_t h = 0; h < p->H; ++h) bad |= attention_head(p, b, h, L, ws);
+  if (L->tiles) att_amx_end();
   return bad;
 }
 
@@ -513,9 +591,14 @@ static BF16_TARGET int attention_parallel(const attn_params* p, const attn_layou
 #if defined(_OPENMP)
   const int64_t heads = p->B * p->H;
   int bad = 0;
-#pragma omp parallel for schedule(static) num_threads(threads) reduction(| : bad)
-  for (int64_t t = 0; t < heads; ++t)
-    bad |= attention_head(p, t / p->H, t % p->H, L, ws + (size_t)omp_get_thread_num() * L->total);
+#pragma omp parallel num_threads(threads) reduction(| : bad)
+  { /* the tile configuration is per thread: loaded before its heads, released after them */
+    char* own = ws + (size_t)omp_get_thread_num() * L->total;
+    if (L->tiles) att_amx_begin();
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < heads; ++t) bad |= attention_head(p, t / p->H, t % p->H, L, own);
+    if (L->tiles) att_amx_end();
+  }
   return bad;
 #else
   (void)threads;
@@ -537,6 +620,7 @@ static int has_isa(void) {
  * scratch cannot be allocated. */
 static int execute(const attn_params* p, char* ws, size_t ws_size) {
   attn_layout L = layout_of(p->Sk, p->D);
+  L.tiles = att_uses_amx(p);
   void* own = NULL;
   int threads = attention_threads(p);
   if (threads > 1) { /* one scratch per thread (L.total is a multiple of 64) */
@@ -545,6 +629,7 @@ static int execute(const attn_params* p, char* ws, size_t ws_size) {
   }
   int bad;
   if (threads > 1) {
+    att_poison(own, (size_t)threads * L.total);
     bad = attention_parallel(p, &L, (char*)own, threads);
   } else {
     if (ws == NULL || ws_size < L.total) {
@@ -552,6 +637,7 @@ static int execute(const attn_params* p, char* ws, size_t ws_size) {
       if (own == NULL) return -1;
       ws = (char*)own;
     }
+    att_poison(ws, L.total);
     bad = attention(p, &L, ws);
   }
   free(own);
