@@ -136,7 +136,7 @@ def node_infos(gm: Any) -> list[NodeInfo]:
 W, H, GX, GY, PAD = 170, 54, 24, 40, 30
 
 
-def _levels(nodes: Sequence[NodeInfo]) -> dict[str, int]:
+def _levels(nodes: Sequence[NodeInfo], users: dict[str, list[str]]) -> dict[str, int]:
     """Rows: data flow as early as possible; weights and what only depends on weights
     (a weight's dequantize) as late as possible, just above their first user."""
     level: dict[str, int] = {}
@@ -148,10 +148,6 @@ def _levels(nodes: Sequence[NodeInfo]) -> dict[str, int]:
             n.inputs and all(i in weightish for i in n.inputs)
         ):
             weightish.add(n.name)
-    users: dict[str, list[str]] = {}
-    for n in nodes:
-        for i in n.inputs:
-            users.setdefault(i, []).append(n.name)
     for n in reversed(nodes):
         if n.name in weightish and users.get(n.name):
             level[n.name] = max(0, min(level[u] for u in users[n.name]) - 1)
@@ -159,15 +155,15 @@ def _levels(nodes: Sequence[NodeInfo]) -> dict[str, int]:
 
 
 def _layout(nodes: Sequence[NodeInfo]) -> tuple[dict[str, tuple[int, int]], int, int]:
-    level = _levels(nodes)
-    rows: dict[int, list[str]] = {}
-    for n in nodes:
-        rows.setdefault(level[n.name], []).append(n.name)
-    inputs = {n.name: n.inputs for n in nodes}
     users: dict[str, list[str]] = {}
     for n in nodes:
         for i in n.inputs:
             users.setdefault(i, []).append(n.name)
+    level = _levels(nodes, users)
+    rows: dict[int, list[str]] = {}
+    for n in nodes:
+        rows.setdefault(level[n.name], []).append(n.name)
+    inputs = {n.name: n.inputs for n in nodes}
     col: dict[str, float] = {}
     # order each row by where its neighbours sit (barycentres), down, up, then down again:
     # few crossing edges, and a pattern's nodes end up stacked above each other
