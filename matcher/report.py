@@ -22,6 +22,7 @@ pattern that matched nothing and why, and the pass's times.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -107,18 +108,10 @@ class Report:
     def silent_patterns(self) -> dict[str, str]:
         """Patterns that matched in no graph, with the reason from the last graph."""
         fired = {s.pattern for s in self.substitutions}
-        out: dict[str, str] = {}
-        for g in self.graphs:
-            for name, why in g.silent.items():
-                if name not in fired:
-                    out[name] = why
-        return out
+        return {n: why for g in self.graphs for n, why in g.silent.items() if n not in fired}
 
     def counts(self) -> dict[str, int]:
-        c: dict[str, int] = {}
-        for s in self.substitutions:
-            c[s.pattern] = c.get(s.pattern, 0) + 1
-        return c
+        return dict(Counter(s.pattern for s in self.substitutions))
 
     def to_html(self, path: Any) -> None:
         """Write the report as one self-contained HTML page (graph, regions, near misses)."""
@@ -209,16 +202,15 @@ class Report:
             )
         rest = len(silent) - len(candidates) - len(kept & set(silent))
         if rest:
-            kinds: dict[str, int] = {}
-            for w in (w for n, w in silent.items() if n not in candidates and n not in kept):
-                kind = (
-                    "for other targets"
-                    if w.startswith("not for target")
-                    else "disabled"
-                    if w == "disabled"
-                    else "whose ops do not occur"
-                )
-                kinds[kind] = kinds.get(kind, 0) + 1
+            kinds = Counter(
+                "for other targets"
+                if w.startswith("not for target")
+                else "disabled"
+                if w == "disabled"
+                else "whose ops do not occur"
+                for n, w in silent.items()
+                if n not in candidates and n not in kept
+            )
             lines.append(
                 f"{rest} pattern(s) did not apply here ("
                 + ", ".join(f"{n} {k}" for k, n in kinds.items())
