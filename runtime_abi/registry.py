@@ -102,10 +102,7 @@ def _exec_file(
 def _bind_known(kernels: tuple[KernelDecl, ...]) -> tuple[KernelDecl, ...]:
     """Kernels declared with ``implements=`` bound to ops loaded since (a registry binds the
     rest against its own ops)."""
-    out = []
-    for k in kernels:
-        out.append(bind_if_loaded(k) if k.from_op and not k.schema else k)
-    return tuple(out)
+    return tuple(bind_if_loaded(k) if k.from_op and not k.schema else k for k in kernels)
 
 
 def _load_error(path: Path, e: BaseException) -> KernelLoadError:
