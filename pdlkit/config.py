@@ -64,10 +64,8 @@ def _paths(arg: PathArg, env: str, shipped: Path) -> list[Path]:
             for e in (item.split(os.pathsep) if isinstance(item, str) else [item])
             if e != ""
         ]
-    out = []
-    for e in entries:
-        out.append(shipped if str(e) == SHIPPED else Path(e).expanduser().resolve())
-    return list(dict.fromkeys(out))
+    resolved = (shipped if str(e) == SHIPPED else Path(e).expanduser().resolve() for e in entries)
+    return list(dict.fromkeys(resolved))
 
 
 def pattern_paths(arg: PathArg = None) -> list[Path]:
