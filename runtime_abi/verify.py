@@ -230,18 +230,14 @@ class FirstCallVerifier:
 
     def __call__(self, cs: Any, args: tuple[Any, ...], attempt: Callable[..., Any]) -> Any:
         sig = _signature(args)
+        if sig not in self.verified and sig not in self.disabled:
+            with self.lock:  # one verification per signature, even with threads
+                if sig not in self.verified and sig not in self.disabled:
+                    return self._verify(cs, args, attempt, sig)
         if sig in self.verified:
             return attempt(cs, args)
-        if sig in self.disabled:
-            count("fallbacks", cs.kernel.name)
-            return _fresh(cs.fallback(*args), args)
-        with self.lock:  # one verification per signature, even with threads
-            if sig in self.verified:
-                return attempt(cs, args)
-            if sig in self.disabled:
-                count("fallbacks", cs.kernel.name)
-                return _fresh(cs.fallback(*args), args)
-            return self._verify(cs, args, attempt, sig)
+        count("fallbacks", cs.kernel.name)
+        return _fresh(cs.fallback(*args), args)
 
     def _verify(self, cs: Any, args: tuple[Any, ...], attempt: Callable[..., Any], sig: Any) -> Any:
         name = cs.kernel.name
