@@ -182,7 +182,7 @@ class PrepackCache:
             with self._lock:
                 count("prepack_misses", kernel)
                 # older versions of the same tensor (or the same view of it)
-                self._drop(lambda k: k[:3] == key[:3], kernel)
+                self._drop(lambda k: k[:3] == key[:3])
                 if size <= self.max_bytes:
                     self._entries[key] = (packed, size, _storage_refs(tensors))
                     self._bytes += size
@@ -207,9 +207,9 @@ class PrepackCache:
     def _forget(self, wid: int) -> None:
         with self._lock:
             self._finalizers.pop(wid, None)
-            self._drop(lambda k: k[1] == wid or any(o[0] == wid for o in k[5]), None)
+            self._drop(lambda k: k[1] == wid or any(o[0] == wid for o in k[5]))
 
-    def _drop(self, pred: Callable[[tuple[Any, ...]], bool], kernel: str | None) -> None:
+    def _drop(self, pred: Callable[[tuple[Any, ...]], bool]) -> None:
         for k in [k for k in self._entries if pred(k)]:
             _, n, _ = self._entries.pop(k)
             self._bytes -= n
@@ -219,7 +219,7 @@ class PrepackCache:
         returns how many entries were freed. A graph still calling one packs again."""
         with self._lock:
             before = len(self._entries)
-            self._drop(lambda k: k[0] in kernels, None)
+            self._drop(lambda k: k[0] in kernels)
             return before - len(self._entries)
 
     def kernels(self) -> set[str]:
