@@ -332,11 +332,9 @@ def render(report: Report) -> str:
     colors = pattern_colors(report)
     roots = {p.name: p.root for p in report.patterns}
     counts = report.counts()
-    kernels: dict[str, list[str]] = {}
+    kernels: dict[str, dict[str, None]] = {}  # pattern -> its kernels, in first-use order
     for s in report.substitutions:
-        kernels.setdefault(s.pattern, [])
-        if s.kernel not in kernels[s.pattern]:
-            kernels[s.pattern].append(s.kernel)
+        kernels.setdefault(s.pattern, {})[s.kernel] = None
     done, total = flops_offloaded(report)
     share = f"{100 * done / total:.1f}%" if total else "n/a"
     silent = report.silent_patterns()
@@ -349,7 +347,7 @@ def render(report: Report) -> str:
                 _e(p.benefit),
                 _e(p.root or "?"),
                 str(counts.get(p.name, 0)),
-                _e(", ".join(kernels.get(p.name, [])) or "-"),
+                _e(", ".join(kernels.get(p.name, {})) or "-"),
                 _e(silent.get(p.name, "") if not counts.get(p.name) else ""),
                 _e(p.where),
             ]
