@@ -141,10 +141,14 @@ class PatternWalk:
     def _walk(self, root: ir.Operation, describe: Describe) -> Candidate:
         root_name = _loc(root) or root.name
         matched = 0
-        if self.root_value is None:
+
+        def candidate(held: int, failure: str) -> Candidate:
             return Candidate(
-                root_name, (0, self.n_ops), (0, len(self.constraints)), "unexplained: no root"
+                root_name, (matched, self.n_ops), (held, len(self.constraints)), failure
             )
+
+        if self.root_value is None:
+            return candidate(0, "unexplained: no root")
         try:
             w = _Walk({}, [(self.root_value.owner, root, "the root")], describe)
             while w.stack:
@@ -156,10 +160,8 @@ class PatternWalk:
                     "unexplained: the pattern has ops that are not reached from the root "
                     "through operands"
                 )
-        except _Mismatch as e:
-            return Candidate(root_name, (matched, self.n_ops), (0, len(self.constraints)), str(e))
-        except _Unexplained as e:
-            return Candidate(root_name, (matched, self.n_ops), (0, len(self.constraints)), str(e))
+        except (_Mismatch, _Unexplained) as e:
+            return candidate(0, str(e))
         held = 0
         for c in self.constraints:
             op = c.operation
@@ -171,9 +173,7 @@ class PatternWalk:
                 why = (
                     f"unexplained: constraint {name} (line {self.line(op)}) cannot be checked here"
                 )
-                return Candidate(
-                    root_name, (matched, self.n_ops), (held, len(self.constraints)), why
-                )
+                return candidate(held, why)
             try:
                 ok = bool(fn(*values))
             except Exception as e:
@@ -184,12 +184,9 @@ class PatternWalk:
                 ok, why = not ok, "" if ok else f"its negation holds ({name} is false)"
             if not ok:
                 args = ", ".join(n or "?" for n in names)
-                failure = f"constraint {name}({args}) (line {self.line(op)}): {why}"
-                return Candidate(
-                    root_name, (matched, self.n_ops), (held, len(self.constraints)), failure
-                )
+                return candidate(held, f"constraint {name}({args}) (line {self.line(op)}): {why}")
             held += 1
-        return Candidate(root_name, (matched, self.n_ops), (held, len(self.constraints)), "")
+        return candidate(held, "")
 
     def _value(self, pdl_value: Any, bound: dict[Any, Any]) -> Any:
         owner = pdl_value.owner.operation
