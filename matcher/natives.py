@@ -65,14 +65,14 @@ def py_attr(a: Any) -> Any:
     return str(a)
 
 
-_NOT_CONSTANT = object()
+NOT_CONSTANT = object()
 
 
 def constant_value(v: ir.Value) -> Any:
     """The Python value of a ``torch.constant.*`` (or a list of them); ``NOT_CONSTANT`` otherwise."""
     op = defining_op(v)
     if op is None:
-        return _NOT_CONSTANT
+        return NOT_CONSTANT
     name = op.name
     if name == "torch.constant.none":
         return None
@@ -80,11 +80,8 @@ def constant_value(v: ir.Value) -> Any:
         return py_attr(op.attributes["value"])
     if name == "torch.prim.ListConstruct":
         items = [constant_value(x) for x in op.operands]
-        return _NOT_CONSTANT if any(x is _NOT_CONSTANT for x in items) else items
-    return _NOT_CONSTANT
-
-
-NOT_CONSTANT = _NOT_CONSTANT
+        return NOT_CONSTANT if any(x is NOT_CONSTANT for x in items) else items
+    return NOT_CONSTANT
 
 
 def _dtype_name(a: Any) -> str:
