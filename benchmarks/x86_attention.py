@@ -20,7 +20,10 @@ on the FP32 output's range (as PT2E's observers do). Variants, all under ``torch
   AOT / Inductor wrappers: about 40 us here at tiny shapes), which a whole compiled model
   pays once per forward, not per attention;
 * ``decl.fn``: the kernel declaration's Python function (ctypes call, no dispatcher; about
-  30 us of it is the Python / ctypes marshalling in ``runtime_abi/native.py``).
+  30 us of it is the Python / ctypes marshalling in ``runtime_abi/native.py``);
+* ``vector``: on a host with AMX-BF16 only, ``decl.fn`` of the same source built with
+  ``-DPDLKIT_ATTENTION_NO_AMX`` (Q K^T and P V on the AVX512_BF16 vector units, as on a host
+  without AMX): ``decl.fn / vector`` is what the tiles (``kernels/x86/attention_amx.h``) gain.
 
 Rounds are interleaved (eager, compiled, decl.fn, eager, ...) in one process with
 ``torch.set_num_threads(1)``; each round times ``--calls`` back-to-back calls per variant and
@@ -36,6 +39,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from machine import host_header  # benchmarks/machine.py
 from measure import interleaved  # benchmarks/measure.py
 
 
@@ -65,6 +69,21 @@ def codes(out: torch.Tensor, want: torch.Tensor) -> str:
     return f"max code diff {diff.max().item()}, differing {100 * (diff > 0).float().mean().item():.2f}%"
 
 
+def vector_build() -> Any:
+    """x86_attention_q_bf16 built with its AMX tiles off (None where the host has no AMX-BF16)."""
+    from pdlkit.kernels.x86 import attention
+    from pdlkit.runtime_abi.capability import host
+    from pdlkit.runtime_abi.native_build import build_library
+    from pdlkit.runtime_abi.native_load import load_native_library
+
+    if "amx_bf16" not in host().features:
+        return None
+    path = build_library(
+        attention.SOURCE, "x86_64", extra=("-fopenmp", "-DPDLKIT_ATTENTION_NO_AMX")
+    )
+    return {k.name: k for k in load_native_library(path)}["x86_attention_q_bf16"]
+
+
 def timing(label: str, shape: tuple[int, int, int, int], rounds: int, calls: int) -> None:
     from pdlkit.kernels.x86 import attention
 
@@ -90,9 +109,12 @@ def timing(label: str, shape: tuple[int, int, int, int], rounds: int, calls: int
         "compiled": lambda: compiled(q, k, v, mask),
         "decl.fn": lambda: decl.fn(q, k, v, mask, 0, scale, out_scale, out_zp, 0, 255),
     }
+    vec = vector_build()
+    if vec is not None:
+        variants["vector"] = lambda: vec.fn(q, k, v, mask, 0, scale, out_scale, out_zp, 0, 255)
     with torch.no_grad():
         want = variants["eager"]()
-        for name in ("inductor", "compiled", "decl.fn"):
+        for name in [n for n in variants if n != "eager"]:
             print(f"{label} {name}: {codes(variants[name](), want)}")
         st = pdlkit.stats()["by_kernel"].get(decl.name, {})
         assert st.get("kernel_calls") == 1 and st.get("fallbacks") == 0, st  # the kernel ran
@@ -154,6 +176,7 @@ def main() -> None:
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
+    print("\n".join(host_header(threads=1)))
     import torchao.quantization.pt2e  # noqa: F401  (registers quantized_decomposed)
 
     timing("bert-mini", (8, 4, 64, 64), args.rounds, args.calls)
