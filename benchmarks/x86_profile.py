@@ -56,8 +56,16 @@ def main() -> None:
         fns[conf] = xm.maker(conf, model)()
         with torch.no_grad():
             fns[conf](x)
-        subs = pdlkit.stats().get("substitutions", 0)
-        print(f"{conf}: compile {time.perf_counter() - t:.1f} s, {subs} substitutions", flush=True)
+        st = pdlkit.stats()
+        by = {
+            k: v["substitutions"] for k, v in st.get("by_kernel", {}).items() if v["substitutions"]
+        }
+        print(f"{conf}: compile {time.perf_counter() - t:.1f} s, substitutions {by or 'none'}")
+        print(
+            f"  undone {st.get('substitutions_undone', 0)}, tuning hits / misses "
+            f"{st.get('tuning_hits', 0)} / {st.get('tuning_misses', 0)}",
+            flush=True,
+        )
     times: dict[str, list[float]] = {c: [] for c in fns}
     with torch.no_grad():
         for f in fns.values():
