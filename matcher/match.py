@@ -88,6 +88,9 @@ class MatchSession:
         self.target = target  # the runtime_abi Target planned for (explain --why names it)
         self.records: list[Record] = []
         self.kept: list[str] = []  # matches left to Inductor because the subgraph was faster
+        # the ops of those matches, no other match's to replace: "keep the subgraph" is what was
+        # timed against the kernels, Inductor's code for all of it (node -> the kept match)
+        self.kept_ops: dict[fx.Node, str] = {}
         self.claimed: set[str] = set()  # roots replaced (dead until the walk ends)
         self.sliced: dict[fx.Node, list[int]] = {}  # node -> records whose slice it is in
         self.poison: ir.Value | None = None  # what dead roots read until they are erased
@@ -323,6 +326,12 @@ class MatchSession:
             return None
         agree, passed_over = found
         sl, why = self._slice(outputs, refs)
+        if not why:
+            why = next(
+                (f"{n.name} is in {self.kept_ops[n]}, kept by measurement" for n in sl
+                 if n in self.kept_ops),
+                "",
+            )  # fmt: skip
         if why:
             self.near_miss(at, why)
             return None
@@ -330,6 +339,7 @@ class MatchSession:
         c = self.choice.choose(self, rec, agree, examples, at[-1])
         if c.kernel is None:
             self.kept.append(f"{self.pattern.name} at {at[-1]}: {c.kept}")
+            self.kept_ops.update((n, f"{self.pattern.name} at {at[-1]}") for n in sl)
             self.near_miss(at, f"kept the replaced subgraph: {c.kept}")
             return None
         rec.kernel, rec.tuning, rec.dispatch = c.kernel, c.tuning, c.dispatch

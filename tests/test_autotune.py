@@ -588,3 +588,57 @@ def test_a_graph_where_every_site_kept_its_subgraph_is_not_matched_again(folders
     second = run(p, k, "cached")
     assert second["graphs_left_to_inductor"] == 1
     assert second["tuning_hits"] == 0 and second["tuning_misses"] == 0
+
+
+ONE_PATTERN = """
+pdl.pattern @one : benefit(0) {
+  %a = pdl.operand
+  %w = pdl.operand
+  %n = pdl.operand
+  %t = pdl.type
+  %m = pdl.operation "torch.aten.linear"(%a, %w, %n : !pdl.value, !pdl.value, !pdl.value) -> (%t : !pdl.type)
+  pdl.rewrite %m {
+    %op = pdl.attribute = "one"
+    pdl.apply_native_rewrite "pdlkit_call"(%op, %a, %w, %m : !pdl.attribute, !pdl.value, !pdl.value, !pdl.operation)
+  }
+}
+"""
+
+ONE = """
+def one_meta(a, w):
+    return a.new_empty((a.shape[0], w.shape[0]))
+
+@pdlkit.kernel(op="one", meta=one_meta)
+def one_linear(a: Tensor, w: Tensor) -> Tensor:
+    return a @ w.t()
+"""
+
+
+def _two_patterns(p):
+    """A manifest: the chain (measured) and the single linear (pinned to one_linear, so it is
+    substituted wherever it matches, unmeasured)."""
+    write(p, "one.pdl.mlir", ONE_PATTERN)
+    write(p, "both.yaml", "version: 1\npatterns:\n  - file: chain.pdl.mlir\n"
+          "  - file: one.pdl.mlir\n    kernel: one_linear\n")  # fmt: skip
+    return p / "both.yaml"
+
+
+def test_a_kept_subgraph_is_not_rewritten_by_a_smaller_pattern(folders):
+    """The chain measured faster as Inductor's code is kept whole: the single-linear pattern
+    (lower benefit, walked after it) does not replace its linears, since "keep the subgraph"
+    is what was timed against the kernels; explain names the kept match."""
+    p, k = folders(SLOW, ONE)
+    both = _two_patterns(p)
+    st = run(both, k, "full")
+    assert st["substitutions"] == 0 and calls(st, "one_linear") == 0
+    report = pdlkit.explain(Chain(), *inputs(), patterns=both, kernels=k, autotune="cached")
+    texts = [m.reason for m in report.near_misses if m.pattern == "one"]
+    assert texts and all("kept by measurement" in t and "chain at " in t for t in texts), texts
+
+
+def test_without_a_kept_match_the_smaller_pattern_still_applies(folders):
+    """The same two patterns with no kernel for the chain: no match is kept by measurement
+    (the chain is simply not matched), and the single-linear pattern replaces both linears."""
+    p, k = folders(ONE)
+    st = run(_two_patterns(p), k, "full")
+    assert calls(st, "one_linear") == 2
