@@ -13,6 +13,7 @@ matcher substitutes kernel calls; everything else goes to ``compile_fx`` (TorchI
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, cast
@@ -26,7 +27,7 @@ from pdlkit.matcher import graph_guard
 from pdlkit.matcher.report import GraphReport, Report
 from pdlkit.optimized import remember, unwrap
 from pdlkit.plan import Options, Plan, kernels_in_use, load_plan, plan_stamp
-from pdlkit.retrace import ambient_autocast, grad_mode_regions, retrace
+from pdlkit.retrace import ambient_autocast, grad_mode_regions, retrace, retrace_prepared
 from pdlkit.runtime_abi.binding_stats import count
 from pdlkit.runtime_abi.capability import host
 from pdlkit.session import CompileSession
@@ -76,12 +77,17 @@ def run_pass(
         )
         return gm, GraphReport(index=index, nodes=len(gm.graph.nodes), skipped=why_not)
     t0 = time.perf_counter()
-    traced = retrace(gm, example_inputs)
-    eliminate_common_subexpressions(traced)
-    t1 = time.perf_counter()
-    before = traced.print_readable(print_output=False) if keep_text else ""
-    nodes = node_infos(traced) if keep_text else []
-    canonical = canonicalize(traced)
+    if keep_text:  # the graph as it was before canonicalization too
+        traced = retrace(gm, example_inputs)
+        eliminate_common_subexpressions(traced)
+        t1 = time.perf_counter()
+        before = traced.print_readable(print_output=False)
+        nodes = node_infos(traced)
+        canonical = canonicalize(traced)
+    else:
+        traced, canonical = retrace_prepared(gm, example_inputs, prepare)
+        t1 = time.perf_counter()  # "retrace" includes prepare(): none where the trace is reused
+        before, nodes = "", []
     t_canon = time.perf_counter() - t1
     # In a graph that needs gradients only kernels with a backward are eligible for
     # arguments that require grad; the registry reads requires_grad off the fake values.
@@ -113,6 +119,17 @@ def run_pass(
     return outcome.graph, report
 
 
+def prepare(traced: fx.GraphModule) -> Counter[str]:
+    """What every re-traced graph goes through before matching: common subexpressions merged,
+    then canonical spellings (matcher/canonicalize.py); how often each rule applied. It
+    reads nothing but the graph: a reused trace is reused prepared (``retrace_prepared``)."""
+    from pdlkit.matcher.canonicalize import canonicalize
+    from pdlkit.matcher.cse import eliminate_common_subexpressions
+
+    eliminate_common_subexpressions(traced)
+    return canonicalize(traced)
+
+
 def _substitute_region(
     sub: fx.GraphModule, grad_enabled: bool, plan: Plan, kw: dict[str, Any]
 ) -> GraphReport:
@@ -120,13 +137,11 @@ def _substitute_region(
     mode, so every kernel is as valid there as outside. Under ``torch.no_grad()`` no input
     needs a gradient; under ``torch.enable_grad()`` every input may. Kernels are chosen by
     static priority (measurement times sites of the outer graph)."""
-    from pdlkit.matcher.canonicalize import canonicalize, restore
-    from pdlkit.matcher.cse import eliminate_common_subexpressions
+    from pdlkit.matcher.canonicalize import restore
     from pdlkit.matcher.substitute import substitute
     from pdlkit.runtime_abi.autograd import training_graph
 
-    eliminate_common_subexpressions(sub)
-    canonical = canonicalize(sub)
+    canonical = prepare(sub)
     n_inputs = sum(1 for n in sub.graph.nodes if n.op == "placeholder")
     with training_graph(sub, range(n_inputs) if grad_enabled else []):
         outcome = substitute(sub, plan.patterns, plan.registry, plan.target, **kw)

@@ -73,7 +73,7 @@ def test_each_compilation_gets_a_graph_of_its_own(traces):
     first = next(n for n in a.graph.nodes if n.op == "call_function")
     first.meta["mark"] = True
     a.graph.erase_node(next(n for n in reversed(a.graph.nodes) if n.op == "output"))
-    (cached,) = (g for _, g in retrace._TRACED.values())
+    (cached,) = (g for _, g, _ in retrace._TRACED.values())
     assert all("mark" not in n.meta for n in cached.graph.nodes)
     assert any(n.op == "output" for n in cached.graph.nodes)
     modes = {
@@ -133,3 +133,63 @@ def test_values_made_again_in_this_mode_keep_their_layout_and_aliasing(grad):
         assert new.requires_grad == old.requires_grad
     assert _storage_groups(copy) == _storage_groups(cached)
     assert len(set(_storage_groups(copy))) < len(pairs)  # the views share a storage
+
+
+def _dynamo_graphs(model: torch.nn.Module, x: torch.Tensor, n: int) -> list[tuple]:
+    """Dynamo's graph and inputs, ``n`` separate compilations of ``model``."""
+    got = []
+
+    def backend(gm, example_inputs):
+        got.append((gm, example_inputs))
+        return gm.forward
+
+    for _ in range(n):
+        torch._dynamo.reset()
+        with torch.no_grad():
+            torch.compile(model, backend=backend)(x)
+    return got
+
+
+def test_a_reused_trace_is_reused_prepared_keyed_by_the_pass(traces):
+    """retrace_prepared runs its pass once per trace; another pass (by name) or plain
+    retrace (explain's text before canonicalization) is another entry, never the prepared
+    graph; each caller gets a result of its own."""
+    torch.manual_seed(0)
+    model, x = MLP().eval(), torch.randn(4, 16)
+    runs = []
+
+    def prepare(gm):
+        runs.append(gm)
+        next(iter(gm.graph.nodes)).meta["prepared"] = True
+        return {"ran": 1}
+
+    def other(gm):
+        runs.append(gm)
+        return {"other": 1}
+
+    (gm1, in1), (gm2, in2), (gm3, in3), (gm4, in4) = _dynamo_graphs(model, x, 4)
+    a, ra = retrace.retrace_prepared(gm1, in1, prepare)
+    b, rb = retrace.retrace_prepared(gm2, in2, prepare)
+    assert len(traces) == 1 and len(runs) == 1 and ra == rb == {"ran": 1} and ra is not rb
+    assert a.code == b.code and a.graph is not b.graph
+    assert next(iter(b.graph.nodes)).meta.get("prepared")
+    _, rc = retrace.retrace_prepared(gm3, in3, other)
+    assert rc == {"other": 1} and len(traces) == 2 and len(runs) == 2
+    plain = retrace.retrace(gm4, in4)
+    assert len(traces) == 3
+    assert all("prepared" not in n.meta for n in plain.graph.nodes)
+
+
+def test_a_copy_generates_its_code_when_read():
+    """The copy a pass edits is lazy: its code follows the graph as it is when read."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    cached = make_fx(lambda x: (x + 1).relu(), tracing_mode="fake")(torch.randn(4))
+    copy = retrace._copy(cached)
+    relu = next(n for n in copy.graph.nodes if n.target is torch.ops.aten.relu.default)
+    with copy.graph.inserting_after(relu):
+        neg = copy.graph.call_function(torch.ops.aten.neg.default, (relu,))
+    relu.replace_all_uses_with(neg, delete_user_cb=lambda u: u is not neg)
+    copy.recompile()
+    assert "neg" in copy.code and "neg" not in cached.code
+    torch.testing.assert_close(copy(torch.ones(4)), -torch.full((4,), 2.0))
