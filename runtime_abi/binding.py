@@ -91,9 +91,14 @@ def _attrs(decl: KernelDecl, args: Sequence[Any]) -> dict[str, Any]:
 
 
 def _packed_args(
-    decl: KernelDecl, at: int, args: tuple[Any, ...], cs: CallSite | None
+    decl: KernelDecl,
+    at: int,
+    args: tuple[Any, ...],
+    cs: CallSite | None,
+    view_of: torch.Tensor | None = None,
 ) -> tuple[Any, ...]:
-    """``args`` with the weight at position ``at`` replaced by its packed form."""
+    """``args`` with the weight at position ``at`` replaced by its packed form; ``view_of``:
+    the argument the site transposed into that weight (the pre-pack cache's key)."""
     assert decl.prepack is not None
     w = args[at]
     if not isinstance(w, torch.Tensor):
@@ -112,7 +117,7 @@ def _packed_args(
         return {**_attrs(decl, args), **with_}
 
     others = tuple(with_.values())
-    packed = PREPACK.get(decl.name, decl.prepack, w, attrs, key, others)
+    packed = PREPACK.get(decl.name, decl.prepack, w, attrs, key, others, view_of)
     if cs is not None:
         cs.packed = _memo(w, others, packed)
     return (*args[:at], packed, *args[at + 1 :])
@@ -225,8 +230,10 @@ def _runner(
 
     # one frame for the common call: the prologue and the kernel call are one function
     def enter(cs: CallSite | None, kargs: tuple[Any, ...], prologue: bool = True) -> Any:
+        of = None  # the weight a transposed weight was made from (_packed_args)
         if prologue and cs is not None:
             if cs.transposed:
+                of = kargs[pack_at] if pack_at in cs.transposed else None
                 kargs = transpose_args(kargs, cs.transposed)
             if cs.intercept is not None:  # verification, or a site bisect switched off
                 threads.note(get_ident())  # the intercept may compile the replaced subgraph
@@ -236,7 +243,11 @@ def _runner(
         if shapes and cs is not None and cs.guard and _guard(decl, kargs) is not None:
             return fall_back(cs, kargs)  # outside the kernel's shape rules
         try:
-            out = fn(*_packed_args(decl, pack_at, kargs, cs)) if prepack is not None else fn(*kargs)
+            out = (
+                fn(*_packed_args(decl, pack_at, kargs, cs, of))
+                if prepack is not None
+                else fn(*kargs)
+            )
         except KernelUnsupported:
             if cs is None:
                 raise

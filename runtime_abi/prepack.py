@@ -122,6 +122,19 @@ def _identity(t: torch.Tensor) -> tuple[Any, Any, int]:
     return base, (t.shape, t.stride(), t.storage_offset()), t._version
 
 
+def _identity_of_view(t: torch.Tensor, of: torch.Tensor | None) -> tuple[Any, Any, int]:
+    """``_identity(t)`` where ``t`` is a view of ``of`` (a call site's transpose of the
+    weight it was given) made where autograd does not track views, inside a dispatch mode
+    (AOTAutograd runs a compiled graph's first call under one): ``t._base`` is None there
+    and its version counter a fresh one. Keyed as the tracked view would be, by ``of``'s
+    base parameter, ``t``'s geometry and the parameter's version, so that the first call's
+    pack is the one later calls find."""
+    if of is None or t._base is not None or storage_of(t) is not storage_of(of):
+        return _identity(t)
+    base = of._base if of._base is not None else of
+    return base, (t.shape, t.stride(), t.storage_offset()), base._version
+
+
 class PrepackCache:
     def __init__(self, max_bytes: int | None = None):
         self.max_bytes = max_bytes if max_bytes is not None else _max_bytes_from_env()
@@ -151,15 +164,17 @@ class PrepackCache:
         attrs: Mapping[str, Any] | Callable[[], Mapping[str, Any]],
         attrs_key: tuple[Any, ...] | None = None,
         with_: tuple[torch.Tensor, ...] = (),
+        view_of: torch.Tensor | None = None,
     ) -> Any:
         """The packed weight; ``attrs_key`` (see :func:`attrs_key`) may be computed once by
         a caller whose attributes never change, such as a call site, which may then pass
         ``attrs`` as a function that builds them (only a miss needs them). ``with_``: the
         further tensors the packed form is made from (a kernel's ``prepack_with``), keyed
-        like the weight."""
+        like the weight. ``view_of``: the tensor ``weight`` is a view of, where the caller
+        made that view (see :func:`_identity_of_view`)."""
         if attrs_key is None:
             attrs_key = attrs_key_of(attrs() if callable(attrs) else attrs)
-        owner, *ident = _identity(weight)
+        owner, *ident = _identity_of_view(weight, view_of)
         others = tuple(_identity(t) for t in with_)
         key = (kernel, id(owner), *ident, attrs_key, tuple((id(o), *i) for o, *i in others))
         tensors = (weight, *with_)

@@ -299,6 +299,46 @@ def test_prepack_cache_is_bounded():
     assert len(cache) == 0  # entries die with their tensors
 
 
+def test_a_transpose_made_inside_a_dispatch_mode_finds_the_tracked_views_pack():
+    """Inside a dispatch mode (AOTAutograd runs a compiled graph's first call under one) a
+    site's ``w.t()`` is an untracked alias: no ``_base``, a fresh version counter. Keyed by
+    the weight it was made from, it shares the tracked view's entry, and an in-place update
+    of the weight still packs again."""
+    from pdlkit.runtime_abi.prepack import PrepackCache
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    cache, w, packs = PrepackCache(), torch.nn.Parameter(torch.randn(4, 3)), []
+
+    def pack(t, attrs):
+        packs.append(t)
+        return t.clone()
+
+    class Below(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten.mm.default:
+                alias = args[1].t()
+                assert alias._base is None and alias._version == 0
+                self.got = cache.get("k", pack, alias, {}, view_of=args[1])
+            return func(*args, **(kwargs or {}))
+
+    with torch.no_grad():
+        w.add_(1)  # a version other than a fresh counter's
+        mode = Below()
+        with mode:
+            torch.mm(torch.randn(2, 4), w)
+        assert cache.get("k", pack, w.t(), {}) is mode.got and len(packs) == 1
+        with mode:
+            torch.mm(torch.randn(2, 4), w)
+        assert len(packs) == 1
+        w.add_(1)
+        with mode:
+            torch.mm(torch.randn(2, 4), w)
+        assert len(packs) == 2 and cache.get("k", pack, w.t(), {}) is mode.got
+        other = torch.randn(3, 4)  # not a view of the weight named: keyed by itself
+        cache.get("k", pack, other, {}, view_of=w)
+        assert len(packs) == 3
+
+
 def test_explain_names_the_kernel_passed_over_and_why(tmp_path):
     relu = "return torch.relu(x @ w.t() + b)"
     amx = lin_kernel("lin_relu", "k_amx", relu, ', requires=["amx_int8"], priority=9')
