@@ -7,7 +7,8 @@
 Re-traced inside Dynamo's own fake mode, so that only Dynamo's symbolic dims stay symbolic.
 A graph with static shapes is traced once per process: a second compilation of it (after
 ``torch._dynamo.reset()``, or a new ``optimize`` of the same model) gets a copy of the first
-trace (see :func:`_reuse_key`).
+trace (see :func:`_reuse_key`), as the backend's CSE and canonicalization left it
+(:func:`retrace_prepared`).
 """
 
 from __future__ import annotations
