@@ -322,8 +322,6 @@ class PdlkitBackend:
             used.add(sub.kernel)
         if opts.default_codegen == "eager":
             return traced if report.substitutions else gm
-        from torch._inductor.compile_fx import compile_fx
-
         # Nothing substituted: Dynamo's own graph, so the result is exactly Inductor's.
         chosen = traced if report.substitutions else gm
         if report.substitutions and capture:  # weights and a KV cache stay static in CUDA graphs
@@ -342,8 +340,10 @@ class PdlkitBackend:
             return whole_graph.faster_graph(*args)
         if not report.substitutions:
             whole_graph.nothing_substituted(key, known, report)
-        inductor_options.lower_as_fallbacks(chosen)
-        return cast(Callable[..., Any], compile_fx(chosen, example_inputs, config_patches=patches))
+        return cast(
+            Callable[..., Any],
+            inductor_options.compile_substituted(chosen, example_inputs, patches),
+        )
 
     def _without_matcher(
         self,

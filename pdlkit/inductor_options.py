@@ -193,3 +193,14 @@ def lower_as_fallbacks(gm: torch.fx.GraphModule) -> None:
         if tag_of is not None and constraint_of is not None:
             layout = constraint_of(tag_of(op, with_default=True))
         lowering.make_fallback(op, layout_constraint=layout)
+
+
+def compile_substituted(
+    gm: torch.fx.GraphModule, example_inputs: Sequence[Any], patches: Any
+) -> Any:
+    """Inductor's code for a graph that may call pdlkit ops: :func:`lower_as_fallbacks`, then
+    ``compile_fx`` with the compilation's Inductor options (``patches``)."""
+    from torch._inductor.compile_fx import compile_fx
+
+    lower_as_fallbacks(gm)
+    return compile_fx(gm, example_inputs, config_patches=patches)

@@ -99,15 +99,14 @@ def faster_graph(
         assert rerun is not None
         traced_k, report_k = rerun()
         other.append(report_k)
-        inductor_options.lower_as_fallbacks(traced_k)
         return cast(
-            Callable[..., Any], compile_fx(traced_k, example_inputs, config_patches=patches)
+            Callable[..., Any],
+            inductor_options.compile_substituted(traced_k, example_inputs, patches),
         )
 
-    inductor_options.lower_as_fallbacks(traced)
     verdict, fn, decision = graph_guard.choose(
         graph_guard.graph_key(gm, example_inputs, kernels),
-        lambda: compile_fx(traced, example_inputs, config_patches=patches),
+        lambda: inductor_options.compile_substituted(traced, example_inputs, patches),
         lambda: compile_fx(gm, example_inputs, config_patches=dict(opts.config_patches())),
         example_inputs,
         resolve_mode(opts.autotune),
