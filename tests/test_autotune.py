@@ -15,7 +15,7 @@ import warnings
 
 import pytest
 import torch
-from conftest import write
+from conftest import LINEAR, pdl_pattern, write
 from pdlkit.runtime_abi import autotune
 
 import pdlkit
@@ -590,19 +590,8 @@ def test_a_graph_where_every_site_kept_its_subgraph_is_not_matched_again(folders
     assert second["tuning_hits"] == 0 and second["tuning_misses"] == 0
 
 
-ONE_PATTERN = """
-pdl.pattern @one : benefit(0) {
-  %a = pdl.operand
-  %w = pdl.operand
-  %n = pdl.operand
-  %t = pdl.type
-  %m = pdl.operation "torch.aten.linear"(%a, %w, %n : !pdl.value, !pdl.value, !pdl.value) -> (%t : !pdl.type)
-  pdl.rewrite %m {
-    %op = pdl.attribute = "one"
-    pdl.apply_native_rewrite "pdlkit_call"(%op, %a, %w, %m : !pdl.attribute, !pdl.value, !pdl.value, !pdl.operation)
-  }
-}
-"""
+# a single linear(x, w, b) replaced by one(x, w), walked after the chain (lower benefit)
+ONE_PATTERN = pdl_pattern("one", LINEAR, "%lin", "one", "%x, %w", benefit=0)
 
 ONE = """
 def one_meta(a, w):
