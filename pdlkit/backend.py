@@ -293,7 +293,7 @@ class PdlkitBackend:
         if known == graph_guard.INDUCTOR and self.on_report is None:
             return whole_graph.compile_inductor(gm, example_inputs, patches)
         keep_sites = known != graph_guard.KERNELS
-        used = kernels_in_use(opts)
+        used = kernels_in_use(opts, self._stamp[1])  # the folders' stamp, taken above
         with self.session.compiling() as index:  # the sites made here are the session's
             traced, report = run_pass(
                 gm,

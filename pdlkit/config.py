@@ -80,14 +80,23 @@ _SUFFIXES = (".pdl.mlir", ".pdll", ".yaml", ".yml", ".py", ".so")
 
 
 def files_under(paths: Iterable[Path]) -> list[Path]:
+    """The paths that are files, and the pattern / kernel / manifest files under those that are
+    folders (links followed, each folder once), sorted per folder. ``os.walk`` on
+    ``scandir``: a third of ``Path.rglob``'s cost, and every compilation stamps the folders."""
     out = []
     for p in paths:
         if p.is_file():
             out.append(p)
         elif p.is_dir():
-            out.extend(
-                sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith(_SUFFIXES))
-            )
+            found, seen = [], set()
+            for folder, dirs, files in os.walk(p, followlinks=True):
+                real = os.path.realpath(folder)
+                if real in seen:  # a link back up the tree
+                    dirs.clear()
+                    continue
+                seen.add(real)
+                found += [Path(folder, f) for f in files if f.endswith(_SUFFIXES)]
+            out.extend(sorted(f for f in found if f.is_file()))
     return out
 
 

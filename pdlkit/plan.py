@@ -215,14 +215,16 @@ def _stamp_folder(folder: str, h: Any, links: list[str]) -> None:
 _IN_USE: dict[str, tuple[str, set[str]]] = {}  # folders -> (their fingerprint, kernels used)
 
 
-def kernels_in_use(opts: Options) -> set[str]:
+def kernels_in_use(opts: Options, fingerprint: str) -> set[str]:
     """The set to record this compilation's kernels in. When the files of the same folders
-    changed since the last compilation, the kernels used before lose their packed weights:
-    the next compilation is the one that matters, and a graph from before packs again."""
+    changed since the last compilation (``fingerprint``: their ``config.stat_fingerprint``,
+    which the backend took for this compilation), the kernels used before lose their packed
+    weights: the next compilation is the one that matters, and a graph from before packs
+    again."""
     from pdlkit.runtime_abi.prepack import CACHE
 
     paths = config.pattern_paths(opts.patterns) + config.kernel_paths(opts.kernels)
-    folders, fingerprint = "|".join(map(str, paths)), config.stat_fingerprint(paths)
+    folders = "|".join(map(str, paths))
     with _PLAN_LOCK:
         last = _IN_USE.get(folders)
         if last is not None and last[0] == fingerprint:
