@@ -23,11 +23,19 @@
  * Measured on one Zen 4 core (benchmarks/x86_qlinear.py): 200-224 GFLOP/s on the bert-mini and
  * BERT-base shapes (single-core limit about 214), 0.82-0.95x oneDNN's BF16 matmul time.
  *
- * AMX (qgemm_amx.h, shared with the int8 kernels): where the pre-pack asks for it (GB_AMX), K is
- * a multiple of 32 and the host grants the tile state, blocks of 32 rows x 64 columns are
- * TDPBF16PS tiles reading the same packed panels (VNNI-2: 64 columns x 2 bf16 per pair of k,
- * the B tile's layout), finished by the same tile_out; the rows past the last block of 32, and
- * every other call, run the AVX512_BF16 micro-kernel.
+ * AMX (qgemm_amx.h's tiles, qgemm_amx_gemm.h's engine, both shared with the int8 kernels of
+ * qgemm_vnni.c): where the pre-pack asks for it (GB_AMX), K is a multiple of 32 and the host
+ * grants the tile state, the engine runs the call as the int8 one does: tasks of 32 rows x a
+ * group of panels kept in L2, K in chunks of 384 (768 bytes a row, the rows' chunk in L1), each
+ * task as a stream of 32 x 32 halves of TDPBF16PS tiles reading the same packed panels (VNNI-2:
+ * 64 columns x 2 bf16 per pair of k, the B tile's layout), each half's epilogue (amx_epi_rows:
+ * tile_out's instructions) run between the next half's K steps; the rows past the last block
+ * of 32, and every other call, run the AVX512_BF16 micro-kernel. Before (up to 88b666c) this
+ * file had its own blocking with the same groups and chunks but 32 x 64 blocks and tile_out
+ * after each, the tile unit idle meanwhile: 1.1-1.95x oneDNN's BF16 matmul time on a Xeon
+ * (benchmarks/results/x86_amx.md) where the int8 engine with the overlap reached 0.5-0.9x
+ * oneDNN's qlinear. The float32 sums are the same either way (same instructions in the same
+ * K order; a chunk's round trip through memory is exact), so are the outputs.
  *
  * Portability: the compute functions carry target("avx512f,avx512bw,avx512vl,avx512bf16")
  * attributes and run only where __builtin_cpu_supports says so; elsewhere run() declines
@@ -238,52 +246,6 @@ BF16 static inline __attribute__((always_inline)) void gemm_tile(
     tile_out(acc, mr, nc, B, cs, n0, out + i * ldo, ldo, act);
 }
 
-/* The AMX blocking of qgemm_vnni.c (amx_group, amx_task): a task is a block of AMX_MR rows
- * times a group of panels whose weight stays in L2 (about 768 KB); K in chunks of AMX_KC_BF16
- * (the rows' chunk of x, 24 KB, stays in L1 while the group's panels multiply it), partial
- * sums parked per panel in acc. */
-enum { AMX_KC_BF16 = 384, AMX_GROUP_MAX_BF16 = 16 };
-
-static int64_t amx_group_bf16(const pdlkit_gbf16_params *p, int64_t blocks) {
-    const int64_t panels = (p->n + NR - 1) / NR, bytes = ((p->k + 1) / 2) * NR * 4;
-    int64_t g = ((int64_t)768 << 10) / bytes;
-    g = g < 1 ? 1 : g > AMX_GROUP_MAX_BF16 ? AMX_GROUP_MAX_BF16 : g;
-    g = g > panels ? panels : g;
-#if defined(_OPENMP)
-    const int64_t threads = omp_get_max_threads();
-    while (g > 1 && ((panels + g - 1) / g) * blocks < 2 * threads) g = (g + 1) / 2;
-#endif
-    return g;
-}
-
-/* Rows i .. (AMX_MR of them, or the rest of m) times panels g0 .. g1 - 1 into out; the rows
- * past the last whole block go through the AVX512_BF16 micro-kernel, MR at a time. */
-BF16 static inline __attribute__((always_inline)) void amx_task(
-    float *acc, const uint16_t *x, int64_t m, int64_t i, int64_t ldx, int64_t g0, int64_t g1,
-    uint16_t *out, int64_t ldo, const pdlkit_gbf16_params *p, const float *B, float cs, int act) {
-    const int64_t n = p->n, k2 = (p->k + 1) / 2, kc2 = AMX_KC_BF16 / 2;
-    if (m - i >= AMX_MR) {
-        for (int64_t q0 = 0; q0 < k2; q0 += kc2) {
-            const int64_t q1 = k2 - q0 < kc2 ? k2 : q0 + kc2;
-            for (int64_t g = g0; g < g1; g++) {
-                float *a = acc + (g - g0) * AMX_MR * NR;
-                amx_block_bf16(x + i * ldx, ldx * 2, q0, q1, p->packed + g * k2 * NR * 2, a, q0 == 0);
-                if (q1 == k2)
-                    tile_out(a, AMX_MR, n - g * NR < NR ? n - g * NR : NR, B, cs, g * NR,
-                             out + i * ldo, ldo, act);
-            }
-        }
-        return;
-    }
-    for (int64_t g = g0; g < g1; g++)
-        for (int64_t r = i; r < m; r += MR) {
-            const int mr = m - r < MR ? (int)(m - r) : MR;
-            kloop(mr, x + r * ldx, ldx, p->k, p->packed + g * k2 * NR * 2, acc);
-            tile_out(acc, mr, n - g * NR < NR ? n - g * NR : NR, B, cs, g * NR, out + r * ldo, ldo,
-                     act);
-        }
-}
-
 /* One function per activation, each with its own parallel loop over the tiles (shared over
  * torch's OpenMP threads where built with -fopenmp): GCC outlines an OpenMP region before it
  * inlines, so only a region whose body passes act as a literal gets a specialised epilogue
@@ -301,32 +263,83 @@ BF16 static inline __attribute__((always_inline)) void amx_task(
         OMP_TILES                                                                                 \
         for (int64_t t = 0; t < tiles; t++) gemm_tile(t, blocks, x, m, ldx, out, ldo, p, B, cs, ACT); \
     }
-#if defined(_OPENMP)
-#define OMP_REGION _Pragma("omp parallel if (m * p->n * p->k >= PARALLEL_MIN_MACS)")
-#define OMP_FOR _Pragma("omp for schedule(static)")
-#else
-#define OMP_REGION
-#define OMP_FOR
-#endif
-/* each thread configures the tiles for its share and releases them at its end */
+/* What the AMX engine (qgemm_amx_gemm.h, shared with qgemm_vnni.c's int8 kernels) asks of this
+ * family: where the epilogue writes and with what (amx_dst), a pending half's rows through the
+ * epilogue (amx_epi_rows), the rows past the last whole block of AMX_MR through the AVX512_BF16
+ * micro-kernel (amx_tail_rows). */
+
+/* out (bf16, rows ldo elements apart, row 0 of the call); B = bias * cs per column (tile_out's);
+ * p, x, ldx (elements): the call, for the tail rows. */
+typedef struct {
+    const float *B;
+    float cs;
+    uint16_t *out;
+    int64_t ldo;
+    const pdlkit_gbf16_params *p;
+    const uint16_t *x;
+    int64_t ldx;
+} amx_dst;
+
+/* Rows r0 .. r1 - 1 of a pending 32 x 32 half of float32 sums through tile_out's epilogue, the
+ * same instructions in the same order (fmadd with cs and B, ReLU or GELU, one rounding to bf16),
+ * so the results are those of tile_out on the same sums; act: a constant after inlining. With
+ * the engine's pipelining this runs on the vector units between the next half's K steps (before,
+ * gemm_bf16.c ran tile_out after each 32 x 64 block with the tile unit idle: at K = 256 a GELU
+ * epilogue of 64 vectors x ~30 instructions is about as long as the half's 8 K steps of tiles). */
+BF16 static inline __attribute__((always_inline)) void amx_epi_rows(const amx_pend *pd, int r0,
+                                                                   int r1, const amx_dst *d,
+                                                                   int act, int kind) {
+    (void)kind;
+    const float *acc = (const float *)pd->acc;
+    const float(*tab)[16] = gelu_tab[act == ACT_GELU_TANH];
+    const __m512 csv = _mm512_set1_ps(d->cs), hk = _mm512_set1_ps(0.5f / (float)GELU_VSCALE);
+    const int halves = pd->nc > 16 ? 2 : 1; /* a second vector of only masked lanes: skipped */
+    __m512 b[2];
+    __mmask16 mk[2];
+    for (int j = 0; j < 2; j++) {
+        const int64_t left = pd->nc - 16 * j;
+        mk[j] = left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
+        b[j] = _mm512_maskz_loadu_ps(mk[j], d->B + pd->col + 16 * j);
+    }
+    for (int r = r0; r < r1; r++) {
+        uint16_t *o = d->out + (pd->row + r) * d->ldo + pd->col;
+        for (int j = 0; j < halves; j++) {
+            __m512 y = _mm512_fmadd_ps(_mm512_load_ps(acc + r * NR + 16 * j), csv, b[j]);
+            /* max(0, y): vmaxps returns its second operand where one is NaN: NaN stays NaN */
+            if (act == ACT_RELU) y = _mm512_max_ps(_mm512_setzero_ps(), y);
+            if (act == ACT_GELU_ERF || act == ACT_GELU_TANH) y = gelu16(y, hk, tab);
+            _mm256_mask_storeu_epi16(o + 16 * j, mk[j], (__m256i)_mm512_cvtneps_pbh(y));
+        }
+    }
+}
+
+/* Rows i .. i + rows - 1 (fewer than AMX_MR: the last of a call) of panel column n0 through the
+ * AVX512_BF16 micro-kernel, MR at a time, and tile_out (acc: MR x NR floats of scratch). */
+BF16 static inline __attribute__((always_inline)) void amx_tail_rows(
+    void *acc, const amx_gemm_t *g, const amx_dst *d, int64_t i, int64_t rows, int64_t n0,
+    int act, int kind) {
+    (void)g, (void)kind;
+    const pdlkit_gbf16_params *p = d->p;
+    const int64_t k2 = (p->k + 1) / 2, nc = p->n - n0 < NR ? p->n - n0 : NR;
+    for (int64_t r = i; r < i + rows; r += MR) {
+        const int mr = i + rows - r < MR ? (int)(i + rows - r) : MR;
+        kloop(mr, d->x + r * d->ldx, d->ldx, p->k, p->packed + (n0 / NR) * k2 * NR * 2, (float *)acc);
+        tile_out((float *)acc, mr, nc, d->B, d->cs, n0, d->out + r * d->ldo, d->ldo, act);
+    }
+}
+
+#include "qgemm_amx_gemm.h" /* the AMX engine: amx_range, AMX_PARALLEL */
+
+/* The AMX variant per activation: the engine with TDPBF16PS over the same packed panels (K in
+ * groups of 4 bytes = pairs of bf16: k4 = K / 2; the rows of x 2 ldx bytes apart). */
 #define AMX_VARIANT(ACT)                                                                         \
-    BF16 static void amx_##ACT(const uint16_t *x, int64_t m, int64_t ldx, uint16_t *out,          \
-                               int64_t ldo, const pdlkit_gbf16_params *p, const float *B,         \
-                               float cs) {                                                        \
-        const int64_t blocks = (m + AMX_MR - 1) / AMX_MR, panels = (p->n + NR - 1) / NR;          \
-        const int64_t group = amx_group_bf16(p, blocks), tasks = ((panels + group - 1) / group) * blocks; \
-        OMP_REGION                                                                                \
-        {                                                                                         \
-            float acc[AMX_GROUP_MAX_BF16 * AMX_MR * NR] __attribute__((aligned(64))); /* 128 KB */ \
-            amx_configure();                                                                      \
-            OMP_FOR                                                                               \
-            for (int64_t t = 0; t < tasks; t++) {                                                 \
-                const int64_t g0 = (t / blocks) * group;                                          \
-                amx_task(acc, x, m, (t % blocks) * AMX_MR, ldx, g0,                               \
-                         g0 + group < panels ? g0 + group : panels, out, ldo, p, B, cs, ACT);     \
-            }                                                                                     \
-            amx_release();                                                                        \
-        }                                                                                         \
+    AMX static void amx_##ACT(const uint16_t *x, int64_t m, int64_t ldx, uint16_t *out,           \
+                              int64_t ldo, const pdlkit_gbf16_params *p, const float *B,          \
+                              float cs) {                                                         \
+        const amx_gemm_t g = {(const char *)x, m, 2 * ldx, (const char *)p->packed, p->n,         \
+                              (p->k + 1) / 2};                                                    \
+        const amx_dst d = {B, cs, out, ldo, p, x, ldx};                                           \
+        AMX_PARALLEL(&g, &d, m * p->n * p->k >= PARALLEL_MIN_MACS, AMX_DP_BF16, ACT, 0);          \
     }
 GEMM_VARIANT(ACT_NONE)
 GEMM_VARIANT(ACT_RELU)

@@ -7,15 +7,19 @@
  * panel[q][c][i] = w[n0 + c, 4 q + i], 64 columns (256 bytes) per group q, so the B tile of
  * columns c0 .. c0 + 15 and groups q0 .. q0 + 15 is the 64 bytes at panel + q0 * 256 + 4 c0,
  * 16 rows 256 bytes apart: the AMX path reads the VNNI pre-pack, no second packed copy.
- * The block: 32 rows x 32 columns as 2 x 2 C tiles (tmm0-3), two A tiles (tmm4-5, rows
- * i .. i + 15 and i + 16 .. i + 31) and two B tiles (tmm6-7), four tile loads per four
- * dot-product instructions (16384 multiply-adds each), K in steps of 64, the sums stored as
- * int32 rows 64 apart into the caller's L1 scratch. The int8 GEMMs run such halves as a stream,
- * each half's epilogue between the next one's K steps (qgemm_amx_gemm.h); the BF16 kernel runs
- * a 32 x 64 block (one panel: two halves) at a time (AMX_BLOCK below) and then its epilogue.
+ * The unit of work: 32 rows x 32 columns (a "half" of a 64-column panel) as 2 x 2 C tiles
+ * (tmm0-3), two A tiles (tmm4-5, rows i .. i + 15 and i + 16 .. i + 31) and two B tiles
+ * (tmm6-7), four tile loads per four dot-product instructions, K in steps of 64 bytes, the sums
+ * stored as rows 256 bytes apart into the caller's L1 scratch. Both families run such halves
+ * as one stream, each half's epilogue between the next one's K steps: the engine in
+ * qgemm_amx_gemm.h, shared by qgemm_vnni.c (int32 sums) and gemm_bf16.c (float32 sums), which
+ * differ only in the dot product (AMX_DP_*), the epilogue and the rows past the last block.
  * BF16 (TDPBF16PS, gemm_bf16.c): the same with pairs of bf16 for groups of four bytes: the A
  * tile is 16 rows x 32 k, the B tile 16 pairs x 16 columns (VNNI-2), which is gemm_bf16.c's
  * panel layout (64 columns x 2 bf16 = 256 bytes per pair) read the same way; float32 sums.
+ * Per instruction both do 16 x 16 x 64 bytes (16384 int8 or 8192 bf16 multiply-adds), so at the
+ * same tile throughput BF16's peak is half int8's in operations, and its tile loads (the same
+ * bytes per instruction) weigh the same against it.
  *
  * The OS. Linux hands out the AMX tile state only to processes that ask for it:
  * arch_prctl(ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18), asked once per process
@@ -32,15 +36,38 @@
 #ifndef PDLKIT_QGEMM_AMX_H
 #define PDLKIT_QGEMM_AMX_H
 
-enum { AMX_MR = 32, AMX_KSTEP = 64 }; /* rows per AMX block; K per tile step */
+enum { AMX_MR = 32, AMX_KSTEP = 64 }; /* rows per AMX block; K per tile step (int8) */
+/* the tile dot product of a GEMM (qgemm_amx_gemm.h's dp): TDPBUSD, TDPBSSD, TDPBF16PS */
+enum { AMX_DP_U8 = 0, AMX_DP_S8 = 1, AMX_DP_BF16 = 2 };
+
+/* A 32 x 32 half whose sums are complete and whose epilogue is still to run: 32 rows x nc
+ * (<= 32) int32 or float32 sums at acc (rows 64 values apart), for output rows row .. row + 31
+ * and columns col .. col + nc - 1; acc NULL: none. What the engine (qgemm_amx_gemm.h) hands to
+ * its includer's epilogue, amx_epi_rows. */
+typedef struct {
+    const void *acc;
+    int64_t row, col, nc;
+} amx_pend;
+
+/* One GEMM as the engine (qgemm_amx_gemm.h) sees it, in bytes, not elements: output rows
+ * 0 .. m - 1 x columns 0 .. n - 1 from x (rows ldx bytes apart, k4 groups of 4 bytes each) and
+ * the packed panels (NR columns x k4 groups, 256 bytes a group). */
+typedef struct {
+    const char *x;
+    int64_t m, ldx;
+    const char *packed;
+    int64_t n, k4; /* k4: groups of 4 bytes along K, a multiple of 16 (one tile step) */
+} amx_gemm_t;
 
 #if PDLKIT_X86
 #include <cpuid.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+/* avx512bf16 too: gemm_bf16.c's epilogue (vcvtneps2bf16) is inlined into the shared engine */
 #define AMX                                                                                      \
-    __attribute__((target("amx-tile,amx-int8,amx-bf16,avx512f,avx512bw,avx512vl,avx512vnni")))
+    __attribute__((target(                                                                    \
+        "amx-tile,amx-int8,amx-bf16,avx512f,avx512bw,avx512vl,avx512vnni,avx512bf16")))
 
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
@@ -151,46 +178,18 @@ AMX __attribute__((noinline)) static void amx_configure(void) {
 
 AMX __attribute__((noinline)) static void amx_release(void) { _tile_release(); }
 
-/* acc[r * 64 + c] (r < 32, c < 64; int32, or float32 for bf16) (+)= sum_k x[r, k] w[n0 + c, k]
- * over groups q0 .. q1 - 1 of 4 bytes of one packed panel (q1 - q0 a multiple of 16), x rows
- * ldx bytes apart: first = 1 starts from zero, else adds to acc (a chunk of K after another);
- * DP: the tile dot product (_tile_dpbf16ps: gemm_bf16.c's). */
-#define AMX_BLOCK(NAME, DP)                                                                    \
-    AMX __attribute__((noinline, unused)) static void NAME(                                     \
-        const void *x, int64_t ldx, int64_t q0, int64_t q1, const void *panel, void *acc,       \
-        int first) {                                                                            \
-        const char *xa = (const char *)x, *xb = xa + 16 * ldx;                                   \
-        for (int h = 0; h < 2; h++) {                                                            \
-            const char *b = (const char *)panel + h * 32 * 4;                                    \
-            char *c = (char *)acc + h * 32 * 4;                                                  \
-            if (first) {                                                                         \
-                _tile_zero(0);                                                                   \
-                _tile_zero(1);                                                                   \
-                _tile_zero(2);                                                                   \
-                _tile_zero(3);                                                                   \
-            } else {                                                                             \
-                _tile_loadd(0, c, 256);                                                          \
-                _tile_loadd(1, c + 64, 256);                                                     \
-                _tile_loadd(2, c + 16 * 256, 256);                                               \
-                _tile_loadd(3, c + 16 * 256 + 64, 256);                                          \
-            }                                                                                    \
-            for (int64_t q = q0; q < q1; q += 16) {                                              \
-                _tile_loadd(4, xa + 4 * q, ldx);                                                 \
-                _tile_loadd(6, b + q * 256, 256);                                                \
-                _tile_loadd(7, b + q * 256 + 64, 256);                                           \
-                DP(0, 4, 6);                                                                     \
-                DP(1, 4, 7);                                                                     \
-                _tile_loadd(5, xb + 4 * q, ldx);                                                 \
-                DP(2, 5, 6);                                                                     \
-                DP(3, 5, 7);                                                                     \
-            }                                                                                    \
-            _tile_stored(0, c, 256);                                                             \
-            _tile_stored(1, c + 64, 256);                                                        \
-            _tile_stored(2, c + 16 * 256, 256);                                                  \
-            _tile_stored(3, c + 16 * 256 + 64, 256);                                             \
-        }                                                                                        \
-    }
-AMX_BLOCK(amx_block_bf16, _tile_dpbf16ps)
+/* Emulated builds count the halves run on (emulated) tiles, so that tests see which path ran:
+ * pdlkit_amx_gemm_halves(), exported by the library (qgemm_vnni.c's and gemm_bf16.c's each
+ * their own). */
+#if defined(PDLKIT_AMX_EMULATE)
+static int64_t amx_half_count;
+__attribute__((visibility("default"), used)) int64_t pdlkit_amx_gemm_halves(void) {
+    return __atomic_load_n(&amx_half_count, __ATOMIC_RELAXED);
+}
+#define AMX_COUNT_HALF() __atomic_fetch_add(&amx_half_count, 1, __ATOMIC_RELAXED)
+#else
+#define AMX_COUNT_HALF() (void)0
+#endif
 
 #else
 __attribute__((unused)) static int amx_ready_for(int bf16) { return 0 * bf16; }

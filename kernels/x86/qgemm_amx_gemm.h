@@ -1,132 +1,77 @@
-/* The AMX GEMM of qgemm_vnni.c (included by it after the VNNI micro-kernel and the epilogue;
- * the tile instructions themselves are in qgemm_amx.h): tasks of 32 rows x a group of panels
- * with K in chunks (amx_group), each task as 32 x 32 halves of 2 x 2 C tiles whose epilogue runs
- * while the next half's tile instructions do (amx_half, amx_epi_rows, amx_range), one parallel
- * function per (activation, output kind) (AMX_VARIANT), the add + LayerNorm entry's GEMM
- * (amx_add_rows); the rows past the last whole block of 32 through the VNNI micro-kernel
- * (amx_tail_rows). */
+/* The AMX GEMM engine of qgemm_vnni.c (int8: TDPBUSD / TDPBSSD, int32 sums) and gemm_bf16.c
+ * (BF16: TDPBF16PS, float32 sums); the tile instructions themselves are in qgemm_amx.h. Tasks
+ * of 32 rows x a group of panels with K in chunks (amx_group), each task as 32 x 32 halves of
+ * 2 x 2 C tiles whose epilogue runs while the next half's tile instructions do (amx_half,
+ * amx_range), one parallel region per (dot product, activation, output kind) (AMX_PARALLEL),
+ * the rows of a range x every panel with K whole (amx_rows: the int8 add + LayerNorm entry).
+ *
+ * Both families' packed weights are panels of NR = 64 columns x k4 groups of 4 bytes along K
+ * (VNNI-4: 4 int8 of k per column; VNNI-2: 2 bf16), 256 bytes a group, which are the AMX B-tile
+ * layouts as they are; x is rows of bytes (4 per group). So the engine counts K in groups of 4
+ * bytes and never looks at the element type: only three things differ, which the includer
+ * supplies before including this header:
+ *   - amx_dst: a struct with what its epilogue and tail need (output, scales, bias, ...);
+ *   - amx_epi_rows(pd, r0, r1, d, act, kind): rows r0 .. r1 - 1 of a pending half (amx_pend,
+ *     qgemm_amx.h) through its epilogue (always_inline; act, kind: constants after inlining);
+ *   - amx_tail_rows(acc, g, d, i, rows, n0, act, kind): rows i .. i + rows - 1 (fewer than
+ *     AMX_MR, the last of a call) of panel column n0 through its vector micro-kernel and
+ *     epilogue (acc: scratch of AMX_MR x NR 4-byte values);
+ * and the dot product as dp (AMX_DP_*; a constant for BF16, the s8 flag for int8), plus NR and
+ * PARALLEL_MIN_MACS. */
 
 #ifndef PDLKIT_QGEMM_AMX_GEMM_H
 #define PDLKIT_QGEMM_AMX_GEMM_H
 
-/* Rows i .. i + rows - 1 (rows < AMX_MR: the last of a call, fewer than a block) of panel
- * column n0 through the VNNI micro-kernel, 6 at a time, and tile_out (acc: 6 x NR int32 of
- * scratch). res: as in tile_out. */
-VNNI static inline __attribute__((always_inline)) void amx_tail_rows(
-    int32_t *acc, const uint8_t *x, int64_t i, int64_t rows, int64_t ldx, int64_t n0,
-    const pdlkit_qgemm_params *p, const epi_t *e, void *out, int64_t ldo, int act, int kind,
-    const float *res, int64_t ldr) {
-    const int64_t n = p->n, k = p->k, k4 = (k + 3) / 4, esize = kind == OUT_F32 ? 4 : 1;
-    const int8_t *panel = p->packed + (n0 / NR) * k4 * NR * 4;
-    const int64_t nc = n - n0 < NR ? n - n0 : NR;
-    for (int64_t r = i; r < i + rows; r += MR) {
-        const int mr = i + rows - r < MR ? (int)(i + rows - r) : MR;
-        kloop(mr, (p->flags & QG_S8) != 0, x + r * ldx, ldx, k, panel, acc);
-        tile_out(acc, mr, nc, p->colcorr, e, n0, r, (char *)out + r * ldo * esize, ldo, act, kind,
-                 res ? res + r * ldr : NULL, ldr);
-    }
-}
-
 /* The AMX GEMM's blocking (what a brgemm does): a task is one block of AMX_MR rows times a
- * group of panels whose weight (K x 64 G bytes, about AMX_GROUP_BYTES) stays in L2 across the
- * row blocks that follow it on the same thread; K goes in chunks of AMX_KC, and per chunk the
- * rows' chunk of x (AMX_MR x AMX_KC bytes) stays in L1 while every panel of the group
- * multiplies it, the partial sums of each panel parked in acc (8 KB a panel) between chunks.
- * Measured first with K whole and one panel per task (the rows of x and the half panel both
- * streamed from L2 for every 32 x 32 block): 0.7-0.9 TOP/s at K = 3072 where oneDNN's qlinear
- * reached 1.5. PDLKIT_AMX_KC: a build-time override for benchmarks/x86_amx.py's variants (384
- * measured within noise of 768, better at some shapes and worse at others). */
+ * group of panels whose weight (k4 x 256 G bytes, about AMX_GROUP_BYTES) stays in L2 across the
+ * row blocks that follow it on the same thread; K goes in chunks of AMX_KC bytes of a row (768
+ * int8 or 384 bf16 values), and per chunk the rows' chunk of x (AMX_MR x AMX_KC bytes, 24 KB)
+ * stays in L1 while every panel of the group multiplies it, the partial sums of each panel
+ * parked in acc (8 KB a panel) between chunks: 4 tile stores and 4 loads per half per chunk of
+ * 12 K steps (48 tile loads and 48 dot products). A chunk's round trip through L1 is exact for
+ * both int32 and float32 sums, so the chunk size does not change any result.
+ * Measured first (int8) with K whole and one panel per task (the rows of x and the half panel
+ * both streamed from L2 for every 32 x 32 block): 0.7-0.9 TOP/s at K = 3072 where oneDNN's
+ * qlinear reached 1.5. PDLKIT_AMX_KC: a build-time override for benchmarks/x86_amx.py's variants
+ * (int8: 384 measured within noise of 768, better at some shapes and worse at others). */
 #ifndef PDLKIT_AMX_KC
 #define PDLKIT_AMX_KC 768
+#endif
+/* Bytes of a panel plus a block's rows below which a task is one panel (amx_group). */
+#ifndef PDLKIT_AMX_L1
+#define PDLKIT_AMX_L1 (32 << 10)
 #endif
 enum { AMX_KC = PDLKIT_AMX_KC, AMX_GROUP_MAX = 16 };
 #define AMX_GROUP_BYTES ((int64_t)768 << 10)
 
 /* panels per group: the weight of a group about AMX_GROUP_BYTES, at most AMX_GROUP_MAX panels,
  * fewer where the tasks would not keep twice the threads busy; one where a panel and a block of
- * rows fit in L1 together (K <= 341): then one panel per task, panel-major, keeps the panel in
- * L1 across the row blocks, which was faster at K = 256 (bert-mini: 0.60-0.81 of oneDNN's time
- * with one panel per task, 0.80-1.02 with groups, in two runs on the GPU machine's Xeon). */
-static int64_t amx_group(const pdlkit_qgemm_params *p, int64_t blocks) {
-    const int64_t panels = (p->n + NR - 1) / NR, bytes = ((p->k + 3) / 4) * NR * 4;
-    if (bytes + AMX_MR * p->k <= (32 << 10)) return 1;
-    int64_t g = AMX_GROUP_BYTES / bytes;
-    g = g < 1 ? 1 : g > AMX_GROUP_MAX ? AMX_GROUP_MAX : g;
-    g = g > panels ? panels : g;
+ * rows fit in L1 together (PDLKIT_AMX_L1; int8 K <= 341, bf16 K <= 170): then one panel per
+ * task, panel-major, keeps the panel in L1 across the row blocks, which was faster at int8
+ * K = 256 (bert-mini: 0.60-0.81 of oneDNN's time with one panel per task, 0.80-1.02 with
+ * groups, in two runs on the GPU machine's Xeon). A bf16 panel at K = 256 is 32 KB, 48 KB with
+ * its rows: groups by default, one panel with PDLKIT_AMX_L1=49152 (benchmarks/x86_amx.py's
+ * variant: not measured yet). */
+static int64_t amx_group(const amx_gemm_t *g, int64_t blocks) {
+    const int64_t panels = (g->n + NR - 1) / NR, bytes = g->k4 * NR * 4;
+    if (bytes + AMX_MR * 4 * g->k4 <= PDLKIT_AMX_L1) return 1;
+    int64_t gr = AMX_GROUP_BYTES / bytes;
+    gr = gr < 1 ? 1 : gr > AMX_GROUP_MAX ? AMX_GROUP_MAX : gr;
+    gr = gr > panels ? panels : gr;
 #if defined(_OPENMP)
     const int64_t threads = omp_get_max_threads();
-    while (g > 1 && ((panels + g - 1) / g) * blocks < 2 * threads) g = (g + 1) / 2;
+    while (gr > 1 && ((panels + gr - 1) / gr) * blocks < 2 * threads) gr = (gr + 1) / 2;
 #endif
-    return g;
+    return gr;
 }
 
-/* A half whose sums are complete and whose epilogue is still to run: 32 rows x nc (<= 32)
- * int32 sums at acc (rows NR apart), for output rows row .. row + 31 and columns col ..
- * col + nc - 1; acc NULL: none. */
-typedef struct {
-    const int32_t *acc;
-    int64_t row, col, nc;
-} amx_pend;
-
-/* Where the epilogue of a call writes: out (rows ldo apart, row 0 of the call), from sums
- * corrected by cc; res (float32 output only; rows ldr apart, or NULL): added as it stores. */
-typedef struct {
-    const int32_t *cc;
-    const epi_t *e;
-    void *out;
-    int64_t ldo;
-    const float *res;
-    int64_t ldr;
-} amx_dst;
-
-/* Rows r0 .. r1 - 1 of a pending half through the epilogue (what tile_out does for a VNNI
- * block; act and kind are constants after inlining): zero-point correction, scales, bias,
- * activation, then the float32 store or the codes, 32 per row (pack64 of two vectors). */
-VNNI static inline __attribute__((always_inline)) void amx_epi_rows(const amx_pend *pd, int r0,
-                                                                   int r1, const amx_dst *d,
-                                                                   int act, int kind) {
-    const int32_t *cc = d->cc;
-    const epi_t *e = d->e;
-    const float(*tab)[16] = gelu_tab[act == ACT_GELU_TANH];
-    const __m512 lo = _mm512_set1_ps(e->lo), hi = _mm512_set1_ps(e->hi), hk = _mm512_set1_ps(e->hk);
-    const __m512i zp = _mm512_set1_epi32(e->zp);
-    const int qgelu = kind != OUT_F32 && (act == ACT_GELU_ERF || act == ACT_GELU_TANH);
-    __m512i ccj[2], wz[2];
-    __m512 s[2], b[2];
-    __mmask16 mk[2];
-    for (int j = 0; j < 2; j++) { /* lanes past nc: masked off (their sums are of zero columns) */
-        const int64_t col = pd->col + 16 * j;
-        mk[j] = lanes(pd->nc - 16 * j);
-        ccj[j] = _mm512_maskz_loadu_epi32(mk[j], cc + col);
-        s[j] = _mm512_maskz_loadu_ps(mk[j], e->S + col);
-        b[j] = _mm512_maskz_loadu_ps(mk[j], e->B + col);
-        wz[j] = e->wzp ? _mm512_maskz_loadu_epi32(mk[j], e->wzp + col) : _mm512_setzero_si512();
-    }
-    for (int r = r0; r < r1; r++) {
-        const int64_t row = pd->row + r;
-        __m512i q[2];
-        for (int j = 0; j < 2; j++) {
-            __m512i a = _mm512_load_si512(pd->acc + r * NR + 16 * j);
-            if (e->wzp)
-                a = _mm512_sub_epi32(a, _mm512_mullo_epi32(wz[j], _mm512_set1_epi32(e->rowcorr[row])));
-            __m512 y = qgelu ? qgelu16(y16(a, ccj[j], s[j], b[j], ACT_NONE, hk, tab), e->qt)
-                             : y16(a, ccj[j], s[j], b[j], act, hk, tab);
-            if (kind == OUT_F32 && d->res)
-                y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(mk[j], d->res + row * d->ldr + pd->col + 16 * j));
-            if (kind == OUT_F32)
-                _mm512_mask_storeu_ps((float *)d->out + row * d->ldo + pd->col + 16 * j, mk[j], y);
-            else
-                q[j] = q16(y, lo, hi, zp);
-        }
-        if (kind != OUT_F32)
-            _mm512_mask_storeu_epi8((int8_t *)d->out + row * d->ldo + pd->col, bytes_mask(pd->nc),
-                                    pack64(q[0], q[1], q[0], q[1], kind == OUT_S8));
-    }
-}
-
+/* the tile dot product: dp is a literal for BF16 (folds away) and the s8 flag for int8 (one
+ * predictable branch per 16-cycle instruction) */
 #define AMX_DP(c, a, b)                                                                          \
     do {                                                                                         \
-        if (s8)                                                                                  \
+        if (dp == AMX_DP_BF16)                                                                   \
+            _tile_dpbf16ps(c, a, b);                                                             \
+        else if (dp == AMX_DP_S8)                                                                \
             _tile_dpbssd(c, a, b);                                                               \
         else                                                                                     \
             _tile_dpbusd(c, a, b);                                                               \
@@ -135,22 +80,24 @@ VNNI static inline __attribute__((always_inline)) void amx_epi_rows(const amx_pe
 /* One half: sums[r, c] (+)= x[r, 4 q0 .. 4 q1) . w[col + c, same] for 32 rows (ldx bytes
  * apart) and the 32 columns of the panel half b (= panel + 4 x its first column) as tmm0-3
  * (rows 0-15 / 16-31 x columns 0-15 / 16-31), A tiles tmm4-5, B tiles tmm6-7: four tile loads
- * per four TDPBUSD / TDPBSSD. first: the sums start at zero, else at c (rows NR apart), where
- * they are stored at the end. Between the K steps, pd's epilogue, a slice of its rows per step:
- * the vector units finish the last half while the tile unit runs this one (oneDNN's brgemm
+ * per four dot products. first: the sums start at zero, else at c (rows NR apart), where they
+ * are stored at the end. Between the K steps, pd's epilogue, a slice of its rows per step: the
+ * vector units finish the last half while the tile unit runs this one (oneDNN's brgemm
  * interleaves its tile stores and post-ops likewise). PDLKIT_AMX_PIPE=0 builds the epilogue
  * after the half instead (benchmarks/x86_amx.py's comparison; on the GPU machine's Xeon, one
- * thread, time / oneDNN's: 512x256x1024 0.79 without, 0.64 with; 1024x768x768 1.20, 1.03).
- * Also measured there and left out: software prefetch of the next K step's B rows or the next
- * block's rows of x (better at K = 3072 by up to 7%, worse at K = 256 by up to 28%), and the
- * step's loads each just before its first use (no better). */
+ * thread, int8 time / oneDNN's: 512x256x1024 0.79 without, 0.64 with; 1024x768x768 1.20, 1.03).
+ * Also measured there (int8) and left out: software prefetch of the next K step's B rows or the
+ * next block's rows of x (better at K = 3072 by up to 7%, worse at K = 256 by up to 28%), and
+ * the step's loads each just before its first use (no better). */
 #ifndef PDLKIT_AMX_PIPE
 #define PDLKIT_AMX_PIPE 1
 #endif
 AMX static inline __attribute__((always_inline)) void amx_half(
-    const uint8_t *x, int64_t ldx, int64_t q0, int64_t q1, const int8_t *b, int32_t *c, int first,
-    int s8, const amx_pend *pd, const amx_dst *d, int act, int kind) {
-    const char *xa = (const char *)x, *xb = xa + 16 * ldx, *bb = (const char *)b;
+    const char *x, int64_t ldx, int64_t q0, int64_t q1, const char *b, void *acc, int first,
+    const amx_pend *pd, const amx_dst *d, int dp, int act, int kind) {
+    const char *xa = x, *xb = xa + 16 * ldx;
+    char *c = (char *)acc;
+    AMX_COUNT_HALF();
     if (first) {
         _tile_zero(0);
         _tile_zero(1);
@@ -158,17 +105,17 @@ AMX static inline __attribute__((always_inline)) void amx_half(
         _tile_zero(3);
     } else {
         _tile_loadd(0, c, NR * 4);
-        _tile_loadd(1, c + 16, NR * 4);
-        _tile_loadd(2, c + 16 * NR, NR * 4);
-        _tile_loadd(3, c + 16 * NR + 16, NR * 4);
+        _tile_loadd(1, c + 64, NR * 4);
+        _tile_loadd(2, c + 16 * NR * 4, NR * 4);
+        _tile_loadd(3, c + 16 * NR * 4 + 64, NR * 4);
     }
     const int64_t steps = (q1 - q0) / 16;
     int done = 0;
     for (int64_t t = 0; t < steps; t++) {
         const int64_t q = q0 + 16 * t;
         _tile_loadd(4, xa + 4 * q, ldx);
-        _tile_loadd(6, bb + q * 256, 256);
-        _tile_loadd(7, bb + q * 256 + 64, 256);
+        _tile_loadd(6, b + q * 256, 256);
+        _tile_loadd(7, b + q * 256 + 64, 256);
         AMX_DP(0, 4, 6);
         AMX_DP(1, 4, 7);
         _tile_loadd(5, xb + 4 * q, ldx);
@@ -182,84 +129,78 @@ AMX static inline __attribute__((always_inline)) void amx_half(
     }
     if (!PDLKIT_AMX_PIPE && pd->acc) amx_epi_rows(pd, 0, AMX_MR, d, act, kind);
     _tile_stored(0, c, NR * 4);
-    _tile_stored(1, c + 16, NR * 4);
-    _tile_stored(2, c + 16 * NR, NR * 4);
-    _tile_stored(3, c + 16 * NR + 16, NR * 4);
+    _tile_stored(1, c + 64, NR * 4);
+    _tile_stored(2, c + 16 * NR * 4, NR * 4);
+    _tile_stored(3, c + 16 * NR * 4 + 64, NR * 4);
 }
 
 /* Tasks t0 .. t1 - 1 of a call (task t: rows (t % blocks) x AMX_MR, panels of group t / blocks)
  * on this thread, as one stream of halves, each one's epilogue run during the next one's tiles,
  * the last one's at the end. Per task: K in chunks, per chunk every panel of the group (its
- * partial sums parked in acc, AMX_MR x NR int32 a panel); the half of a panel past its last
- * column is skipped. Rows past the last whole block of AMX_MR go through the VNNI micro-kernel
- * (amx_tail_rows). */
+ * partial sums parked in acc, AMX_MR x NR 4-byte values a panel); the half of a panel past its
+ * last column is skipped. Rows past the last whole block of AMX_MR go through the includer's
+ * vector micro-kernel (amx_tail_rows). */
 AMX static inline __attribute__((always_inline)) void amx_range(
-    int32_t *acc, int64_t t0, int64_t t1, int64_t blocks, int64_t group, const uint8_t *x,
-    int64_t m, int64_t ldx, void *out, int64_t ldo, const pdlkit_qgemm_params *p, const epi_t *e,
-    int act, int kind) {
-    const int64_t n = p->n, k4 = (p->k + 3) / 4, kc4 = AMX_KC / 4, panels = (n + NR - 1) / NR;
-    const int s8 = (p->flags & QG_S8) != 0;
-    const amx_dst d = {s8 ? p->colcorr_ss : p->colcorr, e, out, ldo, NULL, 0};
+    void *acc, int64_t t0, int64_t t1, int64_t blocks, int64_t group, const amx_gemm_t *g,
+    const amx_dst *d, int dp, int act, int kind) {
+    const int64_t n = g->n, k4 = g->k4, kc4 = AMX_KC / 4, panels = (n + NR - 1) / NR;
     amx_pend pd = {NULL, 0, 0, 0};
     for (int64_t t = t0; t < t1; t++) {
-        const int64_t i = (t % blocks) * AMX_MR, g0 = (t / blocks) * group;
-        const int64_t g1 = g0 + group < panels ? g0 + group : panels;
-        if (m - i < AMX_MR) { /* the last rows: VNNI, after the pending epilogue */
-            if (pd.acc) amx_epi_rows(&pd, 0, AMX_MR, &d, act, kind);
+        const int64_t i = (t % blocks) * AMX_MR, p0 = (t / blocks) * group;
+        const int64_t p1 = p0 + group < panels ? p0 + group : panels;
+        if (g->m - i < AMX_MR) { /* the last rows: vector path, after the pending epilogue */
+            if (pd.acc) amx_epi_rows(&pd, 0, AMX_MR, d, act, kind);
             pd.acc = NULL;
-            for (int64_t g = g0; g < g1; g++)
-                amx_tail_rows(acc, x, i, m - i, ldx, g * NR, p, e, out, ldo, act, kind, NULL, 0);
+            for (int64_t pi = p0; pi < p1; pi++)
+                amx_tail_rows(acc, g, d, i, g->m - i, pi * NR, act, kind);
             continue;
         }
         for (int64_t q0 = 0; q0 < k4; q0 += kc4) {
             const int64_t q1 = k4 - q0 < kc4 ? k4 : q0 + kc4;
-            for (int64_t g = g0; g < g1; g++) {
-                int32_t *a = acc + (g - g0) * AMX_MR * NR;
-                const int64_t nc = n - g * NR < NR ? n - g * NR : NR;
+            for (int64_t pi = p0; pi < p1; pi++) {
+                char *a = (char *)acc + (pi - p0) * AMX_MR * NR * 4;
+                const int64_t nc = n - pi * NR < NR ? n - pi * NR : NR;
                 for (int64_t h = 0; h < (nc > 32 ? 2 : 1); h++) {
-                    amx_half(x + i * ldx, ldx, q0, q1, p->packed + g * k4 * NR * 4 + 128 * h,
-                             a + 32 * h, q0 == 0, s8, &pd, &d, act, kind);
+                    amx_half(g->x + i * g->ldx, g->ldx, q0, q1, g->packed + pi * k4 * NR * 4 + 128 * h,
+                             a + 128 * h, q0 == 0, &pd, d, dp, act, kind);
                     pd.acc = NULL;
                     if (q1 == k4) {
-                        pd.acc = a + 32 * h;
+                        pd.acc = a + 128 * h;
                         pd.row = i;
-                        pd.col = g * NR + 32 * h;
+                        pd.col = pi * NR + 32 * h;
                         pd.nc = nc - 32 * h < 32 ? nc - 32 * h : 32;
                     }
                 }
             }
         }
     }
-    if (pd.acc) amx_epi_rows(&pd, 0, AMX_MR, &d, act, kind);
+    if (pd.acc) amx_epi_rows(&pd, 0, AMX_MR, d, act, kind);
 }
 
-/* The GEMM of the add + LayerNorm entry on AMX (add_ln_group's): rows i0 .. i1 - 1 x every
- * panel into out (float32, res added), panels outside and blocks of AMX_MR rows inside, K whole,
- * as one stream of halves like amx_range (acc: one panel, AMX_MR x NR int32); the rows past the
- * last whole block through the VNNI micro-kernel (amx_tail_rows). */
-AMX __attribute__((noinline)) static void amx_add_rows(
-    int32_t *acc, const uint8_t *x, int64_t i0, int64_t i1, int64_t ldx,
-    const pdlkit_qgemm_params *p, const epi_t *e, float *out, int64_t ldo, const float *res,
-    int64_t ldr) {
-    const int64_t n = p->n, k4 = (p->k + 3) / 4, whole = i0 + (i1 - i0) / AMX_MR * AMX_MR;
-    const int s8 = (p->flags & QG_S8) != 0;
-    const amx_dst d = {s8 ? p->colcorr_ss : p->colcorr, e, out, ldo, res, ldr};
+/* Rows i0 .. i1 - 1 x every panel, panels outside and blocks of AMX_MR rows inside, K whole, as
+ * one stream of halves like amx_range (acc: one panel, AMX_MR x NR 4-byte values); the rows past
+ * the last whole block through amx_tail_rows. The int8 add + LayerNorm entry's GEMM (its
+ * epilogue adds the residual; the LayerNorm follows on the rows while in L2). */
+AMX static inline __attribute__((always_inline)) void amx_rows(
+    void *acc, const amx_gemm_t *g, const amx_dst *d, int64_t i0, int64_t i1, int dp, int act,
+    int kind) {
+    const int64_t n = g->n, k4 = g->k4, whole = i0 + (i1 - i0) / AMX_MR * AMX_MR;
     amx_pend pd = {NULL, 0, 0, 0};
     for (int64_t n0 = 0; n0 < n; n0 += NR) {
         const int64_t nc = n - n0 < NR ? n - n0 : NR, halves = nc > 32 ? 2 : 1;
         for (int64_t i = i0; i < whole; i += AMX_MR)
             for (int64_t h = 0; h < halves; h++) {
-                amx_half(x + i * ldx, ldx, 0, k4, p->packed + n0 * k4 * 4 + 128 * h, acc + 32 * h,
-                         1, s8, &pd, &d, ACT_NONE, OUT_F32);
-                pd.acc = acc + 32 * h;
+                amx_half(g->x + i * g->ldx, g->ldx, 0, k4, g->packed + n0 * k4 * 4 + 128 * h,
+                         (char *)acc + 128 * h, 1, &pd, d, dp, act, kind);
+                pd.acc = (char *)acc + 128 * h;
                 pd.row = i;
                 pd.col = n0 + 32 * h;
                 pd.nc = nc - 32 * h < 32 ? nc - 32 * h : 32;
             }
     }
-    if (pd.acc) amx_epi_rows(&pd, 0, AMX_MR, &d, ACT_NONE, OUT_F32);
+    if (pd.acc) amx_epi_rows(&pd, 0, AMX_MR, d, act, kind);
     for (int64_t n0 = 0; whole < i1 && n0 < n; n0 += NR)
-        amx_tail_rows(acc, x, whole, i1 - whole, ldx, n0, p, e, out, ldo, ACT_NONE, OUT_F32, res, ldr);
+        amx_tail_rows(acc, g, d, whole, i1 - whole, n0, act, kind);
 }
 
 /* This thread's contiguous share [*t0, *t1) of tasks 0 .. tasks - 1 (all of them outside a
@@ -275,31 +216,34 @@ static inline void amx_thread_share(int64_t tasks, int64_t *t0, int64_t *t1) {
 #endif
 }
 
-/* The AMX variant: the tasks (panel group, block of AMX_MR rows), in that order, split into
- * one contiguous run per thread; each thread configures the tiles once for its run and
- * releases them at its end. */
+/* The body of a family's AMX variant (a function per activation and output kind, in which
+ * DP, ACT and KIND are literals: GCC outlines an OpenMP region before it inlines, so only a
+ * region whose body passes them as literals gets a specialised epilogue; see qgemm_vnni.c's
+ * GEMM_VARIANT): the tasks (panel group, block of AMX_MR rows), in that order, split into one
+ * contiguous run per thread (in parallel where PAR); each thread configures the tiles once for
+ * its run and releases them at its end. G: const amx_gemm_t *, D: const amx_dst *. */
 #if defined(_OPENMP)
-#define OMP_REGION _Pragma("omp parallel if (m * p->n * p->k >= PARALLEL_MIN_MACS)")
+#define AMX_OMP_REGION _Pragma("omp parallel if (par)") /* par: AMX_PARALLEL's local */
 #else
-#define OMP_REGION
+#define AMX_OMP_REGION
 #endif
-#define AMX_VARIANT(ACT, KIND)                                                                   \
-    AMX static void amx_##ACT##_##KIND(const uint8_t *x, int64_t m, int64_t ldx, void *out,      \
-                                       int64_t ldo, const pdlkit_qgemm_params *p,                  \
-                                       const epi_t *e) {                                           \
-        const int64_t blocks = (m + AMX_MR - 1) / AMX_MR, panels = (p->n + NR - 1) / NR;          \
-        const int64_t group = amx_group(p, blocks), tasks = ((panels + group - 1) / group) * blocks; \
-        OMP_REGION                                                                                \
-        {                                                                                         \
-            int32_t acc[AMX_GROUP_MAX * AMX_MR * NR] __attribute__((aligned(64))); /* 128 KB */   \
-            int64_t t0 = 0, t1 = tasks;                                                           \
-            amx_thread_share(tasks, &t0, &t1);                                                    \
-            if (t0 < t1) {                                                                        \
-                amx_configure();                                                                  \
-                amx_range(acc, t0, t1, blocks, group, x, m, ldx, out, ldo, p, e, ACT, KIND);      \
-                amx_release();                                                                    \
-            }                                                                                     \
-        }                                                                                         \
-    }
+#define AMX_PARALLEL(G, D, PAR, DP, ACT, KIND)                                                   \
+    do {                                                                                         \
+        const int64_t blocks = ((G)->m + AMX_MR - 1) / AMX_MR, panels = ((G)->n + NR - 1) / NR;  \
+        const int64_t group = amx_group(G, blocks), tasks = ((panels + group - 1) / group) * blocks; \
+        const int par = (PAR);                                                                   \
+        (void)par; /* read by the OpenMP region only */                                          \
+        AMX_OMP_REGION                                                                           \
+        {                                                                                        \
+            int32_t acc[AMX_GROUP_MAX * AMX_MR * NR] __attribute__((aligned(64))); /* 128 KB */  \
+            int64_t t0 = 0, t1 = tasks;                                                          \
+            amx_thread_share(tasks, &t0, &t1);                                                   \
+            if (t0 < t1) {                                                                       \
+                amx_configure();                                                                 \
+                amx_range(acc, t0, t1, blocks, group, G, D, DP, ACT, KIND);                      \
+                amx_release();                                                                   \
+            }                                                                                    \
+        }                                                                                        \
+    } while (0)
 
 #endif

@@ -346,7 +346,112 @@ VNNI static inline __attribute__((always_inline)) void gemm_tile(
         OMP_TILES                                                                                 \
         for (int64_t t = 0; t < tiles; t++) gemm_tile(t, blocks, x, m, ldx, out, ldo, p, e, ACT, KIND); \
     }
-#include "qgemm_amx_gemm.h" /* amx_range, amx_add_rows, AMX_VARIANT */
+/* What the AMX engine (qgemm_amx_gemm.h) asks of this family: where the epilogue writes
+ * (amx_dst), a pending half's rows through the epilogue (amx_epi_rows), the rows past the last
+ * whole block of AMX_MR through the VNNI micro-kernel (amx_tail_rows). */
+
+/* out (rows ldo apart, row 0 of the call), from sums corrected by cc; res (float32 output only;
+ * rows ldr apart, or NULL): added as it stores; p, x, ldx: the call, for the tail rows. */
+typedef struct {
+    const int32_t *cc;
+    const epi_t *e;
+    void *out;
+    int64_t ldo;
+    const float *res;
+    int64_t ldr;
+    const pdlkit_qgemm_params *p;
+} amx_dst;
+
+/* Rows r0 .. r1 - 1 of a pending half through the epilogue (what tile_out does for a VNNI
+ * block; act and kind are constants after inlining): zero-point correction, scales, bias,
+ * activation, then the float32 store or the codes, 32 per row (pack64 of two vectors). */
+VNNI static inline __attribute__((always_inline)) void amx_epi_rows(const amx_pend *pd, int r0,
+                                                                   int r1, const amx_dst *d,
+                                                                   int act, int kind) {
+    const int32_t *cc = d->cc, *acc = (const int32_t *)pd->acc;
+    const epi_t *e = d->e;
+    const float(*tab)[16] = gelu_tab[act == ACT_GELU_TANH];
+    const __m512 lo = _mm512_set1_ps(e->lo), hi = _mm512_set1_ps(e->hi), hk = _mm512_set1_ps(e->hk);
+    const __m512i zp = _mm512_set1_epi32(e->zp);
+    const int qgelu = kind != OUT_F32 && (act == ACT_GELU_ERF || act == ACT_GELU_TANH);
+    __m512i ccj[2], wz[2];
+    __m512 s[2], b[2];
+    __mmask16 mk[2];
+    for (int j = 0; j < 2; j++) { /* lanes past nc: masked off (their sums are of zero columns) */
+        const int64_t col = pd->col + 16 * j;
+        mk[j] = lanes(pd->nc - 16 * j);
+        ccj[j] = _mm512_maskz_loadu_epi32(mk[j], cc + col);
+        s[j] = _mm512_maskz_loadu_ps(mk[j], e->S + col);
+        b[j] = _mm512_maskz_loadu_ps(mk[j], e->B + col);
+        wz[j] = e->wzp ? _mm512_maskz_loadu_epi32(mk[j], e->wzp + col) : _mm512_setzero_si512();
+    }
+    for (int r = r0; r < r1; r++) {
+        const int64_t row = pd->row + r;
+        __m512i q[2];
+        for (int j = 0; j < 2; j++) {
+            __m512i a = _mm512_load_si512(acc + r * NR + 16 * j);
+            if (e->wzp)
+                a = _mm512_sub_epi32(a, _mm512_mullo_epi32(wz[j], _mm512_set1_epi32(e->rowcorr[row])));
+            __m512 y = qgelu ? qgelu16(y16(a, ccj[j], s[j], b[j], ACT_NONE, hk, tab), e->qt)
+                             : y16(a, ccj[j], s[j], b[j], act, hk, tab);
+            if (kind == OUT_F32 && d->res)
+                y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(mk[j], d->res + row * d->ldr + pd->col + 16 * j));
+            if (kind == OUT_F32)
+                _mm512_mask_storeu_ps((float *)d->out + row * d->ldo + pd->col + 16 * j, mk[j], y);
+            else
+                q[j] = q16(y, lo, hi, zp);
+        }
+        if (kind != OUT_F32)
+            _mm512_mask_storeu_epi8((int8_t *)d->out + row * d->ldo + pd->col, bytes_mask(pd->nc),
+                                    pack64(q[0], q[1], q[0], q[1], kind == OUT_S8));
+    }
+}
+
+/* Rows i .. i + rows - 1 (rows < AMX_MR: the last of a call, fewer than a block) of panel
+ * column n0 through the VNNI micro-kernel, 6 at a time, and tile_out (acc: 6 x NR int32 of
+ * scratch). */
+VNNI static inline __attribute__((always_inline)) void amx_tail_rows(
+    void *acc, const amx_gemm_t *g, const amx_dst *d, int64_t i, int64_t rows, int64_t n0,
+    int act, int kind) {
+    const pdlkit_qgemm_params *p = d->p;
+    const uint8_t *x = (const uint8_t *)g->x;
+    const int64_t n = p->n, k = p->k, k4 = (k + 3) / 4, esize = kind == OUT_F32 ? 4 : 1, ldx = g->ldx;
+    const int8_t *panel = p->packed + (n0 / NR) * k4 * NR * 4;
+    const int64_t nc = n - n0 < NR ? n - n0 : NR;
+    for (int64_t r = i; r < i + rows; r += MR) {
+        const int mr = i + rows - r < MR ? (int)(i + rows - r) : MR;
+        kloop(mr, (p->flags & QG_S8) != 0, x + r * ldx, ldx, k, panel, (int32_t *)acc);
+        tile_out((int32_t *)acc, mr, nc, p->colcorr, d->e, n0, r, (char *)d->out + r * d->ldo * esize,
+                 d->ldo, act, kind, d->res ? d->res + r * d->ldr : NULL, d->ldr);
+    }
+}
+
+#include "qgemm_amx_gemm.h" /* the AMX engine: amx_range, amx_rows, AMX_PARALLEL */
+
+/* The AMX variant per (activation, output kind): the engine over this call's packed panels,
+ * TDPBSSD for int8 activations (their sums corrected by colcorr_ss), TDPBUSD for uint8. */
+#define AMX_VARIANT(ACT, KIND)                                                                   \
+    AMX static void amx_##ACT##_##KIND(const uint8_t *x, int64_t m, int64_t ldx, void *out,      \
+                                       int64_t ldo, const pdlkit_qgemm_params *p,                  \
+                                       const epi_t *e) {                                           \
+        const int s8 = (p->flags & QG_S8) != 0;                                                   \
+        const amx_gemm_t g = {(const char *)x, m, ldx, (const char *)p->packed, p->n, (p->k + 3) / 4}; \
+        const amx_dst d = {s8 ? p->colcorr_ss : p->colcorr, e, out, ldo, NULL, 0, p};             \
+        AMX_PARALLEL(&g, &d, m * p->n * p->k >= PARALLEL_MIN_MACS, s8 ? AMX_DP_S8 : AMX_DP_U8,    \
+                     ACT, KIND);                                                                  \
+    }
+
+/* The add + LayerNorm entry's GEMM on AMX (add_ln_group's): rows i0 .. i1 - 1 x every panel
+ * into out (float32, res added), the engine's amx_rows. */
+AMX __attribute__((noinline)) static void amx_add_rows(
+    int32_t *acc, const uint8_t *x, int64_t i0, int64_t i1, int64_t ldx,
+    const pdlkit_qgemm_params *p, const epi_t *e, float *out, int64_t ldo, const float *res,
+    int64_t ldr) {
+    const int s8 = (p->flags & QG_S8) != 0;
+    const amx_gemm_t g = {(const char *)x, i1, ldx, (const char *)p->packed, p->n, (p->k + 3) / 4};
+    const amx_dst d = {s8 ? p->colcorr_ss : p->colcorr, e, out, ldo, res, ldr, p};
+    amx_rows(acc, &g, &d, i0, i1, s8 ? AMX_DP_S8 : AMX_DP_U8, ACT_NONE, OUT_F32);
+}
 
 #define GEMM_KINDS(ACT)                                                                          \
     GEMM_VARIANT(ACT, OUT_U8) GEMM_VARIANT(ACT, OUT_S8) GEMM_VARIANT(ACT, OUT_F32)               \
