@@ -533,6 +533,88 @@ def test_emulated_amx_bf16_blocking_within_bf16_rounding(m, k, n):
     torch.testing.assert_close(out.float(), ref, rtol=1.6e-2, atol=1e-2)
 
 
+@pytest.fixture(scope="module")
+def emulated_bf16():
+    """gemm_bf16.c built with -DPDLKIT_AMX_EMULATE: its kernels by name and the library's count
+    of 32 x 32 halves run on (emulated) tiles, pdlkit_amx_gemm_halves()."""
+    if "avx512_bf16" not in host().features:
+        pytest.skip("the tail rows and the reference run the AVX512_BF16 path: needs avx512_bf16")
+    import ctypes
+    import hashlib
+
+    from pdlkit.kernels.x86 import linear_bf16 as lb
+    from pdlkit.runtime_abi.dlopen import open_library
+    from pdlkit.runtime_abi.native_build import build_library
+    from pdlkit.runtime_abi.native_load import load_native_library
+
+    path = build_library(lb.SOURCE, "x86_64", extra=("-fopenmp", "-DPDLKIT_AMX_EMULATE"))
+    data = path.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    kernels = {k.name: k for k in load_native_library(path, digest, data)}
+    halves = open_library(path, data, digest).pdlkit_amx_gemm_halves  # the kernels' handle
+    halves.restype = ctypes.c_int64
+    return kernels, halves
+
+
+BF16_ACTS = [("linear_bf16", None), ("linear_relu_bf16", None), ("linear_gelu_bf16", "none"),
+             ("linear_gelu_bf16", "tanh")]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("m", "k", "n", "threads"),
+    [
+        (45, 416, 33, 1),  # one block + 13 AVX512_BF16 rows; K: a chunk of 384 + 32; odd N < 64
+        (70, 256, 130, 1),  # 2 blocks + 6 rows, 3 panels (the last of 2 columns)
+        (96, 800, 200, 2),  # 3 chunks (384, 384, 32), groups, 2 threads; 8 columns in panel 3
+        (128, 768, 96, 2),  # BERT-base's K: 2 whole chunks; a panel of 32 columns (one half)
+        (32, 32, 17, 1),  # one tile step, one block, a half of 17 columns
+    ],
+)
+@pytest.mark.parametrize(("name", "approximate"), BF16_ACTS)
+def test_emulated_amx_bf16_engine_equals_the_avx512_path(
+    emulated_bf16, m, k, n, threads, name, approximate
+):
+    """gemm_bf16.c on the shared AMX engine (qgemm_amx_gemm.h: halves, K chunks, panel groups,
+    the epilogue run between the next half's K steps, AVX512_BF16 tail rows), TDPBF16PS
+    emulated, on operands whose sums are exact in float32 (small integers): bit for bit the
+    AVX512_BF16 kernel's outputs, whatever the order of the sums, for every activation; and the
+    tiles did run (the library's count of halves)."""
+    kernels, halves = emulated_bf16
+    g = torch.Generator().manual_seed(m * k + n)
+    x = torch.randint(-3, 4, (m, k), generator=g).bfloat16()
+    w = torch.randint(-3, 4, (n, k), generator=g).bfloat16()
+    b = torch.randint(-8, 9, (n,), generator=g).bfloat16()
+    before, count = torch.get_num_threads(), halves()
+    torch.set_num_threads(threads)
+    try:
+        got, _ = _bf16_call_act(kernels[name + "_amx"], x, w, b, approximate)
+        ran = halves() - count
+        peer, _ = _bf16_call_act(kernels[name], x, w, b, approximate)
+    finally:
+        torch.set_num_threads(before)
+    blocks, halves_per_row = m // 32, sum(1 if n - c <= 32 else 2 for c in range(0, n, 64))
+    assert ran == blocks * halves_per_row * -(-k // 384)  # every half of every K chunk
+    assert halves() - count == ran  # and none for the AVX512_BF16 kernel
+    assert torch.equal(got, peer)
+
+
+def test_emulated_amx_bf16_fewer_than_32_rows_run_avx512(emulated_bf16):
+    """M < 32 or K % 32 != 0: the AMX kernel runs the AVX512_BF16 path (no halves on tiles)."""
+    kernels, halves = emulated_bf16
+    for m, k in ((31, 256), (64, 100)):
+        x, w, b = _bf16_operands(m, k, 40, seed=m)
+        count = halves()
+        got, _ = _bf16_call(kernels["linear_gelu_bf16_amx"], x, w, b, True)
+        assert halves() == count
+        assert torch.equal(got, _bf16_call(kernels["linear_gelu_bf16"], x, w, b, True)[0])
+
+
+def _bf16_call_act(decl, x, w, b, approximate):
+    """decl (linear / linear_relu / linear_gelu with `approximate`) with its own pre-pack."""
+    p = decl.prepack(w, {} if approximate is None else {"approximate": approximate})
+    return (decl.fn(x, p, b) if approximate is None else decl.fn(x, p, b, approximate)), p
+
+
 def test_per_tensor_kernel_with_a_new_bias_tensor_each_call(amx):
     """Eager callers pass new tensors each call: the cached [N] vectors are matched by
     identity, never by comparing tensors."""
