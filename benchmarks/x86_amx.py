@@ -1,11 +1,19 @@
-"""The AMX int8 GEMM engine (``kernels/x86/qgemm_amx_gemm.h``) against oneDNN's qlinear, at
-bert-mini's and BERT-base's shapes, on 1 and 2 threads, plain and with the GELU epilogue;
-optionally against other builds of the same library (earlier sources, build-time knobs) in
-the same process, so that host noise falls on all of them.
+"""The AMX GEMM engine (``kernels/x86/qgemm_amx_gemm.h``) against oneDNN, at bert-mini's and
+BERT-base's shapes, on 1 and 2 threads, plain and with the GELU epilogue: int8 against
+oneDNN's qlinear, BF16 against oneDNN's BF16 matmul; optionally against other builds of the
+same libraries (earlier sources, build-time knobs) in the same process, so that host noise
+falls on all of them.
 
     python benchmarks/x86_amx.py --threads 1,2
     python benchmarks/x86_amx.py --threads 1 --variant old=/tmp/old_x86 \\
         --variant nopipe=:-DPDLKIT_AMX_PIPE=0 --out /tmp/x86_amx_run.md
+    python benchmarks/x86_amx.py --threads 1 --tables bf16 --variant old=@88b666c \\
+        --variant l1=:-DPDLKIT_AMX_L1=49152 --out /tmp/x86_amx_bf16.md
+
+``--tables``: which tables (default ``int8,ln,bf16``). ``DIR`` of a variant may be ``@REV``: the
+``kernels/x86`` folder of git revision REV of this checkout (``git archive``; needs the
+repository's ``.git``), else a folder holding ``qgemm_vnni.c`` / ``gemm_bf16.c`` and the headers
+they include (an earlier ``kernels/x86``). Only the sources the chosen tables need are built.
 
 Engines per shape, timed in interleaved rounds (each round ``--repeats`` calls of each, the
 order reversed every other round; medians over all calls): ``onednn``, oneDNN's
@@ -20,11 +28,19 @@ flagged. The limit line: oneDNN's qlinear on a 2048^3 GEMM, TOP/s per core. Seco
 thread count: the output projection with its residual add, LayerNorm and codes fused
 (``qlinear_add_layer_norm_q_amx``, ``_vnni`` and the variants') against oneDNN's float32 GEMM
 alone (what PyTorch's path runs before its add + LayerNorm + quantize kernel, not counted here).
+Third table per thread count (``bf16``): ``linear_bf16_amx`` / ``linear_gelu_bf16_amx`` (bf16 in
+and out; the installed ``gemm_bf16.c``) and each variant's build of ``DIR/gemm_bf16.c`` against
+oneDNN's BF16 matmul with a pre-packed weight and the GELU post-op (``linear_onednn`` /
+``linear_gelu_onednn`` of ``kernels/cpu/linear_epilogue.py``, what PyTorch's BF16 path runs
+with freezing); ``vs NAME``: ``amx`` time / the variant's (< 1: the installed build faster);
+``diff``: the largest difference between ``amx``'s output and oneDNN's; a variant whose output
+is not ``amx``'s bit for bit is flagged (the engine's sums are the same in every build).
 ``--model``: bert-mini 8 x 64 int8, PyTorch's int8 path against pdlkit with every site on its
 declared kernel, one thread, in one process (see ``_model``).
 
-The AMX kernels run on tiles only where the host has AMX-INT8 and Linux grants the tile state
-(``tiles`` column); elsewhere this measures their VNNI path.
+The AMX kernels run on tiles only where the host has AMX-INT8 / AMX-BF16 and Linux grants the
+tile state (``tiles`` column); elsewhere this measures their VNNI / AVX512_BF16 path. Needs
+torch and pdlkit only (no torchao, no torch-mlir).
 """
 
 from __future__ import annotations
@@ -59,26 +75,49 @@ SHAPES: list[tuple[int, int, int, str]] = [
 ]
 
 
-def _kernels() -> dict[str, Any]:
+def _kernels(tables: set[str]) -> dict[str, Any]:
+    files = ["x86/qlinear_vnni.py", "x86/qlinear_onednn.py"] if tables & {"int8", "ln"} else []
+    files += ["x86/linear_bf16.py", "cpu/linear_epilogue.py"] if "bf16" in tables else []
     found = {}
-    for f in ("x86/qlinear_vnni.py", "x86/qlinear_onednn.py"):
+    for f in files:
         found.update({k.name: k for k in load_kernel_file(ROOT / "kernels" / f)})
     return found
 
 
-def _variant(spec: str) -> tuple[str, dict[str, Any]]:
-    """``NAME=[DIR][:DEFINES]`` built as qlinear_vnni.py builds its library: its kernels by name
-    (a C ABI library: sources of 2026-11-24 14:00 or later)."""
-    from pdlkit.kernels.x86 import qlinear_vnni as v
+def _revision(rev: str) -> Path:
+    """``kernels/x86`` of git revision ``rev`` of this checkout, in a private temporary folder."""
+    import subprocess
+    import tempfile
+
+    out = Path(tempfile.mkdtemp(prefix=f"x86_amx_{rev}_"))
+    tar = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", rev, "kernels/x86"], capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(out)], input=tar, check=True)
+    return out / "kernels" / "x86"
+
+
+def _variant(spec: str, tables: set[str]) -> tuple[str, dict[str, Any]]:
+    """``NAME=[DIR][:DEFINES]`` built as qlinear_vnni.py / linear_bf16.py build their libraries
+    (``DIR/qgemm_vnni.c`` for the int8 tables, ``DIR/gemm_bf16.c`` for the BF16 one): their
+    kernels by name (C ABI libraries: sources of 2026-11-24 14:00 or later)."""
+    from pdlkit.kernels.x86 import linear_bf16, qlinear_vnni
     from pdlkit.runtime_abi.native_build import build_library
     from pdlkit.runtime_abi.native_load import load_native_library
 
     name, _, rest = spec.partition("=")
     folder, _, defines = rest.partition(":")
-    source = Path(folder) / "qgemm_vnni.c" if folder else v.SOURCE
+    where = _revision(folder[1:]) if folder.startswith("@") else Path(folder) if folder else None
     flags = tuple(d for d in defines.split(",") if d)
-    lib = build_library(source, "x86_64", extra=("-fopenmp", *flags))
-    return name, {k.name: k for k in load_native_library(lib)}
+    sources = [qlinear_vnni.SOURCE] if tables & {"int8", "ln"} else []
+    sources += [linear_bf16.SOURCE] if "bf16" in tables else []
+    found: dict[str, Any] = {}
+    for source in sources:
+        lib = build_library(
+            where / source.name if where else source, "x86_64", extra=("-fopenmp", *flags)
+        )
+        found.update({k.name: k for k in load_native_library(lib)})
+    return name, found
 
 
 def _time(fn: Callable[[], Any], repeats: int) -> list[float]:
@@ -232,6 +271,61 @@ def _ln_table(
     return lines
 
 
+def _bf16_cases(
+    ks: dict[str, Any], variants: list[tuple[str, Any]], m: int, k: int, n: int, post: str
+) -> tuple[dict[str, Callable[[], Any]], Any]:
+    """The BF16 calls to time for one shape (``onednn``, ``amx``, the variants') and the AMX
+    kernel's pre-pack; GELU is erf GELU (BERT's)."""
+    g = torch.Generator().manual_seed(m * 7 + k * 3 + n)
+    x = torch.randn(m, k, generator=g).bfloat16()
+    w = (torch.randn(n, k, generator=g) / k**0.5).bfloat16()
+    b = torch.randn(n, generator=g).bfloat16()
+    gelu = post == "gelu"
+    attrs = {"approximate": "none"} if gelu else {}
+    extra = ("none",) if gelu else ()
+    onednn = ks["linear_gelu_onednn" if gelu else "linear_onednn"]
+    name = "linear_gelu_bf16_amx" if gelu else "linear_bf16_amx"
+    decls = {"onednn": onednn, "amx": ks[name]}
+    decls.update({v: kernels[name] for v, kernels in variants})
+    cases: dict[str, Callable[[], Any]] = {}
+    packed = {}
+    for c, decl in decls.items():
+        packed[c] = decl.prepack(w, attrs)
+        cases[c] = partial(decl.fn, x, packed[c], b, *extra)
+    return cases, packed["amx"]
+
+
+def _bf16_table(
+    ks: dict[str, Any], variants: list[tuple[str, Any]], args: Any, threads: int
+) -> list[str]:
+    """linear_bf16_amx / linear_gelu_bf16_amx (and the variants') against oneDNN's BF16 matmul."""
+    from pdlkit.kernels.x86 import linear_bf16
+
+    torch.set_num_threads(threads)
+    names = ["amx", *(v[0] for v in variants)]
+    head = f"{'M':>5} {'K':>5} {'N':>5} {'post':>5} {'oneDNN us':>9}"
+    head += "".join(f" {c + ' us':>10} {'ratio':>5}" for c in names)
+    head += "".join(f" {'vs ' + v[0]:>8}" for v in variants)
+    lines = [f"BF16, threads {threads}", head + f" {'TFLOP/s/c':>9} {'tiles':>5} diff"]
+    print(*lines, sep="\n", flush=True)
+    for m, k, n, post in SHAPES:
+        cases, pa = _bf16_cases(ks, variants, m, k, n, post)
+        outs = {c: f().float() for c, f in cases.items()}
+        diff = float((outs["amx"] - outs["onednn"]).abs().max())
+        odd = [c for c in names if not torch.equal(outs[c], outs["amx"])]
+        med = _interleaved(cases, args.rounds, args.repeats)
+        line = f"{m:>5} {k:>5} {n:>5} {post:>5} {med['onednn']:>9.1f}"
+        line += "".join(f" {med[c]:>10.1f} {med[c] / med['onednn']:>5.2f}" for c in names)
+        line += "".join(f" {med['amx'] / med[v[0]]:>8.2f}" for v in variants)
+        tflops = 2 * m * n * k / min(med[c] for c in names) / 1e6 / threads
+        tiles = "yes" if linear_bf16.uses_amx(pa, m) else "no"
+        line += f" {tflops:>9.2f} {tiles:>5} {diff:.3g}"
+        line += f"  (differs from amx: {', '.join(odd)})" if odd else ""
+        print(line, flush=True)
+        lines.append(line)
+    return lines
+
+
 def _model(args: Any) -> list[str]:
     """bert-mini 8 x 64 int8 (PT2E, X86InductorQuantizer) through PyTorch's int8 path
     (``torch.compile`` with freezing: ``peer``) and ``pdlkit.optimize(autotune="off")`` (every
@@ -277,17 +371,27 @@ def main() -> None:
     ap.add_argument("--model", action="store_true", help="also bert-mini int8 (needs transformers)")
     ap.add_argument("--windows", type=int, default=30, help="--model: windows per configuration")
     ap.add_argument("--calls", type=int, default=3, help="--model: calls per window")
+    ap.add_argument("--tables", default="int8,ln,bf16", help="comma-separated: int8, ln, bf16")
     args = ap.parse_args()
-    ks = _kernels()
-    if "qlinear_q_amx" not in ks:
+    tables = {t for t in args.tables.split(",") if t}
+    if tables - {"int8", "ln", "bf16"}:
+        raise SystemExit(f"--tables: unknown {sorted(tables - {'int8', 'ln', 'bf16'})}")
+    ks = _kernels(tables)
+    if tables & {"int8", "ln"} and "qlinear_q_amx" not in ks:
         raise SystemExit("qlinear_q_amx is not declared on this host (needs AVX-512 VNNI)")
-    variants = [_variant(s) for s in args.variant]
+    if "bf16" in tables and not {"linear_bf16_amx", "linear_onednn"} <= set(ks):
+        raise SystemExit("linear_bf16_amx / linear_onednn not declared (needs AVX512_BF16, mkldnn)")
+    variants = [_variant(s, tables) for s in args.variant]
     text = ["# benchmarks/x86_amx.py", "", *host_header(None), ""]
     text += [f"- variant {s}" for s in args.variant]
     text += ["", "```"]
     for threads in (int(t) for t in args.threads.split(",") if t):
-        text += [*_table(ks, variants, args, threads), ""]
-        text += [*_ln_table(ks, variants, args, threads), ""]
+        if "int8" in tables:
+            text += [*_table(ks, variants, args, threads), ""]
+        if "ln" in tables:
+            text += [*_ln_table(ks, variants, args, threads), ""]
+        if "bf16" in tables:
+            text += [*_bf16_table(ks, variants, args, threads), ""]
     if args.model:
         text += _model(args)
     args.out.write_text("\n".join([*text, "```", ""]))
