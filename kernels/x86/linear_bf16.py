@@ -14,8 +14,9 @@ Kernels (the library's descriptors): ``linear_bf16``, ``linear_relu_bf16``,
 ``*_amx`` engines (priority 20, also ``amx_tile`` and ``amx_bf16``; ``capability.host`` keeps
 those flags only where Linux grants the tile state). The AMX kernels are the same GEMM with
 another multiply, not a second implementation: the same packed weight (its pairs of bf16 are
-the VNNI-2 B-tile layout as they are), the same epilogue applied to each 32 x 64 block of
-float32 sums. A call runs on the tiles where :func:`uses_amx` says so: K a multiple of 32, at
+the VNNI-2 B-tile layout as they are), the same epilogue applied to each 32 x 32 half of
+float32 sums while the tiles compute the next (the AMX engine of ``qgemm_amx_gemm.h``, shared
+with the int8 kernels). A call runs on the tiles where :func:`uses_amx` says so: K a multiple of 32, at
 least 32 rows (rows past the last whole block go through the AVX512_BF16 micro-kernel), and
 the tile state granted; every other call runs the AVX512_BF16 path on the same packed weight.
 
