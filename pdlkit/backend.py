@@ -387,7 +387,7 @@ class PdlkitBackend:
             )
         capture = inductor_options.captured(patches, example_inputs, on)
         if capture:  # only kernels declared graph_capture_safe; explain names the others
-            plan = replace(plan, registry=inductor_options.CaptureSafe(plan.registry, capture))
+            plan = replace(plan, registry=inductor_options.capture_safe(plan.registry, capture))
         return opts, plan, capture
 
     # Dynamo reuses a compiled frame while the backend compares equal. Comparing unequal once

@@ -29,7 +29,7 @@ What makes a distributed graph compile like any other:
   and a disagreement names the rank and the file on every rank; measured kernel choice
   (autotune) is off in graphs with collectives, because timings differ between ranks and a
   whole-graph timing run would issue its collectives a rank-dependent number of times.
-* **FSDP2 parameters are not pre-packed** (:class:`WithoutPrepack`): FSDP2 refills the
+* **FSDP2 parameters are not pre-packed** (:func:`without_prepack`): FSDP2 refills the
   gathered parameters in place without a version bump, which the pre-pack cache cannot see.
 """
 
@@ -494,31 +494,14 @@ _STALE = (
 )
 
 
-class WithoutPrepack:
-    """A kernel registry that offers only kernels that pre-pack nothing; the others are
-    passed over with the reason (near misses in ``explain``)."""
+def without_prepack(registry: Any) -> Any:
+    """``registry`` offering only kernels that pre-pack nothing; the others are passed over
+    with the reason (near misses in ``explain``)."""
+    from pdlkit.runtime_abi.registry import Restricted
 
-    def __init__(self, registry: Any) -> None:
-        self._registry = registry
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._registry, name)
-
-    def candidates(
-        self, op: str, args: Any, target: Any, pin: str | None = None
-    ) -> tuple[list[Any], list[str]]:
-        eligible, reasons = self._registry.candidates(op, args, target, pin)
-        kept = [k for k in eligible if k.prepack is None]
-        reasons = list(reasons) + [
-            f"{k.name}: pre-packs its weight, and {_STALE}" for k in eligible if k.prepack
-        ]
-        return kept, reasons
-
-    def select(self, op: str, args: Any, target: Any, pin: str | None = None) -> Any:
-        from pdlkit.runtime_abi.registry import Selection
-
-        eligible, reasons = self.candidates(op, args, target, pin)
-        return Selection(eligible[0] if eligible else None, reasons)
+    return Restricted(
+        registry, lambda k: f"pre-packs its weight, and {_STALE}" if k.prepack else None
+    )
 
 
 def checked_options(gm: fx.GraphModule, opts: Any, plan: Any) -> tuple[Any, Any]:
@@ -526,7 +509,7 @@ def checked_options(gm: fx.GraphModule, opts: Any, plan: Any) -> tuple[Any, Any]
     are not offered; for a graph with collectives, after the checks every rank makes
     together (the module's doc), with autotune off. Other graphs' unchanged."""
     if fsdp_managed_inputs(gm):
-        plan = replace(plan, registry=WithoutPrepack(plan.registry))
+        plan = replace(plan, registry=without_prepack(plan.registry))
     if not collectives(gm):
         return opts, plan
     check_process_group(gm)

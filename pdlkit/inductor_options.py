@@ -108,35 +108,15 @@ def captured(
     return f"the graph is captured in a CUDA graph ({how} is on)"
 
 
-class CaptureSafe:
-    """A kernel registry that offers only kernels declared ``graph_capture_safe``; the
-    others are passed over with ``why`` (near misses in ``explain``)."""
+def capture_safe(registry: Any, why: str) -> Any:
+    """``registry`` offering only kernels declared ``graph_capture_safe``; the others are
+    passed over with ``why`` (near misses in ``explain``)."""
+    from pdlkit.runtime_abi.registry import Restricted
 
-    def __init__(self, registry: Any, why: str):
-        self._registry = registry
-        self._why = why
+    def refuse(k: Any) -> str | None:
+        return None if CAPTURE_TRAIT in k.traits else f"not declared {CAPTURE_TRAIT}, and {why}"
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._registry, name)
-
-    def candidates(
-        self, op: str, args: Sequence[Any], target: Any, pin: str | None = None
-    ) -> tuple[list[Any], list[str]]:
-        eligible, reasons = self._registry.candidates(op, args, target, pin)
-        safe: list[Any] = []
-        reasons = list(reasons)
-        for k in eligible:
-            if CAPTURE_TRAIT in k.traits:
-                safe.append(k)
-            elif not safe:
-                reasons.append(f"{k.name}: not declared {CAPTURE_TRAIT}, and {self._why}")
-        return safe, reasons
-
-    def select(self, op: str, args: Sequence[Any], target: Any, pin: str | None = None) -> Any:
-        from pdlkit.runtime_abi.registry import Selection
-
-        eligible, reasons = self.candidates(op, args, target, pin)
-        return Selection(eligible[0] if eligible else None, reasons)
+    return Restricted(registry, refuse, ranked_only=True)
 
 
 def keep_dynamo_inputs(dynamo_gm: Any, traced: Any) -> bool:

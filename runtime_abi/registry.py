@@ -21,7 +21,7 @@ import sys
 import threading
 import traceback
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -356,6 +356,36 @@ class KernelRegistry:
         if eligible:
             return eligible, [r for o, r in skipped if not _for_other_arch(o, target)]
         return [], [r for _, r in skipped]
+
+
+class Restricted:
+    """A kernel registry that offers only the kernels ``refuse`` finds no reason against; the
+    others are passed over with the reason (near misses in ``explain``): every one, or with
+    ``ranked_only`` those ranked above the first kernel offered."""
+
+    def __init__(
+        self, registry: Any, refuse: Callable[[KernelDecl], str | None], ranked_only: bool = False
+    ):
+        self._registry, self._refuse, self._ranked_only = registry, refuse, ranked_only
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._registry, name)
+
+    def candidates(
+        self, op: str, args: Sequence[Any], target: Target, pin: str | None = None
+    ) -> tuple[list[KernelDecl], list[str]]:
+        eligible, reasons = self._registry.candidates(op, args, target, pin)
+        kept: list[KernelDecl] = []
+        reasons = list(reasons)
+        for k in eligible:
+            why = self._refuse(k)
+            if why is None:
+                kept.append(k)
+            elif not (kept and self._ranked_only):
+                reasons.append(f"{k.name}: {why}")
+        return kept, reasons
+
+    select = KernelRegistry.select
 
 
 def _for_other_arch(k: KernelDecl, target: Target) -> bool:
