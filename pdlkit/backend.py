@@ -26,7 +26,7 @@ from pdlkit.errors import ConfigError
 from pdlkit.matcher import graph_guard
 from pdlkit.matcher.report import GraphReport, Report
 from pdlkit.optimized import remember, unwrap
-from pdlkit.plan import Options, Plan, kernels_in_use, load_plan, plan_stamp
+from pdlkit.plan import Options, Plan, kernels_in_use, load_plan, options_in, plan_stamp
 from pdlkit.retrace import ambient_autocast, grad_mode_regions, retrace, retrace_prepared
 from pdlkit.runtime_abi.binding_stats import count
 from pdlkit.runtime_abi.capability import host
@@ -208,17 +208,7 @@ class PdlkitBackend:
         mode: str | None = None,
         inductor_config: Mapping[str, Any] | None = None,
     ):
-        self.options = Options(
-            patterns,
-            kernels,
-            target,
-            default_codegen,
-            verify,
-            allow_world_writable,
-            autotune,
-            mode,
-            inductor_config,
-        )
+        self.options = Options(**options_in(locals()))
         self.on_report = on_report
         self.explain_only = explain_only
         self.why = why  # explain --why: patterns to walk candidate by candidate
@@ -444,17 +434,7 @@ def optimize(
     apply to everything the backend compiles. Where the graph is captured in CUDA graphs,
     kernels not declared ``graph_capture_safe`` are not used (``explain`` says so).
     """
-    backend = PdlkitBackend(
-        patterns=patterns,
-        kernels=kernels,
-        target=target,
-        default_codegen=default_codegen,
-        verify=verify,
-        allow_world_writable=allow_world_writable,
-        autotune=autotune,
-        mode=mode,
-        inductor_config=inductor_config,
-    )
+    backend = PdlkitBackend(**options_in(locals()))
     from pdlkit.optional import MissingDependency
 
     try:
@@ -496,20 +476,7 @@ def explain(
     no kernel runs and nothing is compiled. ``str(report)`` is a short table;
     ``report.format(verbose=True)`` adds every pattern, kernel and silent pattern.
     """
-    model, opts = unwrap(
-        model,
-        dict(
-            patterns=patterns,
-            kernels=kernels,
-            target=target,
-            autotune=autotune,
-            default_codegen=default_codegen,
-            verify=verify,
-            allow_world_writable=allow_world_writable,
-            mode=mode,
-            inductor_config=inductor_config,
-        ),
-    )
+    model, opts = unwrap(model, options_in(locals()))
     from pdlkit.optional import MissingDependency
 
     backend = PdlkitBackend(explain_only=True, why=(why,) if isinstance(why, str) else tuple(why))

@@ -21,6 +21,7 @@ import torch
 from pdlkit import config
 from pdlkit.backend import optimize
 from pdlkit.optimized import as_keywords, is_optimized, session_of, unwrap
+from pdlkit.plan import options_in
 from pdlkit.runtime_abi.verify import compare, reference_only
 
 
@@ -81,10 +82,8 @@ def bisect(
     difference. ``tolerance`` is ``(rtol, atol)`` over the outputs (default: the per-dtype
     ones of ``verify``, relative to each output's largest magnitude).
     """
-    given = dict(patterns=patterns, kernels=kernels, target=target, autotune=autotune)
-    given |= dict(default_codegen=default_codegen, allow_world_writable=allow_world_writable)
     optimized = is_optimized(model)
-    model, opts = unwrap(model, given)
+    model, opts = unwrap(model, options_in(locals()))
     if default_codegen is None and not optimized:
         opts = replace(opts, default_codegen="eager")
     with torch.no_grad():

@@ -26,20 +26,6 @@ from typing import Any
 
 import torch
 
-# the options that are pdlkit's own; any other key must name an Inductor config entry
-PDLKIT_KEYS = frozenset(
-    {
-        "patterns",
-        "kernels",
-        "target",
-        "default_codegen",
-        "verify",
-        "allow_world_writable",
-        "autotune",
-        "mode",
-        "inductor_config",
-    }
-)
 CAPTURE_TRAIT = "graph_capture_safe"
 
 
@@ -49,15 +35,17 @@ def _inductor_keys() -> set[str]:
     return set(inductor_config.get_config_copy())
 
 
-def split(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def split(
+    options: Mapping[str, Any], pdlkit_keys: frozenset[str]
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """``options`` as (pdlkit's keys, Inductor config keys); a key that is neither fails,
     naming both sets' documentation."""
-    ours = {k: v for k, v in options.items() if k in PDLKIT_KEYS}
-    theirs = {k: v for k, v in options.items() if k not in PDLKIT_KEYS}
+    ours = {k: v for k, v in options.items() if k in pdlkit_keys}
+    theirs = {k: v for k, v in options.items() if k not in pdlkit_keys}
     unknown = sorted(set(theirs) - _inductor_keys())
     if unknown:
         raise ValueError(
-            f"unknown option(s) {unknown}: neither a pdlkit option ({sorted(PDLKIT_KEYS)}) nor "
+            f"unknown option(s) {unknown}: neither a pdlkit option ({sorted(pdlkit_keys)}) nor "
             "an Inductor config key (torch._inductor.config, e.g. 'triton.cudagraphs')"
         )
     return ours, theirs

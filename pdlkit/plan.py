@@ -19,7 +19,7 @@ import os
 import stat
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +62,7 @@ class Options:
         ``inductor_config``."""
         if not extra:
             return self
-        ours, theirs = inductor_options.split(extra)
+        ours, theirs = inductor_options.split(extra, OPTION_NAMES)
         if theirs:
             ours["inductor_config"] = {**(self.inductor_config or {}), **theirs}
         return replace(self, **ours)
@@ -70,6 +70,14 @@ class Options:
     def config_patches(self) -> dict[str, Any]:
         """What every ``compile_fx`` of this compilation gets as ``config_patches``."""
         return inductor_options.patches(self.mode, self.inductor_config)
+
+
+OPTION_NAMES = frozenset(f.name for f in fields(Options))  # pdlkit's own options
+
+
+def options_in(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``Options`` among a function's arguments (its ``locals()``), by name."""
+    return {k: v for k, v in arguments.items() if k in OPTION_NAMES}
 
 
 @dataclass
