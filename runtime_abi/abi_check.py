@@ -75,42 +75,23 @@ def check_kernel(
     reference = decl.reference or (the_op.reference if the_op else None)
     examples = decl.examples or (the_op.examples if the_op else None)
     if reference is None or examples is None:
-        rows.append(
-            Row(
-                decl.name,
-                "reference",
-                "FAIL",
-                f"no reference for op {decl.op!r}: declare the op with @pdlkit.op",
-            )
-        )
-        return rows
+        why = f"no reference for op {decl.op!r}: declare the op with @pdlkit.op"
+        return [*rows, Row(decl.name, "reference", "FAIL", why)]
     op = bind(decl)
     for dtype in _dtypes_of(decl):
         label = str(dtype).removeprefix("torch.") if dtype is not None else "default"
         samples = [s for s in examples(dtype or torch.float32) if _accepts(decl, s)]
         if not samples:
-            rows.append(
-                Row(
-                    decl.name,
-                    f"{label}",
-                    "FAIL",
-                    "no example input within the declared constraints",
-                )
-            )
+            why = "no example input within the declared constraints"
+            rows.append(Row(decl.name, label, "FAIL", why))
             continue
         on_device = [_to(s, decl.device) for s in samples]  # references run on the CPU copies
         try:
             torch.library.opcheck(op, (*_first_accepted(op, on_device), 0))
             rows.append(Row(decl.name, f"opcheck {label}", "PASS"))
         except Exception as e:
-            rows.append(
-                Row(
-                    decl.name,
-                    f"opcheck {label}",
-                    "FAIL",
-                    f"{type(e).__name__}: {str(e).splitlines()[0]}",
-                )
-            )
+            why = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+            rows.append(Row(decl.name, f"opcheck {label}", "FAIL", why))
         rows.append(_compare(decl, op, reference, samples, on_device, label))
     return rows
 
@@ -140,6 +121,9 @@ def _compare(
     samples: list[tuple[Any, ...]],
     label: str,
 ) -> Row:
+    def row(result: str, detail: str) -> Row:
+        return Row(decl.name, f"reference {label}", result, detail)
+
     worst, declined = 0.0, 0
     for cpu_args, args in zip(cpu_samples, samples, strict=True):
         before = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
@@ -152,41 +136,30 @@ def _compare(
             declined += 1
             continue
         except Exception as e:
-            return Row(decl.name, f"reference {label}", "FAIL", f"raised on {shape}: {e}")
+            return row("FAIL", f"raised on {shape}: {e}")
         for a, b in zip(args, before, strict=True):
             if isinstance(a, torch.Tensor) and not torch.equal(a, b):
-                return Row(
-                    decl.name, f"reference {label}", "FAIL", f"modified its input on {shape}"
-                )
+                return row("FAIL", f"modified its input on {shape}")
         if [(tuple(t.shape), t.dtype) for t in out] != _meta_of(decl, args):
-            return Row(
-                decl.name, f"reference {label}", "FAIL", f"output disagrees with meta on {shape}"
-            )
+            return row("FAIL", f"output disagrees with meta on {shape}")
         try:
             want = _as_list(reference(*cpu_args))
         except ImportError as e:  # e.g. PT2E references need torchao
-            return Row(decl.name, f"reference {label}", "SKIP", f"the reference needs {e.name}")
+            return row("SKIP", f"the reference needs {e.name}")
         except Exception as e:
-            return Row(
-                decl.name, f"reference {label}", "FAIL", f"the reference raised on {shape}: {e}"
-            )
+            return row("FAIL", f"the reference raised on {shape}: {e}")
         out = [o.cpu() for o in out]
         for o, w in zip(out, want, strict=True):
             rtol, atol = _TOL.get(w.dtype, (0.0, 0.0))
             if not torch.allclose(o.double(), w.double(), rtol=rtol, atol=atol):
                 err = (o.double() - w.double()).abs().max().item()
-                return Row(
-                    decl.name,
-                    f"reference {label}",
-                    "FAIL",
-                    f"max abs error {err:.3g} on {shape} (rtol {rtol}, atol {atol})",
-                )
+                return row("FAIL", f"max abs error {err:.3g} on {shape} (rtol {rtol}, atol {atol})")
             if w.numel():
                 worst = max(worst, (o.double() - w.double()).abs().max().item())
     note = f"{len(samples) - declined}/{len(samples)} inputs, max abs error {worst:.2g}"
     if declined:
         note += f", {declined} declined (fallback)"
-    return Row(decl.name, f"reference {label}", "PASS", note)
+    return row("PASS", note)
 
 
 def check_paths(paths: Sequence[Path], target: Target | None = None) -> list[Row]:
