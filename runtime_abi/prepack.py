@@ -249,10 +249,3 @@ class PrepackCache:
 
 
 CACHE = PrepackCache()
-
-
-def configure(max_bytes: int) -> None:
-    """Bound the pre-pack cache (bytes); entries beyond it are evicted least-recently-used."""
-    with CACHE._lock:
-        CACHE.max_bytes = max_bytes
-    CACHE.clear()
