@@ -397,9 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     quiet_imports()
     try:
         return int(args.fn(args))
-    except Exception as e:
-        if not isinstance(e, ConfigError):
-            raise
+    except ConfigError as e:
         print(e, file=sys.stderr)
         return 1
 
