@@ -20,7 +20,6 @@ from pdlkit.matcher.patterns import PatternSet
 from pdlkit.matcher.pdl_checks import nested_ops
 from pdlkit.matcher.records import SubstitutionError
 from pdlkit.matcher.to_mlir import GraphImporter, new_context
-from pdlkit.matcher.why import explain_constraint
 from torch_mlir import ir, rewrite
 
 if TYPE_CHECKING:
@@ -93,7 +92,7 @@ class MatchContext:
                     at = tuple(s.describe(v) for v in values if isinstance(v, ir.Value))
                     args = ", ".join(s.describe(v) for v in values)
                     # the explanation reads the values now: the IR does not outlive the pass
-                    why = explain_constraint(name, values, s.describe, [""] * len(values))
+                    why = natives.explain(name, values, s.describe, [""] * len(values))
                     s.near_miss(at, f"constraint {name}({args}) does not hold: {why}")
                 else:
                     s.near_count[p.name] += 1

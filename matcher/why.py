@@ -34,12 +34,6 @@ from torch_mlir import ir
 Describe = Callable[[Any], str]
 
 
-def explain_constraint(name: str, values: list[Any], describe: Describe, names: list[str]) -> str:
-    """Why native constraint ``name`` does not hold for ``values``, in user words: each
-    constraint's own ``explain`` (:class:`pdlkit.matcher.natives.Constraint`)."""
-    return natives.explain(name, values, describe, names)
-
-
 def _loc(op: Any) -> str:
     return getattr(getattr(op, "location", None), "name_str", "") or ""
 
@@ -179,7 +173,7 @@ class PatternWalk:
             except Exception as e:
                 ok, why = False, f"raised {type(e).__name__}: {e}"
             else:
-                why = "" if ok else explain_constraint(name, values, describe, names)
+                why = "" if ok else natives.explain(name, values, describe, names)
             if bool(op.attributes["isNegated"]) if "isNegated" in op.attributes else False:
                 ok, why = not ok, "" if ok else f"its negation holds ({name} is false)"
             if not ok:
