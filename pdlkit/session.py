@@ -8,33 +8,26 @@
             backend.session.reports     # (GraphReport, Plan) per graph, where kept (explain)
 
 Every :class:`~pdlkit.backend.PdlkitBackend` has one (``pdlkit.optimize`` makes a backend per
-call; ``torch.compile(model, backend="pdlkit")`` uses the one process-wide backend). The
-session holds its call sites weakly: each compiled graph owns its sites and frees them with
-itself (runtime_abi/sites.py), so a session never keeps a dropped model's graph alive.
+call; ``torch.compile(model, backend="pdlkit")`` uses the one process-wide backend). Each graph
+module that a compilation rewrote owns its call sites (runtime_abi/sites.py), and the session
+holds those modules: the sites live as long as the backend, which Dynamo's compiled frames and
+the optimized model hold. The compiled code alone did not keep them:
 
-Process-wide on purpose, and not here:
-
-* the id -> call site table (runtime_abi/sites.py): compiled code passes a site's integer id
-  through a ``torch.ops.pdlkit`` op, whose one Python body serves every graph and session;
-* the ``torch.ops.pdlkit`` registrations (runtime_abi/binding.py): torch.library is per process;
-* the pre-pack cache and its memory bound (runtime_abi/prepack.py), and the record of which
-  kernels each pattern / kernel folder uses (pdlkit/plan.py): one bound for the process;
-* loaded pattern sets and kernel files (pdlkit/plan.py, runtime_abi/registry.py), keyed by
-  their files' contents: immutable once loaded, and reused so that a second ``optimize`` of
-  the same folders does not parse or execute them again (a kernel file's module is
-  registered in ``sys.modules`` under its digest);
-* re-traced graphs (pdlkit/retrace.py), keyed by Dynamo's graph and its inputs' shapes, a
-  few, least recently used dropped: Dynamo's graph decides the trace, not a backend, and a
-  second compilation of it (``torch._dynamo.reset()``, a new ``optimize``) copies it;
-* the warning that an optional dependency (torch-mlir) is missing: a fact about the process,
-  said once per process (``warn_once(..., process_wide=True)``).
+    before: on torch 2.11 with Inductor's freezing (PyTorch's int8 path, and pdlkit's with it),
+            the code Inductor returns does not keep the graph module alive (seen on the GPU
+            machine's host: bert-mini and BERT-base int8 PT2E, with a gc.collect()); the first
+            garbage collection after a compile freed the module and its sites while the code
+            ran on. Every pdlkit call then found no site: the whole output check and a
+            pre-pack lookup on every call, and a kernel that declines raised instead of
+            running the replaced subgraph
+    after:  the session holds the modules; ``optimize``'s backend frees them with the model,
+            the process-wide backend keeps them for the process (as Dynamo keeps its code)
 """
 
 from __future__ import annotations
 
 import threading
 import warnings
-import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -47,8 +40,8 @@ class CompileSession:
     """The call sites, reports and warnings of one backend's compilations."""
 
     def __init__(self, keep_reports: bool = False) -> None:
-        # per compiled graph with call sites, in completion order: weak references to them
-        self._graph_sites: list[list[weakref.ref[CallSite]]] = []
+        # per compiled graph with call sites, in completion order: its sites and their modules
+        self._graph_sites: list[sites.Noted] = []
         self.keep_reports = keep_reports  # explain reads them; a long-lived backend drops them
         self.reports: list[tuple[Any, Any]] = []  # (GraphReport, Plan) per compiled graph
         self.graphs = 0  # graphs compiled so far (a report's index)
@@ -63,20 +56,19 @@ class CompileSession:
         with self._lock:
             index = self.graphs
             self.graphs += 1
-        mine: list[weakref.ref[CallSite]] = []
+        mine = sites.Noted()
         try:
             with sites.noting(mine):
                 yield index
         finally:
-            with self._lock:  # graphs freed since hold no live site: forget them
-                kept = [g for g in self._graph_sites if any(r() is not None for r in g)]
-                self._graph_sites = kept + ([mine] if mine else [])
+            with self._lock:
+                self._graph_sites += [mine] if mine.sites else []
 
     def sites(self) -> list[CallSite]:
         """The live call sites this session's compilations made, graph by graph (in the
         order the compilations ended), in graph order within a graph."""
         with self._lock:
-            refs = [r for g in self._graph_sites for r in g]
+            refs = [r for g in self._graph_sites for r in g.sites]
         return [cs for cs in (r() for r in refs) if cs is not None]
 
     def report(self, report: Any, plan: Any) -> None:

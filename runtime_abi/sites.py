@@ -81,14 +81,26 @@ _SITE_IDS = itertools.count(1)
 # re-entrant: an owner's finalizer may run (garbage collection) while this thread holds it
 _SITES_LOCK = threading.RLock()
 _OWNED = "_pdlkit_call_sites"  # the owner's attribute that holds its sites' fallbacks
+
+
+@dataclass
+class Noted:
+    """What one compilation registered: its graphs' call sites (weakly: each graph module owns
+    its own) and those graph modules (strongly: the compile session keeps them, see
+    pdlkit/session.py)."""
+
+    sites: list[weakref.ref[CallSite]] = field(default_factory=list)
+    owners: list[Any] = field(default_factory=list)
+
+
 # The compile session whose graph is being compiled in this context (pdlkit/session.py): a
-# site registered for a graph module is noted there too, weakly (the module owns it).
-_NOTING: ContextVar[list[weakref.ref[CallSite]] | None] = ContextVar("pdlkit_sites", default=None)
+# site registered for a graph module is noted there too, with the module.
+_NOTING: ContextVar[Noted | None] = ContextVar("pdlkit_sites", default=None)
 
 
 @contextlib.contextmanager
-def noting(into: list[weakref.ref[CallSite]]) -> Iterator[None]:
-    """Append a weak reference to each graph's call site registered in the block to ``into``."""
+def noting(into: Noted) -> Iterator[None]:
+    """Note each graph's call site registered in the block, and its graph module, in ``into``."""
     token = _NOTING.set(into)
     try:
         yield
@@ -180,7 +192,9 @@ def new_site(site: CallSite, owner: Any = None, key: int | None = None) -> int:
             owned.ids.append((sid, site))
     into = _NOTING.get()
     if into is not None and owned is not None:
-        into.append(weakref.ref(site))
+        into.sites.append(weakref.ref(site))
+        if not any(o is owner for o in into.owners):
+            into.owners.append(owner)
     return sid
 
 
