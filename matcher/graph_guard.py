@@ -103,8 +103,9 @@ def choose(
 
     ``saved_us``: what the substituted sites saved against their subgraphs, each timed on its
     own (matcher/choose.py). When that is at least :data:`CONFIDENT` of the substituted
-    graph's own time, the substituted graph wins without compiling Inductor's (a whole
-    Inductor compile: most of the first compile's cost).
+    graph's own time, Inductor's graph is not compiled (a whole Inductor compile: most of the
+    first compile's cost), and the substituted graph wins unless the kernels-only graph
+    (below) measures faster: the sites' saving says nothing about that one.
 
     ``kernels_only``: where some sites kept their subgraph because it measured faster on its
     own, the graph with a kernel at every site, timed as a third candidate (:data:`KERNELS`):
@@ -124,14 +125,25 @@ def choose(
     with torch.no_grad(), uncounted():
         timings = _measure([(SUBSTITUTED, lambda: ours(*tensors))], device)
         own = timings[0].us
-        if saved_us is not None and own is not None and saved_us >= CONFIDENT * own:
+        confident = saved_us is not None and own is not None and saved_us >= CONFIDENT * own
+        skipped = []
+        if confident:
             note = f"not compiled: the sites save {saved_us:.0f} us, over {CONFIDENT:.0%}"
-            decision = Decision(SUBSTITUTED, [*timings, Timing(INDUCTOR, None, note)])
-            cache.put(key, decision)
-            return SUBSTITUTED, ours, decision
-        fns, failed = _compiled({n: m for n, m in makers.items() if n != SUBSTITUTED})
+            skipped.append(Timing(INDUCTOR, None, note))
+            if kernels_only is None:
+                decision = Decision(SUBSTITUTED, [*timings, *skipped])
+                cache.put(key, decision)
+                return SUBSTITUTED, ours, decision
+        # confident: Inductor's graph is beaten, yet the kernels-only graph may beat this one
+        others = {
+            n: m
+            for n, m in makers.items()
+            if n != SUBSTITUTED and not (confident and n == INDUCTOR)
+        }
+        fns, failed = _compiled(others)
         fns = {SUBSTITUTED: ours, **fns}
-        timings = _measure([(n, _call(f, tensors)) for n, f in fns.items()], device) + failed
+        timings = _measure([(n, _call(f, tensors)) for n, f in fns.items()], device)
+        timings += failed + skipped
     decision = Decision(_faster(timings), timings)
     cache.put(key, decision)
     return decision.choice, fns[decision.choice], decision
