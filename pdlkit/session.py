@@ -19,9 +19,27 @@ the optimized model hold. The compiled code alone did not keep them:
             garbage collection after a compile freed the module and its sites while the code
             ran on. Every pdlkit call then found no site: the whole output check and a
             pre-pack lookup on every call, and a kernel that declines raised instead of
-            running the replaced subgraph
+            running the replaced subgraph (on CUDA without freezing the code kept it:
+            Llama int8 on the H100, every site there after a collection)
     after:  the session holds the modules; ``optimize``'s backend frees them with the model,
             the process-wide backend keeps them for the process (as Dynamo keeps its code)
+
+Process-wide on purpose, and not here:
+
+* the id -> call site table (runtime_abi/sites.py): compiled code passes a site's integer id
+  through a ``torch.ops.pdlkit`` op, whose one Python body serves every graph and session;
+* the ``torch.ops.pdlkit`` registrations (runtime_abi/binding.py): torch.library is per process;
+* the pre-pack cache and its memory bound (runtime_abi/prepack.py), and the record of which
+  kernels each pattern / kernel folder uses (pdlkit/plan.py): one bound for the process;
+* loaded pattern sets and kernel files (pdlkit/plan.py, runtime_abi/registry.py), keyed by
+  their files' contents: immutable once loaded, and reused so that a second ``optimize`` of
+  the same folders does not parse or execute them again (a kernel file's module is
+  registered in ``sys.modules`` under its digest);
+* re-traced graphs (pdlkit/retrace.py), keyed by Dynamo's graph and its inputs' shapes, a
+  few, least recently used dropped: Dynamo's graph decides the trace, not a backend, and a
+  second compilation of it (``torch._dynamo.reset()``, a new ``optimize``) copies it;
+* the warning that an optional dependency (torch-mlir) is missing: a fact about the process,
+  said once per process (``warn_once(..., process_wide=True)``).
 """
 
 from __future__ import annotations

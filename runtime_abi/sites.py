@@ -3,8 +3,10 @@ graph's code passes to ``torch.ops.pdlkit.<kernel>`` (see ``binding.py``).
 
 A site made for a graph module (``new_site``'s owner) lives as long as that module: the
 module holds what the site calls back into (its replaced subgraph, which reads the module's
-parameters), the registry holds the site, and the module's end removes the site's id. So a
-graph that is freed (``torch._dynamo.reset()``, a recompiled model dropped) frees its sites.
+parameters), the registry holds the site, and the module's end removes the site's id. The
+compile session that made the module holds it (the compiled code need not: pdlkit/session.py),
+so a model's sites go when its backend does (``torch._dynamo.reset()`` and the optimized
+model dropped).
 
 The id -> site table is process-wide on purpose: compiled code passes the id through a
 ``torch.ops.pdlkit`` op whose one Python body serves every graph that calls that kernel.
