@@ -260,6 +260,7 @@ def _runner(
             counts = _kernel_counts()
         counts[calls_key] = counts.get(calls_key, 0) + 1
         if cs is None:
+            counts[("calls_without_site", name)] = counts.get(("calls_without_site", name), 0) + 1
             check(decl, cs, kargs, out)
             return out
         cs.calls += 1

@@ -29,6 +29,9 @@ _TOTALS = (
     "tuning_us",  # microseconds spent measuring
     "substitutions_undone",  # in graphs whose Inductor-only code measured faster as a whole
     "graphs_left_to_inductor",  # compiled by Inductor alone: a cached verdict, no matching
+    # kernel calls whose site id found no site (a direct torch.ops.pdlkit call; in a compiled
+    # graph, a lost site: the whole output check on every call, no fallback)
+    "calls_without_site",
 )
 
 

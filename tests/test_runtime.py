@@ -473,3 +473,17 @@ def test_kernel_op_called_by_hand_is_checked_by_the_dispatcher(tmp_path):
         with pytest.raises(RuntimeError, match="pdlkit_site"):
             op(x, w, b, "not a site")
     assert d.calls == 2
+
+
+def test_a_call_whose_site_is_gone_is_counted():
+    """A kernel called with an id no site has (by hand, or a compiled graph whose site was
+    freed): it still runs and checks its output, and stats() counts it, so a lost site shows."""
+    from pdlkit import config
+
+    op = bind(KernelRegistry.from_folders([config.shipped_kernels()]).get("linear_relu_addmm"))
+    x, w, b = torch.randn(3, 8), torch.randn(5, 8), torch.randn(5)
+    pdlkit.stats(reset=True)
+    torch.testing.assert_close(op(x, w, b, 0), torch.relu(torch.nn.functional.linear(x, w, b)))
+    st = pdlkit.stats()
+    assert st["calls_without_site"] == 1
+    assert st["by_kernel"]["linear_relu_addmm"]["calls_without_site"] == 1
