@@ -371,6 +371,8 @@ def describe(e: BaseException) -> str:
 def run_case(name: str, dtype: str, base: tuple, args: argparse.Namespace, tmp: str) -> Case:
     import torch._inductor.config as ic
 
+    import pdlkit
+
     model_fp32, x_fp32 = base
     peer = "PyTorch int8 (PT2E + Inductor, freezing)" if dtype in PT2E else "Inductor"
     case = Case(name, dtype, MODELS[name].shape(), peer)
@@ -398,6 +400,11 @@ def run_case(name: str, dtype: str, base: tuple, args: argparse.Namespace, tmp: 
         for rnd in range(args.rounds):
             fns = compile_round(case, model, x, ref, tmp)
             measure_round(case, fns, x, args)
+            lost = pdlkit.stats().get("calls_without_site", 0)  # since the last compile
+            if lost:
+                lost_note = f"{lost} kernel calls found no call site (slow path)"
+                case.note = "; ".join(filter(None, [case.note, lost_note]))
+                print(f"   warning: {lost} kernel calls found no call site", flush=True)
             case.loads.append(os.getloadavg()[0])
             print_round(case, rnd, args.rounds)
     finally:
