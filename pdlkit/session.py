@@ -22,7 +22,7 @@ the optimized model hold. The compiled code alone did not keep them:
             running the replaced subgraph (on CUDA without freezing the code kept it:
             Llama int8 on the H100, every site there after a collection)
     after:  the session holds the modules; ``optimize``'s backend frees them with the model,
-            the process-wide backend keeps them for the process (as Dynamo keeps its code)
+            the process-wide backend keeps those of its last ``HELD_GRAPHS`` graphs
 
 Process-wide on purpose, and not here:
 
@@ -53,6 +53,12 @@ from typing import Any
 from pdlkit.runtime_abi import sites
 from pdlkit.runtime_abi.sites import CallSite
 
+# the graphs whose modules a session holds, the latest compiled: a bound for the process-wide
+# backend of torch.compile(backend="pdlkit"), which never goes away and would otherwise keep
+# every model it compiled alive; an older graph's sites then live as long as its code holds
+# its module (on torch 2.11 with freezing: not long; stats()["calls_without_site"] counts)
+HELD_GRAPHS = 64
+
 
 class CompileSession:
     """The call sites, reports and warnings of one backend's compilations."""
@@ -81,6 +87,9 @@ class CompileSession:
         finally:
             with self._lock:
                 self._graph_sites += [mine] if mine.sites else []
+                for old in self._graph_sites[:-HELD_GRAPHS]:
+                    old.owners.clear()  # its sites go with their module, weakly held
+                self._graph_sites = [g for g in self._graph_sites if g.owners or g.live()]
 
     def sites(self) -> list[CallSite]:
         """The live call sites this session's compilations made, graph by graph (in the

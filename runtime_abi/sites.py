@@ -94,6 +94,9 @@ class Noted:
     sites: list[weakref.ref[CallSite]] = field(default_factory=list)
     owners: list[Any] = field(default_factory=list)
 
+    def live(self) -> bool:
+        return any(r() is not None for r in self.sites)
+
 
 # The compile session whose graph is being compiled in this context (pdlkit/session.py): a
 # site registered for a graph module is noted there too, with the module.

@@ -140,3 +140,22 @@ def test_threads_compiling_with_one_backend_each_note_their_sites(folders):
         t.join()
     assert backend.session.graphs == 2
     assert len(backend.session.sites()) == 3
+
+
+def test_a_session_holds_the_modules_of_its_latest_graphs_only(monkeypatch) -> None:
+    """The process-wide backend never goes away: it holds the modules of its last
+    HELD_GRAPHS graphs, so the models it compiled before are not kept alive for ever."""
+    from pdlkit import session as session_module
+
+    monkeypatch.setattr(session_module, "HELD_GRAPHS", 2)
+    session = CompileSession()
+    ids = []
+    for _ in range(3):
+        gm = torch.fx.symbolic_trace(torch.nn.Linear(2, 2))
+        with session.compiling():
+            ids.append(
+                sites.new_site(CallSite(None, "p (f.pdl.mlir:1)", "n", "", lambda *a: None), gm)
+            )
+        del gm
+    gc.collect()
+    assert [sites.site(i) is not None for i in ids] == [False, True, True]
