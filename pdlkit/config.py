@@ -79,10 +79,11 @@ def kernel_paths(arg: PathArg = None) -> list[Path]:
 _SUFFIXES = (".pdl.mlir", ".pdll", ".yaml", ".yml", ".py", ".so")
 
 
-def files_under(paths: Iterable[Path]) -> list[Path]:
-    """The paths that are files, and the pattern / kernel / manifest files under those that are
-    folders (links followed, each folder once), sorted per folder. ``os.walk`` on
-    ``scandir``: a third of ``Path.rglob``'s cost, and every compilation stamps the folders."""
+def files_under(paths: Iterable[Path], suffixes: tuple[str, ...] = _SUFFIXES) -> list[Path]:
+    """The paths that are files, and the files named ``*suffixes`` (pattern / kernel /
+    manifest files by default) under those that are folders (links followed, each folder
+    once), sorted per folder. ``os.walk`` on ``scandir``: a third of ``Path.rglob``'s cost,
+    and every compilation stamps the folders."""
     out = []
     for p in paths:
         if p.is_file():
@@ -95,7 +96,7 @@ def files_under(paths: Iterable[Path]) -> list[Path]:
                     dirs.clear()
                     continue
                 seen.add(real)
-                found += [Path(folder, f) for f in files if f.endswith(_SUFFIXES)]
+                found += [Path(folder, f) for f in files if f.endswith(suffixes)]
             out.extend(sorted(f for f in found if f.is_file()))
     return out
 

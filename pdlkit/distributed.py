@@ -389,9 +389,7 @@ def plan_files(opts: Any) -> dict[str, str]:
 def _files(root: Path, sources: bool) -> Iterable[Path]:
     yield from config.files_under([root])
     if sources and root.is_dir():  # native kernels' C sources are part of the kernel set
-        yield from sorted(
-            f for f in root.rglob("*") if f.suffix in (".c", ".h", ".cc", ".cpp") and f.is_file()
-        )
+        yield from config.files_under([root], (".c", ".h", ".cc", ".cpp"))
 
 
 _AGREED: dict[tuple[int, str], None] = {}
