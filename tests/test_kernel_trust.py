@@ -131,3 +131,23 @@ def test_pin_command_pins_every_kernel_file(folders, mlp, capsys):
     assert main(["check", str(k)]) == 0
     kf.write_text(kf.read_text() + "# changed\n")
     assert main(["check", str(k)]) == 1
+
+
+def test_the_folder_walk_follows_links_once_and_ends_on_a_loop(tmp_path: Path) -> None:
+    """config.files_under (the plan's stamp and kernel fingerprints): a linked folder is
+    walked, a link back up the tree is not walked again, and only pattern / kernel files
+    (or the suffixes asked for) are listed."""
+    root = tmp_path / "kernels"
+    (root / "sub").mkdir(parents=True)
+    (root / "a.py").write_text("")
+    (root / "sub" / "b.pdl.mlir").write_text("")
+    (root / "sub" / "notes.txt").write_text("")
+    (root / "sub" / "k.c").write_text("")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "c.yaml").write_text("")
+    (root / "linked").symlink_to(other, target_is_directory=True)
+    (root / "sub" / "up").symlink_to(root, target_is_directory=True)  # a loop
+    names = [f.relative_to(root).as_posix() for f in config.files_under([root])]
+    assert names == ["a.py", "linked/c.yaml", "sub/b.pdl.mlir"]
+    assert [f.name for f in config.files_under([root], (".c",))] == ["k.c"]
