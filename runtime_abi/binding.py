@@ -202,6 +202,33 @@ def _same(
     return True
 
 
+_Fn = Callable[..., Any]
+_Ints = tuple[int, ...]
+
+
+def _raised(
+    decl: KernelDecl,
+    cs: CallSite | None,
+    kargs: tuple[Any, ...],
+    e: Exception,
+    fall_back: _Fn,
+) -> Any:
+    """What a kernel call that raised ``e`` gives: the replaced subgraph's result, for this
+    call only, where the kernel declined (:class:`KernelUnsupported`) at a call site; else
+    the error, naming the kernel and the site. Called from the caller's ``except`` block."""
+    if not isinstance(e, KernelUnsupported):
+        raise _failed(decl, cs, e) from e
+    if cs is None:
+        raise e
+    return fall_back(cs, kargs)
+
+
+def _prepack_at(decl: KernelDecl) -> tuple[int, tuple[int, ...]]:
+    """The positions of the weight a kernel pre-packs (-1: none) and of its prepack_with."""
+    at = decl.params.index(decl.prepack_arg) if decl.prepack_arg is not None else -1
+    return at, tuple(decl.params.index(n) for n in decl.prepack_with)
+
+
 def _runner(
     decl: KernelDecl,
 ) -> tuple[Callable[..., Any], Callable[..., Any], Callable[..., Callable[..., Any]]]:
@@ -209,21 +236,39 @@ def _runner(
     ``run(*args, site)`` is what the dispatcher calls; ``enter(call_site, args)`` is the
     same call for a caller that already found the site; ``direct(nargs, tensors, lists)``
     makes the op's ``__call__`` for the direct path (see ``_SiteOp``). Every call goes
-    through them, so what they read from the declaration is bound once here."""
-    fn, name, shapes, prepack = decl.fn, decl.name, decl.shapes, decl.prepack
-    calls_key = ("kernel_calls", name)
-    sites, check_first, check_every = _SITES, _CHECK_FIRST, CHECK_EVERY
-    threads, get_ident, local = THREADS, threading.get_ident, binding_stats.LOCAL
-    pack_at = decl.params.index(decl.prepack_arg) if decl.prepack_arg is not None else -1
-    with_at = tuple(decl.params.index(n) for n in decl.prepack_with)
+    through them, so what they read from the declaration is bound once, in the factories
+    below, as free variables of the closures (as cheap as locals; attribute loads are not)."""
+    sites, enter = _SITES, _enter_of(decl)
+
+    def run(*args: Any) -> Any:
+        return enter(sites.get(args[-1]), args[:-1])
+
+    def direct(nargs: int, tensors: tuple[int, ...], lists: tuple[int, ...]) -> Callable[..., Any]:
+        return _direct_of(decl, enter, nargs, tensors, lists)
+
+    return run, enter, direct
+
+
+def _fall_back_of(name: str) -> _Fn:
+    """``fall_back(call_site, args)``: the replaced subgraph's result, for this call only."""
+    threads, get_ident = THREADS, threading.get_ident
 
     def fall_back(cs: CallSite, kargs: tuple[Any, ...]) -> Any:
         threads.note(get_ident())  # before the fallback may compile (see _Threads)
         count("fallbacks", name)  # this call only: the next one tries the kernel again
         return _fresh(cs.fallback(*kargs), kargs)
 
-    def run(*args: Any) -> Any:
-        return enter(sites.get(args[-1]), args[:-1])
+    return fall_back
+
+
+def _enter_of(decl: KernelDecl) -> _Fn:
+    """``enter(call_site, args)``: the general path of a kernel call (``_runner``)."""
+    fn, name, shapes, prepack = decl.fn, decl.name, decl.shapes, decl.prepack
+    fall_back = _fall_back_of(name)
+    calls_key = ("kernel_calls", name)
+    check_first, check_every = _CHECK_FIRST, CHECK_EVERY
+    threads, get_ident, local = THREADS, threading.get_ident, binding_stats.LOCAL
+    pack_at, _ = _prepack_at(decl)
 
     def attempt(cs: CallSite | None, kargs: tuple[Any, ...]) -> Any:
         return enter(cs, kargs, False)  # what an intercept calls to run the kernel
@@ -248,12 +293,8 @@ def _runner(
                 if prepack is not None
                 else fn(*kargs)
             )
-        except KernelUnsupported:
-            if cs is None:
-                raise
-            return fall_back(cs, kargs)
-        except Exception as e:
-            raise _failed(decl, cs, e) from e
+        except Exception as e:  # declined (KernelUnsupported: fall back) or failed
+            return _raised(decl, cs, kargs, e, fall_back)
         try:  # binding_stats.count, inlined
             counts = local.k
         except AttributeError:
@@ -280,95 +321,92 @@ def _runner(
             recheck(decl, cs, kargs, out)
         return out
 
-    hits_key = ("prepack_hits", name)
+    return enter
 
-    def direct(nargs: int, tensors: tuple[int, ...], lists: tuple[int, ...]) -> Callable[..., Any]:
-        # One frame for a whole compiled call: after each GEMM the interpreter's working set
-        # is cold, and every frame, attribute and lock costs several times its warm price
-        # (measured on bert-mini: about 40 us per call through enter(), against 7-10 us warm).
-        def __call__(op: Any, /, *args: Any, **kwargs: Any) -> Any:
-            if (
-                kwargs
-                or len(args) != nargs
-                or _dispatch_modes()
-                or _function_modes()
-                or _profiling()
-                or _functorch_level() is not None
-                or _jit_tracing() is not None
+
+# One frame for a whole compiled call: after each GEMM the interpreter's working set is cold,
+# and every frame, attribute and lock costs several times its warm price (measured on bert-mini:
+# about 40 us per call through enter(), against 7-10 us warm).
+def _direct_of(decl: KernelDecl, enter: _Fn, nargs: int, tensors: _Ints, lists: _Ints) -> _Fn:
+    """The op's ``__call__`` for the direct path (``_SiteOp``), one frame for the common call."""
+    fn, shapes, prepack, fall_back = decl.fn, decl.shapes, decl.prepack, _fall_back_of(decl.name)
+    calls_key, hits_key = ("kernel_calls", decl.name), ("prepack_hits", decl.name)
+    sites, check_first, check_every, local = _SITES, _CHECK_FIRST, CHECK_EVERY, binding_stats.LOCAL
+    pack_at, with_at = _prepack_at(decl)
+
+    def __call__(op: Any, /, *args: Any, **kwargs: Any) -> Any:
+        if (
+            kwargs
+            or len(args) != nargs
+            or _dispatch_modes()
+            or _function_modes()
+            or _profiling()
+            or _functorch_level() is not None
+            or _jit_tracing() is not None
+            or (cs := sites.get(sid) if type(sid := args[-1]) is int else None) is None
+        ):  # something could observe the dispatch, or a site this process did not create
+            return op._op(*args, **kwargs)
+        grad = _grad_enabled()
+        for i in tensors:  # a plain tensor, not meta, that autograd need not record; or None
+            a = args[i]
+            if (a.is_meta or (grad and a.requires_grad)) if type(a) in _PLAIN else a is not None:
+                return op._op(*args)  # or a subclass, or something the schema would refuse
+        for i in lists:
+            if type(args[i]) is not list or any(
+                type(a) not in _PLAIN or a.is_meta or (grad and a.requires_grad)
+                for a in args[i]
+                if a is not None
             ):
-                return op._op(*args, **kwargs)
-            sid = args[-1]
-            cs = sites.get(sid) if type(sid) is int else None
-            if cs is None:
                 return op._op(*args)
-            grad = _grad_enabled()
-            for i in tensors:
-                a = args[i]
-                if type(a) in _PLAIN:
-                    if a.is_meta or (grad and a.requires_grad):
-                        return op._op(*args)
-                elif a is not None:  # a subclass, or something the schema would refuse
-                    return op._op(*args)
-            for i in lists:
-                if type(args[i]) is not list or any(
-                    type(a) not in _PLAIN or a.is_meta or (grad and a.requires_grad)
-                    for a in args[i]
-                    if a is not None
-                ):
-                    return op._op(*args)
-            kargs = args[:-1]
-            n = cs.calls + 1
-            if (
-                n <= check_first
-                or n % check_every == 0
-                or cs.transposed
-                or cs.intercept is not None
-                or cs.verify
-                or (shapes and cs.guard)
-            ):
-                return enter(cs, kargs)  # checks, guards, verification: the general path
-            call_args = kargs
-            if prepack is not None:
-                w, memo = kargs[pack_at], cs.packed
-                packed = (
-                    memo[3]()
-                    if memo is not None
-                    and w is not None
-                    and memo[0]() is w
-                    and memo[1] == w._version
-                    and memo[2]() is w.untyped_storage()  # not replaced by `weight.data = new`
-                    and (not memo[4] or _same(memo[4], kargs, with_at))
-                    else None
-                )
-                if packed is None:
-                    return enter(cs, kargs)  # packs, or finds it in the cache; remembers it
-                call_args = (*kargs[:pack_at], packed, *kargs[pack_at + 1 :])
-            try:
-                out = fn(*call_args)
-            except KernelUnsupported:
-                return fall_back(cs, kargs)
-            except Exception as e:
-                raise _failed(decl, cs, e) from e
-            try:
-                counts = local.k
-            except AttributeError:
-                counts = _kernel_counts()
-            counts[calls_key] = counts.get(calls_key, 0) + 1
-            if prepack is not None:
-                counts[hits_key] = counts.get(hits_key, 0) + 1
-            cs.calls = n
-            try:  # the declared output of a static site: one dtype and one shape comparison
-                exp = cs.expect
-                declared = exp is not None and out.dtype is exp[1] and out.shape == exp[0]
-            except AttributeError:  # not a tensor
-                declared = False
-            if not declared:
-                recheck(decl, cs, kargs, out)  # a dynamic graph, or an output not as declared
-            return out
+        kargs = args[:-1]
+        n = cs.calls + 1
+        if (
+            n <= check_first
+            or n % check_every == 0
+            or cs.transposed
+            or cs.intercept is not None
+            or cs.verify
+            or (shapes and cs.guard)
+        ):
+            return enter(cs, kargs)  # checks, guards, verification: the general path
+        call_args = kargs
+        if prepack is not None:
+            w, memo = kargs[pack_at], cs.packed
+            packed = (
+                memo[3]()
+                if memo is not None
+                and w is not None
+                and memo[0]() is w
+                and memo[1] == w._version
+                and memo[2]() is w.untyped_storage()  # not replaced by `weight.data = new`
+                and (not memo[4] or _same(memo[4], kargs, with_at))
+                else None
+            )
+            if packed is None:
+                return enter(cs, kargs)  # packs, or finds it in the cache; remembers it
+            call_args = (*kargs[:pack_at], packed, *kargs[pack_at + 1 :])
+        try:
+            out = fn(*call_args)
+        except Exception as e:  # declined (KernelUnsupported: fall back) or failed
+            return _raised(decl, cs, kargs, e, fall_back)
+        try:
+            counts = local.k
+        except AttributeError:
+            counts = _kernel_counts()
+        counts[calls_key] = counts.get(calls_key, 0) + 1
+        if prepack is not None:
+            counts[hits_key] = counts.get(hits_key, 0) + 1
+        cs.calls = n
+        try:  # the declared output of a static site: one dtype and one shape comparison
+            exp = cs.expect
+            declared = exp is not None and out.dtype is exp[1] and out.shape == exp[0]
+        except AttributeError:  # not a tensor
+            declared = False
+        if not declared:
+            recheck(decl, cs, kargs, out)  # a dynamic graph, or an output not as declared
+        return out
 
-        return __call__
-
-    return run, enter, direct
+    return __call__
 
 
 def bind(decl: KernelDecl) -> Any:
