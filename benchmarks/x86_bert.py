@@ -237,9 +237,40 @@ def linear_flops(model: Any, ids: torch.Tensor) -> dict[str, int]:
     return out
 
 
+def _record(
+    res: CaseResult,
+    cfg: str,
+    runs: list[float],
+    first: float,
+    out: torch.Tensor,
+    reference: tuple[str, torch.Tensor],
+    ref_fp32: torch.Tensor,
+) -> Timing:
+    """One round of ``cfg`` added to its Timing (made on its first round: compile time and
+    accuracy, against FP32 eager and against ``reference``)."""
+    from pdlkit.quantization import cosine_similarity, max_abs_error
+
+    t = res.timings.get(cfg)
+    if t is None:
+        ref_name, ref = reference
+        t = res.timings[cfg] = Timing(
+            config=cfg,
+            runs_ms=[],
+            compile_s=first if cfg != "fp32-eager" else 0.0,
+            load_avg=os.getloadavg(),
+            cosine=cosine_similarity(out, ref_fp32),
+            max_abs=max_abs_error(out, ref) if cfg != "fp32-eager" else 0.0,
+            reference=ref_name,
+        )
+    t.runs_ms += runs
+    t.round_medians.append(statistics.median(runs))
+    t.load_avg = os.getloadavg()
+    return t
+
+
 def run_case(case: Case, args: argparse.Namespace) -> CaseResult:
     import torch._inductor.config as ic
-    from pdlkit.quantization import cosine_similarity, max_abs_error, quantize
+    from pdlkit.quantization import quantize
 
     import pdlkit
 
@@ -301,20 +332,7 @@ def run_case(case: Case, args: argparse.Namespace) -> CaseResult:
             finally:
                 ic.freezing = False
             ref_name, ref = refs[ref_key]
-            t = res.timings.get(cfg)
-            if t is None:
-                t = res.timings[cfg] = Timing(
-                    config=cfg,
-                    runs_ms=[],
-                    compile_s=first if cfg != "fp32-eager" else 0.0,
-                    load_avg=os.getloadavg(),
-                    cosine=cosine_similarity(out, ref_fp32),
-                    max_abs=max_abs_error(out, ref) if cfg != "fp32-eager" else 0.0,
-                    reference=ref_name,
-                )
-            t.runs_ms += runs
-            t.round_medians.append(statistics.median(runs))
-            t.load_avg = os.getloadavg()
+            t = _record(res, cfg, runs, first, out, (ref_name, ref), ref_fp32)
             if cfg.startswith("pdlkit"):
                 s = pdlkit.stats()
                 res.stats[cfg] = {k: s[k] for k in ("substitutions", "kernel_calls", "fallbacks")}
