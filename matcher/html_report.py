@@ -328,6 +328,32 @@ def flops_offloaded(report: Report) -> tuple[int, int]:
     return done, total
 
 
+def _graph_section(g: GraphReport, colors: dict[str, str], roots: dict[str, str | None]) -> str:
+    """One graph's heading, picture and table of substitutions."""
+    subs = _table(
+        ["pattern", "kernel", "root", "replaced", "args"],
+        [
+            [
+                f'<span class="swatch" style="background:{colors.get(s.pattern, PALETTE[0])}">'
+                f"</span>{_e(s.pattern)}",
+                _e(s.kernel),
+                _e(s.root),
+                _e(", ".join(s.replaced)),
+                _e(", ".join(s.args)),
+            ]
+            for s in g.substitutions
+        ],
+        "subs",
+    )
+    skipped = f"<p class='skipped'>{_e(g.skipped)}</p>" if g.skipped else ""
+    picture = _svg(g, colors, roots) if g.fx_nodes else "<p>(no node data for this graph)</p>"
+    return (
+        f"<h2>graph {g.index}: {g.nodes} nodes, "
+        f"{len(g.substitutions)} substitution(s)</h2>{skipped}"
+        f'<div class="graph">{picture}</div>{subs}'
+    )
+
+
 def render(report: Report) -> str:
     colors = pattern_colors(report)
     roots = {p.name: p.root for p in report.patterns}
@@ -362,30 +388,7 @@ def render(report: Report) -> str:
         [[_e(m.pattern), _e(", ".join(m.at)), _e(m.reason)] for m in report.near_misses],
         "misses",
     )
-    graphs = []
-    for g in report.graphs:
-        subs = _table(
-            ["pattern", "kernel", "root", "replaced", "args"],
-            [
-                [
-                    f'<span class="swatch" style="background:{colors.get(s.pattern, PALETTE[0])}">'
-                    f"</span>{_e(s.pattern)}",
-                    _e(s.kernel),
-                    _e(s.root),
-                    _e(", ".join(s.replaced)),
-                    _e(", ".join(s.args)),
-                ]
-                for s in g.substitutions
-            ],
-            "subs",
-        )
-        skipped = f"<p class='skipped'>{_e(g.skipped)}</p>" if g.skipped else ""
-        picture = _svg(g, colors, roots) if g.fx_nodes else "<p>(no node data for this graph)</p>"
-        graphs.append(
-            f"<h2>graph {g.index}: {g.nodes} nodes, "
-            f"{len(g.substitutions)} substitution(s)</h2>{skipped}"
-            f'<div class="graph">{picture}</div>{subs}'
-        )
+    graphs = [_graph_section(g, colors, roots) for g in report.graphs]
     return f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>pdlkit explain</title>
 <style>

@@ -282,7 +282,6 @@ class PdlkitBackend:
         known = whole_graph.known(key, opts) if not self.explain_only else None
         if known == graph_guard.INDUCTOR and self.on_report is None:
             return whole_graph.compile_inductor(gm, example_inputs, patches)
-        keep_sites = known != graph_guard.KERNELS
         used = kernels_in_use(opts, self._stamp[1])  # the folders' stamp, taken above
         with self.session.compiling() as index:  # the sites made here are the session's
             traced, report = run_pass(
@@ -296,7 +295,7 @@ class PdlkitBackend:
                 near_misses=self.explain_only or self.on_report is not None,
                 autotune=opts.autotune,
                 codegen=opts.default_codegen,
-                keep_sites=keep_sites,
+                keep_sites=known != graph_guard.KERNELS,
             )
         if report.skipped and not self.explain_only:
             self.session.warn_once(
