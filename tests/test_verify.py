@@ -11,6 +11,7 @@ import pytest
 import torch
 from conftest import KERNEL_HEADER, LinRelu, linear_act_pattern, write
 from pdlkit.runtime_abi.verify import compare
+from torch import Tensor
 
 import pdlkit
 from pdlkit.cli import main
@@ -277,3 +278,27 @@ def test_verification_under_inductor_uses_the_reference_for_a_wrong_kernel(tmp_p
         torch.testing.assert_close(f(x), model(x))
     st = pdlkit.stats()["by_kernel"]["k_no_bias"]
     assert (st["verifications"], st["disabled"]) == (1, 1)
+
+
+def _strict_on_codes(off_by: int):
+    """verify=True's check of one call of a kernel whose uint8 codes are ``off_by`` steps
+    from its replaced subgraph's."""
+    from pdlkit.runtime_abi.sites import CallSite
+    from pdlkit.runtime_abi.verify import strict
+
+    @pdlkit.kernel(op="codes", meta=lambda x: torch.empty_like(x))
+    def k_codes(x: Tensor) -> Tensor:
+        return x + off_by
+
+    cs = CallSite(k_codes, "p (p.pdl.mlir:1)", "q", "", lambda x: x.clone(), verify=True)
+    x = torch.arange(10, dtype=torch.uint8)
+    return strict(cs, (x,), lambda site, args: k_codes.fn(*args))
+
+
+def test_strict_verification_allows_one_quantization_step():
+    """verify=True on quantized outputs: one code apart passes, as verify="first_call" and the
+    kernels' own accuracy rule allow (a BF16 attention over a llama int8 graph failed before
+    with max abs error 1); two codes apart is an error."""
+    assert _strict_on_codes(1).tolist() == list(range(1, 11))
+    with pytest.raises(Exception, match=r"differs from the replaced subgraph .* max abs error 2"):
+        _strict_on_codes(2)
