@@ -183,15 +183,21 @@ def _limit(ks: dict[str, Any], threads: int) -> str:
     return f"limit: oneDNN qlinear 2048^3 {t:.0f} us = {per_core:.2f} TOP/s per core"
 
 
+def _head(variants: list[tuple[str, Any]]) -> tuple[list[str], str]:
+    """The engines a GEMM table compares (``amx``, then the variants) and its header's columns
+    up to their times and ratios to oneDNN."""
+    names = ["amx", *(v[0] for v in variants)]
+    head = f"{'M':>5} {'K':>5} {'N':>5} {'post':>5} {'oneDNN us':>9}"
+    return names, head + "".join(f" {c + ' us':>10} {'ratio':>5}" for c in names)
+
+
 def _table(
     ks: dict[str, Any], variants: list[tuple[str, Any]], args: Any, threads: int
 ) -> list[str]:
     from pdlkit.kernels.x86 import qlinear_vnni
 
     torch.set_num_threads(threads)
-    names = ["amx", *(v[0] for v in variants)]
-    head = f"{'M':>5} {'K':>5} {'N':>5} {'post':>5} {'oneDNN us':>9}"
-    head += "".join(f" {c + ' us':>10} {'ratio':>5}" for c in names)
+    names, head = _head(variants)
     lines = [
         f"threads {threads}; {_limit(ks, threads)}",
         head + f" {'TOP/s/c':>7} {'tiles':>5} codes",
@@ -302,9 +308,7 @@ def _bf16_table(
     from pdlkit.kernels.x86 import linear_bf16
 
     torch.set_num_threads(threads)
-    names = ["amx", *(v[0] for v in variants)]
-    head = f"{'M':>5} {'K':>5} {'N':>5} {'post':>5} {'oneDNN us':>9}"
-    head += "".join(f" {c + ' us':>10} {'ratio':>5}" for c in names)
+    names, head = _head(variants)
     head += "".join(f" {'vs ' + v[0]:>8}" for v in variants)
     lines = [f"BF16, threads {threads}", head + f" {'TFLOP/s/c':>9} {'tiles':>5} diff"]
     print(*lines, sep="\n", flush=True)
