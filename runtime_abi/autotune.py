@@ -149,6 +149,9 @@ class Timing:
     us: float | None = None  # median microseconds per call; None: excluded
     note: str = ""  # why excluded, or how it was timed ("Inductor", "eager bound")
     low: float | None = None  # a lower bound where ``us`` is an estimate (a proxy's time)
+    # seconds per call of each round of :func:`measure` (not cached: a decision read back
+    # from the cache has none)
+    rounds: list[float] = field(default_factory=list, repr=False, compare=False)
 
     def describe(self) -> str:
         t = f"{self.us:.1f} us" if self.us is not None else "excluded"
@@ -220,9 +223,12 @@ def measure(
 ) -> list[Timing]:
     """Median time per call of each candidate, sampled round-robin within ``budget`` seconds.
 
-    A candidate that raises in its warm-up is excluded (its note says why); one whose
-    warm-up call alone takes more than the budget's share is stopped there and timed by
-    that call."""
+    Every other round runs the candidates in reverse order, so that none always runs right
+    after the same other one (whose data it would find in, or missing from, the caches). Each
+    candidate's samples are kept in ``Timing.rounds``, round by round, for a paired
+    comparison (matcher/graph_guard.py). A candidate that raises in its warm-up is excluded
+    (its note says why); one whose warm-up call alone takes more than the budget's share is
+    stopped there and timed by that call."""
     deadline = time.perf_counter() + budget
     share = budget / max(1, len(candidates))
     timings = {name: Timing(name) for name, _ in candidates}
@@ -248,13 +254,14 @@ def measure(
         reps = max(1, min(1000, int(1e-3 / max(second, 1e-7))))
         live.append((name, fn, reps))
         found[name] = []
-    for _ in range(samples):
+    for i in range(samples):
         if time.perf_counter() > deadline and all(found[n] for n, _, _ in live):
             break
-        for name, fn, reps in live:
+        for name, fn, reps in live if i % 2 == 0 else live[::-1]:
             found[name].append(_sample(fn, device, reps))
     for name, values in found.items():
         timings[name].us = statistics.median(values) * 1e6
+        timings[name].rounds = values
     return [timings[name] for name, _ in candidates]
 
 

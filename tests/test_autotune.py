@@ -417,6 +417,45 @@ def test_an_unknown_saving_still_times_both_graphs(tmp_path, monkeypatch):
     assert compiled == ["substituted", "inductor"]
 
 
+def test_a_median_lead_won_in_a_few_rounds_keeps_inductors_graph(tmp_path, monkeypatch):
+    """A substituted graph whose median beats Inductor's by far, but which was fast in only
+    three rounds in five (and much slower in the others): the lead is not consistent, so
+    Inductor's graph runs. Medians alone would have chosen the substituted graph."""
+    import time
+
+    from pdlkit.matcher import graph_guard
+
+    monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
+    calls = []
+
+    def erratic():  # 1 ms three calls in five, else 3 ms, against Inductor's steady 1.6 ms
+        return lambda *a: (calls.append(1), time.sleep(0.001 if len(calls) % 5 < 3 else 0.003))
+
+    verdict, _, decision = graph_guard.choose(
+        "k", erratic, _graph_maker([], "inductor", 0.0016), (torch.randn(2),), "cached"
+    )
+    t = {x.name: x for x in decision.timings}
+    assert t["substituted"].us < t["inductor"].us * 0.9  # the medians alone say substituted
+    assert not graph_guard.consistent(t["substituted"], t["inductor"])
+    assert verdict == graph_guard.INDUCTOR
+
+
+def test_measure_runs_its_rounds_in_alternating_order():
+    """Every other round runs the candidates in reverse, so that none always follows the
+    same other one; each candidate keeps its samples round by round."""
+    import time
+
+    order = []
+
+    def fn(name):  # over 1 ms: one call a sample
+        return lambda: (order.append(name), time.sleep(0.0011))
+
+    timings = autotune.measure([("a", fn("a")), ("b", fn("b"))], "cpu", 10.0, samples=4)
+    rounds = order[4:]  # after each candidate's two warm-up calls
+    assert rounds == ["a", "b", "b", "a", "a", "b", "b", "a"]
+    assert [len(t.rounds) for t in timings] == [4, 4]
+
+
 def test_whole_graph_keeps_substitutions_that_make_it_faster(folders):
     p, k = folders(FAST, SLOW)
     st = run(p, k, "full")
