@@ -275,7 +275,7 @@ def _emulated_run(kernels, x, w, x_zp, amx, out_dtype, threads, act=2):
     [
         (70, 256, 130, torch.uint8, 1),  # 2 blocks of 32 rows + 6 VNNI rows, 3 panels, odd N
         (64, 3072, 200, torch.uint8, 1),  # 4 K chunks of 768, one group of 4 panels
-        (96, 1536, 1100, torch.int8, 2),  # 2 K chunks, groups of 7, 7 and 4 panels, 2 threads
+        (96, 1536, 1100, torch.int8, 2),  # 2 K chunks, 3 groups of 6 panels, 2 threads
         (32, 64, 64, torch.int8, 1),  # one tile step
         (160, 512, 100, torch.uint8, 2),  # 5 blocks over 2 threads; 36 columns in panel 2
     ],
