@@ -143,6 +143,7 @@ def choose(
         fns, failed = _compiled(others)
         fns = {SUBSTITUTED: ours, **fns}
         timings = _measure([(n, _call(f, tensors)) for n, f in fns.items()], device)
+        _note_rounds(timings)
         timings += failed + skipped
     decision = Decision(_faster(timings), timings)
     cache.put(key, decision)
@@ -201,6 +202,17 @@ def _faster(timings: Sequence[Timing]) -> str:
     if us >= theirs.us * (1 - autotune.MARGIN) or not consistent(t[best], theirs):
         return INDUCTOR
     return best
+
+
+def _note_rounds(timings: list[Timing]) -> None:
+    """Each graph with substitutions says in how many rounds it beat Inductor's (explain's
+    whole-graph line; what :func:`consistent` decides on)."""
+    theirs = next((t for t in timings if t.name == INDUCTOR and t.rounds), None)
+    for t in timings:
+        if theirs is not None and t is not theirs and t.rounds:
+            won = sum(a < b for a, b in zip(t.rounds, theirs.rounds, strict=False))
+            n = min(len(t.rounds), len(theirs.rounds))
+            t.note = f"faster than inductor's in {won} of {n} rounds"
 
 
 def consistent(ours: Timing, theirs: Timing) -> bool:
