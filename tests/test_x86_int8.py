@@ -96,7 +96,10 @@ def test_quantized_3d_activations(tmp_path):
         torch.testing.assert_close(pdlkit.optimize(q)(x), q(x), rtol=1e-4, atol=1e-4)
 
 
-def test_dynamic_int8_uses_the_tensor_scale_kernel():
+def test_dynamic_int8_runs_the_vnni_gemm_with_each_calls_scale():
+    """int8-dynamic (choose_qparams per call): both linears run qgemm_vnni.c's GEMM (on AMX
+    tiles where granted), the activation's scale and zero point read from that call's
+    tensors; a second input with other qparams still matches."""
     from pdlkit.quantization import quantize
 
     torch.manual_seed(0)
@@ -105,8 +108,67 @@ def test_dynamic_int8_uses_the_tensor_scale_kernel():
     assert pdlkit.explain(q, x).counts() == {"qlinear_dyn_gelu": 1, "qlinear_dyn": 1}
     pdlkit.stats(reset=True)
     with torch.no_grad():
-        torch.testing.assert_close(pdlkit.optimize(q)(x), q(x), rtol=1e-4, atol=1e-4)
-    assert pdlkit.stats()["by_kernel"]["qlinear_dynamic_onednn"]["kernel_calls"] == 2
+        f = pdlkit.optimize(q)
+        torch.testing.assert_close(f(x), q(x), rtol=1e-4, atol=1e-4)
+        x2 = 5 * torch.randn(4, 16) + 2  # another range: another scale and zero point
+        torch.testing.assert_close(f(x2), q(x2), rtol=1e-4, atol=1e-4)
+    by = pdlkit.stats()["by_kernel"]
+    engine = "amx" if "amx_int8" in host().features else "vnni"
+    assert by[f"qlinear_dynamic_{engine}"]["kernel_calls"] == 4
+
+
+def _dynamic_operands(x_dtype, seed=0, m=7, k=37, n=70):
+    g = torch.Generator().manual_seed(seed)
+    lo, hi = (0, 256) if x_dtype is torch.uint8 else (-128, 128)
+    x_q = torch.randint(lo, hi, (m, k), generator=g).to(x_dtype)
+    w_q = torch.randint(-127, 128, (n, k), generator=g).to(torch.int8)
+    ws = torch.rand(n, generator=g) * 0.01 + 1e-3
+    return x_q, w_q, ws, torch.zeros(n, dtype=torch.int64), torch.randn(n, generator=g)
+
+
+@pytest.mark.parametrize(
+    ("x_dtype", "zp"),
+    [(torch.uint8, 0), (torch.uint8, 128), (torch.uint8, 255), (torch.int8, -128), (torch.int8, 3)],
+)
+def test_dynamic_vnni_kernel_scales_its_column_terms_by_each_calls_zero_point(x_dtype, zp):
+    """One pre-pack (made without a zero point), calls with any zero point of the dtype: the
+    op's reference (dequantize with the call's tensors, linear, GELU), K not a multiple of 4."""
+    from pdlkit.kernels.ops.logical_ops import qlinear_dynamic
+    from pdlkit.kernels.x86 import qlinear_vnni
+
+    decl = qlinear_vnni.qlinear_dynamic_vnni
+    x_q, w_q, ws, wz, b = _dynamic_operands(x_dtype)
+    packed = decl.prepack(w_q, {"post_op": "gelu", "algorithm": "none"})
+    xs, xz = torch.tensor([0.02], dtype=torch.float64), torch.tensor([zp])
+    got = decl.fn(x_q, xs, xz, packed, ws, wz, b, "gelu", "none")
+    want = qlinear_dynamic(x_q, xs, xz, w_q, ws, wz, b, "gelu", "none")
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_dynamic_vnni_kernel_declines_a_zero_point_outside_the_activations_dtype():
+    from pdlkit.kernels.x86 import qlinear_vnni
+
+    decl = qlinear_vnni.qlinear_dynamic_vnni
+    x_q, w_q, ws, wz, b = _dynamic_operands(torch.uint8)
+    packed = decl.prepack(w_q, {"post_op": "none", "algorithm": ""})
+    xs = torch.tensor([0.02], dtype=torch.float64)
+    with pytest.raises(pdlkit.KernelUnsupported, match="x_zp 300 outside"):
+        decl.fn(x_q, xs, torch.tensor([300]), packed, ws, wz, b, "none", "")
+
+
+def test_onednn_dynamic_kernel_matches_the_op():
+    """The oneDNN kernel of qlinear_dynamic (the VNNI one now wins static priority)."""
+    from pathlib import Path
+
+    from pdlkit.kernels.ops.logical_ops import qlinear_dynamic
+    from pdlkit.runtime_abi.registry import load_kernel_file
+
+    path = Path(__file__).resolve().parents[1] / "kernels" / "x86" / "qlinear_onednn.py"
+    decl = {k.name: k for k in load_kernel_file(path)}["qlinear_dynamic_onednn"]
+    x_q, w_q, ws, wz, b = _dynamic_operands(torch.uint8, m=4, k=16, n=8)
+    xs, xz = torch.tensor([0.02], dtype=torch.float64), torch.tensor([37])
+    got = decl.fn(x_q, xs, xz, decl.prepack(w_q, {}), ws, wz, b, "relu", "")
+    torch.testing.assert_close(got, qlinear_dynamic(x_q, xs, xz, w_q, ws, wz, b, "relu", ""))
 
 
 class Block(torch.nn.Module):

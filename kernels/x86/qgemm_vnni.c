@@ -149,8 +149,9 @@ typedef struct {
     const int32_t *colcorr_ss;
 } pdlkit_qgemm_params;
 
-/* flags: run on AMX tiles where the call allows it (qgemm_amx.h); the activations are int8 */
-enum { QG_AMX = 1, QG_S8 = 2 };
+/* flags: run on AMX tiles where the call allows it (qgemm_amx.h); the activations are int8;
+ * (a pre-pack's only) packed for activations quantized per call, qlinear_dynamic */
+enum { QG_AMX = 1, QG_S8 = 2, QG_DYN = 4 };
 
 enum { NR = 64, MR = 6 };
 /* GEMMs smaller than this run on the calling thread: a parallel region costs a few us */
@@ -779,18 +780,50 @@ static void qg_fill(x86_pack_header *h, const int8_t *w, int64_t ldw, int64_t x_
     }
 }
 
+/* QG_DYN (qlinear_dynamic, whose x_zp is a tensor of each call): the column terms are made
+ * for x_zp = 1, -sum_k w[n, k], which each call multiplies by its zero point (qg_dyn_terms). */
 static int32_t qg_prepack(pdlkit_prepack_frame *f, uint32_t flags) {
     const DLTensor *w = f->weight;
     if (!pdlkit_dtype_is(w->dtype, kDLInt, 8) || w->ndim != 2 || !pdlkit_is_contiguous(w))
         return X86_ERR(f, PDLKIT_INVALID_ARGUMENT, "w_q must be a contiguous [N, K] int8 tensor");
     const pdlkit_attribute *zp = x86_attr(f->attrs, f->num_attrs, "x_zp", PDLKIT_KIND_INT);
-    if (zp == NULL) return X86_ERR(f, PDLKIT_INVALID_ARGUMENT, "no int attribute x_zp");
+    if (zp == NULL && !(flags & QG_DYN)) return X86_ERR(f, PDLKIT_INVALID_ARGUMENT, "no int attribute x_zp");
     const int64_t n = w->shape[0], k = w->shape[1];
     if (k == 0) return X86_ERR(f, PDLKIT_UNSUPPORTED, "K = 0");
     int32_t st;
     x86_pack_header *h = x86_pack_begin(f, QG_MAGIC, flags, n, k, qg_packed_bytes(n, k), &st);
-    if (h != NULL) qg_fill(h, (const int8_t *)x86_data(w), k, zp->i);
+    if (h != NULL) qg_fill(h, (const int8_t *)x86_data(w), k, flags & QG_DYN ? 1 : zp->i);
     return st;
+}
+
+/* A dynamic call's activation scale and zero point: one-element float and int tensors (what
+ * choose_qparams gives: float64 [1] and int64 [1]); 0, else -1. */
+static int qg_dyn_qparams(const DLTensor *s, const DLTensor *z, double *scale, int64_t *zp) {
+    int64_t ns = 1, nz = 1;
+    for (int32_t d = 0; d < s->ndim; d++) ns *= s->shape[d];
+    for (int32_t d = 0; d < z->ndim; d++) nz *= z->shape[d];
+    if (ns != 1 || nz != 1) return -1;
+    const void *sd = x86_data(s), *zd = x86_data(z);
+    if (pdlkit_dtype_is(s->dtype, kDLFloat, 64)) *scale = *(const double *)sd;
+    else if (pdlkit_dtype_is(s->dtype, kDLFloat, 32)) *scale = *(const float *)sd;
+    else return -1;
+    if (pdlkit_dtype_is(z->dtype, kDLInt, 64)) *zp = *(const int64_t *)zd;
+    else if (pdlkit_dtype_is(z->dtype, kDLInt, 32)) *zp = *(const int32_t *)zd;
+    else return -1;
+    return 0;
+}
+
+/* The column terms of a dynamic call with zero point zp (see qg_colcorr) from its pre-pack's
+ * (made for x_zp = 1): the same int32 values, wrapping as the sums do; 3 n values, malloc'd. */
+static int32_t *qg_dyn_terms(const x86_pack_header *h, int64_t zp) {
+    const int32_t *one = qg_colcorr(h);
+    int32_t *cc = (int32_t *)malloc((size_t)(h->n > 0 ? 3 * h->n : 1) * sizeof(int32_t));
+    for (int64_t j = 0; cc != NULL && j < h->n; j++) {
+        const uint32_t sum = (uint32_t)one[j]; /* -sum_k w[n, k] */
+        cc[j] = cc[2 * h->n + j] = (int32_t)(sum * (uint32_t)zp);
+        cc[h->n + j] = (int32_t)(sum * (uint32_t)(zp + 128));
+    }
+    return cc;
 }
 
 /* The quantized output's range: (0, 255) or (-128, 127), else -1; 0 u8, 1 s8. */
@@ -808,24 +841,47 @@ static int qg_range(const pdlkit_call_frame *f, pdlkit_qgemm_params *p) {
 
 /* The C params of one call: the pre-pack's weight and column terms for x's dtype, the
  * activation's and output's quantization, the activation function. */
-static int32_t qg_params(const pdlkit_call_frame *f, const x86_pack_header *h, const DLTensor *x,
-                         int mode, pdlkit_qgemm_params *p) {
+/* The activation's scale and zero point: the attributes x_scale / x_zp, or (dyn: qlinear_dynamic)
+ * the one-element tensors inputs[1] / inputs[2], whose column terms go to *own (malloc'd). */
+static int32_t qg_xparams(const pdlkit_call_frame *f, const x86_pack_header *h, int dyn, int s8,
+                          double *scale, int64_t *zp, int32_t **own) {
+    if (dyn) {
+        if (!(h->flags & QG_DYN))
+            return X86_ERR(f, PDLKIT_INVALID_ARGUMENT, "w_q was not packed for dynamic activations");
+        if (qg_dyn_qparams(&f->inputs[1], &f->inputs[2], scale, zp) != 0)
+            return X86_ERR(f, PDLKIT_UNSUPPORTED, "x_scale / x_zp must be one float and one int");
+        if (s8 ? *zp < -128 || *zp > 127 : *zp < 0 || *zp > 255)
+            return X86_ERR(f, PDLKIT_UNSUPPORTED, "x_zp %lld outside the activations' dtype", (long long)*zp);
+        if ((*own = qg_dyn_terms(h, *zp)) == NULL)
+            return X86_ERR(f, PDLKIT_INTERNAL, "no memory for [%lld] column terms", (long long)h->n);
+        return PDLKIT_OK;
+    }
     const pdlkit_attribute *xs = x86_attr(f->attrs, f->num_attrs, "x_scale", PDLKIT_KIND_FLOAT);
     const pdlkit_attribute *xz = x86_attr(f->attrs, f->num_attrs, "x_zp", PDLKIT_KIND_INT);
     if (!xs || !xz) return X86_ERR(f, PDLKIT_INVALID_ARGUMENT, "needs x_scale (float) and x_zp (int)");
     if (xz->i != h->x_zp)
         return X86_ERR(f, PDLKIT_INVALID_ARGUMENT, "x_zp %lld, but w_q was packed for %lld",
                        (long long)xz->i, (long long)h->x_zp);
+    *scale = xs->f, *zp = xz->i;
+    return PDLKIT_OK;
+}
+
+static int32_t qg_params(const pdlkit_call_frame *f, const x86_pack_header *h, const DLTensor *x,
+                         int mode, int dyn, pdlkit_qgemm_params *p, int32_t **own) {
     const int s8 = pdlkit_dtype_is(x->dtype, kDLInt, 8);
     if (!s8 && !pdlkit_dtype_is(x->dtype, kDLUInt, 8))
         return X86_ERR(f, PDLKIT_INVALID_ARGUMENT, "x_q must be uint8 or int8");
-    const int32_t *cc = qg_colcorr(h);
+    double xs;
+    int64_t xz;
+    const int32_t st = qg_xparams(f, h, dyn, s8, &xs, &xz, own);
+    if (st != PDLKIT_OK) return st;
+    const int32_t *cc = *own ? *own : qg_colcorr(h);
     memset(p, 0, sizeof(*p));
     p->n = h->n, p->k = h->k, p->packed = (const int8_t *)(h + 1);
     p->colcorr = s8 ? cc + h->n : cc;
     p->colcorr_ss = s8 ? cc + 2 * h->n : NULL;
     p->flags = (int32_t)(h->flags & QG_AMX) | (s8 ? QG_S8 : 0);
-    p->x_scale = xs->f, p->x_zp = (int32_t)xz->i;
+    p->x_scale = xs, p->x_zp = (int32_t)xz;
     p->out_kind = OUT_F32;
     if (mode == MODE_F32 || mode == MODE_Q) {
         const pdlkit_attribute *op = x86_attr(f->attrs, f->num_attrs, "post_op", PDLKIT_KIND_STRING);
@@ -921,14 +977,21 @@ static int32_t qg_ln_args(const pdlkit_call_frame *f, int64_t n, int mode, pdlki
     return PDLKIT_OK;
 }
 
+/* Tensor inputs of a qlinear-family kernel: x_q, w_q, [w_scale, w_zp,] bias[, the add +
+ * LayerNorm's three]; qlinear_dynamic (dyn) has x_scale and x_zp after x_q. */
+static size_t qg_inputs(int mode, int wpt, int dyn) {
+    return (size_t)(mode >= MODE_LN ? 8 : wpt ? 3 : 5) + (dyn ? 2 : 0);
+}
+
 /* One call of a qlinear-family kernel. wpt: the weight's scale and zero point are numbers
- * (qlinear_pt / qlinear_q_pt), not [n] tensors. */
-static int32_t qg_run(const pdlkit_call_frame *f, int mode, int wpt) {
-    const size_t want = mode >= MODE_LN ? 8 : wpt ? 3 : 5;
+ * (qlinear_pt / qlinear_q_pt), not [n] tensors; dyn: the activation's are tensors of this call
+ * (qlinear_dynamic). */
+static int32_t qg_run(const pdlkit_call_frame *f, int mode, int wpt, int dyn) {
+    const size_t want = qg_inputs(mode, wpt, dyn), o = dyn ? 2 : 0;
     if (f->num_inputs != want || f->num_outputs != (mode == MODE_LN_Q ? 2u : 1u))
         return X86_ERR(f, PDLKIT_INVALID_ARGUMENT, "expects %zu tensor inputs", want);
-    const DLTensor *x = &f->inputs[0], *bias = &f->inputs[wpt ? 2 : 4], *y = &f->outputs[0];
-    const x86_pack_header *h = x86_packed(&f->inputs[1], QG_MAGIC);
+    const DLTensor *x = &f->inputs[0], *bias = &f->inputs[o + (wpt ? 2 : 4)], *y = &f->outputs[0];
+    const x86_pack_header *h = x86_packed(&f->inputs[o + 1], QG_MAGIC);
     if (h == NULL) return X86_ERR(f, PDLKIT_UNSUPPORTED, "w_q was not packed by qgemm_vnni.c");
     if (x->ndim < 1 || x->shape[x->ndim - 1] != h->k)
         return X86_ERR(f, PDLKIT_INVALID_ARGUMENT, "x_q must be [..., %lld]", (long long)h->k);
@@ -937,17 +1000,21 @@ static int32_t qg_run(const pdlkit_call_frame *f, int mode, int wpt) {
     const float *ws = NULL;
     const int64_t *wz = NULL;
     void *own = NULL, *copy = NULL;
-    int32_t st = qg_params(f, h, x, mode, &p);
+    int32_t *terms = NULL; /* a dynamic call's column terms */
+    int32_t st = qg_params(f, h, x, mode, dyn, &p, &terms);
     if (st == PDLKIT_OK && mode >= MODE_LN) st = qg_ln_args(f, h->n, mode, &ln);
     if (st == PDLKIT_OK && !pdlkit_is_none(bias) && !x86_vector(bias, h->n, kDLFloat, 32))
         st = X86_ERR(f, PDLKIT_UNSUPPORTED, "bias must be %lld contiguous float32 values", (long long)h->n);
     if (st == PDLKIT_OK)
-        st = qg_vectors(f, wpt ? NULL : &f->inputs[2], wpt ? NULL : &f->inputs[3], h->n, &ws, &wz, &own);
-    if (st != PDLKIT_OK) return st;
+        st = qg_vectors(f, wpt ? NULL : &f->inputs[o + 2], wpt ? NULL : &f->inputs[o + 3], h->n, &ws,
+                        &wz, &own);
     int64_t m, ldx, mr, ldr = h->n;
-    if (x86_rows(x, &m, &ldx) != 0 && (copy = x86_compact(x, 1)) == NULL) {
+    if (st == PDLKIT_OK && x86_rows(x, &m, &ldx) != 0 && (copy = x86_compact(x, 1)) == NULL)
+        st = X86_ERR(f, PDLKIT_INTERNAL, "no memory for a copy of x_q");
+    if (st != PDLKIT_OK) {
         free(own);
-        return X86_ERR(f, PDLKIT_INTERNAL, "no memory for a copy of x_q");
+        free(terms);
+        return st;
     }
     const uint8_t *xd = copy ? (const uint8_t *)copy : (const uint8_t *)x86_data(x);
     const float *b = pdlkit_is_none(bias) ? NULL : (const float *)x86_data(bias);
@@ -967,14 +1034,15 @@ static int32_t qg_run(const pdlkit_call_frame *f, int mode, int wpt) {
     }
     free(copy);
     free(own);
+    free(terms);
     return rc == 0 ? PDLKIT_OK : qg_failed(f, rc, &p);
 }
 
-static int32_t qg_meta(const pdlkit_meta_frame *f, int mode, int wpt) {
-    const size_t want = mode >= MODE_LN ? 8 : wpt ? 3 : 5;
+static int32_t qg_meta(const pdlkit_meta_frame *f, int mode, int wpt, int dyn) {
+    const size_t want = qg_inputs(mode, wpt, dyn);
     if (f->num_inputs != want) return X86_ERR(f, PDLKIT_INVALID_ARGUMENT, "expects %zu tensor inputs", want);
     DLDataType dt = {kDLFloat, 32, 1};
-    int32_t st = x86_linear_meta(f, 1, dt);
+    int32_t st = x86_linear_meta(f, dyn ? 3 : 1, dt);
     if (st != PDLKIT_OK || (mode != MODE_Q && mode != MODE_LN_Q)) return st;
     const pdlkit_attribute *qmin = x86_attr(f->attrs, f->num_attrs, "out_qmin", PDLKIT_KIND_INT);
     if (qmin == NULL) return X86_ERR(f, PDLKIT_INVALID_ARGUMENT, "no int attribute out_qmin");
@@ -1129,7 +1197,8 @@ static int32_t qkv_run(const pdlkit_call_frame *f) {
     const int64_t b = x->shape[0], s = x->shape[1], n = h->n / 3;
     pdlkit_qgemm_params p;
     attn_params a;
-    int32_t st = qg_params(f, h, x, MODE_LN, &p); /* the GEMM: float32, no activation */
+    int32_t *none = NULL; /* static activations: no per-call column terms */
+    int32_t st = qg_params(f, h, x, MODE_LN, 0, &p, &none); /* the GEMM: float32, no activation */
     if (st == PDLKIT_OK) st = qkv_attn(f, b, s, n, &a);
     if (st != PDLKIT_OK || b * s == 0) return st;
     a.out = (int8_t *)x86_data(&f->outputs[0]);
@@ -1158,26 +1227,33 @@ static int32_t qkv_meta(const pdlkit_meta_frame *f) {
 
 static int32_t qg_prepack_vnni(pdlkit_prepack_frame *f) { return qg_prepack(f, 0); }
 static int32_t qg_prepack_amx(pdlkit_prepack_frame *f) { return qg_prepack(f, QG_AMX); }
-#define QG_FUNCS(SUFFIX, MODE, WPT)                                                                  \
-    static int32_t qg_meta_##SUFFIX(const pdlkit_meta_frame *f) { return qg_meta(f, MODE, WPT); }   \
-    static int32_t qg_run_##SUFFIX(const pdlkit_call_frame *f) { return qg_run(f, MODE, WPT); }
-QG_FUNCS(f32, MODE_F32, 0)
-QG_FUNCS(q, MODE_Q, 0)
-QG_FUNCS(f32_pt, MODE_F32, 1)
-QG_FUNCS(q_pt, MODE_Q, 1)
-QG_FUNCS(ln, MODE_LN, 0)
-QG_FUNCS(ln_q, MODE_LN_Q, 0)
+static int32_t qg_prepack_vnni_dyn(pdlkit_prepack_frame *f) { return qg_prepack(f, QG_DYN); }
+static int32_t qg_prepack_amx_dyn(pdlkit_prepack_frame *f) { return qg_prepack(f, QG_AMX | QG_DYN); }
+#define QG_FUNCS(SUFFIX, MODE, WPT, DYN)                                                             \
+    static int32_t qg_meta_##SUFFIX(const pdlkit_meta_frame *f) { return qg_meta(f, MODE, WPT, DYN); } \
+    static int32_t qg_run_##SUFFIX(const pdlkit_call_frame *f) { return qg_run(f, MODE, WPT, DYN); }
+QG_FUNCS(f32, MODE_F32, 0, 0)
+QG_FUNCS(q, MODE_Q, 0, 0)
+QG_FUNCS(f32_pt, MODE_F32, 1, 0)
+QG_FUNCS(q_pt, MODE_Q, 1, 0)
+QG_FUNCS(ln, MODE_LN, 0, 0)
+QG_FUNCS(ln_q, MODE_LN_Q, 0, 0)
+QG_FUNCS(dyn, MODE_F32, 0, 1)
 
 static const DLDataType kU8S8[] = {{kDLUInt, 8, 1}, {kDLInt, 8, 1}};
 static const DLDataType kS8[] = {{kDLInt, 8, 1}};
 static const DLDataType kF32[] = {{kDLFloat, 32, 1}};
 static const DLDataType kI64[] = {{kDLInt, 64, 1}};
+static const DLDataType kF64F32[] = {{kDLFloat, 64, 1}, {kDLFloat, 32, 1}};
+static const DLDataType kI64I32[] = {{kDLInt, 64, 1}, {kDLInt, 32, 1}};
 static const int32_t kRank1[] = {1}, kRank2[] = {2};
 #define QG_ARG(name, kind) {sizeof(pdlkit_arg_desc), name, kind, NULL, 0, NULL, 0, NULL, NULL, 0, 0, 0, 0}
 #define QG_TENSOR(name, dt, ranks, nranks, optional)                                                  \
     {sizeof(pdlkit_arg_desc), name, PDLKIT_KIND_TENSOR, dt, sizeof(dt) / sizeof(dt[0]), ranks,        \
      nranks, NULL, NULL, 0, 0, 0, optional}
 #define QG_X QG_TENSOR("x_q", kU8S8, NULL, 0, 0), QG_ARG("x_scale", PDLKIT_KIND_FLOAT), QG_ARG("x_zp", PDLKIT_KIND_INT)
+#define QG_XDYN QG_TENSOR("x_q", kU8S8, NULL, 0, 0), QG_TENSOR("x_scale", kF64F32, NULL, 0, 0), \
+    QG_TENSOR("x_zp", kI64I32, NULL, 0, 0)
 #define QG_W QG_TENSOR("w_q", kS8, kRank2, 1, 0), QG_TENSOR("w_scale", kF32, kRank1, 1, 0), QG_TENSOR("w_zp", kI64, kRank1, 1, 0)
 #define QG_W_PT QG_TENSOR("w_q", kS8, kRank2, 1, 0), QG_ARG("w_scale", PDLKIT_KIND_FLOAT), QG_ARG("w_zp", PDLKIT_KIND_INT)
 #define QG_BIAS QG_TENSOR("bias", kF32, NULL, 0, 1)
@@ -1194,6 +1270,7 @@ static const pdlkit_arg_desc kQlinearPt[] = {QG_X, QG_W_PT, QG_BIAS, QG_POST};
 static const pdlkit_arg_desc kQlinearQPt[] = {QG_X, QG_W_PT, QG_BIAS, QG_OUT, QG_POST};
 static const pdlkit_arg_desc kQlinearLn[] = {QG_X, QG_W, QG_BIAS, QG_LN};
 static const pdlkit_arg_desc kQlinearLnQ[] = {QG_X, QG_W, QG_BIAS, QG_LN, QG_OUT};
+static const pdlkit_arg_desc kQlinearDyn[] = {QG_XDYN, QG_W, QG_BIAS, QG_POST};
 static const char *const kIsaQ[] = {"avx512f", "avx512_vnni", "amx_tile", "amx_int8"};
 static const char *const kIsaQkv[] = {"avx512f", "avx512_vnni", "avx512_bf16"};
 static const DLDataType kU8[] = {{kDLUInt, 8, 1}};
@@ -1214,14 +1291,17 @@ static const char *const kQkvWith[] = {"wk", "wv"};
 
 #define QG_N(a) (sizeof(a) / sizeof(a[0]))
 /* name, op, arguments, meta / run suffix, outputs, engine (0 VNNI, 1 AMX), doc */
-#define QG_DESC(name, op, args, fn, outs, amx, doc)                                                   \
+/* name, op, arguments, meta / run suffix, outputs, engine (0 VNNI, 1 AMX), doc, pre-pack suffix
+ * (empty, or _dyn) */
+#define QG_DESC(name, op, args, fn, outs, amx, doc, pk)                                               \
     {sizeof(pdlkit_kernel_desc), name, 1, op, kDLCPU, amx ? 20 : 10, args, QG_N(args), kIsaQ,         \
      amx ? 4 : 2, 0, PDLKIT_TRAIT_DETERMINISTIC, outs, qg_meta_##fn, qg_run_##fn, doc, "w_q",        \
-     amx ? qg_prepack_amx : qg_prepack_vnni, NULL, 0}
-#define QG_ENGINES(vnni, amx, op, args, fn, outs, doc)                                                \
-    QG_DESC(vnni, op, args, fn, outs, 0, doc " (AVX-512 VNNI)."),                                      \
+     amx ? qg_prepack_amx##pk : qg_prepack_vnni##pk, NULL, 0}
+#define QG_ENGINES_PK(vnni, amx, op, args, fn, outs, doc, pk)                                         \
+    QG_DESC(vnni, op, args, fn, outs, 0, doc " (AVX-512 VNNI).", pk),                                  \
     QG_DESC(amx, op, args, fn, outs, 1,                                                                \
-            doc " (AMX tiles where K % 64 == 0 and M >= 32 and Linux grants them; else VNNI).")
+            doc " (AMX tiles where K % 64 == 0 and M >= 32 and Linux grants them; else VNNI).", pk)
+#define QG_ENGINES(vnni, amx, op, args, fn, outs, doc) QG_ENGINES_PK(vnni, amx, op, args, fn, outs, doc, )
 static const pdlkit_kernel_desc kDescs[] = {
     QG_ENGINES("qlinear_q_vnni", "qlinear_q_amx", "qlinear_q", kQlinearQ, q, 1,
                "quantize(act(dequantize(x_q) @ dequantize(w_q).T + bias)) in one fused int8 GEMM"),
@@ -1237,6 +1317,10 @@ static const pdlkit_kernel_desc kDescs[] = {
                "blocks finish with the add, the LayerNorm and the codes while in L1"),
     QG_ENGINES("qlinear_add_layer_norm_vnni", "qlinear_add_layer_norm_amx", "qlinear_add_layer_norm",
                kQlinearLn, ln, 1, "layer_norm(qlinear(x) + residual) in one int8 GEMM"),
+    QG_ENGINES_PK("qlinear_dynamic_vnni", "qlinear_dynamic_amx", "qlinear_dynamic", kQlinearDyn, dyn, 1,
+                  "qlinear with the activation's scale and zero point tensors of each call "
+                  "(choose_qparams), the weight's column terms scaled by the call's zero point",
+                  _dyn),
     /* last: registered for hosts of ABI 1.2 and up (prepack_with) */
     {sizeof(pdlkit_kernel_desc), "qkv_attention_q_merged_vnni", 1, "qkv_attention_q_merged", kDLCPU, 10,
      kQkv, QG_N(kQkv), kIsaQkv, 3, QKV_WORKSPACE, PDLKIT_TRAIT_DETERMINISTIC, 1, qkv_meta, qkv_run,

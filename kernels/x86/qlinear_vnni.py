@@ -2,7 +2,9 @@
 the same on Intel AMX tiles (``qgemm_vnni.c``, pdlkit C ABI 1.2): ``qlinear_q`` (requantized
 uint8 / int8 output) and ``qlinear`` (float32); ``qlinear_q_pt`` / ``qlinear_pt`` (the weight
 quantized per tensor: symmetric quantizers such as XNNPACKQuantizer's, often with int8
-activations); ``qlinear_add_layer_norm_q`` / ``qlinear_add_layer_norm``, a transformer block's
+activations); ``qlinear_dynamic`` (the activation's scale and zero point tensors of each call,
+from ``choose_qparams``: PT2E's dynamic quantization); ``qlinear_add_layer_norm_q`` /
+``qlinear_add_layer_norm``, a transformer block's
 output projection with its residual add, LayerNorm and (optionally) the quantize of the next
 GEMM's input in the epilogue (``patterns/x86/qlinear_add_layer_norm.pdl.mlir``);
 ``qkv_attention_q_merged``, a self-attention block's Q, K and V projections as one GEMM
