@@ -156,6 +156,33 @@ def test_dynamic_vnni_kernel_declines_a_zero_point_outside_the_activations_dtype
         decl.fn(x_q, xs, torch.tensor([300]), packed, ws, wz, b, "none", "")
 
 
+def test_arm_style_dynamic_graph_with_per_tensor_weights_runs_the_vnni_gemm():
+    """torchao's ArmInductorQuantizer, dynamic (s8 activations quantized per call, per-tensor
+    weights), on this x86 host: both linears become qlinear_dynamic_pt kernels (before, no x86
+    kernel took that op and they stayed with Inductor); outputs as the PT2E model's."""
+    import torchao.quantization.pt2e.quantizer.arm_inductor_quantizer as aiq
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8)
+    ).eval()
+    x = torch.randn(4, 16)
+    config = aiq.get_default_arm_inductor_quantization_config(is_dynamic=True)
+    prepared = pt2e.prepare_pt2e(
+        torch.export.export(model, (x,)).module(), aiq.ArmInductorQuantizer().set_global(config)
+    )
+    prepared(x)
+    q = pt2e.convert_pt2e(prepared)
+    engine = "amx" if "amx_int8" in host().features else "vnni"
+    chosen = sorted((s.pattern, s.kernel) for s in pdlkit.explain(q, x).substitutions)
+    assert chosen == [
+        ("pt_qlinear_dyn", f"qlinear_dynamic_pt_{engine}"),
+        ("pt_qlinear_dyn_gelu", f"qlinear_dynamic_pt_{engine}"),
+    ]
+    with torch.no_grad():
+        torch.testing.assert_close(pdlkit.optimize(q)(x), q(x), rtol=1e-4, atol=1e-4)
+
+
 def test_onednn_dynamic_kernel_matches_the_op():
     """The oneDNN kernel of qlinear_dynamic (the VNNI one now wins static priority)."""
     from pathlib import Path

@@ -1239,6 +1239,7 @@ QG_FUNCS(q_pt, MODE_Q, 1, 0)
 QG_FUNCS(ln, MODE_LN, 0, 0)
 QG_FUNCS(ln_q, MODE_LN_Q, 0, 0)
 QG_FUNCS(dyn, MODE_F32, 0, 1)
+QG_FUNCS(dyn_pt, MODE_F32, 1, 1)
 
 static const DLDataType kU8S8[] = {{kDLUInt, 8, 1}, {kDLInt, 8, 1}};
 static const DLDataType kS8[] = {{kDLInt, 8, 1}};
@@ -1271,6 +1272,7 @@ static const pdlkit_arg_desc kQlinearQPt[] = {QG_X, QG_W_PT, QG_BIAS, QG_OUT, QG
 static const pdlkit_arg_desc kQlinearLn[] = {QG_X, QG_W, QG_BIAS, QG_LN};
 static const pdlkit_arg_desc kQlinearLnQ[] = {QG_X, QG_W, QG_BIAS, QG_LN, QG_OUT};
 static const pdlkit_arg_desc kQlinearDyn[] = {QG_XDYN, QG_W, QG_BIAS, QG_POST};
+static const pdlkit_arg_desc kQlinearDynPt[] = {QG_XDYN, QG_W_PT, QG_BIAS, QG_POST};
 static const char *const kIsaQ[] = {"avx512f", "avx512_vnni", "amx_tile", "amx_int8"};
 static const char *const kIsaQkv[] = {"avx512f", "avx512_vnni", "avx512_bf16"};
 static const DLDataType kU8[] = {{kDLUInt, 8, 1}};
@@ -1320,6 +1322,9 @@ static const pdlkit_kernel_desc kDescs[] = {
     QG_ENGINES_PK("qlinear_dynamic_vnni", "qlinear_dynamic_amx", "qlinear_dynamic", kQlinearDyn, dyn, 1,
                   "qlinear with the activation's scale and zero point tensors of each call "
                   "(choose_qparams), the weight's column terms scaled by the call's zero point",
+                  _dyn),
+    QG_ENGINES_PK("qlinear_dynamic_pt_vnni", "qlinear_dynamic_pt_amx", "qlinear_dynamic_pt", kQlinearDynPt,
+                  dyn_pt, 1, "qlinear_dynamic with a per-tensor weight scale and zero point (numbers)",
                   _dyn),
     /* last: registered for hosts of ABI 1.2 and up (prepack_with) */
     {sizeof(pdlkit_kernel_desc), "qkv_attention_q_merged_vnni", 1, "qkv_attention_q_merged", kDLCPU, 10,

@@ -2,8 +2,9 @@
 the same on Intel AMX tiles (``qgemm_vnni.c``, pdlkit C ABI 1.2): ``qlinear_q`` (requantized
 uint8 / int8 output) and ``qlinear`` (float32); ``qlinear_q_pt`` / ``qlinear_pt`` (the weight
 quantized per tensor: symmetric quantizers such as XNNPACKQuantizer's, often with int8
-activations); ``qlinear_dynamic`` (the activation's scale and zero point tensors of each call,
-from ``choose_qparams``: PT2E's dynamic quantization); ``qlinear_add_layer_norm_q`` /
+activations); ``qlinear_dynamic`` / ``qlinear_dynamic_pt`` (the activation's scale and zero
+point tensors of each call, from ``choose_qparams``: PT2E's dynamic quantization, per-channel or
+per-tensor weights); ``qlinear_add_layer_norm_q`` /
 ``qlinear_add_layer_norm``, a transformer block's
 output projection with its residual add, LayerNorm and (optionally) the quantize of the next
 GEMM's input in the epilogue (``patterns/x86/qlinear_add_layer_norm.pdl.mlir``);
