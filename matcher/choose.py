@@ -28,6 +28,7 @@ Timings and choices are cached per host (:mod:`pdlkit.runtime_abi.autotune`).
 
 from __future__ import annotations
 
+import operator
 import threading
 import time
 import warnings
@@ -64,6 +65,18 @@ def _hint(d: Any) -> int:
     node = d.node
     hint = node.hint
     return int(hint if hint is not None else node.shape_env.size_hint(node.expr))
+
+
+def _computes_qparams(node: fx.Node) -> bool:
+    """A ``choose_qparams`` call (PT2E's dynamic quantization) or an item of its result: made
+    by running it, not as fresh values. A random zero point falls outside the activations'
+    dtype as often as not (a kernel then declines, and is never chosen: seen with torchao's
+    ArmInductorQuantizer's s8 activations), and a random scale can be negative."""
+    if node.op != "call_function":
+        return False
+    if node.target is operator.getitem and isinstance(node.args[0], fx.Node):
+        return _computes_qparams(node.args[0])
+    return "choose_qparams" in getattr(node.target, "__name__", "")
 
 
 def _synthetic(fake: torch.Tensor) -> torch.Tensor:
@@ -121,6 +134,9 @@ class Tuner:
                 args = fx.map_arg(node.args, self.value)
                 kwargs = fx.map_arg(node.kwargs, self.value)
                 return node.target(*args, **kwargs)
+        if _computes_qparams(node) and callable(node.target):  # a valid scale and zero point
+            args = fx.map_arg(node.args, self.value)
+            return node.target(*args, **fx.map_arg(node.kwargs, self.value))
         fake = node.meta.get("val")
         if isinstance(fake, torch.Tensor):
             return _synthetic(fake)

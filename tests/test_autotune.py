@@ -8,6 +8,7 @@ O(n^3) however it is compiled, ``fast_chain`` computes ``a @ (b @ c)`` in O(n^2)
 from __future__ import annotations
 
 import json
+import operator
 import re
 import subprocess
 import sys
@@ -693,3 +694,27 @@ def test_without_a_kept_match_the_smaller_pattern_still_applies(folders):
     p, k = folders(ONE)
     st = run(_two_patterns(p), k, "full")
     assert calls(st, "one_linear") == 2
+
+
+def test_timing_arguments_of_dynamic_quantization_are_valid_qparams():
+    """A site's x_scale / x_zp made by choose_qparams are computed from the (fresh) activation
+    they read, not drawn at random: a random zero point fell outside int8 as often as not, so
+    the kernel declined while being timed and was never chosen (torchao's ArmInductorQuantizer,
+    dynamic: every such site kept Inductor's code, 0.82x where the kernels gave 0.35x)."""
+    import torch.ao.quantization.fx._decomposed  # noqa: F401 - registers quantized_decomposed
+    from pdlkit.matcher.choose import Tuner
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    qd = torch.ops.quantized_decomposed
+
+    def f(x):
+        s, z = qd.choose_qparams.tensor(x * 3.0, -128, 127, 1e-5, torch.int8)
+        return s, z
+
+    gm = make_fx(f, tracing_mode="fake")(torch.randn(4, 8))
+    items = [n for n in gm.graph.nodes if n.target is operator.getitem]
+    for seed in range(5):
+        torch.manual_seed(seed)
+        tuner = Tuner("full", gm, [torch.randn(4, 8)])
+        scale, zp = (tuner.value(n) for n in items)
+        assert scale.item() > 0 and -128 <= zp.item() <= 127, (seed, scale, zp)
