@@ -12,7 +12,9 @@ under ``torch.no_grad()``: see ``MODELS``. Dtypes (``--dtypes``), each through
 (torchao PT2E, X86InductorQuantizer, calibrated once on the benchmark input),
 ``int8-dynamic`` (the same with the quantizer's dynamic config: the form the x86 patterns
 match), and, on request only, ``int8-per-token`` (scheme ``int8-dynamic-per-token``: plain torch
-ops around ``torch._int_mm``, the GPU form; no x86 pattern matches it).
+ops around ``torch._int_mm``, the GPU form; no x86 pattern matches it) and ``int8-dynamic-arm``
+(torchao's ArmInductorQuantizer, dynamic: int8 activations, per-tensor weights; not through
+``quantize``, see ``_arm_dynamic``).
 
 Configurations per (model, dtype), all compiled in ONE process, on the same model object:
 
@@ -106,9 +108,11 @@ SCHEMES = {
     "int8-static": "int8-static",
     "int8-dynamic": "int8-dynamic",
     "int8-per-token": "int8-dynamic-per-token",
+    "int8-dynamic-arm": "arm-dynamic",  # torchao's ArmInductorQuantizer, dynamic (_arm_dynamic)
 }
 DEFAULT_DTYPES = ("fp32", "bf16", "int8-static", "int8-dynamic")
-PT2E = ("int8-static", "int8-dynamic")  # peer: PyTorch's int8 path (Inductor with freezing)
+# peer: PyTorch's int8 path (Inductor with freezing)
+PT2E = ("int8-static", "int8-dynamic", "int8-dynamic-arm")
 CONFIGS = ("pdlkit", "pdlkit-off", "peer")
 
 
@@ -189,6 +193,8 @@ def prepare(model: torch.nn.Module, x: torch.Tensor, dtype: str) -> tuple[Any, t
     scheme = SCHEMES[dtype]
     if scheme is None:
         return model, x
+    if scheme == "arm-dynamic":
+        return _arm_dynamic(model, x), x
     from pdlkit.quantization import quantize
 
     with torch.no_grad():
@@ -198,13 +204,31 @@ def prepare(model: torch.nn.Module, x: torch.Tensor, dtype: str) -> tuple[Any, t
     return qm, x
 
 
+def _arm_dynamic(model: torch.nn.Module, x: torch.Tensor) -> Any:
+    """torchao's ArmInductorQuantizer with its dynamic config (int8 activations quantized per
+    call, per-tensor weights: an Arm-style model run on x86), through torch.export and PT2E."""
+    import torchao.quantization.pt2e.quantizer.arm_inductor_quantizer as aiq
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    with torch.no_grad():
+        exported = torch.export.export(model.eval(), (x,), strict=False).module()
+        config = aiq.get_default_arm_inductor_quantization_config(is_dynamic=True)
+        prepared = prepare_pt2e(exported, aiq.ArmInductorQuantizer().set_global(config))
+        prepared(x)
+        return convert_pt2e(prepared)
+
+
 def int8_gemms(model: Any) -> tuple[int, int]:
     """(GEMMs with int8 weights, all GEMMs) of a PT2E model. X86InductorQuantizer annotates
     linear layers only: GPT-2's Conv1D, an addmm, stays FP32; and on torch < 2.12 it finds
     none in a non-strict ``torch.export`` graph (no ``source_fn_stack``; checked on 2.11)."""
-    nodes = [str(n.target) for n in model.graph.nodes if n.op == "call_function"]
-    gemms = sum("addmm" in t or "aten.linear" in t for t in nodes)
-    return sum("dequantize_per_channel" in t for t in nodes), gemms
+    calls = [n for n in model.graph.nodes if n.op == "call_function"]
+    gemms = [n for n in calls if "addmm" in str(n.target) or "aten.linear" in str(n.target)]
+
+    def dequantized(w: Any) -> bool:  # per channel, or per tensor (ArmInductorQuantizer)
+        return isinstance(w, torch.fx.Node) and "dequantize_per" in str(w.target)
+
+    return sum(len(n.args) > 1 and dequantized(n.args[1]) for n in gemms), len(gemms)
 
 
 # -- compiling and measuring -----------------------------------------------------------------------
