@@ -444,6 +444,19 @@ def test_a_median_lead_won_in_a_few_rounds_keeps_inductors_graph(tmp_path, monke
                      decision.describe()), decision.describe()  # fmt: skip
 
 
+def test_whole_graphs_get_all_their_rounds_past_a_sites_budget(tmp_path, monkeypatch):
+    """Two 5 ms graphs, a site's budget of 0.1 s: the whole-graph check still takes its 21
+    rounds (0.21 s), within BUDGETS site budgets; with one budget it stopped after about 10."""
+    from pdlkit.matcher import graph_guard
+
+    monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("PDLKIT_AUTOTUNE_BUDGET", "0.1")
+    _, _, decision = graph_guard.choose(
+        "k", _graph_maker([], "s", 0.005), _graph_maker([], "i", 0.005), (torch.randn(2),), "cached"
+    )
+    assert [len(t.rounds) for t in decision.timings] == [graph_guard.SAMPLES] * 2
+
+
 def test_measure_runs_its_rounds_in_alternating_order():
     """Every other round runs the candidates in reverse, so that none always follows the
     same other one; each candidate keeps its samples round by round."""
