@@ -227,3 +227,13 @@ def mlp():
 
 def explain(model, *inputs, **kw) -> pdlkit.matcher.report.Report:  # type: ignore[name-defined]
     return pdlkit.explain(model, *inputs, **kw)
+
+
+def pt2e(model: torch.nn.Module, x: torch.Tensor, quantizer: Any) -> torch.nn.Module:
+    """``model`` through torch.export and torchao's PT2E flow with ``quantizer``, calibrated
+    once on ``x``."""
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    prepared = prepare_pt2e(torch.export.export(model, (x,)).module(), quantizer)
+    prepared(x)
+    return convert_pt2e(prepared)

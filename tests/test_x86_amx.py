@@ -209,7 +209,7 @@ def test_xnnpack_per_tensor_graph_is_substituted():
     """XNNPACKQuantizer's symmetric config: s8 activations, per-tensor weights
     (patterns/x86/qlinear_per_tensor.pdl.mlir); outputs as the PT2E model's."""
     xq = pytest.importorskip("torchao.testing.pt2e._xnnpack_quantizer")
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    from conftest import pt2e
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(
@@ -217,11 +217,7 @@ def test_xnnpack_per_tensor_graph_is_substituted():
     ).eval()
     x = torch.randn(40, 64)
     cfg = xq.get_symmetric_quantization_config(is_per_channel=False)
-    prepared = prepare_pt2e(
-        torch.export.export(model, (x,)).module(), xq.XNNPACKQuantizer().set_global(cfg)
-    )
-    prepared(x)
-    q = convert_pt2e(prepared)
+    q = pt2e(model, x, xq.XNNPACKQuantizer().set_global(cfg))
     assert pdlkit.explain(q, x).counts() == {"pt_qlinear_relu_q": 1, "pt_qlinear_q": 1}
     pdlkit.stats(reset=True)
     with torch.no_grad():

@@ -6,6 +6,7 @@ import shutil
 
 import pytest
 import torch
+from conftest import pt2e as quantized
 from pdlkit.runtime_abi.capability import host
 
 import pdlkit
@@ -25,10 +26,7 @@ def quantize_static(model: torch.nn.Module, x: torch.Tensor) -> torch.nn.Module:
     quantizer = xiq.X86InductorQuantizer().set_global(
         xiq.get_default_x86_inductor_quantization_config()
     )
-    exported = torch.export.export(model, (x,)).module()
-    prepared = pt2e.prepare_pt2e(exported, quantizer)
-    prepared(x)
-    return pt2e.convert_pt2e(prepared)
+    return quantized(model, x, quantizer)
 
 
 class Net(torch.nn.Module):
@@ -163,16 +161,9 @@ def test_arm_style_dynamic_graph_with_per_tensor_weights_runs_the_vnni_gemm():
     import torchao.quantization.pt2e.quantizer.arm_inductor_quantizer as aiq
 
     torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8)
-    ).eval()
     x = torch.randn(4, 16)
     config = aiq.get_default_arm_inductor_quantization_config(is_dynamic=True)
-    prepared = pt2e.prepare_pt2e(
-        torch.export.export(model, (x,)).module(), aiq.ArmInductorQuantizer().set_global(config)
-    )
-    prepared(x)
-    q = pt2e.convert_pt2e(prepared)
+    q = quantized(Net(16, 32, "gelu").eval(), x, aiq.ArmInductorQuantizer().set_global(config))
     engine = "amx" if "amx_int8" in host().features else "vnni"
     chosen = sorted((s.pattern, s.kernel) for s in pdlkit.explain(q, x).substitutions)
     assert chosen == [
