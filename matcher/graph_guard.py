@@ -215,9 +215,14 @@ def _note_rounds(timings: list[Timing]) -> None:
     theirs = next((t for t in timings if t.name == INDUCTOR and t.rounds), None)
     for t in timings:
         if theirs is not None and t is not theirs and t.rounds:
-            won = sum(a < b for a, b in zip(t.rounds, theirs.rounds, strict=False))
-            n = min(len(t.rounds), len(theirs.rounds))
+            won, n = _wins(t, theirs)
             t.note = f"faster than inductor's in {won} of {n} rounds"
+
+
+def _wins(ours: Timing, theirs: Timing) -> tuple[int, int]:
+    """(rounds ``ours`` was the faster in, rounds both ran)."""
+    pairs = list(zip(ours.rounds, theirs.rounds, strict=False))
+    return sum(a < b for a, b in pairs), len(pairs)
 
 
 def consistent(ours: Timing, theirs: Timing) -> bool:
@@ -228,7 +233,5 @@ def consistent(ours: Timing, theirs: Timing) -> bool:
     the medians, ran 1.027x and 1.036x Inductor's time with substitutions in two of four runs
     of benchmarks/x86_models.py. Without paired rounds (a verdict read from the cache), the
     medians decide."""
-    pairs = list(zip(ours.rounds, theirs.rounds, strict=False))
-    if not pairs:
-        return True
-    return sum(a < b for a, b in pairs) >= WIN_SHARE * len(pairs)
+    won, n = _wins(ours, theirs)
+    return n == 0 or won >= WIN_SHARE * n
