@@ -62,10 +62,12 @@ static int64_t amx_group(const amx_gemm_t *g, int64_t blocks) {
     const int64_t threads = omp_get_max_threads();
     while (gr > 1 && ((panels + gr - 1) / gr) * blocks < 2 * threads) gr = (gr + 1) / 2;
 #endif
-    /* groups of equal size, as many as before: 12 panels in groups of 7 and 5 gave one of two
-     * threads 58% of the work (BERT-base's N = 768: 7 x 4 row blocks against 5 x 4); 6 and 6
-     * split it evenly (add_ln_rows in qgemm_vnni.c splits its rows the same way, measured) */
-    return (panels + (panels + gr - 1) / gr - 1) / ((panels + gr - 1) / gr);
+    /* groups of equal size, as many as before: BF16 at K = 768 put 12 panels in groups of 8
+     * and 4, which gave one of two threads two thirds of the work (BERT-base's N = 768: 8 x 4
+     * row blocks against 4 x 4); 6 and 6 split it evenly (add_ln_rows in qgemm_vnni.c splits
+     * its rows the same way, measured) */
+    const int64_t groups = (panels + gr - 1) / gr;
+    return (panels + groups - 1) / groups;
 }
 
 /* the tile dot product: dp is a literal for BF16 (folds away) and the s8 flag for int8 (one
