@@ -120,6 +120,12 @@ class Tuner:
             self._values[node] = self._make(node)
         return self._values[node]
 
+    def _run(self, node: fx.Node) -> Any:
+        """``node``'s op on the values of its arguments."""
+        target = node.target
+        assert callable(target), node.format_node()
+        return target(*fx.map_arg(node.args, self.value), **fx.map_arg(node.kwargs, self.value))
+
     def _make(self, node: fx.Node) -> Any:
         if node.op == "placeholder" and node in self._inputs:
             return self._inputs[node]
@@ -131,12 +137,9 @@ class Tuner:
         if node.op == "call_function" and node.target in _VIEWS and node.args:
             src = node.args[0]
             if isinstance(src, fx.Node) and src.op in ("placeholder", "get_attr"):
-                args = fx.map_arg(node.args, self.value)
-                kwargs = fx.map_arg(node.kwargs, self.value)
-                return node.target(*args, **kwargs)
-        if _computes_qparams(node) and callable(node.target):  # a valid scale and zero point
-            args = fx.map_arg(node.args, self.value)
-            return node.target(*args, **fx.map_arg(node.kwargs, self.value))
+                return self._run(node)
+        if _computes_qparams(node):  # a valid scale and zero point
+            return self._run(node)
         fake = node.meta.get("val")
         if isinstance(fake, torch.Tensor):
             return _synthetic(fake)
