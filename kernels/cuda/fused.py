@@ -10,7 +10,7 @@ is the op's semantics in torch ops, the graph the pattern replaces):
   (the o- and down-projections).
 - ``int8_linear3(q, x_scale, w0, s0, w1, s1, w2, s2, dtype) -> (y0, y1, y2)``: three int8
   GEMMs over one quantized activation (Q, K and V; K and V narrower under GQA) in one launch up
-  to 64 rows (``grouped_splitk_kernel``), the tiled GEMM per weight above.
+  to 256 rows (``grouped_splitk_kernel``), the tiled GEMM per weight above.
 
 All are declared ``@launched_by_inductor``: a compiled graph traces their bodies and
 Inductor's code launches the Triton kernels. They decline by shape and dtype only.
@@ -32,7 +32,13 @@ import pdlkit
 _FUSED = "pdlkit.kernels.cuda._triton_fused"
 _GEMM = "pdlkit.kernels.cuda._triton_gemm"
 _SPLITK = "pdlkit.kernels.cuda._triton_splitk"
-_STREAM_ROWS = 64  # up to this many rows the weight-streaming kernels (as kernels/cuda/gemm.py)
+# Up to this many rows the weight-streaming kernels of _triton_splitk.py (one weight, and Q, K, V
+# grouped in one launch), the tiled GEMM above. 256, not gemm.py's 64: measured on an H100 at
+# 256 rows, the split-K sweep (benchmarks/results/cuda_decode.md) against torch.profiler's kernel
+# times in the GQA model's decode step (2026-11-25): Q, K, V grouped 21.3 us against 45.5 us as
+# three tiled launches (and two launches fewer a layer), the o- and down-projections 13.8 and
+# 38.1 us against 16.2 and 48.9. The gated pair stays tiled at 256 rows (95 against 71.6 us).
+_STREAM_ROWS = 256
 # the interpreter rounds bfloat16 casts its own way (NumPy has no bfloat16): not declared there
 _FLOATS = [torch.float32, torch.float16] + ([] if INTERPRET else [torch.bfloat16])
 
@@ -187,7 +193,7 @@ def int8_linear_residual_triton(
     q: Tensor, x_scale: Tensor, w: Tensor, w_scale: Tensor, residual: Tensor, dtype: int,
     shape: list[int],
 ) -> Tensor:  # fmt: skip
-    """int8 GEMM, rescale and cast, then + residual in the same epilogue: up to 64 rows the
+    """int8 GEMM, rescale and cast, then + residual in the same epilogue: up to 256 rows the
     split-K kernel, the tiled GEMM above."""
     m, n = q.shape[0], w.shape[0]
     _some_rows(m)
@@ -259,7 +265,7 @@ def int8_linear3_triton(
     q: Tensor, x_scale: Tensor, w0: Tensor, s0: Tensor, w1: Tensor, s1: Tensor, w2: Tensor,
     s2: Tensor, dtype: int,
 ) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
-    """Up to 64 rows one launch streams the three weights (program ids split among them);
+    """Up to 256 rows one launch streams the three weights (program ids split among them);
     above, the tiled GEMM once per weight (prefill is not launch-bound)."""
     m, dt = q.shape[0], _dtype(dtype)
     _some_rows(m)
