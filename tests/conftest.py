@@ -237,3 +237,22 @@ def pt2e(model: torch.nn.Module, x: torch.Tensor, quantizer: Any) -> torch.nn.Mo
     prepared = prepare_pt2e(torch.export.export(model, (x,)).module(), quantizer)
     prepared(x)
     return convert_pt2e(prepared)
+
+
+@pytest.fixture
+def folders(tmp_path, monkeypatch):
+    """The autotune tests' folders (autotune_chain.py): patterns/chain.pdl.mlir, and a function
+    of kernel sources giving (patterns, a new kernels folder whose chain.py is HEADER + them);
+    the decision cache under tmp_path / "cache"."""
+    from autotune_chain import CHAIN_PATTERN, HEADER
+
+    monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path / "cache"))
+    p = tmp_path / "patterns"
+    write(p, "chain.pdl.mlir", CHAIN_PATTERN)
+
+    def kernels(*bodies: str):
+        k = tmp_path / f"kernels{len(list(tmp_path.glob('kernels*')))}"
+        write(k, "chain.py", HEADER + "".join(bodies))
+        return p, k
+
+    return kernels

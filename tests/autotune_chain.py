@@ -1,0 +1,87 @@
+"""The subject of the autotune tests (test_autotune.py, test_autotune_graph.py,
+test_autotune_subgraph.py; the ``folders`` fixture in conftest.py writes its pattern and kernels).
+
+A matmul chain ``(a @ b) @ c`` with a thin ``a @ b``: the subgraph costs O(n^3) however it is
+compiled, ``fast_chain`` computes ``a @ (b @ c)`` in O(n^2), and ``slow_chain`` sleeps 20 ms
+first, which is slower than the subgraph on any host.
+"""
+
+from __future__ import annotations
+
+import torch
+
+import pdlkit
+
+N = 384
+
+
+# The pass spells ``x @ w`` with ``w`` a graph input as ``linear(x, t(w), None)``.
+CHAIN_PATTERN = """
+pdl.pattern @chain : benefit(1) {
+  %a = pdl.operand
+  %wb = pdl.operand
+  %wc = pdl.operand
+  %nb = pdl.operand
+  %nc = pdl.operand
+  %t = pdl.type
+  %t2 = pdl.type
+  %m1 = pdl.operation "torch.aten.linear"(%a, %wb, %nb : !pdl.value, !pdl.value, !pdl.value) -> (%t : !pdl.type)
+  %y = pdl.result 0 of %m1
+  %m2 = pdl.operation "torch.aten.linear"(%y, %wc, %nc : !pdl.value, !pdl.value, !pdl.value) -> (%t2 : !pdl.type)
+  pdl.rewrite %m2 {
+    %op = pdl.attribute = "chain"
+    pdl.apply_native_rewrite "pdlkit_call"(%op, %a, %wb, %wc, %m2 : !pdl.attribute, !pdl.value, !pdl.value, !pdl.value, !pdl.operation)
+  }
+}
+"""
+
+
+HEADER = """
+import time
+import torch
+from torch import Tensor
+import pdlkit
+
+def meta(a, wb, wc):
+    return a.new_empty((a.shape[0], wc.shape[0]))
+"""
+
+
+FAST = """
+@pdlkit.kernel(op="chain", meta=meta, priority=1)
+def fast_chain(a: Tensor, wb: Tensor, wc: Tensor) -> Tensor:
+    return a @ (wb.t() @ wc.t())
+"""
+
+
+SLOW = """
+@pdlkit.kernel(op="chain", meta=meta, priority=10)
+def slow_chain(a: Tensor, wb: Tensor, wc: Tensor) -> Tensor:
+    time.sleep(0.02)
+    return (a @ wb.t()) @ wc.t()
+"""
+
+
+class Chain(torch.nn.Module):
+    def forward(self, a, b, c):
+        return (a @ b) @ c
+
+
+def inputs():
+    g = torch.Generator().manual_seed(0)
+    return (torch.randn(N, 1, generator=g), torch.randn(1, N, generator=g),
+            torch.randn(N, N, generator=g))  # fmt: skip
+
+
+def run(p, k, mode, **kw):
+    pdlkit.stats(reset=True)
+    torch._dynamo.reset()
+    a, b, c = inputs()
+    with torch.no_grad():
+        y = pdlkit.optimize(Chain(), patterns=p, kernels=k, autotune=mode, **kw)(a, b, c)
+    torch.testing.assert_close(y, Chain()(a, b, c), rtol=1e-4, atol=1e-3)
+    return pdlkit.stats()
+
+
+def calls(st, kernel):
+    return st["by_kernel"].get(kernel, {}).get("kernel_calls", 0)

@@ -1,0 +1,163 @@
+"""What a kernel's time is compared with at a call site: the replaced subgraph, timed through a
+proxy of the code Inductor makes of it (matcher/lowered.py) or compiled by Inductor on request
+(PDLKIT_AUTOTUNE_SUBGRAPH); and a subgraph kept by measurement, which a smaller pattern leaves
+whole.
+
+The subject is autotune_chain.py's matmul chain.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from autotune_chain import FAST, SLOW, Chain, calls, inputs, run
+from conftest import LINEAR, pdl_pattern, write
+from pdlkit.runtime_abi import autotune
+
+import pdlkit
+
+
+def test_bad_subgraph_timing_setting_is_one_clear_error(monkeypatch):
+    monkeypatch.setenv("PDLKIT_AUTOTUNE_SUBGRAPH", "guess")
+    with pytest.raises(ValueError, match=r"PDLKIT_AUTOTUNE_SUBGRAPH='guess': expected one of"):
+        pdlkit.optimize(Chain(), autotune="cached")
+
+
+def _int8_site(residual=(32, 64)):
+    """A PT2E int8 linear + residual add + quantize subgraph, as pdlkit replaces it, and its
+    arguments (the weight and bias are the graph's constants: indices 1 and 2)."""
+    from torch.ao.quantization.fx import _decomposed  # noqa: F401 (registers the ops)
+
+    qd = torch.ops.quantized_decomposed
+
+    def site(qx, qw, b, r):
+        x = qd.dequantize_per_tensor.default(qx, 0.02, 128, 0, 255, torch.uint8)
+        w = qd.dequantize_per_channel.default(qw, torch.full((64,), 0.01),
+                                              torch.zeros(64, dtype=torch.int64), 0, -128, 127,
+                                              torch.int8)  # fmt: skip
+        y = torch.ops.aten.add.Tensor(torch.ops.aten.linear.default(x, w, b), r)
+        return qd.quantize_per_tensor.default(y, 0.05, 128, 0, 255, torch.uint8)
+
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randint(0, 255, (32, 48), dtype=torch.uint8, generator=g),
+            torch.randint(-127, 127, (64, 48), dtype=torch.int8, generator=g),
+            torch.randn(64, generator=g), torch.randn(*residual, generator=g)]  # fmt: skip
+    return torch.fx.symbolic_trace(site), args
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs oneDNN (mkldnn)")
+def test_the_proxy_of_an_int8_site_is_the_onednn_call_inductor_makes_under_freezing():
+    """Under freezing the proxy runs the GEMM, the add and the quantize as one
+    onednn.qlinear_pointwise.binary call on a packed weight, and computes what the site does."""
+    from pdlkit.matcher import lowered
+
+    gm, args = _int8_site()
+    low = lowered.as_inductor_lowers(gm, args, (1, 2), freezing=True)
+    targets = [n.target for n in low.module.graph.nodes if n.op == "call_function"]
+    assert targets == [torch.ops.onednn.qlinear_pointwise.binary]
+    assert low.faithful and low.lowered == 1
+    got, want = low.module(*args), gm(*args)
+    assert got.dtype == torch.uint8 and got.shape == want.shape
+    assert (got.int() - want.int()).abs().max() <= 1  # one quantum of rounding
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs oneDNN (mkldnn)")
+def test_a_broadcast_add_is_not_folded_into_the_int8_gemm():
+    from pdlkit.matcher import lowered
+
+    gm, args = _int8_site(residual=(64,))
+    low = lowered.as_inductor_lowers(gm, args, (1, 2), freezing=True)
+    targets = [n.target for n in low.module.graph.nodes if n.op == "call_function"]
+    assert targets[0] is torch.ops.onednn.qlinear_pointwise.default
+    assert torch.ops.aten.add.Tensor in targets
+    assert low.module(*args).shape == gm(*args).shape
+
+
+def test_without_freezing_the_proxy_keeps_the_float_gemm():
+    from pdlkit.matcher import lowered
+
+    gm, args = _int8_site()
+    low = lowered.as_inductor_lowers(gm, args, (1, 2), freezing=False)
+    targets = {n.target for n in low.module.graph.nodes if n.op == "call_function"}
+    assert torch.ops.aten.linear.default in targets and low.lowered == 0
+
+
+def test_a_proxy_timing_keeps_its_lower_bound_in_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
+    timing = autotune.Timing(autotune.KEEP, 120.0, "proxy", 80.0)
+    autotune.decision_cache().put("site", autotune.Decision(autotune.KEEP, [timing]))
+    autotune._CACHES.clear()  # a new process reads the file
+    (back,) = autotune.decision_cache().get("site").timings
+    assert (back.us, back.low, back.note) == (120.0, 80.0, "proxy")
+
+
+def test_the_subgraph_is_compiled_only_on_request(folders, monkeypatch):
+    """A kernel the eager bounds cannot place (here: bounds made wide) is compared with the
+    proxy by default, with no Inductor compile of the subgraph; with
+    PDLKIT_AUTOTUNE_SUBGRAPH=compile, with the subgraph compiled by Inductor."""
+    from pdlkit.matcher import lowered
+    from pdlkit.runtime_abi import fallback
+
+    compiled = []
+    original = fallback.ReplacedSubgraph.compile
+
+    def counting(self, *a, **kw):
+        compiled.append(1)
+        return original(self, *a, **kw)
+
+    monkeypatch.setattr(fallback.ReplacedSubgraph, "compile", counting)
+    monkeypatch.setattr(lowered, "bounds", lambda module, real, budget: (0.0, 1e9))
+    p, k = folders(FAST)
+    (sub,) = pdlkit.explain(
+        Chain(), *inputs(), patterns=p, kernels=k, autotune="full"
+    ).substitutions
+    assert compiled == [] and "subgraph 1000000000.0 us (proxy: " in sub.tuning
+    monkeypatch.setenv("PDLKIT_AUTOTUNE_SUBGRAPH", "compile")
+    (sub,) = pdlkit.explain(
+        Chain(), *inputs(), patterns=p, kernels=k, autotune="full"
+    ).substitutions
+    assert compiled == [1] and "(Inductor)" in sub.tuning and sub.kernel == "fast_chain"
+
+
+# a single linear(x, w, b) replaced by one(x, w), walked after the chain (lower benefit)
+ONE_PATTERN = pdl_pattern("one", LINEAR, "%lin", "one", "%x, %w", benefit=0)
+
+
+ONE = """
+def one_meta(a, w):
+    return a.new_empty((a.shape[0], w.shape[0]))
+
+@pdlkit.kernel(op="one", meta=one_meta)
+def one_linear(a: Tensor, w: Tensor) -> Tensor:
+    return a @ w.t()
+"""
+
+
+def _two_patterns(p):
+    """A manifest: the chain (measured) and the single linear (pinned to one_linear, so it is
+    substituted wherever it matches, unmeasured)."""
+    write(p, "one.pdl.mlir", ONE_PATTERN)
+    write(p, "both.yaml", "version: 1\npatterns:\n  - file: chain.pdl.mlir\n"
+          "  - file: one.pdl.mlir\n    kernel: one_linear\n")  # fmt: skip
+    return p / "both.yaml"
+
+
+def test_a_kept_subgraph_is_not_rewritten_by_a_smaller_pattern(folders):
+    """The chain measured faster as Inductor's code is kept whole: the single-linear pattern
+    (lower benefit, walked after it) does not replace its linears, since "keep the subgraph"
+    is what was timed against the kernels; explain names the kept match."""
+    p, k = folders(SLOW, ONE)
+    both = _two_patterns(p)
+    st = run(both, k, "full")
+    assert st["substitutions"] == 0 and calls(st, "one_linear") == 0
+    report = pdlkit.explain(Chain(), *inputs(), patterns=both, kernels=k, autotune="cached")
+    texts = [m.reason for m in report.near_misses if m.pattern == "one"]
+    assert texts and all("kept by measurement" in t and "chain at " in t for t in texts), texts
+
+
+def test_without_a_kept_match_the_smaller_pattern_still_applies(folders):
+    """The same two patterns with no kernel for the chain: no match is kept by measurement
+    (the chain is simply not matched), and the single-linear pattern replaces both linears."""
+    p, k = folders(ONE)
+    st = run(_two_patterns(p), k, "full")
+    assert calls(st, "one_linear") == 2
