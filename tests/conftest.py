@@ -15,7 +15,7 @@ import torch
 import pdlkit
 
 # Tests of the substitution machinery expect the static choice (which kernel measures fastest
-# depends on the host and its load); tests/test_autotune.py turns measurement on where it is
+# depends on the host and its load); tests/test_autotune*.py turn measurement on where it is
 # the subject. Decisions never go to the developer's own cache.
 os.environ["PDLKIT_AUTOTUNE"] = "off"
 os.environ["PDLKIT_CACHE_DIR"] = tempfile.mkdtemp(prefix="pdlkit-test-cache-")

@@ -18,11 +18,7 @@ import warnings
 
 import pytest
 import torch
-
-# CHAIN_PATTERN and HEADER re-exported: tests/test_whole_graph_compile.py imports them from here
-from autotune_chain import CHAIN_PATTERN as CHAIN_PATTERN
 from autotune_chain import FAST, SLOW, Chain, calls, inputs, run
-from autotune_chain import HEADER as HEADER
 from conftest import write
 from pdlkit.runtime_abi import autotune
 

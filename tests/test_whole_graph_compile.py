@@ -7,8 +7,8 @@ import logging
 
 import pytest
 import torch
+from autotune_chain import CHAIN_PATTERN, HEADER, Chain, calls, inputs
 from conftest import write
-from test_autotune import CHAIN_PATTERN, HEADER, Chain, calls, inputs
 
 import pdlkit
 
