@@ -51,6 +51,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from _compile_overhead_patterns import write_patterns  # benchmarks/_compile_overhead_patterns.py
 from machine import cpu_model, provenance  # benchmarks/machine.py
 from measure import md_section, md_table, write_report  # benchmarks/measure.py
 
@@ -111,133 +112,6 @@ SYN_BLOCKS = 69  # 8 parameters + 21 ops per block (+ input, output): 2,003 Dyna
 
 def synthetic() -> tuple[nn.Module, tuple[Any, ...]]:
     return Synthetic(SYN_BLOCKS).eval(), (torch.randn(4, 16, 32),)
-
-
-# -- the 50-pattern folder --------------------------------------------------------------------------
-
-_FAILING = {
-    # name prefix: (operands, ops as "aten_op(args)", native constraints as "name(values; attributes)",
-    # the call the rewrite makes) -- what makes it fail is its constraint
-    "linear_gelu_rank5": (
-        "x w b approximate",
-        ["linear(x, w, b)", "gelu(linear, approximate)"],
-        ["has_rank(x; 5)"],
-        "never_linear_gelu(x, w, b)",
-    ),
-    "linear_relu_dim7": (
-        "x w b",
-        ["linear(x, w, b)", "relu(linear)"],
-        ["dim_equals(w; 0, 7)"],
-        "never_linear_relu(x, w, b)",
-    ),
-    "add_rank5": (
-        "a b alpha",
-        ["add.Tensor(a, b, alpha)"],
-        ["is_float_tensor(a)", "has_rank(a; 5)"],
-        "never_add(a, b)",
-    ),
-    "mul_f64": ("a b", ["mul.Tensor(a, b)"], ['has_dtype(a; "float64")'], "never_mul(a, b)"),
-    "layer_norm_rank5": (
-        "x shape w b eps cudnn",
-        ["layer_norm(x, shape, w, b, eps, cudnn)"],
-        ["is_constant(eps)", "has_rank(x; 5)"],
-        "never_layer_norm(x, w, b, eps)",
-    ),
-    "add_layer_norm_k7": (
-        "a b alpha shape w bias eps cudnn",
-        ["add.Tensor(a, b, alpha)", "layer_norm(add, shape, w, bias, eps, cudnn)"],
-        ["single_use(add)", "dim_divisible_by(a; -1, 7)"],
-        "never_add_layer_norm(a, b, w, bias, eps)",
-    ),
-    "linear_add_bf16": (
-        "x w b r alpha",
-        ["linear(x, w, b)", "add.Tensor(linear, r, alpha)"],
-        ['has_dtype(x; "bf16")'],
-        "never_linear_add(x, w, b, r)",
-    ),
-    "sigmoid_mul_f16": (
-        "x",
-        ["sigmoid(x)", "mul.Tensor(sigmoid, x)"],
-        ['has_dtype(x; "f16")'],
-        "never_silu(x)",
-    ),
-}
-
-
-def _call(spec: str) -> tuple[str, list[str], list[str]]:
-    """``"name(a, b; 1, 2)"`` -> name, value arguments, attribute arguments."""
-    name, _, args = spec.rstrip(")").partition("(")
-    values, _, attrs = args.partition(";")
-    return (
-        name,
-        values.replace(",", " ").split(),
-        [a.strip() for a in attrs.split(",") if a.strip()],
-    )
-
-
-def _kinds(*groups: tuple[int, str]) -> str:
-    return ", ".join(f"!pdl.{kind}" for n, kind in groups for _ in range(n))
-
-
-def pattern_body(operands: str, ops: list[str], constraints: list[str], call: str) -> str:
-    """A failing pattern's body: each op an operation of type %t named after it (an argument
-    naming an earlier op reads its result 0), its constraints, the rewrite of the last op."""
-    lines = [f"  %{n} = pdl.operand" for n in operands.split()] + ["  %t = pdl.type"]
-    produced: set[str] = set()
-    read: set[str] = set()
-
-    def values(names: list[str]) -> list[str]:
-        for n in names:
-            if n in produced and n not in read:
-                lines.append(f"  %{n}_0 = pdl.result 0 of %{n}")
-                read.add(n)
-        return [f"%{n}_0" if n in produced else f"%{n}" for n in names]
-
-    for op in ops:
-        name, args, _ = _call(op)
-        var, vals = name.split(".")[0], values(args)
-        sig = f"{', '.join(vals)} : {_kinds((len(vals), 'value'))}"
-        lines.append(f'  %{var} = pdl.operation "torch.aten.{name}"({sig}) -> (%t : !pdl.type)')
-        produced.add(var)
-    for i, constraint in enumerate(constraints):
-        name, args, attrs = _call(constraint)
-        vals = values(args) + [f"%c{i}_{j}" for j in range(len(attrs))]
-        lines += [f"  %c{i}_{j} = pdl.attribute = {a}" for j, a in enumerate(attrs)]
-        kinds = _kinds((len(args), "value"), (len(attrs), "attribute"))
-        lines.append(f'  pdl.apply_native_constraint "{name}"({", ".join(vals)} : {kinds})')
-    op, args, _ = _call(call)
-    root = var
-    kinds = _kinds((1, "attribute"), (len(args), "value"), (1, "operation"))
-    lines += [
-        f"  pdl.rewrite %{root} {{",
-        f'    %op = pdl.attribute = "{op}"',
-        f'    pdl.apply_native_rewrite "pdlkit_call"(%op, {", ".join("%" + a for a in args)}, %{root} : {kinds})',
-        "  }",
-    ]
-    return "\n" + "\n".join(lines)
-
-
-def write_patterns(folder: Path, shipped: Path, total: int = 50) -> list[str]:
-    """``total`` pattern files: the two shipped (matchable) ones, then failing ones, benefit 3.
-
-    Failing patterns get the higher benefit so they run first, on the whole graph, before
-    the matchable ones shrink it.
-    """
-    names = []
-    for src in sorted(shipped.glob("cpu/*.pdl.mlir")):
-        (folder / src.name).write_text(src.read_text())
-        names.append(src.name)
-    kinds = [(kind, pattern_body(*spec)) for kind, spec in _FAILING.items()]
-    i = 0
-    while len(names) < total:
-        kind, body = kinds[i % len(kinds)]
-        name = f"{kind}_{i:02d}"
-        (folder / f"{name}.pdl.mlir").write_text(
-            f"// fails on purpose ({kind})\npdl.pattern @{name} : benefit(3) {{{body}\n}}\n"
-        )
-        names.append(f"{name}.pdl.mlir")
-        i += 1
-    return names
 
 
 # -- measuring --------------------------------------------------------------------------------------
@@ -303,10 +177,7 @@ def measure(
     pass_repeats: int,
     inductor_warm: int,
 ) -> Result:
-    from torch._inductor.compile_fx import compile_fx
-    from torch._inductor.utils import fresh_cache
-
-    from pdlkit.backend import Options, load_plan, run_pass
+    from pdlkit.backend import Options, load_plan
 
     print(f"\n== {name}: capturing Dynamo's graph", flush=True)
     graphs = capture(model, inputs)
@@ -318,44 +189,11 @@ def measure(
     plan = load_plan(Options(patterns=patterns, kernels=kernels))
     load_ms = ms(time.perf_counter() - t)
 
-    def one_pass() -> tuple[float, Any]:
-        gc.collect()
-        t = time.perf_counter()
-        _, report = run_pass(gm, example_inputs, plan)
-        return time.perf_counter() - t, report
-
     with torch.no_grad():
-        first, report = one_pass()
-        if report.skipped:
-            raise RuntimeError(f"{name}: pdlkit skipped the graph: {report.skipped}")
-        print(
-            f"   pass 1st call {ms(first):.0f} ms; {len(report.substitutions)} substitutions",
-            flush=True,
+        first, report, walls, others, phases = _time_pass(
+            name, gm, example_inputs, plan, pass_repeats
         )
-        walls, others, phases = [], [], {k: [] for k in PHASES}
-        for _ in range(pass_repeats):
-            wall, report = one_pass()
-            walls.append(wall)
-            others.append(wall - sum(report.timings[k] for k in PHASES))
-            for k in PHASES:
-                phases[k].append(report.timings[k])
-        print("   pass " + ", ".join(f"{ms(w):.0f}" for w in walls) + " ms", flush=True)
-
-        runs = []
-        with fresh_cache():  # empty Inductor cache folder: the first compile is cold
-            for _ in range(1 + inductor_warm):
-                g = copy.deepcopy(gm)
-                gc.collect()
-                t = time.perf_counter()
-                compile_fx(g, example_inputs)
-                runs.append(time.perf_counter() - t)
-                print(f"   inductor {ms(runs[-1]):.0f} ms", flush=True)
-            # what the pdlkit backend hands to Inductor: check that it compiles, and how long
-            rewritten, _ = run_pass(gm, example_inputs, plan)
-            t = time.perf_counter()
-            compile_fx(rewritten, example_inputs)
-            rewritten_s = time.perf_counter() - t
-            print(f"   inductor on the pdlkit output {ms(rewritten_s):.0f} ms", flush=True)
+        runs, rewritten_s = _time_inductor(gm, example_inputs, plan, inductor_warm)
 
     return Result(
         model=name,
@@ -382,6 +220,69 @@ def measure(
         silent=dict(report.silent),
         near_misses=len(report.near_misses),
     )
+
+
+def _time_pass(
+    name: str, gm: torch.fx.GraphModule, example_inputs: list[Any], plan: Any, pass_repeats: int
+) -> tuple[float, Any, list[float], list[float], dict[str, list[float]]]:
+    """The pdlkit pass on ``gm``: its first call, then ``pass_repeats`` timed calls. Returns
+    (first call s, the last call's report, wall clock per call, the part outside the four
+    phases per call, each phase's time per call), in seconds."""
+    from pdlkit.backend import run_pass
+
+    def one_pass() -> tuple[float, Any]:
+        gc.collect()
+        t = time.perf_counter()
+        _, report = run_pass(gm, example_inputs, plan)
+        return time.perf_counter() - t, report
+
+    first, report = one_pass()
+    if report.skipped:
+        raise RuntimeError(f"{name}: pdlkit skipped the graph: {report.skipped}")
+    print(
+        f"   pass 1st call {ms(first):.0f} ms; {len(report.substitutions)} substitutions",
+        flush=True,
+    )
+    walls: list[float] = []
+    others: list[float] = []
+    phases: dict[str, list[float]] = {k: [] for k in PHASES}
+    for _ in range(pass_repeats):
+        wall, report = one_pass()
+        walls.append(wall)
+        others.append(wall - sum(report.timings[k] for k in PHASES))
+        for k in PHASES:
+            phases[k].append(report.timings[k])
+    print("   pass " + ", ".join(f"{ms(w):.0f}" for w in walls) + " ms", flush=True)
+    return first, report, walls, others, phases
+
+
+def _time_inductor(
+    gm: torch.fx.GraphModule, example_inputs: list[Any], plan: Any, inductor_warm: int
+) -> tuple[list[float], float]:
+    """Inductor's ``compile_fx`` on copies of ``gm`` in a fresh cache folder: one cold compile,
+    ``inductor_warm`` warm ones; then once on the pass's output. Returns (seconds per compile
+    of ``gm``, seconds for the pass's output)."""
+    from torch._inductor.compile_fx import compile_fx
+    from torch._inductor.utils import fresh_cache
+
+    from pdlkit.backend import run_pass
+
+    runs = []
+    with fresh_cache():  # empty Inductor cache folder: the first compile is cold
+        for _ in range(1 + inductor_warm):
+            g = copy.deepcopy(gm)
+            gc.collect()
+            t = time.perf_counter()
+            compile_fx(g, example_inputs)
+            runs.append(time.perf_counter() - t)
+            print(f"   inductor {ms(runs[-1]):.0f} ms", flush=True)
+        # what the pdlkit backend hands to Inductor: check that it compiles, and how long
+        rewritten, _ = run_pass(gm, example_inputs, plan)
+        t = time.perf_counter()
+        compile_fx(rewritten, example_inputs)
+        rewritten_s = time.perf_counter() - t
+        print(f"   inductor on the pdlkit output {ms(rewritten_s):.0f} ms", flush=True)
+    return runs, rewritten_s
 
 
 def warm_up() -> None:
