@@ -31,7 +31,9 @@ from __future__ import annotations
 import argparse
 import platform
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from measure import write_report  # benchmarks/measure.py
 
@@ -49,31 +51,27 @@ def _refuse_off_aarch64() -> None:
         )
 
 
-def main() -> int:
+def _parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=HERE / "results" / "aarch64_bert.md")
-    args = ap.parse_args()
-    _refuse_off_aarch64()
+    return ap.parse_args()
 
-    import statistics
-    import time
 
+def _configurations(threads: int) -> tuple[Any, Any, dict[str, Callable[[], Any]]]:
+    """(the input ids, FP32 eager's last hidden state, each configuration's compile)."""
     import torch
-    import torch._inductor.config as ic
-    from machine import cpu_model, provenance  # benchmarks/machine.py
-    from pdlkit.quantization import cosine_similarity, quantize
-    from pdlkit.runtime_abi.capability import host
+    from pdlkit.quantization import quantize
 
     import pdlkit
 
     sys.path.insert(0, str(HERE.parent / "examples"))
     from yitian_bert import bert_mini
 
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(threads)
     model, ids = bert_mini()
     with torch.no_grad():
         ref = model(ids)[0].float()
@@ -88,6 +86,23 @@ def main() -> int:
         "pdlkit-int8": lambda: pdlkit.optimize(int8),
         "pdlkit-bf16": lambda: pdlkit.optimize(bf16),
     }
+    return ids, ref, configs
+
+
+def _measure(
+    args: argparse.Namespace, ids: Any, ref: Any, configs: dict[str, Callable[[], Any]]
+) -> tuple[dict[str, list[float]], dict[str, float], dict[str, str]]:
+    """Every configuration in ``args.rounds`` interleaved rounds: (timed calls in ms, cosine
+    against FP32 eager and the kernels that ran, both from round 1)."""
+    import statistics
+    import time
+
+    import torch
+    import torch._inductor.config as ic
+    from pdlkit.quantization import cosine_similarity
+
+    import pdlkit
+
     times: dict[str, list[float]] = {name: [] for name in configs}
     cosine: dict[str, float] = {}
     kernels: dict[str, str] = {}
@@ -118,6 +133,20 @@ def main() -> int:
                 flush=True,
             )
     ic.freezing = False
+    return times, cosine, kernels
+
+
+def _report(
+    args: argparse.Namespace,
+    times: dict[str, list[float]],
+    cosine: dict[str, float],
+    kernels: dict[str, str],
+) -> str:
+    import statistics
+
+    import torch
+    from machine import cpu_model, provenance  # benchmarks/machine.py
+    from pdlkit.runtime_abi.capability import host
 
     def pct(v: list[float], q: float) -> float:
         return sorted(v)[int(q * (len(v) - 1))]
@@ -143,7 +172,15 @@ def main() -> int:
     lines += ["", "BladeDISC's published Yitian figures (one core, same model and batch):", ""]
     lines += [f"- {k}: {v} ms" for k, v in BLADEDISC_YITIAN.items()]
     lines.append(f"- pdlkit int8 here: {med['pdlkit-int8']:.2f} ms")
-    write_report(args.out, "\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    args = _parse_args()
+    _refuse_off_aarch64()
+    ids, ref, configs = _configurations(args.threads)
+    times, cosine, kernels = _measure(args, ids, ref, configs)
+    write_report(args.out, _report(args, times, cosine, kernels))
     return 0
 
 

@@ -77,12 +77,27 @@ def per_call_us(paths: dict[str, tuple], n: int = 20000, rounds: int = 9) -> dic
 
 def main() -> None:
     torch.set_num_threads(1)
+    times = _time_paths(_trivial_folder())
+    text = _report(times)
+    print(text)
+    out = Path(__file__).parent / "results" / "dispatch_overhead.md"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(text)
+
+
+def _trivial_folder() -> Path:
+    """A temporary folder with the trivial pattern (``p``) and kernel (``k``)."""
     tmp = Path(tempfile.mkdtemp())
     (tmp / "p").mkdir()
     (tmp / "k").mkdir()
     (tmp / "p" / "trivial.pdl.mlir").write_text(PATTERN)
     (tmp / "k" / "trivial.py").write_text(KERNEL)
+    return tmp
 
+
+def _time_paths(tmp: Path) -> dict[str, list[float]]:
+    """``torch.relu`` compiled with the trivial substitution, then every path to the kernel
+    timed (per_call_us)."""
     graphs: list[fx.GraphModule] = []
     backend = PdlkitBackend(patterns=tmp / "p", kernels=tmp / "k", default_codegen="eager")
 
@@ -116,6 +131,10 @@ def main() -> None:
                 "kernel function alone": (fn, x),
             }
         )
+    return times
+
+
+def _report(times: dict[str, list[float]]) -> str:
     rows = {k: (statistics.median(v), min(v)) for k, v in times.items()}
     via = times["graph calling the kernel through torch.ops.pdlkit"]
     direct = times["same graph calling the kernel function directly"]
@@ -157,11 +176,7 @@ def main() -> None:
         "checks all). Calls that any of those could see go through the dispatcher (the row",
         "forced through it), as do calls with a site this process did not create.",
     ]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    out = Path(__file__).parent / "results" / "dispatch_overhead.md"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(text)
+    return "\n".join(lines) + "\n"
 
 
 # -- the x86 GEMM kernels: public C ABI against the private ctypes entry points they had ---------

@@ -171,71 +171,96 @@ def check_nonfinite(ex: dict[str, Any]) -> None:
     from pdlkit.kernels.ops import logical_ops as ref
 
     g = torch.Generator().manual_seed(ex["seed"])
-    kind, m, k, n = ex["kernel"], ex["m"], ex["k"], ex["n"]
+    kind = ex["kernel"]
     at = {"a": [(w, v) for t, w, v in ex["specials"] if t == "a"]}
     at["b"] = [(w, v) for t, w, v in ex["specials"] if t == "b"]
     fuzzing.CASES[f"x86 NaN / inf: {kind}"] += 1
     if kind.startswith("bf16"):
-        act = kind.split(" ", 1)[1]
-        x = _plant(torch.randn(m, k, generator=g) * ex["scale"], at["a"]).bfloat16()
-        w = (torch.randn(n, k, generator=g) / k**0.5).bfloat16()
-        b = _plant(torch.randn(n, generator=g), at["b"]).bfloat16()
-        approx = "tanh" if "tanh" in act else "none"
-        name = {"none": "linear_bf16", "relu": "linear_relu_bf16"}.get(act, "linear_gelu_bf16")
+        _nonfinite_bf16(decls, ex, g, at)
+    elif kind.startswith("int8"):
+        _nonfinite_int8(decls, ref, ex, g, at)
+    else:
+        _nonfinite_attention(decls, ref, ex, g, at)
 
-        def eager(x: Any, w: Any, b: Any, *a: Any) -> Any:
-            y = F.linear(x, w, b)
-            return torch.relu(y) if act == "relu" else F.gelu(y, approximate=approx) if a else y
 
-        args: tuple[Any, ...] = (x, w, b, approx) if name == "linear_gelu_bf16" else (x, w, b)
-        got = _call(decls[name], args, eager, f"x86 NaN / inf: {kind}")
-        want = eager(*args)
-        pre = F.linear(x.float(), w.float(), b.float())
-        if name == "linear_gelu_bf16" and approx == "none":  # eager erf GELU(+inf) is NaN
-            allowed = (pre == math.inf) & want.isnan() & (got == math.inf)
-            fuzzing.CASES["x86 NaN / inf: erf GELU(+inf) = +inf (eager: NaN)"] += int(allowed.any())
-            want = torch.where(allowed, got, want)
-        # one bf16 rounding of each, from float32 sums in another order
-        scale = x.float().abs() @ w.float().abs().t() + b.float().abs()
-        _same_floats(got, want, 2**-6 * (want.float().abs() + scale), kind)
+_Specials = dict[str, list[tuple[float, float]]]  # "a" / "b": (where in [0, 1), value) to plant
+
+
+def _nonfinite_bf16(
+    decls: dict[str, Any], ex: dict[str, Any], g: torch.Generator, at: _Specials
+) -> None:
+    """A BF16 linear (+ ReLU / GELU): specials in x (a) and the bias (b)."""
+    kind, m, k, n = ex["kernel"], ex["m"], ex["k"], ex["n"]
+    act = kind.split(" ", 1)[1]
+    x = _plant(torch.randn(m, k, generator=g) * ex["scale"], at["a"]).bfloat16()
+    w = (torch.randn(n, k, generator=g) / k**0.5).bfloat16()
+    b = _plant(torch.randn(n, generator=g), at["b"]).bfloat16()
+    approx = "tanh" if "tanh" in act else "none"
+    name = {"none": "linear_bf16", "relu": "linear_relu_bf16"}.get(act, "linear_gelu_bf16")
+
+    def eager(x: Any, w: Any, b: Any, *a: Any) -> Any:
+        y = F.linear(x, w, b)
+        return torch.relu(y) if act == "relu" else F.gelu(y, approximate=approx) if a else y
+
+    args: tuple[Any, ...] = (x, w, b, approx) if name == "linear_gelu_bf16" else (x, w, b)
+    got = _call(decls[name], args, eager, f"x86 NaN / inf: {kind}")
+    want = eager(*args)
+    pre = F.linear(x.float(), w.float(), b.float())
+    if name == "linear_gelu_bf16" and approx == "none":  # eager erf GELU(+inf) is NaN
+        allowed = (pre == math.inf) & want.isnan() & (got == math.inf)
+        fuzzing.CASES["x86 NaN / inf: erf GELU(+inf) = +inf (eager: NaN)"] += int(allowed.any())
+        want = torch.where(allowed, got, want)
+    # one bf16 rounding of each, from float32 sums in another order
+    scale = x.float().abs() @ w.float().abs().t() + b.float().abs()
+    _same_floats(got, want, 2**-6 * (want.float().abs() + scale), kind)
+
+
+def _nonfinite_int8(
+    decls: dict[str, Any], ref: Any, ex: dict[str, Any], g: torch.Generator, at: _Specials
+) -> None:
+    """An int8 linear (+ ReLU / GELU), or one with add + LayerNorm: specials in the weight
+    scales (a) and the bias (b), or in the residual (a and b)."""
+    kind, m, k, n = ex["kernel"], ex["m"], ex["k"], ex["n"]
+    x_q = torch.randint(0, 256, (m, k), generator=g, dtype=torch.uint8)
+    w_q = torch.randint(-127, 128, (n, k), generator=g, dtype=torch.int8)
+    ws = _plant(torch.rand(n, generator=g) * 0.01 + 1e-3, at["a"])
+    b = _plant(torch.randn(n, generator=g) * ex["scale"], at["b"])
+    wz = torch.zeros(n, dtype=torch.int64)
+    head = (x_q, 0.02, int(torch.randint(0, 256, (1,), generator=g)), w_q, ws, wz, b)
+    args: tuple[Any, ...]
+    if kind == "int8 add+layernorm":
+        res = _plant(torch.randn(m, n, generator=g) * 3, at["a"] + at["b"])
+        ln = (res, [n], torch.rand(n, generator=g) + 0.5, torch.randn(n, generator=g), 1e-5)
+        signed = ex["out"] == "int8"
+        args = (*head[:4], torch.rand(n, generator=g) * 0.01 + 1e-3, wz, head[6], *ln,
+                8 / 255, 0 if signed else 128, *((-128, 127) if signed else (0, 255)))  # fmt: skip
+        want = ref.qlinear_add_layer_norm_q(*args)
+        got = _call(decls["qlinear_add_layer_norm_q_vnni"], args,
+                    ref.qlinear_add_layer_norm_q, "x86 NaN / inf: int8 add+layernorm")  # fmt: skip
+        _same_floats(got[0], want[0], 1e-3 + 1e-4 * want[0].abs(), kind)
+        _same_codes(got[1], want[1], kind)
         return
-    if kind.startswith("int8"):
-        x_q = torch.randint(0, 256, (m, k), generator=g, dtype=torch.uint8)
-        w_q = torch.randint(-127, 128, (n, k), generator=g, dtype=torch.int8)
-        ws = _plant(torch.rand(n, generator=g) * 0.01 + 1e-3, at["a"])
-        b = _plant(torch.randn(n, generator=g) * ex["scale"], at["b"])
-        wz = torch.zeros(n, dtype=torch.int64)
-        head = (x_q, 0.02, int(torch.randint(0, 256, (1,), generator=g)), w_q, ws, wz, b)
-        if kind == "int8 add+layernorm":
-            res = _plant(torch.randn(m, n, generator=g) * 3, at["a"] + at["b"])
-            ln = (res, [n], torch.rand(n, generator=g) + 0.5, torch.randn(n, generator=g), 1e-5)
-            signed = ex["out"] == "int8"
-            args = (*head[:4], torch.rand(n, generator=g) * 0.01 + 1e-3, wz, head[6], *ln,
-                    8 / 255, 0 if signed else 128, *((-128, 127) if signed else (0, 255)))  # fmt: skip
-            want = ref.qlinear_add_layer_norm_q(*args)
-            got = _call(decls["qlinear_add_layer_norm_q_vnni"], args,
-                        ref.qlinear_add_layer_norm_q, "x86 NaN / inf: int8 add+layernorm")  # fmt: skip
-            _same_floats(got[0], want[0], 1e-3 + 1e-4 * want[0].abs(), kind)
-            _same_codes(got[1], want[1], kind)
-            return
-        post = kind.split(" ", 1)[1]
-        post_op, algo = (
-            ("gelu", "tanh" if "tanh" in post else "none") if "gelu" in post else (post, "")
-        )
-        what = f"x86 NaN / inf: {kind} ({ex['family']})"
-        if ex["out"] == "float32":
-            args = (*head, post_op, algo)
-            got = _call(decls[f"qlinear_{ex['family']}"], args, ref.qlinear, what)
-            want = ref.qlinear(*args)
-            scale = (x_q.float() - head[2]).abs() @ (w_q.float().abs() * ws.abs()[:, None]).t()
-            _same_floats(got, want, 1e-5 * (want.abs() + 0.02 * scale + b.abs()), kind)
-        else:
-            signed = ex["out"] == "int8"
-            qr = (-128, 127) if signed else (0, 255)
-            args = (*head, 0.05 * ex["scale"], 3 if signed else 120, *qr, post_op, algo)
-            got = _call(decls[f"qlinear_q_{ex['family']}"], args, ref.qlinear_q, what)
-            _same_codes(got, ref.qlinear_q(*args), kind)
-        return
+    post = kind.split(" ", 1)[1]
+    post_op, algo = ("gelu", "tanh" if "tanh" in post else "none") if "gelu" in post else (post, "")
+    what = f"x86 NaN / inf: {kind} ({ex['family']})"
+    if ex["out"] == "float32":
+        args = (*head, post_op, algo)
+        got = _call(decls[f"qlinear_{ex['family']}"], args, ref.qlinear, what)
+        want = ref.qlinear(*args)
+        scale = (x_q.float() - head[2]).abs() @ (w_q.float().abs() * ws.abs()[:, None]).t()
+        _same_floats(got, want, 1e-5 * (want.abs() + 0.02 * scale + b.abs()), kind)
+    else:
+        signed = ex["out"] == "int8"
+        qr = (-128, 127) if signed else (0, 255)
+        args = (*head, 0.05 * ex["scale"], 3 if signed else 120, *qr, post_op, algo)
+        got = _call(decls[f"qlinear_q_{ex['family']}"], args, ref.qlinear_q, what)
+        _same_codes(got, ref.qlinear_q(*args), kind)
+
+
+def _nonfinite_attention(
+    decls: dict[str, Any], ref: Any, ex: dict[str, Any], g: torch.Generator, at: _Specials
+) -> None:
+    kind, m, k = ex["kernel"], ex["m"], ex["k"]
     # attention: q, k, v [1, 2, m, k or 8], specials in q / k / v (a) or the float mask (b)
     d = 8 if k < 8 else k
     qkv = [torch.randn(1, 2, m, d, generator=g) * ex["scale"] for _ in "qkv"]

@@ -131,12 +131,16 @@ def training(steps: int = 5) -> dict[str, Any]:
     }
 
 
-def main() -> int:
+def _parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fuzz-budget", type=float, default=60, help="seconds of fuzzing")
     ap.add_argument("--calls", type=int, default=800, help="calls per thread configuration")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "reliability.md")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> int:
+    args = _parse_args()
 
     n_threads = torch.get_num_threads()
     rec = recompilations()
@@ -153,7 +157,20 @@ def main() -> int:
     cases, failures = fuzz.run(args.fuzz_budget)
     found = sum(len(v) for v in failures.values())
 
-    mib = 2**20
+    text = "\n".join(
+        [
+            *_recompilation_lines(args, rec),
+            *_thread_lines(args, threads),
+            *_fuzz_lines(args, cases, found),
+            *_memory_training_lines(mem, train),
+        ]
+    )
+    print(text)
+    args.out.write_text(text)
+    return 1 if found or any(r["mismatches"] for r in threads) else 0
+
+
+def _recompilation_lines(args: argparse.Namespace, rec: list[dict[str, Any]]) -> list[str]:
     lines = [
         "# Reliability",
         "",
@@ -173,7 +190,11 @@ def main() -> int:
             f"| {r['mode']} | {r['inductor']} | {r['pdlkit']} | {r['kernel_calls']} of 40 | "
             f"{r['inductor_err']:.1e} / {r['pdlkit_err']:.1e} |"
         )
-    lines += [
+    return lines
+
+
+def _thread_lines(args: argparse.Namespace, threads: Any) -> list[str]:
+    return [
         "",
         "## Threads: one compiled model shared by N threads",
         "",
@@ -188,6 +209,11 @@ def main() -> int:
         "is the shipped oneDNN linear kernels plus per-call dispatch against Inductor's own "
         "code at this small shape (see dispatch_overhead.md), not a threading cost: the ratio "
         "is below 1 with one thread too.",
+    ]
+
+
+def _fuzz_lines(args: argparse.Namespace, cases: dict[str, int], found: int) -> list[str]:
+    lines = [
         "",
         "## Fuzzing",
         "",
@@ -198,8 +224,13 @@ def main() -> int:
         "|---|---:|",
     ]
     lines += [f"| {k} | {v} |" for k, v in sorted(cases.items())]
+    return lines
+
+
+def _memory_training_lines(mem: dict[str, Any], train: dict[str, Any]) -> list[str]:
+    mib = 2**20
     growth = mem["after"] - mem["before"]
-    lines += [
+    return [
         "",
         "## Resident memory over 10,000 calls (pre-packed weights)",
         "",
@@ -217,10 +248,6 @@ def main() -> int:
         f"{', '.join(f'{v:.6f}' for v in train['pdlkit'])}; largest difference {train['diff']:.1e}.",
         "",
     ]
-    text = "\n".join(lines)
-    print(text)
-    args.out.write_text(text)
-    return 1 if found or any(r["mismatches"] for r in threads) else 0
 
 
 if __name__ == "__main__":
