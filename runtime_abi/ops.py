@@ -91,9 +91,15 @@ class LogicalOp:
 
 
 def source_of(fn: Callable[..., Any]) -> str:
+    """``file:line`` of a function's definition, for messages. Where ``inspect`` cannot read
+    the source back (a file changed or not valid text since it was compiled), the file and
+    line its code object was compiled with; a callable without code, its name."""
     try:
         return f"{inspect.getsourcefile(fn)}:{inspect.getsourcelines(fn)[1]}"
     except (OSError, TypeError):
+        code = getattr(inspect.unwrap(fn), "__code__", None)
+        if code is not None:
+            return f"{code.co_filename}:{code.co_firstlineno}"
         return getattr(fn, "__qualname__", repr(fn))
 
 

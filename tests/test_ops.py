@@ -287,3 +287,14 @@ def test_a_kernels_own_reference_survives_binding_to_its_op(tmp_path):
     )
     k = KernelRegistry.from_folders([tmp_path / "k"]).get("lr_own")
     assert k is not None and k.reference is not None and k.reference.__name__ == "mine"
+
+
+def test_a_function_whose_source_cannot_be_read_back_is_named_by_file_and_line(tmp_path):
+    """inspect cannot read back code compiled from a file that is gone or changed (seen with
+    corrupted kernel files in benchmarks/fuzz.py: the error named only the kernel); messages
+    still name the file and line the code was compiled from."""
+    from pdlkit.runtime_abi.ops import source_of
+
+    ns: dict = {}
+    exec(compile("\n\ndef k(x):\n    return x\n", str(tmp_path / "gone.py"), "exec"), ns)
+    assert source_of(ns["k"]) == f"{tmp_path / 'gone.py'}:3"
