@@ -5,16 +5,12 @@ Imported by benchmarks/x86_bert.py (run by path: this folder is on ``sys.path``)
 
 from __future__ import annotations
 
-import datetime
 import os
-import platform
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 from _x86_bert_gemm import GEMM_LIMIT_SIZE, GemmInfo, GemmRate, overall_rate
-from machine import cpu_flags, cpu_model  # benchmarks/machine.py
 from measure import md_section, md_table, p10  # benchmarks/measure.py
 
 CONFIGS = [
@@ -98,20 +94,9 @@ def paired_speedups(times: dict[str, list[float]]) -> list[float]:
 def machine(
     load_start: tuple[float, float, float], load_end: tuple[float, float, float]
 ) -> list[str]:
-    from importlib.metadata import version
-
-    def v(p: str) -> str:
-        try:
-            return version(p)
-        except Exception:
-            return "?"
-
-    nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    """What the host header (machine.host_header: date, CPU, AMX, GPU, versions, commit) does
+    not say: the load at the end of the run too."""
     return [
-        f"- date: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}",
-        f"- CPU: {cpu_model()} ({platform.machine()}); nproc: {nproc}; flags: {cpu_flags()}",
-        f"- torch {torch.__version__}, torchao {v('torchao')}, transformers {v('transformers')}, "
-        f"torch-mlir {v('torch-mlir')}, Python {platform.python_version()}",
         f"- load average (1/5/15 min) at start {' / '.join(f'{x:.2f}' for x in load_start)}, "
         f"at end {' / '.join(f'{x:.2f}' for x in load_end)} (a shared machine; per configuration "
         "in Details)",
@@ -299,7 +284,7 @@ def paired_rows(results: list[CaseResult]) -> list[str]:
 def _intro(
     argv: list[str],
     total_s: float,
-    source: str,
+    header: list[str],
     load_start: tuple[float, float, float],
     warmup: int,
     plan: str,
@@ -312,8 +297,8 @@ def _intro(
         f"(per configuration and round: one compiling call, {warmup} warm-up calls, then the timed "
         f"calls; {plan}; medians over all timed calls of all rounds).",
         "",
+        *header,  # CPU model, AMX, GPU name, versions, commit
         *machine(load_start, os.getloadavg()),
-        source,
         "",
         "Configurations (each after `torch._dynamo.reset()`, compile excluded, `torch.no_grad()`): "
         "FP32 eager; FP32 Inductor = `torch.compile(model)`; BF16 Inductor = "
@@ -371,14 +356,14 @@ def render(
     results: list[CaseResult],
     argv: list[str],
     total_s: float,
-    source: str,
+    header: list[str],
     load_start: tuple[float, float, float],
     warmup: int,
     plan: str,
 ) -> str:
     return "\n".join(
         [
-            *_intro(argv, total_s, source, load_start, warmup, plan),
+            *_intro(argv, total_s, header, load_start, warmup, plan),
             *table(results),
             *_gemm_sections(results),
             "",

@@ -141,11 +141,11 @@ def _report(
     times: dict[str, list[float]],
     cosine: dict[str, float],
     kernels: dict[str, str],
+    header: list[str],
 ) -> str:
     import statistics
 
     import torch
-    from machine import cpu_model, provenance  # benchmarks/machine.py
     from pdlkit.runtime_abi.capability import host
 
     def pct(v: list[float], q: float) -> float:
@@ -156,10 +156,9 @@ def _report(
     lines = [
         "# bert-mini 8 x 64 on AArch64",
         "",
-        f"- machine: {cpu_model()} ({platform.machine()}), {args.threads} thread(s); "
-        f"features {', '.join(sorted(host().features))}",
+        *header,  # CPU model, AMX, threads, GPU name, versions, commit
+        f"- AArch64 features: {', '.join(sorted(host().features))}",
         f"- torch {torch.__version__}; {args.rounds} rounds x {args.repeats} timed calls",
-        provenance(),
         "",
         "| configuration | median ms | p10 ms | vs FP32 eager | vs PyTorch int8 | cosine vs FP32 | kernels |",
         "|---|---|---|---|---|---|---|",
@@ -178,9 +177,13 @@ def _report(
 def main() -> int:
     args = _parse_args()
     _refuse_off_aarch64()
+    from machine import host_header  # benchmarks/machine.py
+
     ids, ref, configs = _configurations(args.threads)
+    header = host_header(args.threads)
+    print("\n".join(header), flush=True)
     times, cosine, kernels = _measure(args, ids, ref, configs)
-    write_report(args.out, _report(args, times, cosine, kernels))
+    write_report(args.out, _report(args, times, cosine, kernels, header))
     return 0
 
 

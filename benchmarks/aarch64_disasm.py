@@ -28,7 +28,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))  # benchmarks/machine.py, also when imported
 
-from machine import provenance  # noqa: E402  benchmarks/machine.py
+from machine import host_header  # noqa: E402  benchmarks/machine.py
 from measure import write_report  # noqa: E402  benchmarks/measure.py
 
 # MACs one instruction does (128-bit vectors): SMMLA/USMMLA 2x8 . 8x2 int8; BFMMLA 2x4 . 4x2
@@ -185,7 +185,7 @@ def report(lib: Path) -> str:
     out = [
         "# AArch64 kernel inner loops (from the disassembly)",
         "",
-        provenance(),
+        *host_header(),  # CPU model, AMX, GPU name, versions, commit
         "",
         f"Library: `{lib.name}`, built by `pdlkit build-kernels` "
         "(`-O3 -march=armv8-a -mtune=neoverse-n2`, per-function i8mm / bf16 / dotprod targets). "

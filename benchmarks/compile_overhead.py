@@ -34,10 +34,8 @@ from __future__ import annotations
 
 import argparse
 import copy
-import datetime
 import gc
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -52,7 +50,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from _compile_overhead_patterns import write_patterns  # benchmarks/_compile_overhead_patterns.py
-from machine import cpu_model, provenance  # benchmarks/machine.py
+from machine import host_header  # benchmarks/machine.py
 from measure import md_section, md_table, write_report  # benchmarks/measure.py
 
 HERE = Path(__file__).resolve().parent
@@ -300,21 +298,10 @@ def warm_up() -> None:
 
 
 def machine() -> list[str]:
+    """What the host header (date, CPU, AMX, GPU, versions, commit) does not say."""
     import torch._inductor.config as ic
 
-    try:
-        from importlib.metadata import version
-
-        mlir = version("torch-mlir")
-        tf = version("transformers")
-    except Exception:
-        mlir = tf = "?"
-    nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return [
-        f"- date: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}",
-        f"- platform.processor(): `{platform.processor() or '?'}` ({platform.machine()}, {platform.system()})",
-        f"- CPU: {cpu_model()}; nproc: {nproc}",
-        f"- torch {torch.__version__}, torch-mlir {mlir}, transformers {tf}, Python {platform.python_version()}",
         f"- torch.set_num_threads(1) (to reduce noise); Inductor compile_threads={ic.compile_threads}; "
         "FX graph cache off",
         "- a shared machine: other processes may have run meanwhile (load averages in Details)",
@@ -388,7 +375,9 @@ def targets(results: list[Result]) -> list[str]:
     return out
 
 
-def render(results: list[Result], args: argparse.Namespace, total_s: float, source: str) -> str:
+def render(
+    results: list[Result], args: argparse.Namespace, total_s: float, header: list[str]
+) -> str:
     lines = [
         "# pdlkit compile-time overhead",
         "",
@@ -396,8 +385,8 @@ def render(results: list[Result], args: argparse.Namespace, total_s: float, sour
         + (" --quick" if args.quick else "")
         + f"` in {total_s:.0f} s.",
         "",
+        *header,
         *machine(),
-        source,
         "",
         "Medians: pdlkit pass over the calls after the first (count in Details); Inductor "
         "`compile_fx` on the same Dynamo graph, 1 cold compile (fresh cache folder) then the median "
@@ -457,7 +446,8 @@ def main() -> int:
 
     kernels = config.shipped_kernels()
     start = time.perf_counter()
-    source = provenance()
+    header = host_header(threads=1)  # CPU model, AMX, GPU name, versions, commit
+    print("\n".join(header), flush=True)
     warm_up()
     wanted = args.models.split(",")
     results = []
@@ -503,7 +493,7 @@ def main() -> int:
             )
             del model
             torch._dynamo.reset()
-    text = render(results, args, time.perf_counter() - start, source)
+    text = render(results, args, time.perf_counter() - start, header)
     write_report(args.out, text)
     return 0
 

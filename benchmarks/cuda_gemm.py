@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import provenance  # noqa: E402
+from machine import host_header  # noqa: E402
 
 
 def bench(fn, reps: int = 50) -> float:
@@ -289,7 +289,7 @@ def markdown(res: dict) -> str:
         "",
         f"Written by `benchmarks/cuda_gemm.py` on {res['device']} (torch {v['torch']}, CUDA "
         f"{v['cuda']}, Triton {v['triton']}). Medians of CUDA-event timings (do_bench).",
-        f"{res['machine']}",
+        *res["machine"],  # CPU model, AMX, GPU name, versions, commit
         "",
         f"Ceilings measured in the same run: device-to-device copy {c['copy_TBps']:.2f} TB/s, "
         f"BF16 8192^3 matmul {c['bf16_mm_8192_TFLOPs']:.0f} TFLOP/s.",
@@ -350,7 +350,8 @@ def main() -> None:
     ap.add_argument("--sweep", action="store_true", help="try several tile configs per shape")
     a = ap.parse_args()
     assert torch.cuda.is_available(), "benchmarks/cuda_gemm.py needs a CUDA GPU"
-    res: dict = {"machine": provenance(), "device": torch.cuda.get_device_name()}
+    res: dict = {"machine": host_header(), "device": torch.cuda.get_device_name()}
+    print("\n".join(res["machine"]), flush=True)
     import triton
 
     res["versions"] = {

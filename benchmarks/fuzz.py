@@ -28,9 +28,7 @@ graph does (pre-pack, then the declaration's function); a call the kernel declin
 from __future__ import annotations
 
 import argparse
-import datetime
 import math
-import platform
 import shutil
 import sys
 import tempfile
@@ -43,7 +41,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from machine import ROOT, cpu_model, provenance  # benchmarks/machine.py
+from machine import ROOT, host_header  # benchmarks/machine.py
 
 sys.path.insert(0, str(ROOT / "tests"))
 import fuzzing  # noqa: E402  (tests/fuzzing.py)
@@ -453,13 +451,14 @@ def _last_error(trace: str) -> str:
     return errors[-1] if errors else lines[-1]
 
 
-def report(cases: dict[str, int], failures: dict[str, list[str]], budget: float) -> str:
+def report(
+    cases: dict[str, int], failures: dict[str, list[str]], budget: float, header: list[str]
+) -> str:
     lines = [
         "# Fuzzing (hypothesis, random examples)",
         "",
-        f"- {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, budget {budget:.0f} s",
-        f"- machine: {cpu_model()}, {platform.machine()}, Python {platform.python_version()}",
-        provenance(),
+        *header,  # date, CPU model, AMX, GPU name, versions, commit
+        f"- budget {budget:.0f} s",
         "",
         "| property / outcome | examples |",
         "|---|---:|",
@@ -477,11 +476,13 @@ def main() -> int:
     ap.add_argument("--only", action="append", choices=sorted(PROPERTIES))
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "fuzz.md")
     args = ap.parse_args()
+    header = host_header()
+    print("\n".join(header), flush=True)
     cases, failures = run(args.budget, args.only)
     for name, found in failures.items():
         for f in found:
             print(f"--- {name}: falsifying example ---\n{f}\n")
-    text = report(cases, failures, args.budget)
+    text = report(cases, failures, args.budget, header)
     print(text)
     args.out.write_text(text)
     return 1 if any(failures.values()) else 0

@@ -67,7 +67,7 @@ from _x86_bert_results import (
     paired_speedups,
     render,
 )
-from machine import provenance  # benchmarks/machine.py
+from machine import host_header  # benchmarks/machine.py
 from measure import last_hidden, write_report  # benchmarks/measure.py
 
 # The configurations, the cases and their timings, and the report: benchmarks/_x86_bert_results.py;
@@ -421,7 +421,12 @@ def main() -> int:
 
     start = time.perf_counter()
     load_start = os.getloadavg()
-    source = provenance()
+    counts = {case.threads for case, _, _ in cases}  # run_case sets each case's own
+    threads = counts.pop() if len(counts) == 1 else None
+    if threads is not None:
+        torch.set_num_threads(threads)
+    header = host_header(threads)
+    print("\n".join(header), flush=True)
     results = []
     for case, reps, rounds in cases:
         args.repeats, args.rounds = reps, rounds
@@ -430,7 +435,7 @@ def main() -> int:
         f"{c.name}: {rounds} round(s) x {reps} timed calls" for c, reps, rounds in cases
     )
     text = render(
-        results, sys.argv[1:], time.perf_counter() - start, source, load_start, args.warmup, plan
+        results, sys.argv[1:], time.perf_counter() - start, header, load_start, args.warmup, plan
     )
     write_report(args.out, text)
     return 0

@@ -24,7 +24,6 @@ run eagerly.
 from __future__ import annotations
 
 import argparse
-import platform
 import shutil
 import statistics
 import tempfile
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from machine import host_header  # benchmarks/machine.py
 from measure import interleaved  # benchmarks/measure.py
 from torch import nn
 
@@ -157,14 +157,18 @@ def main() -> None:
     )
     args = p.parse_args()
     torch.set_num_threads(args.threads)
+    header = host_header(args.threads)  # CPU model, AMX, GPU name, versions, commit
+    print("\n".join(header), flush=True)
     rows = [
         measure(int(b), args.size, args.rounds, args.calls, args.autotune, args.freezing)
         for b in args.batches.split(",")
     ]
     lines = [
-        f"# int8 ResNet-18-shaped CNN on x86 ({platform.processor() or platform.machine()}, "
-        f"{args.threads} thread(s), torch {torch.__version__}, pdlkit autotune={args.autotune}"
+        f"# int8 ResNet-18-shaped CNN on x86 ({args.threads} thread(s), torch "
+        f"{torch.__version__}, pdlkit autotune={args.autotune}"
         f"{', freezing' if args.freezing else ''})",
+        "",
+        *header,
         "",
         "| input | FP32 eager | PyTorch int8 | pdlkit int8 | pdlkit / PyTorch (paired) | "
         "pdlkit int8 without the qconv kernels | cos vs converted |",
