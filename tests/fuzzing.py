@@ -25,6 +25,8 @@ CASES: Counter[str] = Counter()  # examples run per property, for the reports
 
 SHIPPED_CPU_PATTERNS = config.shipped_patterns() / "cpu"
 SHIPPED_CPU_KERNEL = config.shipped_kernels() / "cpu" / "linear_epilogue.py"
+# the logical ops that file's kernels implement (without them it is refused unchanged)
+SHIPPED_OPS = config.shipped_kernels() / "ops" / "logical_ops.py"
 PATTERN_FILES = {
     "linear_gelu": "linear_gelu.pdl.mlir",
     "linear_relu": "linear_relu.pdl.mlir",
@@ -230,9 +232,10 @@ def check_manifest_corruption(muts: list[tuple[str, float, int]]) -> None:
 
 
 def check_kernel_corruption(muts: list[tuple[str, float, int]], pinned: bool) -> None:
-    """A corrupted kernel file. Pinned: refused, naming it, unless the bytes are unchanged.
-    Unpinned: a clean error naming it, or it loads (its code runs: only a pin can tell
-    a changed computation from an intended one, so nothing is computed with it here)."""
+    """A corrupted kernel file, beside the (intact) file of the ops it implements. Pinned:
+    refused, naming it, unless the bytes are unchanged. Unpinned: a clean error naming it, or
+    it loads (its code runs: only a pin can tell a changed computation from an intended one,
+    so nothing is computed with it here)."""
     what = "kernel files (pinned)" if pinned else "kernel files"
     CASES[what] += 1
     folder = _tmp()
@@ -240,8 +243,9 @@ def check_kernel_corruption(muts: list[tuple[str, float, int]], pinned: bool) ->
         path = folder / SHIPPED_CPU_KERNEL.name
         original = SHIPPED_CPU_KERNEL.read_bytes()
         path.write_bytes(original)
+        shutil.copy(SHIPPED_OPS, folder)
         if pinned:
-            write_pins(folder, [path])
+            write_pins(folder, [path, folder / SHIPPED_OPS.name])
         data = corrupt(original, muts)
         path.write_bytes(data)
         from pdlkit.backend import Options, load_plan

@@ -48,6 +48,16 @@ def test_corrupted_pinned_kernel_file_is_always_refused(muts):
     fuzzing.check_kernel_corruption(muts, pinned=True)
 
 
+@pytest.mark.parametrize("pinned", [False, True])
+def test_an_unchanged_kernel_file_loads(pinned):
+    """The corruption properties' subject loads when nothing is corrupted (the ops it
+    implements beside it), so their refusals are the corruption's doing."""
+    what = "kernel files (pinned)" if pinned else "kernel files"
+    before = fuzzing.CASES[f"{what}: loaded"]
+    fuzzing.check_kernel_corruption([], pinned=pinned)
+    assert fuzzing.CASES[f"{what}: loaded"] == before + 1
+
+
 @settings(CI, max_examples=200)
 @given(fuzzing.descriptors)
 def test_random_native_descriptor_is_validated_or_refused_naming_the_library(d):
