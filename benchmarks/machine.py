@@ -21,9 +21,21 @@ def _cpuinfo(field: str) -> str | None:
     return None
 
 
+# Arm's /proc/cpuinfo names no model: its implementer and part codes (for Alibaba's Yitian 710,
+# implementer 0x41 (Arm), part 0xd49, Neoverse N2)
+_ARM_PARTS = {"0xd0c": "Neoverse N1", "0xd40": "Neoverse V1", "0xd49": "Neoverse N2",
+              "0xd4f": "Neoverse V2"}  # fmt: skip
+
+
 def cpu_model() -> str:
     model = _cpuinfo("model name")
-    return "unknown" if model is None else model.strip()
+    if model is not None:
+        return model.strip()
+    part = (_cpuinfo("CPU part") or "").strip()
+    if part:
+        impl = (_cpuinfo("CPU implementer") or "?").strip()
+        return f"Arm CPU implementer {impl}, part {part} ({_ARM_PARTS.get(part, 'unknown part')})"
+    return "unknown"
 
 
 def provenance() -> str:
@@ -52,16 +64,20 @@ def provenance() -> str:
 
 
 def _flags() -> list[str]:
-    return (_cpuinfo("flags") or "").split()
+    return (_cpuinfo("flags") or _cpuinfo("Features") or "").split()  # x86 / AArch64
+
+
+_KERNEL_FLAGS = ("avx512_vnni", "avx512_bf16", "amx", "i8mm", "bf16", "sve", "asimddp")
 
 
 def cpu_flags() -> str:
-    """The ISA flags the x86 kernels care about (avx512_vnni, avx512_bf16, amx_*), or why none."""
+    """The ISA flags the kernels care about (x86: avx512_vnni, avx512_bf16, amx_*; AArch64:
+    i8mm, bf16, sve*, asimddp), or why none."""
     flags = _flags()
     if not flags:
         return "?"
-    keep = [f for f in flags if f.startswith(("avx512_vnni", "avx512_bf16", "amx"))]
-    return " ".join(sorted(keep)) or "none of avx512_vnni / avx512_bf16 / amx"
+    keep = [f for f in flags if f.startswith(_KERNEL_FLAGS)]
+    return " ".join(sorted(keep)) or "none of " + " / ".join(_KERNEL_FLAGS)
 
 
 def amx() -> list[str]:
