@@ -549,7 +549,6 @@ static int64_t rows_of(const DLTensor* x) {
   return m;
 }
 
-static const void* data_of(const DLTensor* t) { return (const char*)t->data + t->byte_offset; }
 
 static const pdlkit_attribute* attr(const pdlkit_attribute* const* attrs, size_t n,
                                     const char* name, int32_t kind) {
@@ -626,29 +625,13 @@ static int32_t qlinear_meta(const pdlkit_meta_frame* f, qmode mode, int wpt) {
   return PDLKIT_OK;
 }
 
-static double scalar_f(const DLTensor* t) {
-  return pdlkit_dtype_is(t->dtype, kDLFloat, 64) ? *(const double*)data_of(t)
-                                                 : (double)*(const float*)data_of(t);
-}
-
-static int64_t scalar_i(const DLTensor* t) {
-  return pdlkit_dtype_is(t->dtype, kDLInt, 64) ? *(const int64_t*)data_of(t)
-                                               : (int64_t)*(const int32_t*)data_of(t);
-}
-
-static int64_t numel(const DLTensor* t) {
-  int64_t n = 1;
-  for (int32_t d = 0; d < t->ndim; ++d) n *= t->shape[d];
-  return n;
-}
-
 static int32_t qlinear_run(const pdlkit_call_frame* f, qmode mode, int use_sdot, int wpt) {
   if (use_sdot ? !has_hwcap(1, A64_HWCAP_ASIMDDP) : !has_hwcap(2, A64_HWCAP2_I8MM))
     return ERR(f, PDLKIT_UNSUPPORTED, "this CPU lacks %s (hwcaps)", use_sdot ? "asimddp" : "i8mm");
   qinputs q;
   int32_t st = qinputs_of(f->inputs, f->num_inputs, mode, wpt, &q, f->error, f->error_size);
   if (st != PDLKIT_OK) return st;
-  const pack_header* h = (const pack_header*)data_of(q.w);
+  const pack_header* h = (const pack_header*)pdlkit_data(q.w);
   if (!pdlkit_dtype_is(q.w->dtype, kDLUInt, 8) || q.w->ndim != 1 ||
       (size_t)q.w->shape[0] < sizeof(pack_header) || h->magic != PACK_MAGIC ||
       h->kind != PACK_INT8 || (size_t)q.w->shape[0] != packed_bytes(PACK_INT8, h->n, h->k))
@@ -670,35 +653,37 @@ static int32_t qlinear_run(const pdlkit_call_frame* f, qmode mode, int use_sdot,
     if (z->i != 0) return ERR(f, PDLKIT_UNSUPPORTED, "weight zero points must be 0 (symmetric)");
     w_scale_pt = (float)s->f;
   } else {
-    ns = numel(q.w_scale);
+    ns = pdlkit_numel(q.w_scale);
     if (!pdlkit_dtype_is(q.w_scale->dtype, kDLFloat, 32) || !(ns == n || ns == 1) ||
         !pdlkit_is_contiguous(q.w_scale))
       return ERR(f, PDLKIT_UNSUPPORTED, "w_scale must be %lld (or 1) contiguous float32 values", (long long)n);
-    nz = numel(q.w_zp);
+    nz = pdlkit_numel(q.w_zp);
   }
   for (int64_t i = 0; i < nz; ++i) {
-    int64_t z = pdlkit_dtype_is(q.w_zp->dtype, kDLInt, 64) ? ((const int64_t*)data_of(q.w_zp))[i]
-                : pdlkit_dtype_is(q.w_zp->dtype, kDLInt, 32) ? ((const int32_t*)data_of(q.w_zp))[i] : 1;
+    int64_t z = pdlkit_dtype_is(q.w_zp->dtype, kDLInt, 64) ? ((const int64_t*)pdlkit_data(q.w_zp))[i]
+                : pdlkit_dtype_is(q.w_zp->dtype, kDLInt, 32) ? ((const int32_t*)pdlkit_data(q.w_zp))[i] : 1;
     if (z != 0) return ERR(f, PDLKIT_UNSUPPORTED, "weight zero points must be 0 (symmetric)");
   }
-  if (q.bias && (!pdlkit_dtype_is(q.bias->dtype, kDLFloat, 32) || numel(q.bias) != n ||
+  if (q.bias && (!pdlkit_dtype_is(q.bias->dtype, kDLFloat, 32) || pdlkit_numel(q.bias) != n ||
                  !pdlkit_is_contiguous(q.bias)))
     return ERR(f, PDLKIT_UNSUPPORTED, "bias must be %lld contiguous float32 values", (long long)n);
   qgemm_args g;
   memset(&g, 0, sizeof(g));
   g.m = m, g.n = n, g.k = k;
-  g.x = (const int8_t*)data_of(x);
+  g.x = (const int8_t*)pdlkit_data(x);
   g.x_unsigned = x_unsigned;
   g.w = h;
-  g.w_scale = wpt ? &w_scale_pt : (const float*)data_of(q.w_scale);
+  g.w_scale = wpt ? &w_scale_pt : (const float*)pdlkit_data(q.w_scale);
   g.w_scale_n = ns;
-  g.bias = q.bias ? (const float*)data_of(q.bias) : NULL;
+  g.bias = q.bias ? (const float*)pdlkit_data(q.bias) : NULL;
   g.use_sdot = use_sdot;
   if (mode == OUT_DYNAMIC) {
-    if (numel(q.x_scale) != 1 || numel(q.x_zp) != 1)
-      return ERR(f, PDLKIT_UNSUPPORTED, "x_scale / x_zp must hold one value (per-tensor)");
-    g.x_scale = (float)scalar_f(q.x_scale);
-    g.x_zp = (int32_t)scalar_i(q.x_zp);
+    double xs;
+    int64_t xz;
+    if (pdlkit_scalar_f64(q.x_scale, &xs) != 0 || pdlkit_scalar_i64(q.x_zp, &xz) != 0)
+      return ERR(f, PDLKIT_UNSUPPORTED, "x_scale / x_zp must hold one float / int (per-tensor)");
+    g.x_scale = (float)xs;
+    g.x_zp = (int32_t)xz;
   } else {
     const pdlkit_attribute* s = attr(f->attrs, f->num_attrs, "x_scale", PDLKIT_KIND_FLOAT);
     const pdlkit_attribute* z = attr(f->attrs, f->num_attrs, "x_zp", PDLKIT_KIND_INT);
@@ -768,9 +753,9 @@ static int32_t prepack(pdlkit_prepack_frame* f, int kind, uint8_t code, uint8_t 
   }
   if (f->packed_size != bytes) return ERR(f, PDLKIT_INVALID_ARGUMENT, "packed buffer of %zu bytes, needs %zu", f->packed_size, bytes);
   if (kind == PACK_INT8)
-    pack_int8((const int8_t*)data_of(w), w->shape[0], w->shape[1], f->packed);
+    pack_int8((const int8_t*)pdlkit_data(w), w->shape[0], w->shape[1], f->packed);
   else
-    pack_bf16((const uint16_t*)data_of(w), w->shape[0], w->shape[1], f->packed);
+    pack_bf16((const uint16_t*)pdlkit_data(w), w->shape[0], w->shape[1], f->packed);
   return PDLKIT_OK;
 }
 
@@ -798,7 +783,7 @@ static int32_t linear_run(const pdlkit_call_frame* f, int post) {
   if (!has_hwcap(2, A64_HWCAP2_BF16)) return ERR(f, PDLKIT_UNSUPPORTED, "this CPU lacks bf16 (hwcaps)");
   if (f->num_inputs != 3) return ERR(f, PDLKIT_INVALID_ARGUMENT, "expects x, weight, bias");
   const DLTensor *x = &f->inputs[0], *w = &f->inputs[1], *b = &f->inputs[2];
-  const pack_header* h = (const pack_header*)data_of(w);
+  const pack_header* h = (const pack_header*)pdlkit_data(w);
   if (!pdlkit_dtype_is(w->dtype, kDLUInt, 8) || w->ndim != 1 ||
       (size_t)w->shape[0] < sizeof(pack_header) || h->magic != PACK_MAGIC ||
       h->kind != PACK_BF16 || (size_t)w->shape[0] != packed_bytes(PACK_BF16, h->n, h->k))
@@ -810,15 +795,15 @@ static int32_t linear_run(const pdlkit_call_frame* f, int post) {
   bgemm_args g;
   memset(&g, 0, sizeof(g));
   g.m = rows_of(x), g.n = h->n, g.k = k;
-  g.x = (const uint16_t*)data_of(x);
+  g.x = (const uint16_t*)pdlkit_data(x);
   g.w = h;
   g.post = post;
   if (!pdlkit_is_none(b)) {
     g.bias_f32 = pdlkit_dtype_is(b->dtype, kDLFloat, 32);
-    if ((!g.bias_f32 && !pdlkit_dtype_is(b->dtype, kDLBfloat, 16)) || numel(b) != h->n ||
+    if ((!g.bias_f32 && !pdlkit_dtype_is(b->dtype, kDLBfloat, 16)) || pdlkit_numel(b) != h->n ||
         !pdlkit_is_contiguous(b))
       return ERR(f, PDLKIT_UNSUPPORTED, "bias must be %lld contiguous bfloat16 or float32 values", (long long)h->n);
-    g.bias = data_of(b);
+    g.bias = pdlkit_data(b);
   }
   g.y = (uint16_t*)((char*)f->outputs[0].data + f->outputs[0].byte_offset);
   if (g.m == 0 || g.n == 0) return PDLKIT_OK;

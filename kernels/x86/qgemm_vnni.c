@@ -799,18 +799,7 @@ static int32_t qg_prepack(pdlkit_prepack_frame *f, uint32_t flags) {
 /* A dynamic call's activation scale and zero point: one-element float and int tensors (what
  * choose_qparams gives: float64 [1] and int64 [1]); 0, else -1. */
 static int qg_dyn_qparams(const DLTensor *s, const DLTensor *z, double *scale, int64_t *zp) {
-    int64_t ns = 1, nz = 1;
-    for (int32_t d = 0; d < s->ndim; d++) ns *= s->shape[d];
-    for (int32_t d = 0; d < z->ndim; d++) nz *= z->shape[d];
-    if (ns != 1 || nz != 1) return -1;
-    const void *sd = x86_data(s), *zd = x86_data(z);
-    if (pdlkit_dtype_is(s->dtype, kDLFloat, 64)) *scale = *(const double *)sd;
-    else if (pdlkit_dtype_is(s->dtype, kDLFloat, 32)) *scale = *(const float *)sd;
-    else return -1;
-    if (pdlkit_dtype_is(z->dtype, kDLInt, 64)) *zp = *(const int64_t *)zd;
-    else if (pdlkit_dtype_is(z->dtype, kDLInt, 32)) *zp = *(const int32_t *)zd;
-    else return -1;
-    return 0;
+    return pdlkit_scalar_f64(s, scale) == 0 && pdlkit_scalar_i64(z, zp) == 0 ? 0 : -1;
 }
 
 /* The column terms of a dynamic call with zero point zp (see qg_colcorr) from its pre-pack's

@@ -452,6 +452,37 @@ static inline int pdlkit_dtype_is(DLDataType t, uint8_t code, uint8_t bits) {
   return t.code == code && t.bits == bits && t.lanes == 1;
 }
 
+/* The address of `t`'s first element (data + byte_offset). */
+static inline const void* pdlkit_data(const DLTensor* t) {
+  return (const char*)t->data + t->byte_offset;
+}
+
+/* The number of elements of `t` (1 for a 0-d tensor). */
+static inline int64_t pdlkit_numel(const DLTensor* t) {
+  int64_t n = 1;
+  for (int32_t d = 0; d < t->ndim; ++d) n *= t->shape[d];
+  return n;
+}
+
+/* The value of a one-element float64 or float32 tensor (a scale passed as a tensor, as
+ * torch's dynamic quantization computes it) in *out: 0, or -1 for any other tensor. */
+static inline int pdlkit_scalar_f64(const DLTensor* t, double* out) {
+  if (pdlkit_numel(t) != 1) return -1;
+  if (pdlkit_dtype_is(t->dtype, kDLFloat, 64)) *out = *(const double*)pdlkit_data(t);
+  else if (pdlkit_dtype_is(t->dtype, kDLFloat, 32)) *out = *(const float*)pdlkit_data(t);
+  else return -1;
+  return 0;
+}
+
+/* The value of a one-element int64 or int32 tensor (a zero point) in *out: 0, or -1. */
+static inline int pdlkit_scalar_i64(const DLTensor* t, int64_t* out) {
+  if (pdlkit_numel(t) != 1) return -1;
+  if (pdlkit_dtype_is(t->dtype, kDLInt, 64)) *out = *(const int64_t*)pdlkit_data(t);
+  else if (pdlkit_dtype_is(t->dtype, kDLInt, 32)) *out = *(const int32_t*)pdlkit_data(t);
+  else return -1;
+  return 0;
+}
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
