@@ -108,12 +108,9 @@ def choose(
     (below) measures faster: the sites' saving says nothing about that one.
 
     ``kernels_only``: where some sites kept their subgraph because it measured faster on its
-    own, the graph with a kernel at every site, a third candidate (:data:`KERNELS`): sites
-    timed one by one do not add up (seen on a Xeon with AMX: int8 bert-mini with six sites
-    kept ran 1.07x PyTorch's int8 path, with every site's kernel 0.89x). Unless the saving is
-    confident, it is compiled only when the substituted graph did not beat Inductor's: a
-    compile spared where the substituted graph already wins (seen on the EPYC: int8-dynamic
-    bert-mini's first compile 44 s, three graphs, against the peer's 19 s)."""
+    own, the graph with a kernel at every site, timed as a third candidate (:data:`KERNELS`):
+    sites timed one by one do not add up (seen on a Xeon with AMX: int8 bert-mini with six
+    sites kept ran 1.07x PyTorch's int8 path, with every site's kernel 0.89x)."""
     makers = {SUBSTITUTED: substituted}
     if kernels_only is not None:
         makers[KERNELS] = kernels_only
@@ -129,41 +126,28 @@ def choose(
         timings = _measure([(SUBSTITUTED, lambda: ours(*tensors))], device)
         own = timings[0].us
         confident = saved_us is not None and own is not None and saved_us >= CONFIDENT * own
-        if confident and kernels_only is None:
-            decision = Decision(SUBSTITUTED, [*timings, _not_compiled(saved_us)])
-            cache.put(key, decision)
-            return SUBSTITUTED, ours, decision
+        skipped = []
+        if confident:
+            note = f"not compiled: the sites save {saved_us:.0f} us, over {CONFIDENT:.0%}"
+            skipped.append(Timing(INDUCTOR, None, note))
+            if kernels_only is None:
+                decision = Decision(SUBSTITUTED, [*timings, *skipped])
+                cache.put(key, decision)
+                return SUBSTITUTED, ours, decision
         # confident: Inductor's graph is beaten, yet the kernels-only graph may beat this one
-        first = [KERNELS] if confident else [INDUCTOR]
-        fns, timings, failed = _stage({SUBSTITUTED: ours}, makers, first, tensors, device)
-        if not confident and KERNELS in makers and _faster(timings) != SUBSTITUTED:
-            fns, timings, more = _stage(fns, makers, [KERNELS], tensors, device)
-            failed += more
+        others = {
+            n: m
+            for n, m in makers.items()
+            if n != SUBSTITUTED and not (confident and n == INDUCTOR)
+        }
+        fns, failed = _compiled(others)
+        fns = {SUBSTITUTED: ours, **fns}
+        timings = _measure([(n, _call(f, tensors)) for n, f in fns.items()], device)
         _note_rounds(timings)
-        timings += failed + ([_not_compiled(saved_us)] if confident else [])
+        timings += failed + skipped
     decision = Decision(_faster(timings), timings)
     cache.put(key, decision)
     return decision.choice, fns[decision.choice], decision
-
-
-def _not_compiled(saved_us: float | None) -> Timing:
-    note = f"not compiled: the sites save {saved_us:.0f} us, over {CONFIDENT:.0%}"
-    return Timing(INDUCTOR, None, note)
-
-
-def _stage(
-    fns: dict[str, Callable[..., Any]],
-    makers: dict[str, Callable[[], Callable[..., Any]]],
-    names: list[str],
-    tensors: list[Any],
-    device: str,
-) -> tuple[dict[str, Callable[..., Any]], list[Timing], list[Timing]]:
-    """Compile the graphs ``names`` and time them with those of ``fns`` (compiled before), in
-    the same rounds: (every graph's code, their timings, the graphs that failed to compile)."""
-    more, failed = _compiled({n: makers[n] for n in names})
-    both = {**fns, **more}
-    fns = {n: both[n] for n in makers if n in both}  # substituted, kernels only, inductor
-    return fns, _measure([(n, _call(f, tensors)) for n, f in fns.items()], device), failed
 
 
 def _compiled(

@@ -3,8 +3,8 @@
     before: run_pass chose each site's implementation on its own timings; the substituted
             graph was compiled as it came out
     after:  the substituted graph is timed against Inductor's code for Dynamo's graph (and,
-            where some sites kept their subgraph and the substituted graph did not win, against
-            the graph with a kernel at every site); the fastest runs. The verdict is cached per host: a graph Inductor won is
+            where some sites kept their subgraph, against the graph with a kernel at every
+            site); the fastest runs. The verdict is cached per host: a graph Inductor won is
             compiled by Inductor alone the next time, with no re-trace and no matching (so is
             a graph in which nothing was substituted); a graph the kernels-only variant won is
             matched with ``keep_sites=False`` directly.
