@@ -44,6 +44,22 @@ def test_fastest_kernel_wins_over_a_higher_priority_one(folders):
     assert calls(st, "fast_chain") == 1 and calls(st, "slow_chain") == 0
 
 
+def test_a_near_tie_between_kernels_goes_to_the_higher_priority_one():
+    """Within MARGIN (3%) of the fastest, the first kernel in priority order wins; beyond it,
+    or where that one does not beat the subgraph by MARGIN, the fastest does."""
+    from pdlkit.runtime_abi.autotune import KEEP, Timing, fastest
+
+    order = ["amx", "onednn"]  # priority order
+
+    def pick(amx: float, onednn: float, keep: float) -> str:
+        return fastest([Timing("amx", amx), Timing("onednn", onednn), Timing(KEEP, keep)], order)
+
+    assert pick(102.0, 100.0, 130.0) == "amx"  # 2% slower: a tie
+    assert pick(104.0, 100.0, 130.0) == "onednn"  # 4% slower: measured faster
+    assert pick(102.0, 100.0, 104.0) == "onednn"  # amx does not beat the subgraph by 3%
+    assert pick(102.0, 100.0, 102.0) == KEEP
+
+
 def test_off_is_the_static_priority(folders):
     p, k = folders(FAST, SLOW)
     st = run(p, k, "off")
