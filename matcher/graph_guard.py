@@ -22,6 +22,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 from pdlkit.runtime_abi import autotune
+from pdlkit.runtime_abi.autograd import grad_inputs
 from pdlkit.runtime_abi.autotune import Decision, Timing
 from pdlkit.runtime_abi.binding_stats import uncounted
 
@@ -34,7 +35,7 @@ def timeable(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> bool:
     its shapes are static. (With dynamic shapes each site chooses per shape bucket at run
     time instead; compiling both graphs would also add both compilers' shape guards to the
     frame, and with them recompilations.)"""
-    if any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs):
+    if grad_inputs(example_inputs):  # a training graph (not parameters under no_grad)
         return False
     for n in gm.graph.nodes:
         if n.op == "placeholder":

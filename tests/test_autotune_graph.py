@@ -269,6 +269,19 @@ def test_a_graph_that_writes_in_place_is_not_run_again_to_time_it():
     assert graph_guard.timeable(torch.fx.symbolic_trace(lambda x: x * 2), [torch.randn(2)])
 
 
+def test_parameters_that_require_grad_under_no_grad_do_not_stop_the_whole_graph_check():
+    """Dynamo lifts a module's parameters to graph inputs (torch 2.13), and they require grad;
+    under no_grad the graph is an inference graph all the same, and is timed. With grad mode
+    on it is a training graph, and is not."""
+    from pdlkit.matcher import graph_guard
+
+    gm = torch.fx.symbolic_trace(lambda x, w: x @ w)
+    args = [torch.randn(2, 2), torch.nn.Parameter(torch.randn(2, 2))]
+    with torch.no_grad():
+        assert graph_guard.timeable(gm, args)
+    assert not graph_guard.timeable(gm, args)
+
+
 def test_a_graph_where_every_site_kept_its_subgraph_is_not_matched_again(folders):
     """Nothing substituted (the only kernel measured slower): the next compilation of the
     graph (a new process, the decision cache warm) is Inductor's alone, with no re-trace,
