@@ -549,7 +549,6 @@ static int64_t rows_of(const DLTensor* x) {
   return m;
 }
 
-
 static const pdlkit_attribute* attr(const pdlkit_attribute* const* attrs, size_t n,
                                     const char* name, int32_t kind) {
   const pdlkit_attribute* a = pdlkit_find_attr(attrs, n, name);

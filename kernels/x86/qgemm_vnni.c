@@ -796,12 +796,6 @@ static int32_t qg_prepack(pdlkit_prepack_frame *f, uint32_t flags) {
     return st;
 }
 
-/* A dynamic call's activation scale and zero point: one-element float and int tensors (what
- * choose_qparams gives: float64 [1] and int64 [1]); 0, else -1. */
-static int qg_dyn_qparams(const DLTensor *s, const DLTensor *z, double *scale, int64_t *zp) {
-    return pdlkit_scalar_f64(s, scale) == 0 && pdlkit_scalar_i64(z, zp) == 0 ? 0 : -1;
-}
-
 /* The column terms of a dynamic call with zero point zp (see qg_colcorr) from its pre-pack's
  * (made for x_zp = 1): the same int32 values, wrapping as the sums do; 3 n values, malloc'd. */
 static int32_t *qg_dyn_terms(const x86_pack_header *h, int64_t zp) {
@@ -837,7 +831,8 @@ static int32_t qg_xparams(const pdlkit_call_frame *f, const x86_pack_header *h, 
     if (dyn) {
         if (!(h->flags & QG_DYN))
             return X86_ERR(f, PDLKIT_INVALID_ARGUMENT, "w_q was not packed for dynamic activations");
-        if (qg_dyn_qparams(&f->inputs[1], &f->inputs[2], scale, zp) != 0)
+        /* one-element float and int tensors (choose_qparams gives float64 [1] and int64 [1]) */
+        if (pdlkit_scalar_f64(&f->inputs[1], scale) != 0 || pdlkit_scalar_i64(&f->inputs[2], zp) != 0)
             return X86_ERR(f, PDLKIT_UNSUPPORTED, "x_scale / x_zp must be one float and one int");
         if (s8 ? *zp < -128 || *zp > 127 : *zp < 0 || *zp > 255)
             return X86_ERR(f, PDLKIT_UNSUPPORTED, "x_zp %lld outside the activations' dtype", (long long)*zp);
