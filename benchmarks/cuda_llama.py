@@ -63,8 +63,9 @@ PATHS = [
     "torchao_int8",
     "pdlkit_int8_static_launch",
 ]
-# pdlkit with Inductor's static launcher for its Triton kernels (off by default: an H100
-# measured it slower, pdlkit/inductor_options.py)
+# pdlkit asking for Inductor's static launcher for its Triton kernels: the config key does not
+# reach Inductor's compile workers, so this path launches as pdlkit_int8 does; the environment
+# variable TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS=1 does (pdlkit/inductor_options.py)
 _STATIC_LAUNCH = {"static_launch_user_defined_triton_kernels": True}
 VOCAB = 32000
 
@@ -170,7 +171,12 @@ def quantized_copies(
         from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
 
         ao = copy.deepcopy(model)
-        quantize_(ao, Int8DynamicActivationInt8WeightConfig())
+        # set_inductor_config=False: by default the config turns on Inductor's coordinate
+        # descent tuning for the whole process (torchao's recommended_inductor_config_setter),
+        # which changed BF16 Inductor's code too in runs that had torchao among their paths
+        # (decode 1: cuBLAS calls became fused Triton reductions, 42 kernels a step became 21).
+        # --inductor-config sets such keys for every path alike.
+        quantize_(ao, Int8DynamicActivationInt8WeightConfig(set_inductor_config=False))
         out["torchao_int8"] = ao
     except Exception as e:  # not installed, or its config missing in this version
         out["torchao_int8"] = f"torchao unavailable: {type(e).__name__}: {str(e)[:120]}"
@@ -484,6 +490,21 @@ def versions() -> dict[str, str]:
     return out
 
 
+def set_inductor_config(items: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` items (values as Python literals) set in ``torch._inductor.config`` for
+    the whole process: BF16 Inductor and pdlkit (whose compile_fx reads the same config) alike."""
+    import ast
+
+    import torch._inductor.config as inductor_config
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        out[key] = ast.literal_eval(value)
+    inductor_config.patch(out).__enter__()  # left on until the process ends
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", default="llama2-7b", choices=sorted(CONFIGS))
@@ -500,8 +521,16 @@ def main() -> None:
         choices=["capture", "inductor", "both"],
         help="CUDA graphs: capture the compiled call, or compile with mode='reduce-overhead'",
     )
+    ap.add_argument(
+        "--inductor-config",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Inductor config keys set for every compiled path, e.g. coordinate_descent_tuning=True",
+    )
     ap.add_argument("--out", default="benchmarks/results")
     a = ap.parse_args()
+    set_inductor_config(a.inductor_config)
     warnings.filterwarnings("ignore", message=".*TF32.*")
     rows = a.rows or (TINY_ROWS if a.config == "tiny" else ROWS)
     res: dict[str, Any] = {"argv": sys.argv[1:], "config": a.config, "ctx": a.ctx, **versions()}
