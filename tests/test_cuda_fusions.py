@@ -39,7 +39,9 @@ def _cuda_llama():
     return mod
 
 
-def _layer_kernels(config: str, row: str, dtype: torch.dtype = torch.bfloat16) -> list[str]:
+def _layer_kernels(
+    config: str, row: str, dtype: torch.dtype = torch.bfloat16, patterns: str | None = None
+) -> list[str]:
     from pdlkit.quantization import quantize
 
     L = _cuda_llama()
@@ -53,7 +55,7 @@ def _layer_kernels(config: str, row: str, dtype: torch.dtype = torch.bfloat16) -
         kv.keys, kv.values = [k.to(dtype) for k in kv.keys], [v.to(dtype) for v in kv.values]
         runner = L.DecodeStep(q, kv)
     with torch.no_grad():
-        report = pdlkit.explain(runner, ids, target="cuda-sm90", autotune="off")
+        report = pdlkit.explain(runner, ids, target="cuda-sm90", autotune="off", patterns=patterns)
     return sorted(s.kernel for s in report.substitutions)
 
 
@@ -79,6 +81,22 @@ def test_llama_graph_gets_every_fusion(config, row):
 def test_float32_llama_gets_the_same_fusions():
     kernels = _layer_kernels("tiny", "decode", torch.float32)
     assert {k: kernels.count(k) for k in set(kernels)} == {k: 2 * n for k, n in PER_LAYER.items()}
+
+
+def test_quantization_and_residual_gemm_as_one_op_where_a_manifest_enables_it(tmp_path):
+    # patterns/cuda/int8.yaml ships quant_residual.pdl.mlir disabled; enabled, the two
+    # quantizations no norm precedes join the o- and down-projections
+    for f in ("int8_dynamic.pdl.mlir", "llama.pdl.mlir", "quant_residual.pdl.mlir"):
+        (tmp_path / f).write_text((ROOT / "patterns" / "cuda" / f).read_text())
+    entries = "".join(
+        f"  - file: {f}\n    targets: [cuda]\n"
+        for f in ("int8_dynamic.pdl.mlir", "llama.pdl.mlir", "quant_residual.pdl.mlir")
+    )
+    (tmp_path / "int8.yaml").write_text(f"version: 1\npatterns:\n{entries}")
+    kernels = _layer_kernels("tiny", "decode", patterns=str(tmp_path))
+    want = {**PER_LAYER, "quant_int8_linear_residual_triton": 2}
+    del want["int8_linear_residual_triton"], want["quantize_per_token_triton"]
+    assert {k: kernels.count(k) for k in set(kernels)} == {k: 2 * n for k, n in want.items()}
 
 
 def test_three_linears_of_one_input_are_three_ops_not_one_twice():
@@ -116,6 +134,9 @@ def test_fused_kernels_decline_an_empty_activation():
         lambda: F.rmsnorm_quantize_triton.fn(x0, g, 1e-6, 6, 1e-8, 127.0),
         lambda: F.int8_linear_residual_triton.fn(q, xs, w, ws, torch.zeros(0, 32), 6, [0, 32]),
         lambda: F.int8_linear3_triton.fn(q, xs, w, ws, w, ws, w, ws, 6),
+        lambda: F.quant_int8_linear_residual_triton.fn(
+            x0, 1e-8, 127.0, w, ws, torch.zeros(0, 32), 6, [0, 32]
+        ),
     ]
     for call in calls:
         with pytest.raises(pdlkit.KernelUnsupported, match="no rows"):
@@ -152,6 +173,17 @@ _INTERPRETED = textwrap.dedent(
             "three_err": max((a - b).abs().max().item() for a, b in zip(three, ref3)),
             "three_shapes": [list(t.shape) for t in three],
         }
+    for m, k, n in [(1, 40, 24), (1, 96, 33), (5, 64, 16)]:  # 5 rows: two launches
+        x = torch.randn(m, k) * 3
+        x[0, 5] = 40.0  # one outlier: a row's scale is its own
+        w = torch.randint(-127, 128, (n, k), dtype=torch.int8)
+        ws, res = torch.rand(n) * 0.01, torch.randn(m, 1, n)
+        args = (x, 1e-8, 127.0, w, ws, res, 6, [m, 1, n])
+        got = F.quant_int8_linear_residual_triton.fn(*args)
+        want = F.quant_int8_linear_residual_ref(*args)
+        out[f"quant gemm {m}x{k}x{n}"] = {"err": (got - want).abs().max().item(),
+                                          "scale": want.abs().max().item(),
+                                          "shape": list(got.shape)}
     import cuda_llama as L
     from pdlkit.quantization import quantize
     target = {"name": "cpu-triton-interpreter", "devices": ["cpu", "cuda"]}
@@ -200,6 +232,14 @@ def test_residual_epilogue_and_three_gemms_match_references_in_interpreter(inter
         assert got["three_shapes"] == [[m, n], [m, 16], [m, 9]]
 
 
+def test_quantization_inside_the_residual_gemm_matches_the_two_ops_in_interpreter(interpreted):
+    # one row: one launch that quantizes it (K = 96: two K slices); 5 rows: quant_rows, the GEMM
+    for m, k, n in [(1, 40, 24), (1, 96, 33), (5, 64, 16)]:
+        got = interpreted[f"quant gemm {m}x{k}x{n}"]
+        assert got["shape"] == [m, 1, n]
+        assert got["err"] <= 1e-5 * got["scale"]  # the same codes and scales: float rounding only
+
+
 @pytest.mark.parametrize("row", ["prefill", "decode"])
 def test_float32_llama_end_to_end_in_interpreter(interpreted, row):
     got = interpreted[row]
@@ -233,4 +273,28 @@ def test_gpu_fused_kernels_match_the_torch_ops_in_bfloat16(m):
     res = torch.randn(m, 1, n, device="cuda", dtype=torch.bfloat16)
     got = F.int8_linear_residual_triton.fn(rq, rs, ws[0], ss[0], res, 15, [m, 1, n])
     want = F.int8_linear_residual_ref(rq, rs, ws[0], ss[0], res, 15, [m, 1, n])
+    torch.testing.assert_close(got.float(), want.float(), rtol=1e-2, atol=2e-2)
+
+
+@needs_gpu
+@pytest.mark.parametrize("m", [1, 3, 8, 16])
+@pytest.mark.parametrize("k", [4096, 14336])
+def test_gpu_quantization_inside_the_residual_gemm_in_bfloat16(m, k):
+    # one row: the GEMM quantizes it itself, with the same codes and scale as quant_rows
+    # (compared with the two launches at the same rows; more rows take those two launches)
+    from pdlkit.kernels.cuda import fused as F
+
+    torch.manual_seed(k + m)
+    n = 4096
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16) * 2
+    x[:, 7] = 30.0  # an outlier column, as Llama activations have
+    w = torch.randint(-127, 128, (n, k), dtype=torch.int8, device="cuda")
+    ws = torch.rand(n, device="cuda") * 0.01
+    res = torch.randn(m, 1, n, device="cuda", dtype=torch.bfloat16)
+    args = (x, 1e-8, 127.0, w, ws, res, 15, [m, 1, n])
+    got = F.quant_int8_linear_residual_triton.fn(*args)
+    q, s = F._triton().quant_rows(x, 1e-8, 127.0)
+    two = F.int8_linear_residual_triton.fn(q, s, w, ws, res, 15, [m, 1, n])
+    want = F.quant_int8_linear_residual_ref(*args)
+    assert torch.equal(got, two)  # bit for bit: same codes, scales, sums and epilogue
     torch.testing.assert_close(got.float(), want.float(), rtol=1e-2, atol=2e-2)

@@ -22,11 +22,15 @@ Llama shape measured one slice won (by 1.1x to 5x); ``pick_split_config`` splits
 the tiles are too few for an eighth of the SMs.
 
 Both int8 logical ops use it: ``int8_linear`` (one weight) and ``int8_gated_silu`` (gate and
-up weights share the activation tiles). The per-token quantization of the activations stays
-its own kernel (``quantize_per_token``, M x K bytes): fused here, each of the N / BN
-programs would read its rows of bf16 activations in full for their absolute maximum before
-its first weight load, 2 x M x K bytes a program (a 64-row activation is 512 KB at K = 4096,
-eight times the program's share of the weights).
+up weights share the activation tiles). The per-token quantization of the activations is
+its own kernel (``quantize_per_token``, M x K bytes), except for one row (``quantize=``,
+``QUANT_A``): then every program first quantizes the row itself (K floats read twice from L2,
+K int8 codes stored, the same bytes by every program, read back by its K loop as usual): one
+launch where there were two, for a decode step of one sequence, host-bound without CUDA
+graphs. For more rows each program would quantize every row (2 x M x K bytes a program:
+a 64-row activation is 512 KB at K = 4096, eight times the program's share of the weights);
+a first version that quantized a [16, BK] tile in each K step took 0.94 ms of GPU time for
+the Llama-3 decode step of one sequence on an H200, where the two launches took 0.20.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ import torch
 import triton
 import triton.language as tl
 from pdlkit.kernels.cuda._common import INTERPRET
-from pdlkit.kernels.cuda._triton_gemm import _sms
+from pdlkit.kernels.cuda._triton_gemm import _RNE, _sms
 from pdlkit.runtime_abi.triton_binding import launch
 
 
@@ -105,12 +109,25 @@ def _epilogue(
     acc, acc_u, rm, rn, c_ptr, stride_cm, a_scale_ptr, b_scale_ptr, u_scale_ptr, bias_ptr, M, N,
     GATED: tl.constexpr, HAS_BIAS: tl.constexpr, res_ptr=None, HAS_RES: tl.constexpr = False,
 ):  # fmt: skip
+    """:func:`_epilogue_sa` with the activation scales read from ``a_scale_ptr``."""
+    sa = tl.load(a_scale_ptr + rm, mask=rm < M, other=0.0)
+    _epilogue_sa(
+        acc, acc_u, sa, rm, rn, c_ptr, stride_cm, b_scale_ptr, u_scale_ptr, bias_ptr, M, N,
+        GATED, HAS_BIAS, res_ptr, HAS_RES,
+    )  # fmt: skip
+
+
+@triton.jit
+def _epilogue_sa(
+    acc, acc_u, sa, rm, rn, c_ptr, stride_cm, b_scale_ptr, u_scale_ptr, bias_ptr, M, N,
+    GATED: tl.constexpr, HAS_BIAS: tl.constexpr, res_ptr, HAS_RES: tl.constexpr,
+):  # fmt: skip
     """y = acc * sa * sb (+ bias), or silu(gate) * up for a gated pair, cast and stored;
     with a residual (same layout as C), residual + cast(y), added as the model adds two
-    tensors of C's dtype (in fp32, rounded once)."""
+    tensors of C's dtype (in fp32, rounded once). ``sa``: one float32 scale per row of rm."""
     cm = rm < M
     cn = rn < N
-    sa = tl.load(a_scale_ptr + rm, mask=cm, other=0.0)[:, None]
+    sa = sa[:, None]
     y = acc.to(tl.float32) * sa * tl.load(b_scale_ptr + rn, mask=cn, other=0.0)[None, :]
     if GATED:
         up = acc_u.to(tl.float32) * sa * tl.load(u_scale_ptr + rn, mask=cn, other=0.0)[None, :]
@@ -127,16 +144,40 @@ def _epilogue(
 
 
 @triton.jit
+def _quantize_row(x_ptr, q_ptr, q_eps, q_max, K: tl.constexpr, RB: tl.constexpr):
+    """One row x[K] (float) to q[K] (int8) and its scale, returned: quant_rows_kernel's
+    operations (amax, s = max(amax, q_eps) / q_max, round-half-even of x / s, clamp), in
+    RB-wide passes. Every program of the GEMM runs it and stores the same bytes."""
+    q_eps = tl.cast(q_eps, tl.float32)  # fp64 from Inductor's launcher
+    q_max = tl.cast(q_max, tl.float32)
+    cols = tl.arange(0, RB)
+    amax = tl.zeros((RB,), dtype=tl.float32)
+    for k0 in range(0, K, RB):
+        x = tl.load(x_ptr + k0 + cols, mask=k0 + cols < K, other=0.0)
+        amax = tl.maximum(amax, tl.abs(x.to(tl.float32)))
+    s = tl.math.div_rn(tl.maximum(tl.max(amax, axis=0), q_eps), q_max)
+    for k0 in range(0, K, RB):
+        ok = k0 + cols < K
+        x = tl.load(x_ptr + k0 + cols, mask=ok, other=0.0).to(tl.float32)
+        y = (tl.math.div_rn(x, s) + _RNE) - _RNE
+        tl.store(q_ptr + k0 + cols, tl.minimum(tl.maximum(y, -q_max), q_max).to(tl.int8), mask=ok)
+    tl.debug_barrier()  # this program's K loop reads the codes its own threads stored
+    return s
+
+
+@triton.jit
 def splitk_kernel(
     a_ptr, b_ptr, u_ptr, c_ptr, ws_ptr, a_scale_ptr, b_scale_ptr, u_scale_ptr, bias_ptr, res_ptr,
-    M, N, stride_am, stride_bn, stride_cm,
+    x_ptr, M, N, stride_am, stride_bn, stride_cm, q_eps, q_max,
     K: tl.constexpr, K_SPLIT: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr,
-    GATED: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+    GATED: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, QUANT_A: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, RB: tl.constexpr,
 ):  # fmt: skip
     """C[M, N] = epilogue(A[M, K] @ B[N, K]^T) (and U for a gated pair), int8 in, int32
     sums; program (m, n, s) sums K slice s of tile (m, n). ``ws`` holds SPLIT_K > 1's
-    partial sums (M x N, twice for a pair) and one counter per tile, all zero between calls."""
+    partial sums (M x N, twice for a pair) and one counter per tile, all zero between calls.
+    ``QUANT_A`` (one row): A is first quantized from the float row ``x`` (int8, symmetric,
+    per token) by every program into ``a`` (the same bytes each time), then read as usual."""
     pid_m = tl.program_id(0)  # row tiles of one column tile run side by side: its weights
     pid_n = tl.program_id(1)  # come from HBM once and from L2 for the other row tiles
     pid_k = tl.program_id(2)
@@ -148,6 +189,8 @@ def splitk_kernel(
     a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :]
     b_ptrs = b_ptr + rn[:, None] * stride_bn + rk[None, :]
     u_ptrs = u_ptr + rn[:, None] * stride_bn + rk[None, :]
+    if QUANT_A:
+        sa = tl.where(rm < M, _quantize_row(x_ptr, a_ptr, q_eps, q_max, K, RB), 0.0)
     acc = tl.zeros((BM, BN), dtype=tl.int32)
     acc_u = tl.zeros((BM, BN), dtype=tl.int32)
     for k0 in range(0, K_SPLIT, BK):
@@ -168,10 +211,12 @@ def splitk_kernel(
             u_ptrs += BK
         a_ptrs += BK
         b_ptrs += BK
+    if not QUANT_A:
+        sa = tl.load(a_scale_ptr + rm, mask=rm < M, other=0.0)
     if SPLIT_K == 1:
-        _epilogue(
-            acc, acc_u, rm, rn, c_ptr, stride_cm, a_scale_ptr, b_scale_ptr, u_scale_ptr,
-            bias_ptr, M, N, GATED, HAS_BIAS, res_ptr, HAS_RES,
+        _epilogue_sa(
+            acc, acc_u, sa, rm, rn, c_ptr, stride_cm, b_scale_ptr, u_scale_ptr, bias_ptr, M, N,
+            GATED, HAS_BIAS, res_ptr, HAS_RES,
         )  # fmt: skip
     else:
         w_ptrs = ws_ptr + rm[:, None] * N + rn[None, :]
@@ -188,15 +233,15 @@ def splitk_kernel(
             if GATED:
                 acc_u = tl.atomic_xchg(w_ptrs + M * N, zero, mask=ok, sem="relaxed")
             tl.atomic_xchg(count_ptr, 0)
-            _epilogue(
-                acc, acc_u, rm, rn, c_ptr, stride_cm, a_scale_ptr, b_scale_ptr, u_scale_ptr,
-                bias_ptr, M, N, GATED, HAS_BIAS, res_ptr, HAS_RES,
+            _epilogue_sa(
+                acc, acc_u, sa, rm, rn, c_ptr, stride_cm, b_scale_ptr, u_scale_ptr, bias_ptr,
+                M, N, GATED, HAS_BIAS, res_ptr, HAS_RES,
             )  # fmt: skip
 
 
 def splitk(
     a: torch.Tensor,
-    a_scale: torch.Tensor,
+    a_scale: torch.Tensor | None,
     b: torch.Tensor,
     b_scale: torch.Tensor,
     out: torch.Tensor,
@@ -205,13 +250,21 @@ def splitk(
     u_scale: torch.Tensor | None = None,
     bias: torch.Tensor | None = None,
     residual: torch.Tensor | None = None,
+    quantize: tuple[float, float] | None = None,
     config: SplitConfig | None = None,
 ) -> torch.Tensor:
     """out = (a @ b.T) * a_scale[:, None] * b_scale (+ bias), or silu(that) * (a @ u.T) * ...
     for a gated pair; a [M, K] and b, u [N, K] int8 with unit inner strides, scales float32;
-    ``residual`` (laid out as ``out``) is added to the cast result."""
+    ``residual`` (laid out as ``out``) is added to the cast result. ``quantize`` = (eps, qmax),
+    one row only: ``a`` is float, and each program quantizes it per token itself (into an
+    int8 row every program writes with the same bytes; ``a_scale`` unused): one launch where
+    quant_rows and this kernel were two."""
     m, k = a.shape
     n = b.shape[0]
+    x = a
+    if quantize is not None:
+        assert m == 1, "quantize= takes one row"
+        a = torch.empty((1, k), dtype=torch.int8, device=x.device)
     cfg = config or pick_split_config(m, n, k, u is not None, 0 if INTERPRET else _sms())
     k_split = triton.cdiv(triton.cdiv(k, cfg.split_k), cfg.bk) * cfg.bk
     split = triton.cdiv(k, k_split)  # K slices that hold any of K
@@ -221,14 +274,16 @@ def splitk(
         ws = torch.zeros((1 + gated) * m * n + grid_n * grid_m, dtype=torch.int32, device=a.device)
     else:
         ws = a  # not read
+    q_eps, q_max = quantize if quantize is not None else (0.0, 1.0)
     launch(splitk_kernel)[(grid_m, grid_n, split)](
-        a, b, u if u is not None else b, out, ws, a_scale, b_scale,
+        a, b, u if u is not None else b, out, ws, a_scale if a_scale is not None else b_scale, b_scale,
         u_scale if u_scale is not None else b_scale, bias if bias is not None else b_scale,
-        residual if residual is not None else out,
-        m, n, a.stride(0), b.stride(0), out.stride(0),
+        residual if residual is not None else out, x,
+        m, n, a.stride(0), b.stride(0), out.stride(0), float(q_eps), float(q_max),
         K=k, K_SPLIT=k_split, SPLIT_K=split, EVEN_K=split * k_split == k,
         GATED=gated, HAS_BIAS=bias is not None, HAS_RES=residual is not None,
-        BM=cfg.bm, BN=cfg.bn, BK=cfg.bk,
+        QUANT_A=quantize is not None, BM=cfg.bm, BN=cfg.bn, BK=cfg.bk,
+        RB=min(triton.next_power_of_2(k), 32 if INTERPRET else 4096),
         num_warps=cfg.warps, num_stages=cfg.stages,
     )  # fmt: skip
     return out

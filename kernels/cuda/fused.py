@@ -8,6 +8,10 @@ is the op's semantics in torch ops, the graph the pattern replaces):
 - ``int8_linear_residual(q, x_scale, w, w_scale, residual, dtype, shape)``:
   ``residual + reshape(int8_linear(...), shape)``, the residual added in the GEMM's epilogue
   (the o- and down-projections).
+- ``quant_int8_linear_residual(x, eps, qmax, w, w_scale, residual, dtype, shape)``: the
+  per-token quantization of ``x`` then ``int8_linear_residual``; for one row one launch (the
+  GEMM quantizes the row itself), the two kernels above for more. Its pattern is
+  ``patterns/cuda/quant_residual.pdl.mlir``, disabled in ``int8.yaml`` (enable it there).
 - ``int8_linear3(q, x_scale, w0, s0, w1, s1, w2, s2, dtype) -> (y0, y1, y2)``: three int8
   GEMMs over one quantized activation (Q, K and V; K and V narrower under GQA) in one launch up
   to 256 rows (``grouped_splitk_kernel``), the tiled GEMM per weight above.
@@ -149,6 +153,16 @@ def _int_sums(q: Tensor, w: Tensor) -> Tensor:
 # -- int8 GEMM + residual ------------------------------------------------------------------------
 
 
+def _residual_rows(residual: Tensor, m: int, n: int, dtype: int) -> Tensor:
+    """The residual as the [m, n] rows the epilogue adds (declines another dtype or size)."""
+    if residual.dtype != _dtype(dtype) or residual.numel() != m * n or residual.shape[-1] != n:
+        raise pdlkit.KernelUnsupported(
+            f"residual {tuple(residual.shape)} {residual.dtype} for a {m} x {n} {_dtype(dtype)} GEMM"
+        )
+    res = residual.reshape(m, n)
+    return res if res.is_contiguous() else res.contiguous()
+
+
 def int8_linear_residual_ref(
     q: Tensor, x_scale: Tensor, w: Tensor, w_scale: Tensor, residual: Tensor, dtype: int,
     shape: list[int],
@@ -197,13 +211,7 @@ def int8_linear_residual_triton(
     split-K kernel, the tiled GEMM above."""
     m, n = q.shape[0], w.shape[0]
     _some_rows(m)
-    if residual.dtype != _dtype(dtype) or residual.numel() != m * n or residual.shape[-1] != n:
-        raise pdlkit.KernelUnsupported(
-            f"residual {tuple(residual.shape)} {residual.dtype} for a {m} x {n} {_dtype(dtype)} GEMM"
-        )
-    res = residual.reshape(m, n)
-    if not res.is_contiguous():
-        res = res.contiguous()
+    res = _residual_rows(residual, m, n, dtype)
     out = torch.empty((m, n), dtype=residual.dtype, device=q.device)
     q2 = q if q.stride(-1) == 1 else q.contiguous()
     sa, sw = _rows(x_scale, m), w_scale.to(torch.float32).contiguous()
@@ -211,6 +219,77 @@ def int8_linear_residual_triton(
         _splitk().splitk(q2, sa, w, sw, out, residual=res)
     else:
         _triton().gemm(q2, w, out, a_scale=sa, b_scale=sw, residual=res)
+    return out.reshape(residual.shape)
+
+
+# -- per-token quantization + int8 GEMM + residual (o- and down-projections, few rows) -----------
+
+# Up to this many rows the quantization runs inside the GEMM (``splitk(..., quantize=)``): one
+# launch for the two ops, for a decode step of one sequence, host-bound without CUDA graphs.
+# Every program of the GEMM quantizes the row itself, so more rows would multiply that work by
+# the programs (see _triton_splitk.py); above, quant_rows and int8_linear_residual_triton, two
+# launches as before. Its pattern (patterns/cuda/quant_residual.pdl.mlir) ships disabled:
+# on an H200 the Llama-3 decode step of one sequence had 4 launches fewer and 13 us more GPU
+# time (benchmarks/results/cuda_step_host_llama3-gqa.md's notes).
+_QUANT_ROWS = 1
+
+
+def quant_int8_linear_residual_ref(
+    x: Tensor, eps: float, qmax: float, w: Tensor, w_scale: Tensor, residual: Tensor, dtype: int,
+    shape: list[int],
+) -> Tensor:  # fmt: skip
+    """The ops the pattern replaces: quantize_per_token, then int8_linear_residual."""
+    q, s = quantize_per_token(x, eps, qmax)
+    return int8_linear_residual_ref(q, s, w, w_scale, residual, dtype, shape)
+
+
+def _meta_quant_residual(
+    x: Tensor, eps: float, qmax: float, w: Tensor, w_scale: Tensor, residual: Tensor, dtype: int,
+    shape: list[int],
+) -> Tensor:  # fmt: skip
+    return torch.empty_like(residual, memory_format=torch.contiguous_format)
+
+
+def _quant_residual_examples(dtype: torch.dtype) -> list[tuple[Any, ...]]:
+    g, (dtype, code) = _gen(3), _float(dtype)
+    out = []
+    for b, s, k, n in [(1, 1, 64, 32), (2, 3, 40, 24), (1, 12, 96, 48)]:  # 12 rows: two launches
+        _, _, w, ws = _int8_args(g, 1, k, n)
+        x = (torch.randn(b * s, k, generator=g) * 3).to(dtype)
+        out.append(
+            (x, 1e-8, 127.0, w, ws, torch.randn(b, s, n, generator=g).to(dtype), code, [b, s, n])
+        )
+    return out
+
+
+@pdlkit.kernel(
+    op="quant_int8_linear_residual",
+    dtypes={"x": _FLOATS, "w": [torch.int8], "residual": _FLOATS},
+    shapes={"x": {"rank": 2}, "w": {"rank": 2, "contiguous": True}},
+    meta=_meta_quant_residual,
+    reference=quant_int8_linear_residual_ref,
+    examples=_quant_residual_examples,
+    **_CAPTURED,
+)
+@launched_by_inductor(_GEMM, _SPLITK)
+def quant_int8_linear_residual_triton(
+    x: Tensor, eps: float, qmax: float, w: Tensor, w_scale: Tensor, residual: Tensor, dtype: int,
+    shape: list[int],
+) -> Tensor:  # fmt: skip
+    """Per-token int8 quantization of x, int8 GEMM, rescale, + residual: up to ``_QUANT_ROWS``
+    rows in one split-K launch that quantizes the row itself, above as two launches."""
+    m, n = x.shape[0], w.shape[0]
+    if x.shape[1] != w.shape[1]:
+        raise pdlkit.KernelUnsupported(f"x has K = {x.shape[1]}, the weight {w.shape[1]}")
+    x2 = x if x.stride(-1) == 1 else x.contiguous()
+    if m > _QUANT_ROWS:
+        q, s = _triton().quant_rows(x2, eps, qmax)
+        return int8_linear_residual_triton.fn(q, s, w, w_scale, residual, dtype, shape)
+    _some_rows(m)
+    res = _residual_rows(residual, m, n, dtype)
+    out = torch.empty((m, n), dtype=residual.dtype, device=x.device)
+    sw = w_scale.to(torch.float32).contiguous()
+    _splitk().splitk(x2, None, w, sw, out, residual=res, quantize=(eps, qmax))
     return out.reshape(residual.shape)
 
 
