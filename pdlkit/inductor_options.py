@@ -12,11 +12,15 @@
             in ``explain`` saying so (its site keeps the replaced subgraph, compiled by Inductor)
 
 Inductor's static launcher for user-defined Triton kernels
-(``static_launch_user_defined_triton_kernels``) is left as the caller sets it: on an H100
-(torch 2.11, Triton 3.6) it made pdlkit's int8 Llama decode step slower, not faster (1.125 ms
-and 1121 us of host time a step with it, 0.779 ms and 786 us with Triton's launcher, same run:
-benchmarks/results/cuda_llama.md). ``options={"static_launch_user_defined_triton_kernels": True}``
-asks for it.
+(``static_launch_user_defined_triton_kernels``) is left as the caller sets it. Set through
+``options=`` / ``inductor_config=`` it does not take effect (torch 2.11 to 2.13): Inductor
+decides per kernel in its compile workers and forwards only ``use_static_triton_launcher`` to
+them, so pdlkit's kernels kept Triton's launcher (18 ``cuLaunchKernelEx`` a decode step with
+the option and without, on an H200); the H100 comparison once read as "slower with it"
+(benchmarks/results/cuda_llama.md) compared two runs of the same launcher. The environment
+variable ``TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS=1``, read by every process,
+does take effect; on the H200 it moved the int8 Llama decode step's host time within the
+host's noise (benchmarks/results/cuda_step_host_llama3-gqa.md).
 """
 
 from __future__ import annotations
