@@ -21,6 +21,27 @@ os.environ["PDLKIT_AUTOTUNE"] = "off"
 os.environ["PDLKIT_CACHE_DIR"] = tempfile.mkdtemp(prefix="pdlkit-test-cache-")
 
 
+# The shipped x86 GEMM kernels with an AMX twin (kernels/x86: same op, same packed weight,
+# higher priority, requires amx_int8 / amx_bf16).
+_AMX_TWINS = {
+    "linear_bf16", "linear_gelu_bf16", "linear_relu_bf16", "qlinear_add_layer_norm_vnni",
+    "qlinear_add_layer_norm_q_vnni", "qlinear_vnni", "qlinear_dynamic_vnni",
+    "qlinear_dynamic_pt_vnni", "qlinear_pt_vnni", "qlinear_q_vnni", "qlinear_q_pt_vnni",
+}  # fmt: skip
+
+
+def on_this_host(kernel: str) -> str:
+    """The kernel that static priority runs on this host in place of the VNNI / AVX512_BF16
+    ``kernel``: its AMX twin where the host has AMX (``qlinear_q_vnni`` -> ``qlinear_q_amx``,
+    ``linear_bf16`` -> ``linear_bf16_amx``), else ``kernel`` itself."""
+    from pdlkit.runtime_abi.capability import host
+
+    feature = "amx_bf16" if kernel.endswith("bf16") else "amx_int8"
+    if kernel not in _AMX_TWINS or feature not in host().features:
+        return kernel
+    return kernel.removesuffix("_vnni") + "_amx"
+
+
 @pytest.fixture(autouse=True)
 def _fresh_dynamo():
     torch._dynamo.reset()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import on_this_host
 from pdlkit.runtime_abi.capability import host
 from pdlkit.runtime_abi.native_build import host_arch
 from pdlkit.runtime_abi.registry import load_kernel_file
@@ -158,19 +159,20 @@ def test_pt2e_block_becomes_one_kernel_call_with_two_outputs():
     assert report.counts() == {"qlinear_dropout_add_layer_norm_q": 1, "qlinear": 1}
     lines = report.graphs[0].graph_after.splitlines()
     after = "\n".join(line for line in lines if not line.lstrip().startswith("#"))  # code only
-    assert after.count("torch.ops.pdlkit.qlinear_add_layer_norm_q_vnni.default(") == 1
+    kernel = on_this_host("qlinear_add_layer_norm_q_vnni")
+    assert after.count(f"torch.ops.pdlkit.{kernel}.default(") == 1
     # the block's GEMM, eval dropout, add, LayerNorm and quantize are gone (the quantize left
     # is the input's); both outputs are used: the float32 one by the last add, the codes by
     # the last linear
     for gone in ("aten.linear", "aten.dropout", "aten.layer_norm", "dequantize_per_tensor"):
         assert gone not in after, gone
     assert after.count("quantize_per_tensor.default(") == 1
-    assert '"f32[2, 7, 40]" = qlinear_add_layer_norm_q_vnni_default[0]' in after
-    assert '"u8[2, 7, 40]" = qlinear_add_layer_norm_q_vnni_default[1]' in after
+    assert f'"f32[2, 7, 40]" = {kernel}_default[0]' in after
+    assert f'"u8[2, 7, 40]" = {kernel}_default[1]' in after
     pdlkit.stats(reset=True)
     with torch.no_grad():
         ref = q(x)
         out = pdlkit.optimize(q)(x)
-    assert pdlkit.stats()["by_kernel"]["qlinear_add_layer_norm_q_vnni"]["kernel_calls"] == 1
+    assert pdlkit.stats()["by_kernel"][kernel]["kernel_calls"] == 1
     assert pdlkit.stats()["fallbacks"] == 0
     torch.testing.assert_close(out, ref, rtol=0, atol=0.05)  # a code of the last linear's input

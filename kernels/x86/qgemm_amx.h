@@ -149,6 +149,20 @@ static void emu_dp(int c, int a, int b, int kind) {
 #define _tile_release() (void)0
 __attribute__((unused)) static int amx_ready_for(int bf16) { return 1 + 0 * bf16; }
 #else
+/* GCC 12's tile intrinsics (Debian 12's, the compiler of this project's machines and CI) tell
+ * the compiler too little about memory: _tile_loadconfig's operand is 8 bytes, so the stores of
+ * a 64-byte configuration past its palette byte were removed as dead (every tile 0 rows:
+ * TILEZERO faulted, SIGILL, on a Xeon with AMX), and _tile_loadd names no memory at all, so
+ * stores to a buffer it reads (a packed P or V block) could move past it. These two say what
+ * they read; GCC 13 and later and clang need no help, and take the same definitions. */
+#undef _tile_loadconfig
+#undef _tile_loadd
+#define _tile_loadconfig(cfg)                                                                  \
+    __asm__ volatile("ldtilecfg %0" ::"m"(*(const struct { char b[64]; } *)(cfg)))
+#define _tile_loadd(t, base, stride)                                                           \
+    __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"((const void *)(base)),              \
+                     "r"((long)(stride))                                                       \
+                     : "memory")
 /* AMX-INT8 (bf16 = 0) or AMX-BF16 (bf16 = 1) may run in this process */
 __attribute__((unused)) static int amx_ready_for(int bf16) {
     return amx_cpu(bf16 ? 22 : 25) && amx_permitted();
@@ -164,17 +178,14 @@ typedef struct {
     uint8_t rows[16];
 } __attribute__((packed, aligned(64))) amx_cfg_t;
 
-/* Palette 1, tiles 0-7 of 16 rows x 64 bytes: what every block of this file uses. */
-AMX __attribute__((noinline)) static void amx_configure(void) {
-    amx_cfg_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 8; t++) {
-        cfg.colsb[t] = 64;
-        cfg.rows[t] = 16;
-    }
-    _tile_loadconfig(&cfg);
-}
+/* Palette 1, tiles 0-7 of 16 rows x 64 bytes: what every block of this file uses. A constant,
+ * so no compiler can drop its bytes as dead stores (see _tile_loadconfig above). */
+static const amx_cfg_t amx_cfg = {
+    .palette = 1,
+    .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
+    .rows = {16, 16, 16, 16, 16, 16, 16, 16},
+};
+AMX __attribute__((noinline)) static void amx_configure(void) { _tile_loadconfig(&amx_cfg); }
 
 AMX __attribute__((noinline)) static void amx_release(void) { _tile_release(); }
 
