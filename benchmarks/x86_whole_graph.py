@@ -1,14 +1,16 @@
 """The whole-graph verdict (matcher/graph_guard.py) against an interleaved measurement.
 
     python benchmarks/x86_whole_graph.py [--model bert-mini] [--dtype int8-static] [--rounds 21]
+                                        [--threads 1]
 
-In one process, one thread, a fresh decision cache: compiles the model as PyTorch's path does
-(``peer``), with ``pdlkit.optimize(autotune="cached")`` and with ``autotune="off"``; prints
-the verdict pdlkit cached for the whole graph (the timings of the substituted graph, of the
-kernels-only graph and of Inductor's, taken while compiling), then times the three compiled
-models in ``--rounds`` rounds of 3 calls each, round-robin, and prints per configuration the
-median per call and the median and range of its per-round ratio to the peer. The question it
-answers: does the verdict taken at compile time agree with what the model then runs at?
+In one process, on ``--threads`` threads (default 1), with a fresh decision cache: compiles
+the model as PyTorch's path does (``peer``), with ``pdlkit.optimize(autotune="cached")`` and
+with ``autotune="off"``; prints the verdict pdlkit cached for the whole graph (the timings of
+the substituted graph, of the kernels-only graph and of Inductor's, taken while compiling),
+then times the three compiled models in ``--rounds`` rounds of 3 calls each, round-robin, and
+prints per configuration the median per call and the median and range of its per-round ratio
+to the peer. The question it answers: does the verdict taken at compile time agree with what
+the model then runs at?
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ def main() -> None:
     ap.add_argument("--model", default="bert-mini")
     ap.add_argument("--dtype", default="int8-static")
     ap.add_argument("--rounds", type=int, default=21)
+    ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
     a = ap.parse_args()
     folder = Path(tempfile.mkdtemp())
     os.environ["PDLKIT_CACHE_DIR"] = str(folder)
@@ -64,8 +67,8 @@ def main() -> None:
 
     import pdlkit
 
-    torch.set_num_threads(1)
-    print("\n".join(host_header(1)))
+    torch.set_num_threads(a.threads)
+    print("\n".join(host_header(a.threads)))
     model, x = xm.prepare(*xm.build(a.model), a.dtype)
     ic.freezing = a.dtype.startswith("int8")
     fns: dict[str, Any] = {}
