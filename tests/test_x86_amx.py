@@ -119,6 +119,46 @@ def test_amx_kernel_runs_the_vnni_path_where_the_tiles_do_not_fit(
         assert (got.int() - ref.int()).abs().max().item() <= 1
 
 
+def _tiles(path) -> tuple[int, int]:
+    """What a library built at ``path`` says of its tiles in this process (int8, bf16)."""
+    import ctypes
+
+    lib = ctypes.CDLL(str(path))
+    return lib.pdlkit_amx_tiles(0), lib.pdlkit_amx_tiles(1)
+
+
+@needs_amx
+def test_the_shipped_build_passes_its_tile_self_test():
+    """The library as shipped runs its tile code right here (amx_selftest.h): its AMX
+    kernels use the tiles (a failed self-test would quietly run the AVX-512 path)."""
+    from pdlkit.kernels.x86 import qlinear_vnni as v
+    from pdlkit.runtime_abi.native_build import build_library
+
+    lib = build_library(v.SOURCE, "x86_64", extra=("-fopenmp",))
+    assert _tiles(lib) == (1, int("amx_bf16" in host().features))
+
+
+@needs_amx
+def test_a_build_whose_tiles_fault_declines_them_and_computes(vnni, capfd):
+    """A build whose tile configuration faults (the one GCC 12 produced: every tile 0 rows,
+    SIGILL at the first tile instruction; -DPDLKIT_AMX_BROKEN_CONFIG) does not crash: its self
+    -test fails once, says so on stderr, and its AMX kernel gives the VNNI kernel's outputs."""
+    from pdlkit.kernels.x86 import qlinear_vnni as v
+    from pdlkit.runtime_abi.native_build import build_library
+    from pdlkit.runtime_abi.native_load import load_native_library
+
+    lib = build_library(v.SOURCE, "x86_64", extra=("-fopenmp", "-DPDLKIT_AMX_BROKEN_CONFIG"))
+    broken = {k.name: k for k in load_native_library(lib)}
+    x, w, ws, b, x_zp = _operands(64, 256, 128, torch.uint8)
+    got, _ = _call(broken["qlinear_q_amx"], x, x_zp, w, ws, b, "gelu", "none", torch.uint8)
+    want, _ = _call(vnni["qlinear_q_vnni"], x, x_zp, w, ws, b, "gelu", "none", torch.uint8)
+    assert torch.equal(got, want)
+    err = capfd.readouterr().err
+    assert "AMX int8 tile code faulted (SIGILL) in its self-test" in err
+    assert "its AMX kernels run their AVX-512 path instead" in err
+    assert _tiles(lib) == (0, 0)
+
+
 @pytest.mark.parametrize("x_zp", [-128, -7, 0, 127])
 @pytest.mark.parametrize("post", ["none", "gelu"])
 def test_s8_activations_on_vnni_within_one_code(vnni, x_zp, post):

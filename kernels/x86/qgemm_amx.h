@@ -87,12 +87,16 @@ static int amx_cpu(int bit) {
     return (d >> 24 & 1) && (d >> bit & 1);
 }
 
-/* 1 once this process may use the AMX tiles (asked once; later calls read the answer) */
+static int amx_probe(void); /* amx_selftest.h: this library's tile code runs and is right */
+
+/* 1 once this process may use the AMX tiles (asked once; later calls read the answer): the CPU
+ * has them, Linux grants the tile state, and this build's tile code passes its self-test. */
 __attribute__((unused)) static int amx_permitted(void) {
     static int state = -1; /* -1: not asked yet; 0: no; 1: yes */
     int s = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
     if (s >= 0) return s;
-    s = amx_cpu(24) && syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+    s = amx_cpu(24) && syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0 &&
+        amx_probe();
     __atomic_store_n(&state, s, __ATOMIC_RELEASE);
     return s;
 }
@@ -180,14 +184,20 @@ typedef struct {
 
 /* Palette 1, tiles 0-7 of 16 rows x 64 bytes: what every block of this file uses. A constant,
  * so no compiler can drop its bytes as dead stores (see _tile_loadconfig above). */
+#if defined(PDLKIT_AMX_BROKEN_CONFIG) /* tests: what GCC 12 made of it (amx_selftest.h) */
+static const amx_cfg_t amx_cfg = {.palette = 1};
+#else
 static const amx_cfg_t amx_cfg = {
     .palette = 1,
     .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
     .rows = {16, 16, 16, 16, 16, 16, 16, 16},
 };
+#endif
 AMX __attribute__((noinline)) static void amx_configure(void) { _tile_loadconfig(&amx_cfg); }
 
 AMX __attribute__((noinline)) static void amx_release(void) { _tile_release(); }
+
+#include "amx_selftest.h" /* amx_probe: the tile code of this build, run once under a guard */
 
 /* Emulated builds count the halves run on (emulated) tiles, so that tests see which path ran:
  * pdlkit_amx_gemm_halves(), exported by the library (qgemm_vnni.c's and gemm_bf16.c's each
@@ -206,5 +216,12 @@ __attribute__((visibility("default"), used)) int64_t pdlkit_amx_gemm_halves(void
 __attribute__((unused)) static int amx_ready_for(int bf16) { return 0 * bf16; }
 __attribute__((unused)) static int amx_ready(void) { return 0; }
 #endif
+
+/* Tests and benchmarks: whether this library runs its AMX kernels on tiles in this process (bf16
+ * 0: AMX-INT8, 1: AMX-BF16): the CPU has them, Linux granted the tile state and the library's
+ * tile code passed its self-test (amx_selftest.h). */
+__attribute__((visibility("default"), used)) int pdlkit_amx_tiles(int bf16) {
+    return amx_ready_for(bf16);
+}
 
 #endif
