@@ -31,6 +31,13 @@ _COPY_NUMBER = itertools.count()
 _SEALS = ("F_SEAL_SEAL", "F_SEAL_SHRINK", "F_SEAL_GROW", "F_SEAL_WRITE")
 
 
+def opened(digest: str) -> ctypes.CDLL | None:
+    """The library opened from the bytes whose sha256 is ``digest``, if this process has one
+    (a native kernel's ``digest``): what tests and benchmarks ask a library about itself."""
+    with _LOCK:
+        return _HANDLES.get(digest)
+
+
 def open_library(path: Path, data: bytes, digest: str) -> ctypes.CDLL:
     """``dlopen`` exactly ``data``: the bytes read once from ``path``, whose sha256 is
     ``digest`` (checked by the caller), never ``path`` itself again. One handle per digest."""

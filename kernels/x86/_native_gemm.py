@@ -31,13 +31,19 @@ def pack_header(packed: Any) -> tuple[int, int, int]:
     return int(words[0]) >> 32, int(words[1]), int(words[2])
 
 
-def packed_uses_amx(packed: Any, m: int, kstep: int, feature: str) -> bool:
+def packed_uses_amx(packed: Any, m: int, kstep: int, feature: str, kernel: Any) -> bool:
     """Whether a call of ``m`` rows with this pre-pack runs on AMX tiles, by the rule of the
     libraries' ``*_uses_amx``: asked for by the pre-pack (an ``*_amx`` kernel's), K a multiple
-    of ``kstep``, at least 32 rows, and the tiles granted to this process (``feature`` in
-    :func:`pdlkit.runtime_abi.capability.host`, which keeps AMX flags only where Linux grants
-    the tile state)."""
+    of ``kstep``, at least 32 rows, and the tiles in use by the library of ``kernel`` (one of
+    its declarations) in this process: ``feature`` in
+    :func:`pdlkit.runtime_abi.capability.host` (which keeps AMX flags only where Linux grants
+    the tile state), and the library's own tile self-test passed (``pdlkit_amx_tiles``,
+    ``amx_selftest.h``)."""
     from pdlkit.runtime_abi.capability import host
+    from pdlkit.runtime_abi.dlopen import opened
 
     flags, _, k = pack_header(packed)
-    return bool(flags & 1) and k % kstep == 0 and m >= 32 and feature in host().features
+    if not (flags & 1 and k % kstep == 0 and m >= 32 and feature in host().features):
+        return False
+    lib = opened(kernel.digest) if kernel is not None else None
+    return lib is not None and bool(lib.pdlkit_amx_tiles(int(feature == "amx_bf16")))

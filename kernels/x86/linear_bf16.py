@@ -51,8 +51,9 @@ AMX_KSTEP = 32  # K per TDPBF16PS step (qgemm_amx.h)
 
 def uses_amx(packed: Any, m: int) -> bool:
     """Whether a call of ``m`` rows with this pre-pack runs on AMX-BF16 tiles (tests,
-    benchmarks): a pre-pack of an ``*_amx`` kernel, K % 32 == 0, m >= 32, tiles granted."""
-    return packed_uses_amx(packed, m, AMX_KSTEP, "amx_bf16")
+    benchmarks): a pre-pack of an ``*_amx`` kernel, K % 32 == 0, m >= 32, tiles granted and
+    the library's tile self-test passed."""
+    return packed_uses_amx(packed, m, AMX_KSTEP, "amx_bf16", globals().get("linear_bf16_amx"))
 
 
 def _load() -> dict[str, KernelDecl]:

@@ -63,8 +63,8 @@ AMX_KSTEP = 64  # K per TDPBUSD step (qgemm_amx.h)
 def uses_amx(packed: Any, m: int, x_dtype: torch.dtype = torch.uint8) -> bool:
     """Whether a call of ``m`` rows of ``x_dtype`` activations with this pre-pack runs on AMX
     tiles (tests, benchmarks): a pre-pack of an ``*_amx`` kernel, K % 64 == 0, m >= 32, the
-    tiles granted (uint8 and int8 activations alike)."""
-    return packed_uses_amx(packed, m, AMX_KSTEP, "amx_int8")
+    tiles granted and the library's tile self-test passed (uint8 and int8 activations alike)."""
+    return packed_uses_amx(packed, m, AMX_KSTEP, "amx_int8", globals().get("qlinear_q_amx"))
 
 
 def _load() -> dict[str, KernelDecl]:
