@@ -60,22 +60,29 @@ static void amx_probe_data(uint8_t *a, uint8_t *b, int bf16) {
         }
 }
 
-/* The sums the tiles must give: c[m][n] = sum over the 64 bytes of row m of A against column n
- * of B (4 u8 x s8 per group, or 2 bf16 per pair). */
+/* One element of the probe's data as a number: a u8 / s8 byte, or the bf16 at that byte. */
+static float amx_probe_value(const uint8_t *p, int bf16, int is_signed) {
+    if (!bf16) return is_signed ? (float)(int8_t)*p : (float)*p;
+    const uint32_t u = (uint32_t)(p[0] | p[1] << 8) << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* The sums the tiles must give, from the bytes they loaded: c[m][n] = sum over the 64 bytes of
+ * row m of A against column n of B (4 u8 x s8 per group, or 2 bf16 per pair); exact either way. */
 static int amx_probe_right(const uint8_t *a, const uint8_t *b, const void *c, int bf16) {
     for (int m = 0; m < 16; m++)
         for (int n = 0; n < 16; n++) {
-            int32_t want = 0;
+            float want = 0;
             for (int q = 0; q < 16; q++)
-                for (int i = 0; i < 4; i += 1 + bf16) {
-                    const int va = (m * 7 + 4 * q + i) % 5, vb = (q * 3 + (4 * n + i) * 5) % 7 - 3;
-                    want += va * vb; /* the bf16 tile holds the same values, pairs per 4 bytes */
-                }
-            if (bf16 ? ((const float *)c)[m * 16 + n] != (float)want
-                     : ((const int32_t *)c)[m * 16 + n] != want)
-                return 0;
+                for (int i = 0; i < 4; i += 1 + bf16)
+                    want += amx_probe_value(a + m * 64 + 4 * q + i, bf16, 0) *
+                            amx_probe_value(b + q * 64 + 4 * n + i, bf16, 1);
+            const float got = bf16 ? ((const float *)c)[m * 16 + n]
+                                   : (float)((const int32_t *)c)[m * 16 + n];
+            if (got != want) return 0;
         }
-    (void)a, (void)b;
     return 1;
 }
 
