@@ -15,6 +15,7 @@ in place): running one a few more times has no effect a caller could see.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 import warnings
@@ -205,21 +206,20 @@ def _faster(timings: Sequence[Timing]) -> str:
     be slower than Inductor's) and was the faster of the two in ``WIN_SHARE`` of the rounds
     (:func:`consistent`); otherwise, or when they failed, Inductor's code."""
     t = {x.name: x for x in timings}
-    ours = [(x.us, n) for n, x in t.items() if n != INDUCTOR and x.us is not None]
-    theirs = t.get(INDUCTOR)
-    if not ours:
+    best, theirs = _best_ours(t), t.get(INDUCTOR)
+    if best is None:
         return INDUCTOR
-    us, best = min(ours)
     if theirs is None or theirs.us is None:
-        return best
-    if us >= theirs.us * (1 - autotune.MARGIN) or not consistent(t[best], theirs):
+        return best.name
+    if (best.us or 0.0) >= theirs.us * (1 - autotune.MARGIN) or not consistent(best, theirs):
         return INDUCTOR
-    return best
+    return best.name
 
 
 def _best_ours(t: dict[str, Timing]) -> Timing | None:
+    """The fastest measured graph with substitutions (ties by name), or None."""
     ours = [x for n, x in t.items() if n != INDUCTOR and x.us is not None]
-    return min(ours, key=lambda x: x.us or 0.0) if ours else None
+    return min(ours, key=lambda x: (x.us or 0.0, x.name)) if ours else None
 
 
 def _undecided(timings: Sequence[Timing]) -> bool:
@@ -240,13 +240,12 @@ def _undecided(timings: Sequence[Timing]) -> bool:
 
 def _more_rounds(first: Sequence[Timing], more: Sequence[Timing]) -> list[Timing]:
     """Each graph's rounds of both measurements, its median over all of them."""
-    extra = {x.name: x for x in more}
+    extra = {x.name: x.rounds for x in more}
     merged = []
     for x in first:
-        y = extra.get(x.name)
-        rounds = x.rounds + (y.rounds if y is not None else [])
+        rounds = x.rounds + extra.get(x.name, [])
         us = statistics.median(rounds) * 1e6 if rounds else x.us
-        merged.append(Timing(x.name, us, x.note, x.low, rounds))
+        merged.append(dataclasses.replace(x, us=us, rounds=rounds))
     return merged
 
 
