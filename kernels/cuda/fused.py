@@ -153,14 +153,17 @@ def _int_sums(q: Tensor, w: Tensor) -> Tensor:
 # -- int8 GEMM + residual ------------------------------------------------------------------------
 
 
-def _residual_rows(residual: Tensor, m: int, n: int, dtype: int) -> Tensor:
-    """The residual as the [m, n] rows the epilogue adds (declines another dtype or size)."""
+def _residual_io(residual: Tensor, m: int, n: int, dtype: int) -> tuple[Tensor, Tensor]:
+    """For a residual GEMM of ``m`` rows (declined where there are none): the residual as the
+    [m, n] rows the epilogue adds (declines another dtype or size), and the [m, n] output."""
+    _some_rows(m)
     if residual.dtype != _dtype(dtype) or residual.numel() != m * n or residual.shape[-1] != n:
         raise pdlkit.KernelUnsupported(
             f"residual {tuple(residual.shape)} {residual.dtype} for a {m} x {n} {_dtype(dtype)} GEMM"
         )
     res = residual.reshape(m, n)
-    return res if res.is_contiguous() else res.contiguous()
+    out = torch.empty((m, n), dtype=residual.dtype, device=residual.device)
+    return (res if res.is_contiguous() else res.contiguous()), out
 
 
 def int8_linear_residual_ref(
@@ -210,9 +213,7 @@ def int8_linear_residual_triton(
     """int8 GEMM, rescale and cast, then + residual in the same epilogue: up to 256 rows the
     split-K kernel, the tiled GEMM above."""
     m, n = q.shape[0], w.shape[0]
-    _some_rows(m)
-    res = _residual_rows(residual, m, n, dtype)
-    out = torch.empty((m, n), dtype=residual.dtype, device=q.device)
+    res, out = _residual_io(residual, m, n, dtype)
     q2 = q if q.stride(-1) == 1 else q.contiguous()
     sa, sw = _rows(x_scale, m), w_scale.to(torch.float32).contiguous()
     if m <= _STREAM_ROWS:
@@ -285,9 +286,7 @@ def quant_int8_linear_residual_triton(
     if m > _QUANT_ROWS:
         q, s = _triton().quant_rows(x2, eps, qmax)
         return int8_linear_residual_triton.fn(q, s, w, w_scale, residual, dtype, shape)
-    _some_rows(m)
-    res = _residual_rows(residual, m, n, dtype)
-    out = torch.empty((m, n), dtype=residual.dtype, device=x.device)
+    res, out = _residual_io(residual, m, n, dtype)
     sw = w_scale.to(torch.float32).contiguous()
     _splitk().splitk(x2, None, w, sw, out, residual=res, quantize=(eps, qmax))
     return out.reshape(residual.shape)
