@@ -63,9 +63,9 @@ PATHS = [
     "torchao_int8",
     "pdlkit_int8_static_launch",
 ]
-# pdlkit asking for Inductor's static launcher for its Triton kernels: the config key does not
-# reach Inductor's compile workers, so this path launches as pdlkit_int8 does; the environment
-# variable TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS=1 does (pdlkit/inductor_options.py)
+# pdlkit asking for Inductor's static launcher for its Triton kernels through the config key:
+# the same as pdlkit_int8 since importing pdlkit's backend turns the launcher on (the environment
+# variable TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS, pdlkit/inductor_options.py)
 _STATIC_LAUNCH = {"static_launch_user_defined_triton_kernels": True}
 VOCAB = 32000
 
@@ -530,6 +530,8 @@ def main() -> None:
     )
     ap.add_argument("--out", default="benchmarks/results")
     a = ap.parse_args()
+    if any(p.startswith("pdlkit") for p in a.paths):  # as a script using pdlkit imports it:
+        import pdlkit.backend  # noqa: F401  before any compile (the static launcher's setting)
     set_inductor_config(a.inductor_config)
     warnings.filterwarnings("ignore", message=".*TF32.*")
     rows = a.rows or (TINY_ROWS if a.config == "tiny" else ROWS)

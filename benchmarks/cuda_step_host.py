@@ -11,7 +11,13 @@ For each row and path (compiled as ``cuda_llama.py`` compiles it):
   graph of it replayed), so that "host-bound" is a measured statement;
 - kernels / step and the CPU-side ops torch.profiler sees (self CPU time per step);
 - cProfile of 100 steps: the Python functions that take the host time (tottime per step),
-  which names Inductor's generated ``call``, its launchers, pdlkit code if any runs per call.
+  which names Inductor's generated ``call``, its launchers, pdlkit code if any runs per call;
+- host us per launch of each Triton kernel (``launch_costs``: Inductor's ``CachingAutotuner.run``
+  timed, a timer of about 1 us included in each), Inductor's own kernels against pdlkit's
+  (user-defined ones): issue 23 asks pdlkit's at most 5 us over Inductor's.
+
+``pdlkit_int8_qres``: pdlkit int8 with ``patterns/cuda/quant_residual.pdl.mlir`` enabled
+(the per-token quantization inside the o- and down-projection GEMMs for one row).
 
 Writes ``cuda_step_host_<config>.md`` (and ``.json``) under ``--out``.
 """
@@ -34,7 +40,61 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cuda_llama as cl  # noqa: E402  benchmarks/cuda_llama.py
 from measure import interleaved  # noqa: E402
 
-PATHS = ["bf16_inductor", "pdlkit_int8", "pdlkit_int8_static_launch"]
+PATHS = ["bf16_inductor", "pdlkit_int8", "pdlkit_int8_static_launch", "pdlkit_int8_qres"]
+_QRES = ("int8_dynamic.pdl.mlir", "llama.pdl.mlir", "quant_residual.pdl.mlir")
+
+
+def qres_patterns() -> str:
+    """A folder with the shipped CUDA patterns, quant_residual.pdl.mlir enabled too."""
+    import tempfile
+
+    shipped = Path(__file__).resolve().parent.parent / "patterns" / "cuda"
+    out = Path(tempfile.mkdtemp(prefix="qres_"))
+    for f in _QRES:
+        (out / f).write_text((shipped / f).read_text())
+    entries = "".join(f"  - file: {f}\n    targets: [cuda]\n" for f in _QRES)
+    (out / "int8.yaml").write_text(f"version: 1\npatterns:\n{entries}")
+    return str(out)
+
+
+def compile_path(path: str, runner: Any) -> Any:
+    if path != "pdlkit_int8_qres":
+        return cl.compile_path(path, runner, "cuda")
+    import pdlkit
+
+    return pdlkit.optimize(runner, dynamic=False, patterns=qres_patterns())
+
+
+def launch_costs(fn: Any, calls: int = 200) -> list[tuple[str, float, float, bool]]:
+    """Each Triton kernel's host us per launch (Inductor's ``CachingAutotuner.run``, timed
+    around), launches per call and whether it is user-defined (pdlkit's), most costly first."""
+    import time
+
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    acc: dict[str, list[Any]] = {}
+    run = CachingAutotuner.run
+
+    def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter_ns()
+        out = run(self, *args, **kwargs)
+        a = acc.setdefault(self.inductor_meta.get("kernel_name", "?"), [0, 0, self])
+        a[0] += time.perf_counter_ns() - t0
+        a[1] += 1
+        return out
+
+    CachingAutotuner.run = timed  # type: ignore[method-assign]
+    try:
+        for _ in range(calls):
+            fn()
+    finally:
+        CachingAutotuner.run = run  # type: ignore[method-assign]
+    torch.cuda.synchronize()
+    rows = [
+        (name, ns / n / 1e3, n / calls, getattr(k.heuristic_type, "name", "") == "USER_AUTOTUNE")
+        for name, (ns, n, k) in acc.items()
+    ]
+    return sorted(rows, key=lambda r: -r[1])
 
 
 def profiled_ops(
@@ -86,7 +146,7 @@ def measure(row: str, models: dict[str, Any], ctx: int, paths: list[str]) -> dic
     out: dict[str, Any] = {}
     for path in paths:
         torch._dynamo.reset()
-        fn = cl.compile_path(path, cl.runner_for(kind, models[path], kv), "cuda")
+        fn = compile_path(path, cl.runner_for(kind, models[path], kv))
         with torch.no_grad():
             fn(ids)
             torch.cuda.synchronize()
@@ -96,6 +156,7 @@ def measure(row: str, models: dict[str, Any], ctx: int, paths: list[str]) -> dic
             r: dict[str, Any] = {"gpu_us": gpu_us(lambda fn=fn: fn(ids))}
             r["kernels"], r["cpu_ops"] = profiled_ops(lambda fn=fn: fn(ids))
             r["python"] = python_profile(lambda fn=fn: fn(ids))
+            r["launches"] = launch_costs(lambda fn=fn: fn(ids))
             out[path] = r
 
         def window(fn: Any) -> Any:
@@ -126,12 +187,39 @@ def report(res: dict[str, Any]) -> str:
         for p, r in paths.items():
             gpu = f"{r['gpu_us']:.0f}" if r["gpu_us"] else "-"
             lines.append(f"| {row} | {p} | {r['host_us']:.0f} | {gpu} | {r['kernels']:.0f} |")
+    lines += launch_summary(res)
     for row, paths in res["rows"].items():
         for p, r in paths.items():
+            lines += ["", f"## {row}, {p}: host us per Triton launch (count / step)", ""]
+            lines += [
+                f"- {n}{' (user-defined)' if user else ''}: {us:.1f} us, {c:.0f}x"
+                for n, us, c, user in r["launches"]
+            ]
             lines += ["", f"## {row}, {p}: CPU-side ops (self us / step, count / step)", ""]
             lines += [f"- {n}: {us:.1f} us, {c:.1f}x" for n, us, c in r["cpu_ops"]]
             lines += ["", "```", r["python"].strip(), "```"]
     return "\n".join(lines) + "\n"
+
+
+def launch_summary(res: dict[str, Any]) -> list[str]:
+    """Per row and path: the median host us per launch of Inductor's own Triton kernels and
+    the slowest of the user-defined ones (pdlkit's), from ``launch_costs``."""
+    lines = [
+        "",
+        "| row | path | Inductor's kernels: median us / launch | user-defined: max us / launch |",
+    ]
+    lines.append("|---|---|---|---|")
+    for row, paths in res["rows"].items():
+        for p, r in paths.items():
+            own = [us for _, us, _, user in r["launches"] if not user]
+            user = [us for _, us, _, u in r["launches"] if u]
+            med = f"{statistics.median(own):.1f}" if own else "-"
+            lines.append(
+                f"| {row} | {p} | {med} | {max(user):.1f} |"
+                if user
+                else f"| {row} | {p} | {med} | - |"
+            )
+    return lines
 
 
 def main() -> None:
@@ -143,6 +231,8 @@ def main() -> None:
     ap.add_argument("--inductor-config", nargs="*", default=[], metavar="KEY=VALUE")
     ap.add_argument("--out", default="benchmarks/results")
     a = ap.parse_args()
+    import pdlkit.backend  # noqa: F401  as a script using pdlkit imports it: before any compile
+
     res_config = cl.set_inductor_config(a.inductor_config)
     from machine import host_header
 
@@ -151,7 +241,8 @@ def main() -> None:
     res["torch"], res["inductor_config"] = torch.__version__, res_config
     model = cl.build_model(a.config, "cuda")
     ids = torch.randint(0, cl.VOCAB, (1, 16), device="cuda")
-    models = {"bf16_inductor": model, **cl.quantized_copies(model, ids, a.paths)}
+    models = {"bf16_inductor": model, **cl.quantized_copies(model, ids, [*a.paths, "pdlkit_int8"])}
+    models["pdlkit_int8_qres"] = models.get("pdlkit_int8")
     res["rows"] = {row: measure(row, models, a.ctx, a.paths) for row in a.rows}
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)

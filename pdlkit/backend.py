@@ -313,8 +313,8 @@ class PdlkitBackend:
             return traced if report.substitutions else gm
         # Nothing substituted: Dynamo's own graph, so the result is exactly Inductor's.
         chosen = traced if report.substitutions else gm
-        if report.substitutions and capture:  # weights and a KV cache stay static in CUDA graphs
-            inductor_options.keep_dynamo_inputs(gm, traced)
+        if report.substitutions and inductor_options.static_inputs_matter(capture, example_inputs):
+            inductor_options.keep_dynamo_inputs(gm, traced)  # weights, a KV cache: static
         if report.substitutions and key and known is None:
 
             def rerun() -> tuple[fx.GraphModule, GraphReport]:  # a kernel at every site
@@ -390,6 +390,8 @@ class PdlkitBackend:
 
 
 pdlkit_backend = PdlkitBackend()
+# pdlkit's CUDA kernels are user-defined Triton kernels of Inductor's code: its static launcher
+inductor_options.launch_user_kernels_statically()
 
 
 def optimize(

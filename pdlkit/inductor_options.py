@@ -12,25 +12,42 @@
             in ``explain`` saying so (its site keeps the replaced subgraph, compiled by Inductor)
 
 Inductor's static launcher for user-defined Triton kernels
-(``static_launch_user_defined_triton_kernels``) is left as the caller sets it. Set through
-``options=`` / ``inductor_config=`` it does not take effect (torch 2.11 to 2.13): Inductor
-decides per kernel in its compile workers and forwards only ``use_static_triton_launcher`` to
-them, so pdlkit's kernels kept Triton's launcher (18 ``cuLaunchKernelEx`` a decode step with
-the option and without, on an H200); the H100 comparison once read as "slower with it"
-(benchmarks/results/cuda_llama.md) compared two runs of the same launcher. The environment
-variable ``TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS=1``, read by every process,
-does take effect; on the H200 it moved the int8 Llama decode step's host time within the
-host's noise (benchmarks/results/cuda_step_host_llama3-gqa.md).
+(``static_launch_user_defined_triton_kernels``, off in torch 2.11 to 2.13) is turned on when
+pdlkit's backend is imported (:func:`launch_user_kernels_statically`), unless the environment
+variable ``TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS`` is already set (``0``
+keeps Triton's launcher). pdlkit's CUDA kernels are user-defined Triton kernels in Inductor's
+code; Triton's Python launcher took 4 to 6 us more per launch than the static one on an H200's
+host (benchmarks/results/cuda_step_host_llama3-gqa_launch.md). Set through ``options=`` /
+``inductor_config=`` alone the key does not take effect (Inductor decides per kernel in its
+compile workers, which read the environment variable when they start and are sent only
+``use_static_triton_launcher``), hence the variable, set before the workers start: a process
+that compiled with Inductor before importing pdlkit keeps Triton's launcher for kernels its
+running workers compile. Kernels the static launcher cannot run (launch attributes, a stored
+cubin) keep Triton's launcher; Inductor decides that per kernel.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
 CAPTURE_TRAIT = "graph_capture_safe"
+STATIC_LAUNCH_ENV = "TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS"
+
+
+def launch_user_kernels_statically() -> bool:
+    """Inductor's static launcher for user-defined Triton kernels (pdlkit's CUDA kernels),
+    in this process and the compile workers it starts from now on, unless
+    ``STATIC_LAUNCH_ENV`` is set already (then as it says). Returns whether it is on here."""
+    import torch._inductor.config as inductor_config
+
+    if STATIC_LAUNCH_ENV not in os.environ:
+        os.environ[STATIC_LAUNCH_ENV] = "1"  # read by compile workers when they start
+        inductor_config.static_launch_user_defined_triton_kernels = True
+    return bool(inductor_config.static_launch_user_defined_triton_kernels)
 
 
 def _inductor_keys() -> set[str]:
@@ -111,14 +128,27 @@ def capture_safe(registry: Any, why: str) -> Any:
     return Restricted(registry, refuse, ranked_only=True)
 
 
+def static_inputs_matter(capture: str, example_inputs: Sequence[Any]) -> bool:
+    """Whether Inductor acts on which inputs are static (:func:`keep_dynamo_inputs`): the
+    graph is captured in CUDA graphs, or it has GPU tensors, whose alignment Inductor checks
+    on every call unless they are static (CPU tensors it never checks)."""
+    return bool(capture) or any(
+        isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs
+    )
+
+
 def keep_dynamo_inputs(dynamo_gm: Any, traced: Any) -> bool:
     """Give ``traced`` (pdlkit's re-trace of Dynamo's graph, same inputs in the same order)
-    what AOT autograd reads off a Dynamo graph to tell CUDA graphs which inputs keep their
+    what AOT autograd reads off a Dynamo graph to tell Inductor which inputs keep their
     address: parameters, buffers, and tensors marked static (a static KV cache, through
     ``torch._dynamo.mark_static_address``). Without it Inductor's CUDA graph trees skip a
     graph that writes a KV cache in place ("mutated inputs") and copy every weight into the
-    graph's own buffers before each replay. Returns False, changing nothing, where the two
-    graphs' inputs do not line up or the re-trace holds tensors of its own."""
+    graph's own buffers before each replay; and without CUDA graphs, Inductor's code checks
+    the alignment of every GPU input on each call (``copy_misaligned_inputs``: 41 inputs a
+    Llama-3 decode step of two layers, where BF16 Inductor checks only its non-static ones), since
+    only a static input's alignment is settled at compile time. Returns False, changing
+    nothing, where the two graphs' inputs do not line up or the re-trace holds tensors of
+    its own."""
     meta = getattr(dynamo_gm, "meta", {})
     if "dynamo_compile_id" not in meta or not hasattr(dynamo_gm, "_param_name_to_source"):
         return False

@@ -184,6 +184,54 @@ def test_re_traced_graph_keeps_the_inputs_dynamo_marked_static():
     assert static(traced) == want
 
 
+def _fresh_python(script: str, **env: str | None) -> str:
+    """The last line ``script`` prints, run by a new Python whose environment has ``env``
+    (None: the variable unset)."""
+    import os
+    import subprocess
+    import sys
+
+    e = {k: v for k, v in os.environ.items() if k not in env}
+    e.update({k: v for k, v in env.items() if v is not None})
+    r = subprocess.run([sys.executable, "-c", script], env=e, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout.strip().splitlines()[-1]
+
+
+_STATIC_LAUNCH = (
+    "import os, torch._inductor.config as c, pdlkit.backend; "
+    "print(c.static_launch_user_defined_triton_kernels, "
+    "os.environ['TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS'])"
+)
+
+
+def test_pdlkit_kernels_get_inductors_static_launcher_in_this_process_and_its_workers():
+    # the environment variable is what Inductor's compile workers read when they start
+    got = _fresh_python(
+        _STATIC_LAUNCH, TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS=None
+    )
+    assert got == "True 1"
+
+
+def test_static_launch_turned_off_in_the_environment_stays_off():
+    got = _fresh_python(_STATIC_LAUNCH, TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS="0")
+    assert got == "False 0"
+
+
+def test_gpu_inputs_get_their_static_marks_without_cuda_graphs():
+    # Inductor checks the alignment of every GPU input on each call unless it is static; a
+    # CPU graph without CUDA graphs is left as Dynamo's re-trace gives it
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from pdlkit.inductor_options import static_inputs_matter
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        on_gpu = [torch.empty(4, device="cuda"), 3]
+    assert static_inputs_matter("", on_gpu)
+    assert not static_inputs_matter("", [torch.empty(4), 3])
+    assert static_inputs_matter("captured", [torch.empty(4)])
+
+
 # -- on the GPU ---------------------------------------------------------------------------------
 
 
@@ -261,3 +309,60 @@ def test_gpu_int8_llama_decode_with_static_cache_runs_in_cuda_graphs():
         outs["pdlkit"].flatten(), outs["eager"].flatten(), dim=0
     )
     assert cos > 0.999
+
+
+@needs_gpu
+def test_gpu_compiled_int8_mlp_checks_no_weight_alignment_per_call(monkeypatch):
+    # weights are static inputs for Inductor, as they are where Inductor compiles alone: the
+    # compiled call checks the alignment of the activation only
+    import torch._inductor.compile_fx as compile_fx
+    from pdlkit.quantization.int8_dynamic import quantize_int8_dynamic
+    from test_cuda import LlamaMLP
+
+    seen, check = [], compile_fx.get_input_idxs_to_check
+
+    def spy(inputs, static):
+        seen.append((len(inputs), len(check(inputs, static))))
+        return check(inputs, static)
+
+    monkeypatch.setattr(compile_fx, "get_input_idxs_to_check", spy)
+    q = quantize_int8_dynamic(LlamaMLP().to("cuda", torch.bfloat16)).eval()
+    x = torch.randn(2, 16, 64, device="cuda", dtype=torch.bfloat16)
+    torch._dynamo.reset()
+    pdlkit.stats(reset=True)
+    with torch.no_grad(), torch._inductor.config.patch(fx_graph_cache=False):
+        pdlkit.optimize(q, autotune="off")(x)
+    assert pdlkit.stats()["by_kernel"]["int8_gated_silu_triton"]["substitutions"] == 1
+    assert seen and all(n > 4 and checked == 1 for n, checked in seen)
+
+
+_PROFILED_MLP = """
+import torch, pdlkit
+from torch.profiler import profile, ProfilerActivity
+from pdlkit.quantization.int8_dynamic import quantize_int8_dynamic
+from test_cuda import LlamaMLP
+q = quantize_int8_dynamic(LlamaMLP().to("cuda", torch.bfloat16)).eval()
+x = torch.randn(1, 24, 64, device="cuda", dtype=torch.bfloat16)
+f = pdlkit.optimize(q, autotune="off")
+with torch.no_grad():
+    f(x); f(x); torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        f(x); torch.cuda.synchronize()
+names = [e.name for e in prof.events()]
+print(names.count("cuLaunchKernel"), names.count("cuLaunchKernelEx"))
+"""
+
+
+@needs_gpu
+def test_gpu_pdlkit_kernels_are_launched_by_inductors_static_launcher():
+    # Triton's own launcher calls cuLaunchKernelEx; Inductor's static launcher cuLaunchKernel
+    import os
+    from pathlib import Path
+
+    tests = str(Path(__file__).resolve().parent)
+    path = os.pathsep.join(p for p in (tests, os.environ.get("PYTHONPATH")) if p)
+    got = _fresh_python(
+        _PROFILED_MLP, PYTHONPATH=path, TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS=None
+    )
+    static, triton_launcher = map(int, got.split())
+    assert static >= 3 and triton_launcher == 0

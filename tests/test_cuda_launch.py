@@ -196,3 +196,14 @@ def test_split_k_kernel_over_256_rows_compiles_the_replaced_ops():
     targets = {str(n.target) for n in gm.graph.nodes if n.op == "call_function"}
     assert "aten._int_mm.default" in targets
     assert "triton_kernel_wrapper_functional" not in targets
+
+
+def test_a_decode_gemm_launch_passes_only_the_tensors_it_reads():
+    # every argument is work for Inductor's launcher at each call: the split-K kernel gets
+    # None (a constexpr, never passed) for what a plain GEMM does not read (a second weight,
+    # the workspace, bias, residual, a float row to quantize)
+    op, sid = _site(_cuda_kernel("int8_linear_splitk"))
+    gm = _aot_forward(op, _int8_args(8), sid)
+    (launch,) = [n for n in gm.graph.nodes if "triton_kernel_wrapper" in str(n.target)]
+    passed = sorted(k for k, v in launch.kwargs["kwargs"].items() if isinstance(v, torch.fx.Node))
+    assert passed == ["a_ptr", "a_scale_ptr", "b_ptr", "b_scale_ptr", "c_ptr"]

@@ -40,11 +40,13 @@ def _normed(x_ptr, w_ptr, row, stride_xm, k0, cols, r, K: tl.constexpr):
 
 @triton.jit
 def rmsnorm_quant_kernel(
-    x_ptr, w_ptr, q_ptr, s_ptr, stride_xm, norm_eps, q_eps, qmax,
+    x_ptr, w_ptr, q_ptr, s_ptr, stride_xm,
+    norm_eps: tl.constexpr, q_eps: tl.constexpr, qmax: tl.constexpr,
     K: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
-    """y = weight * rmsnorm(x[m]); s[m] = max(amax |y|, q_eps) / qmax; q[m] = round(y / s[m])."""
-    norm_eps = tl.cast(norm_eps, tl.float32)  # fp64 from Inductor's launcher
+    """y = weight * rmsnorm(x[m]); s[m] = max(amax |y|, q_eps) / qmax; q[m] = round(y / s[m]).
+    The model's constants are constexprs (compiled in, not passed at every launch)."""
+    norm_eps = tl.cast(norm_eps, tl.float32)
     q_eps = tl.cast(q_eps, tl.float32)
     qmax = tl.cast(qmax, tl.float32)
     row = tl.program_id(0).to(tl.int64)

@@ -212,11 +212,12 @@ def gated_kernel(
 
 @triton.jit
 def quant_rows_kernel(
-    x_ptr, q_ptr, s_ptr, stride_xm, eps, qmax,
+    x_ptr, q_ptr, s_ptr, stride_xm, eps: tl.constexpr, qmax: tl.constexpr,
     K: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
-    """q[m] = clamp(round(x[m] / s[m]), -qmax, qmax), s[m] = max(amax |x[m]|, eps) / qmax."""
-    eps = tl.cast(eps, tl.float32)  # fp64 from Inductor's launcher, fp32 from Triton's
+    """q[m] = clamp(round(x[m] / s[m]), -qmax, qmax), s[m] = max(amax |x[m]|, eps) / qmax;
+    eps and qmax, the model's constants, are constexprs (not passed at every launch)."""
+    eps = tl.cast(eps, tl.float32)
     qmax = tl.cast(qmax, tl.float32)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)

@@ -148,7 +148,7 @@ def _quantize_row(x_ptr, q_ptr, q_eps, q_max, K: tl.constexpr, RB: tl.constexpr)
     """One row x[K] (float) to q[K] (int8) and its scale, returned: quant_rows_kernel's
     operations (amax, s = max(amax, q_eps) / q_max, round-half-even of x / s, clamp), in
     RB-wide passes. Every program of the GEMM runs it and stores the same bytes."""
-    q_eps = tl.cast(q_eps, tl.float32)  # fp64 from Inductor's launcher
+    q_eps = tl.cast(q_eps, tl.float32)  # a constexpr: the model's constant, rounded once
     q_max = tl.cast(q_max, tl.float32)
     cols = tl.arange(0, RB)
     amax = tl.zeros((RB,), dtype=tl.float32)
@@ -168,7 +168,7 @@ def _quantize_row(x_ptr, q_ptr, q_eps, q_max, K: tl.constexpr, RB: tl.constexpr)
 @triton.jit
 def splitk_kernel(
     a_ptr, b_ptr, u_ptr, c_ptr, ws_ptr, a_scale_ptr, b_scale_ptr, u_scale_ptr, bias_ptr, res_ptr,
-    x_ptr, M, N, stride_am, stride_bn, stride_cm, q_eps, q_max,
+    x_ptr, M, N, stride_am, stride_bn, stride_cm, q_eps: tl.constexpr, q_max: tl.constexpr,
     K: tl.constexpr, K_SPLIT: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr,
     GATED: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, QUANT_A: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, RB: tl.constexpr,
@@ -177,7 +177,9 @@ def splitk_kernel(
     sums; program (m, n, s) sums K slice s of tile (m, n). ``ws`` holds SPLIT_K > 1's
     partial sums (M x N, twice for a pair) and one counter per tile, all zero between calls.
     ``QUANT_A`` (one row): A is first quantized from the float row ``x`` (int8, symmetric,
-    per token) by every program into ``a`` (the same bytes each time), then read as usual."""
+    per token) by every program into ``a`` (the same bytes each time), then read as usual.
+    Pointers a call does not use (U without GATED, the workspace with one slice, ...) come as
+    None: constexprs, so that no launch passes them."""
     pid_m = tl.program_id(0)  # row tiles of one column tile run side by side: its weights
     pid_n = tl.program_id(1)  # come from HBM once and from L2 for the other row tiles
     pid_k = tl.program_id(2)
@@ -188,7 +190,8 @@ def splitk_kernel(
     n_ok = (rn < N)[:, None]
     a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :]
     b_ptrs = b_ptr + rn[:, None] * stride_bn + rk[None, :]
-    u_ptrs = u_ptr + rn[:, None] * stride_bn + rk[None, :]
+    if GATED:
+        u_ptrs = u_ptr + rn[:, None] * stride_bn + rk[None, :]
     if QUANT_A:
         sa = tl.where(rm < M, _quantize_row(x_ptr, a_ptr, q_eps, q_max, K, RB), 0.0)
     acc = tl.zeros((BM, BN), dtype=tl.int32)
@@ -270,15 +273,12 @@ def splitk(
     split = triton.cdiv(k, k_split)  # K slices that hold any of K
     grid_n, grid_m = triton.cdiv(n, cfg.bn), triton.cdiv(m, cfg.bm)
     gated = u is not None
+    ws = None  # one K slice: no workspace
     if split > 1:
         ws = torch.zeros((1 + gated) * m * n + grid_n * grid_m, dtype=torch.int32, device=a.device)
-    else:
-        ws = a  # not read
     q_eps, q_max = quantize if quantize is not None else (0.0, 1.0)
     launch(splitk_kernel)[(grid_m, grid_n, split)](
-        a, b, u if u is not None else b, out, ws, a_scale if a_scale is not None else b_scale, b_scale,
-        u_scale if u_scale is not None else b_scale, bias if bias is not None else b_scale,
-        residual if residual is not None else out, x,
+        a, b, u, out, ws, a_scale, b_scale, u_scale, bias, residual, x if quantize else None,
         m, n, a.stride(0), b.stride(0), out.stride(0), float(q_eps), float(q_max),
         K=k, K_SPLIT=k_split, SPLIT_K=split, EVEN_K=split * k_split == k,
         GATED=gated, HAS_BIAS=bias is not None, HAS_RES=residual is not None,

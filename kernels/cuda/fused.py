@@ -62,9 +62,12 @@ def _splitk() -> Any:
 
 
 def _rows(s: Tensor, m: int) -> Tensor:
+    """One float32 scale per row, as the kernels index them: contiguous float32 scales as they
+    are (no view for Inductor's code to make at each call)."""
     if s.numel() != m:
         raise pdlkit.KernelUnsupported(f"activation scale of shape {tuple(s.shape)} for {m} rows")
-    return s.reshape(m).to(torch.float32).contiguous()
+    s = s.to(torch.float32)
+    return s if s.is_contiguous() else s.reshape(m).contiguous()
 
 
 def _some_rows(m: int) -> None:

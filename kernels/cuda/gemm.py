@@ -48,12 +48,15 @@ _SPLITK = "pdlkit.kernels.cuda._triton_splitk"
 
 
 def _rows(s: Tensor, m: int) -> Tensor:
-    """Activation scales as one float32 per row: [M, 1], [M] or a single value."""
-    if s.numel() == 1:
+    """Activation scales as one float32 per row: [M, 1], [M] or a single value. Contiguous
+    float32 scales of M values are passed as they are (the kernels index them by row): no
+    view for Inductor's code to make at each call."""
+    if s.numel() == 1 and m != 1:
         return s.reshape(1).to(torch.float32).expand(m).contiguous()
     if s.numel() != m:
         raise pdlkit.KernelUnsupported(f"activation scale of shape {tuple(s.shape)} for {m} rows")
-    return s.reshape(m).to(torch.float32).contiguous()
+    s = s.to(torch.float32)
+    return s if s.is_contiguous() else s.reshape(m).contiguous()
 
 
 # -- per-token quantization ---------------------------------------------------------------------
