@@ -48,7 +48,9 @@ def qres_patterns() -> str:
     """A folder with the shipped CUDA patterns, quant_residual.pdl.mlir enabled too."""
     import tempfile
 
-    shipped = Path(__file__).resolve().parent.parent / "patterns" / "cuda"
+    import pdlkit.patterns
+
+    shipped = Path(pdlkit.patterns.__file__).parent / "cuda"  # the installed pdlkit's
     out = Path(tempfile.mkdtemp(prefix="qres_"))
     for f in _QRES:
         (out / f).write_text((shipped / f).read_text())
