@@ -323,3 +323,33 @@ def test_amx_add_layer_norm_matches_vnni(amx, vnni, lib, x_dtype):
     assert lib.uses_amx(p, m, x_dtype) is False  # the VNNI kernel's pre-pack
     torch.testing.assert_close(outs[0][0], outs[1][0], rtol=0, atol=0)
     assert torch.equal(outs[0][1], outs[1][1])
+
+
+# rows past the last block of 32, K in several chunks, several row groups of the add +
+# LayerNorm entry (each a view of its rows for the engine), asymmetric weights (per-row terms)
+@needs_amx
+@pytest.mark.parametrize(("m", "k", "n"), [(77, 3072, 768), (400, 256, 768), (64, 128, 200)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_amx_add_layer_norm_matches_vnni_on_row_views(amx, vnni, m, k, n, threads):
+    x, w, ws, b, x_zp = _operands(m, k, n, torch.uint8, seed=m + k)
+    g = torch.Generator().manual_seed(n)
+    res, gamma, beta = (
+        torch.randn(m, n, generator=g),
+        torch.rand(n, generator=g) + 0.5,
+        torch.randn(n, generator=g),
+    )
+    wz = torch.randint(-3, 4, (n,), generator=g)
+    attrs = {"x_scale": 0.02, "x_zp": x_zp, "normalized_shape": [n], "eps": 1e-12}
+    attrs.update(out_scale=8 / 255, out_zp=128, out_qmin=0, out_qmax=255)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        outs = [
+            decl.fn(x, 0.02, x_zp, decl.prepack(w, attrs), ws, wz, b, res, [n], gamma, beta,
+                    1e-12, 8 / 255, 128, 0, 255)
+            for decl in (amx["qlinear_add_layer_norm_q_amx"], vnni["qlinear_add_layer_norm_q_vnni"])
+        ]  # fmt: skip
+    finally:
+        torch.set_num_threads(before)
+    torch.testing.assert_close(outs[0][0], outs[1][0], rtol=0, atol=0)
+    assert torch.equal(outs[0][1], outs[1][1])

@@ -2,8 +2,8 @@
  * (BF16: TDPBF16PS, float32 sums); the tile instructions themselves are in qgemm_amx.h. Tasks
  * of 32 rows x a group of panels with K in chunks (amx_group), each task as 32 x 32 halves of
  * 2 x 2 C tiles whose epilogue runs while the next half's tile instructions do (amx_half,
- * amx_range), one parallel region per (dot product, activation, output kind) (AMX_PARALLEL),
- * the rows of a range x every panel with K whole (amx_rows: the int8 add + LayerNorm entry).
+ * amx_range), one parallel region per (dot product, activation, output kind) (AMX_PARALLEL);
+ * the int8 add + LayerNorm entry runs amx_range on a view of its rows (qgemm_vnni.c).
  *
  * Both families' packed weights are panels of NR = 64 columns x k4 groups of 4 bytes along K
  * (VNNI-4: 4 int8 of k per column; VNNI-2: 2 bf16), 256 bytes a group, which are the AMX B-tile
@@ -180,32 +180,6 @@ AMX static inline __attribute__((always_inline)) void amx_range(
         }
     }
     if (pd.acc) amx_epi_rows(&pd, 0, AMX_MR, d, act, kind);
-}
-
-/* Rows i0 .. i1 - 1 x every panel, panels outside and blocks of AMX_MR rows inside, K whole, as
- * one stream of halves like amx_range (acc: one panel, AMX_MR x NR 4-byte values); the rows past
- * the last whole block through amx_tail_rows. The int8 add + LayerNorm entry's GEMM (its
- * epilogue adds the residual; the LayerNorm follows on the rows while in L2). */
-AMX static inline __attribute__((always_inline)) void amx_rows(
-    void *acc, const amx_gemm_t *g, const amx_dst *d, int64_t i0, int64_t i1, int dp, int act,
-    int kind) {
-    const int64_t n = g->n, k4 = g->k4, whole = i0 + (i1 - i0) / AMX_MR * AMX_MR;
-    amx_pend pd = {NULL, 0, 0, 0};
-    for (int64_t n0 = 0; n0 < n; n0 += NR) {
-        const int64_t nc = n - n0 < NR ? n - n0 : NR, halves = nc > 32 ? 2 : 1;
-        for (int64_t i = i0; i < whole; i += AMX_MR)
-            for (int64_t h = 0; h < halves; h++) {
-                amx_half(g->x + i * g->ldx, g->ldx, 0, k4, g->packed + n0 * k4 * 4 + 128 * h,
-                         (char *)acc + 128 * h, 1, &pd, d, dp, act, kind);
-                pd.acc = (char *)acc + 128 * h;
-                pd.row = i;
-                pd.col = n0 + 32 * h;
-                pd.nc = nc - 32 * h < 32 ? nc - 32 * h : 32;
-            }
-    }
-    if (pd.acc) amx_epi_rows(&pd, 0, AMX_MR, d, act, kind);
-    for (int64_t n0 = 0; whole < i1 && n0 < n; n0 += NR)
-        amx_tail_rows(acc, g, d, whole, i1 - whole, n0, act, kind);
 }
 
 /* This thread's contiguous share [*t0, *t1) of tasks 0 .. tasks - 1 (all of them outside a

@@ -427,7 +427,7 @@ VNNI static inline __attribute__((always_inline)) void amx_tail_rows(
     }
 }
 
-#include "qgemm_amx_gemm.h" /* the AMX engine: amx_range, amx_rows, AMX_PARALLEL */
+#include "qgemm_amx_gemm.h" /* the AMX engine: amx_range, AMX_PARALLEL */
 
 /* The AMX variant per (activation, output kind): the engine over this call's packed panels,
  * TDPBSSD for int8 activations (their sums corrected by colcorr_ss), TDPBUSD for uint8. */
@@ -443,15 +443,26 @@ VNNI static inline __attribute__((always_inline)) void amx_tail_rows(
     }
 
 /* The add + LayerNorm entry's GEMM on AMX (add_ln_group's): rows i0 .. i1 - 1 x every panel
- * into out (float32, res added), the engine's amx_rows. */
+ * into out (float32, res added), through the engine's blocked tasks (amx_range) on a view of
+ * those rows: each group of panels comes from memory once for all of them, and K goes in
+ * chunks. (Panels outside and K whole, as before, read the whole weight again for every 32
+ * rows: on a Xeon with AMX, one thread, BERT-base's 128 x 3072 x 768 with its add, LayerNorm
+ * and codes took 1.27x oneDNN's GEMM alone with the weight in the caches and 1.38x with it out
+ * of them, where the engine's plain GEMM took 0.83x and 0.90x: x86_cold_weights_*.md.) */
 AMX __attribute__((noinline)) static void amx_add_rows(
-    int32_t *acc, const uint8_t *x, int64_t i0, int64_t i1, int64_t ldx,
-    const pdlkit_qgemm_params *p, const epi_t *e, float *out, int64_t ldo, const float *res,
-    int64_t ldr) {
+    const uint8_t *x, int64_t i0, int64_t i1, int64_t ldx, const pdlkit_qgemm_params *p,
+    const epi_t *e, float *out, int64_t ldo, const float *res, int64_t ldr) {
     const int s8 = (p->flags & QG_S8) != 0;
-    const amx_gemm_t g = {(const char *)x, i1, ldx, (const char *)p->packed, p->n, (p->k + 3) / 4};
-    const amx_dst d = {s8 ? p->colcorr_ss : p->colcorr, e, out, ldo, res, ldr, p};
-    amx_rows(acc, &g, &d, i0, i1, s8 ? AMX_DP_S8 : AMX_DP_U8, ACT_NONE, OUT_F32);
+    epi_t view = *e; /* the view's row 0 is row i0 */
+    if (view.rowcorr) view.rowcorr += i0;
+    const amx_gemm_t g = {(const char *)(x + i0 * ldx), i1 - i0, ldx, (const char *)p->packed,
+                          p->n, (p->k + 3) / 4};
+    const amx_dst d = {s8 ? p->colcorr_ss : p->colcorr, &view, out + i0 * ldo, ldo,
+                       res + i0 * ldr, ldr, p};
+    const int64_t blocks = (g.m + AMX_MR - 1) / AMX_MR, panels = (p->n + NR - 1) / NR;
+    const int64_t group = amx_group(&g, blocks), tasks = ((panels + group - 1) / group) * blocks;
+    int32_t acc[AMX_GROUP_MAX * AMX_MR * NR] __attribute__((aligned(64))); /* 128 KB */
+    amx_range(acc, 0, tasks, blocks, group, &g, &d, s8 ? AMX_DP_S8 : AMX_DP_U8, ACT_NONE, OUT_F32);
 }
 
 #define GEMM_KINDS(ACT)                                                                          \
@@ -485,7 +496,7 @@ VNNI static inline __attribute__((always_inline)) int add_ln_group(
     for (int64_t i = i0; i < i1; i++)
         for (int64_t j = 0; j < n; j += 16) _mm_prefetch((const char *)(res + i * ldr + j), _MM_HINT_T1);
     if (amx) /* whole AMX blocks, then the VNNI micro-kernel for the rest (qgemm_amx_gemm.h) */
-        amx_add_rows(acc, x, i0, i1, ldx, p, e, out, ldo, res, ldr);
+        amx_add_rows(x, i0, i1, ldx, p, e, out, ldo, res, ldr);
     for (int64_t n0 = 0; !amx && n0 < n; n0 += NR) {
         const int8_t *panel = p->packed + (n0 / NR) * k4 * NR * 4;
         for (int64_t i = i0; i < i1; i += MR) {
@@ -501,14 +512,19 @@ VNNI static inline __attribute__((always_inline)) int add_ln_group(
 /* The row blocks (6 rows, or AMX_MR on AMX) are split evenly over the threads first, then each
  * thread's run into groups of about 128 KB of output (equal sizes): groups of a fixed size
  * handed out whole left one of two threads with 84 of 128 rows on BERT-base's 128 x K x 768
- * (a 4th group of 2 rows). Returns 1 where some row's sum of squares was not finite (ln_rows),
- * else 0. */
+ * (a 4th group of 2 rows). On AMX, where the packed weight is over 1 MB (it does not stay in L2
+ * from one group to the next, and each group reads all of it), a group is up to 1 MB of output
+ * (BERT-base's 128 x 3072 x 768: one group, not four; at K = 768 the small groups measured
+ * faster: x86_cold_weights_*.md). Returns 1 where some row's sum of squares was not finite
+ * (ln_rows), else 0. */
 VNNI static int gemm_add_ln(const uint8_t *x, int64_t m, int64_t ldx, float *out, int64_t ldo,
                              const pdlkit_qgemm_params *p, const epi_t *e,
                              const pdlkit_qgemm_ln_args *a, const float *res, int64_t ldr,
                              void *codes, int64_t ldc, int amx) {
     const int64_t n = p->n, unit = amx ? AMX_MR : MR, blocks = (m + unit - 1) / unit;
-    const int64_t group_max = n * 4 * unit < (128 << 10) ? (128 << 10) / (n * 4 * unit) : 1;
+    const int64_t big = amx && ((n + NR - 1) / NR) * ((p->k + 3) / 4) * NR * 4 > (1 << 20);
+    const int64_t out_bytes = big ? (1 << 20) : (128 << 10), row_bytes = n * 4 * unit;
+    const int64_t group_max = row_bytes < out_bytes ? out_bytes / row_bytes : 1;
     int bad = 0;
 #if defined(_OPENMP)
 #pragma omp parallel if (m * n * p->k >= PARALLEL_MIN_MACS) reduction(| : bad)
