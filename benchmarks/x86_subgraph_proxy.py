@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 import warnings
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ def site_rows(dtype: str, rows: list[dict[str, Any]]) -> None:
     own decision (its default path), then the kernels, the compiled subgraph and the proxy
     timed again together, round-robin (the same conditions for all: a machine's speed drifts
     between phases, on a Xeon with AMX by up to 2x)."""
-    from pdlkit.matcher import choose, lowered
+    from pdlkit.matcher import choose, cold, lowered
     from pdlkit.runtime_abi import autotune
 
     original, original_time = choose.decide, choose._subgraph_time
@@ -53,18 +54,23 @@ def site_rows(dtype: str, rows: list[dict[str, Any]]) -> None:
         spent.append(time.perf_counter() - t0)
         return out
 
-    def decide(runs: Any, subgraph: Any, real: Any, device: str, budget: float, where: str,
+    def decide(runs: Any, subgraph: Any, reals: Any, device: str, budget: float, where: str,
                frozen: Any = ()) -> Any:  # fmt: skip
-        decision = original(runs, subgraph, real, device, budget, where, frozen)
+        decision = original(runs, subgraph, reals, device, budget, where, frozen)
         freezing = bool(torch._inductor.config.freezing)
         constants = frozen if freezing else ()
-        low = lowered.as_inductor_lowers(subgraph.module(), real, constants, freezing)
+        # as pdlkit times them: one run per copy of the site's weights (matcher/cold.py)
+        lows = [
+            lowered.as_inductor_lowers(subgraph.module(), r, constants, freezing) for r in reals
+        ]
         t0 = time.perf_counter()
-        fn = subgraph.compile(list(real), constants)
+        fn = subgraph.compile(list(reals[0]), constants)
         compile_s = time.perf_counter() - t0
-        tensors = [a for i, a in enumerate(real)
-                   if isinstance(a, torch.Tensor) and i not in constants]  # fmt: skip
-        both = [("compiled", lambda: fn(*tensors)), ("proxy", lambda: low.module(*real))]
+        compiled = [partial(fn, *[a for i, a in enumerate(r)
+                                  if isinstance(a, torch.Tensor) and i not in constants])
+                    for r in (reals[:1] if constants else reals)]  # fmt: skip
+        proxy = [partial(low.module, *r) for low, r in zip(lows, reals, strict=True)]
+        both = [("compiled", cold.rotating(compiled)), ("proxy", cold.rotating(proxy))]
         with torch.no_grad():
             timed = autotune.measure([*runs, *both], device, 4 * budget, samples=15)
         t = {x.name: x for x in timed}

@@ -33,12 +33,13 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import torch
 import torch.fx as fx
-from pdlkit.matcher import lowered
+from pdlkit.matcher import cold, lowered
 from pdlkit.matcher.canonicalize import weight_views
 from pdlkit.runtime_abi import autotune, triton_binding
 from pdlkit.runtime_abi.autotune import KEEP, Decision, Excluded, Timing
@@ -104,6 +105,10 @@ class Tuner:
         self._memo: dict[str, Decision] = {}
         self.cache = autotune.decision_cache()
         self.budget = autotune.budget_s()
+        # the weights a call of the model reads: a site is timed with its weights where the
+        # rest of them leave them (matcher/cold.py)
+        consts = [self.value(n) for n in gm.graph.nodes if n.op == "get_attr"]
+        self.model_bytes = cold.model_bytes([*example_inputs, *consts])
         self.seconds = 0.0  # spent measuring in this compilation
         # what the substituted sites save against their subgraphs, by their timings: the
         # whole-graph check (matcher/graph_guard.py) skips compiling Inductor's graph when
@@ -147,12 +152,44 @@ class Tuner:
             return _hint(fake)
         raise Excluded(f"no value for argument {node.name}")
 
-    def real(self, arg: Any) -> Any:
+    def real(self, arg: Any, world: Mapping[fx.Node, Any] | None = None) -> Any:
+        """``arg``'s value; ``world``: copies of the site's weights (:meth:`worlds`) to take
+        instead of the model's own, views of them taken again."""
         if isinstance(arg, fx.Node):
+            base = _base(arg)
+            if world and base is not None and base in world:
+                if base is arg:
+                    return world[arg]
+                view = arg.target
+                assert callable(view), arg.format_node()
+                rest = fx.map_arg(arg.args[1:], self.value)
+                return view(world[base], *rest, **fx.map_arg(arg.kwargs, self.value))
             return self.value(arg)
         if isinstance(arg, list | tuple):
-            return type(arg)(self.real(a) for a in arg)
+            return type(arg)(self.real(a, world) for a in arg)
         return arg
+
+    # the site's weights, as the model leaves them (matcher/cold.py) -----------------------------
+    def _weights(self, args: Sequence[Any]) -> list[fx.Node]:
+        """The graph inputs and constants among ``args`` (or under their views) whose tensors
+        a timing copies."""
+        found: dict[fx.Node, None] = {}
+        for a in _nodes(args):
+            base = _base(a)
+            if base is not None and cold.weighty(self.value(base)):
+                found[base] = None
+        return list(found)
+
+    def copies(self, args: Sequence[Any]) -> int:
+        """How many copies of the site's weights its timing rotates through."""
+        weights = self._weights(args)
+        site = sum(self.value(w).nbytes for w in weights)
+        return cold.copies(site, self.model_bytes) if weights else 1
+
+    def worlds(self, args: Sequence[Any]) -> list[dict[fx.Node, Any]]:
+        """The model's own weights (an empty world), then ``copies(args) - 1`` copies."""
+        weights, n = self._weights(args), self.copies(args)
+        return [{}] + [{w: cold.clone(self.value(w)) for w in weights} for _ in range(n - 1)]
 
     # the key ---------------------------------------------------------------------------------
     def key(
@@ -160,7 +197,7 @@ class Tuner:
     ) -> str:
         """The site's cache key; a dynamic dim counts by its bucket (autotune.bucket)."""
         sigs = [_fill(_template(a), a) for a in args]
-        return _key(op, cands, sigs, [str(n.target) for n in sl])
+        return _key(op, cands, sigs, [str(n.target) for n in sl], self.copies(args))
 
     def dispatcher(
         self,
@@ -247,33 +284,34 @@ class Tuner:
     ) -> Decision:
         sites: list[int] = []
         try:
+            worlds = self.worlds(args)
             runs = []
             for k in cands:
-                fn, sid = self._kernel_call(k, args, where)
+                fn, sid = self._kernel_call(k, args, where, worlds)
                 runs.append((k.name, fn))
                 sites.append(sid)
-            real = [self.real(a) for a in args]
+            reals = [[self.real(a, w) for a in args] for w in worlds]
             # graph constants: the weights under Inductor's freezing (get_attr, see retrace)
             frozen = tuple(
                 i for i, a in enumerate(args) if isinstance(a, fx.Node) and a.op == "get_attr"
             )
-            return decide(runs, subgraph, real, _device(args), self.budget, where, frozen)
+            return decide(runs, subgraph, reals, _device(args), self.budget, where, frozen)
         finally:
             for sid in sites:
                 drop_site(sid)
 
     def _kernel_call(
-        self, k: KernelDecl, args: Sequence[Any], where: str
+        self, k: KernelDecl, args: Sequence[Any], where: str, worlds: Sequence[Mapping[Any, Any]]
     ) -> tuple[Callable[[], Any], int]:
         node_args = list(args)
         transposed = weight_views(k, node_args)
         for i in transposed:
             node_args[i] = node_args[i].args[0]  # the weight itself; the site takes the view
-        real = [self.real(a) for a in node_args]
+        reals = [[self.real(a, w) for a in node_args] for w in worlds]
         op, sid = timing_site(k, where, transposed)
         if triton_binding.traced(k):  # timed as Inductor will launch it, not the runner
-            return triton_binding.compiled_call(op, real, sid), sid
-        return (lambda: op(*real, sid)), sid
+            return triton_binding.compiled_call(op, reals[0], sid), sid
+        return cold.rotating([partial(op, *real, sid) for real in reals]), sid
 
 
 def timing_site(k: KernelDecl, where: str, transposed: tuple[int, ...] = ()) -> tuple[Any, int]:
@@ -290,18 +328,19 @@ def timing_site(k: KernelDecl, where: str, transposed: tuple[int, ...] = ()) -> 
 def decide(
     runs: Sequence[tuple[str, Callable[[], Any]]],
     subgraph: Any,
-    real: Sequence[Any],
+    reals: Sequence[Sequence[Any]],
     device: str,
     budget: float,
     where: str,
     frozen: tuple[int, ...] = (),
 ) -> Decision:
-    """Time the kernels' calls ``runs`` and the subgraph on ``real`` arguments; the fastest wins.
+    """Time the kernels' calls ``runs`` and the subgraph on real arguments (``reals``: one
+    list per copy of the site's weights, matcher/cold.py, taken in turn); the fastest wins.
     ``runs`` are in priority order (ties go to the first); ``frozen``: the arguments that
     are constants of the graph (its weights, under Inductor's freezing)."""
     with torch.no_grad():
         timings = autotune.measure(runs, device, budget)
-        timings.append(_subgraph_time(timings, subgraph, real, device, budget, frozen))
+        timings.append(_subgraph_time(timings, subgraph, reals, device, budget, frozen))
     for t in timings:
         if t.us is None and t.name != KEEP:
             warnings.warn(
@@ -314,7 +353,7 @@ def decide(
 def _subgraph_time(
     kernels: Sequence[Timing],
     subgraph: Any,
-    real: Sequence[Any],
+    reals: Sequence[Sequence[Any]],
     device: str,
     budget: float,
     frozen: tuple[int, ...],
@@ -326,7 +365,8 @@ def _subgraph_time(
     on a packed weight): their time alone bounds Inductor's from below, the whole run eagerly
     from above, and by default that run is the subgraph's time (the proxy); with
     ``PDLKIT_AUTOTUNE_SUBGRAPH=compile``, or on CUDA, a kernel between the bounds is compared
-    with the subgraph compiled by Inductor, with its weights as constants under freezing."""
+    with the subgraph compiled by Inductor, with its weights as constants under freezing
+    (compiled once: timed on the first of ``reals`` alone where it has constants)."""
     times = [t.us for t in kernels if t.us is not None and not t.note.startswith("stopped")]
     best = min(times, default=None)
     freezing = bool(torch._inductor.config.freezing)
@@ -334,8 +374,12 @@ def _subgraph_time(
     if device == "cpu":
         proxy = autotune.subgraph_mode() == "proxy"
         try:
-            low = lowered.as_inductor_lowers(subgraph.module(), real, constants, freezing)
-            lower, upper = lowered.bounds(low.module, real, budget)
+            pairs = [
+                (lowered.as_inductor_lowers(subgraph.module(), r, constants, freezing), r)
+                for r in reals
+            ]
+            low = pairs[0][0]
+            lower, upper = lowered.bounds([(x.module, r) for x, r in pairs], budget)
         except Exception:  # a rewrite this subgraph does not take: Inductor's code is timed
             proxy = False
         else:
@@ -348,11 +392,16 @@ def _subgraph_time(
         if proxy:
             note = "proxy: Inductor's library calls" + (", oneDNN int8" if low.lowered else "")
             return Timing(KEEP, upper, note + ", the rest eagerly", floor)
-    fn = subgraph.compile(list(real), constants)
+    fn = subgraph.compile(list(reals[0]), constants)
     if fn is None:
         return Timing(KEEP, None, f"Inductor failed: {subgraph.compile_error}")
-    tensors = [a for i, a in enumerate(real) if isinstance(a, torch.Tensor) and i not in constants]
-    (t,) = autotune.measure([(KEEP, lambda: fn(*tensors))], device, budget)
+    calls = [
+        partial(
+            fn, *[a for i, a in enumerate(r) if isinstance(a, torch.Tensor) and i not in constants]
+        )
+        for r in (reals[:1] if constants else reals)
+    ]
+    (t,) = autotune.measure([(KEEP, cold.rotating(calls))], device, budget)
     t.note = "Inductor, frozen weights" if constants else "Inductor"
     return t
 
@@ -386,9 +435,36 @@ def _fill(t: Any, a: Any) -> Any:
     return t
 
 
-def _key(op: str, cands: Sequence[KernelDecl], sigs: list[Any], targets: list[str]) -> str:
+def _key(
+    op: str, cands: Sequence[KernelDecl], sigs: list[Any], targets: list[str], copies: int = 1
+) -> str:
+    """A site's cache key; ``copies``: how many copies of its weights its timing rotated
+    through (matcher/cold.py), by its power-of-two bucket: the same shapes in a model whose
+    weights stay in the caches and in one whose weights do not are two decisions."""
     ids = [(k.name, k.version, k.digest) for k in cands]
-    return autotune.site_key([op, ids, sigs, targets])
+    return autotune.site_key([op, ids, sigs, targets, f"weights x{autotune.bucket(copies)}"])
+
+
+def _base(node: Any) -> fx.Node | None:
+    """The graph input or constant ``node`` is, or is a view of (:data:`_VIEWS`), else None."""
+    if not isinstance(node, fx.Node):
+        return None
+    if node.op in ("placeholder", "get_attr"):
+        return node
+    if node.op == "call_function" and node.target in _VIEWS and node.args:
+        src = node.args[0]
+        if isinstance(src, fx.Node) and src.op in ("placeholder", "get_attr"):
+            return src
+    return None
+
+
+def _nodes(args: Any) -> Iterator[fx.Node]:
+    """The FX nodes among ``args``, lists and tuples looked into."""
+    for a in args:
+        if isinstance(a, fx.Node):
+            yield a
+        elif isinstance(a, list | tuple):
+            yield from _nodes(a)
 
 
 class BucketChoice:
@@ -434,7 +510,7 @@ class BucketChoice:
                 runs.append((k.name, lambda op=op, sid=sid: op(*args, sid)))
                 sites.append(sid)
             device = autotune.device_of(args)
-            return decide(runs, cs.fallback, list(args), device, self.budget, self.where)
+            return decide(runs, cs.fallback, [list(args)], device, self.budget, self.where)
         finally:
             for sid in sites:
                 drop_site(sid)

@@ -222,19 +222,26 @@ class _Timed(fx.Interpreter):
         return super().run_node(n)
 
 
-def bounds(module: fx.GraphModule, real: Sequence[Any], budget: float) -> tuple[float, float]:
-    """(lower, upper) in microseconds: the least time of ``module``'s extern ops over the
+def bounds(
+    runs: Sequence[tuple[fx.GraphModule, Sequence[Any]]], budget: float
+) -> tuple[float, float]:
+    """(lower, upper) in microseconds: the least time of the module's extern ops over the
     samples (a lower bound should not be a median of a few single calls: on a Xeon with AMX
     that was seen above the compiled subgraph's own time, results/x86_subgraph_proxy_amx.md),
-    and the median time of the whole module run eagerly (its generated code, no interpreter)."""
+    and the median time of the whole module run eagerly (its generated code, no interpreter).
+    ``runs``: the module and its arguments, one pair per copy of the site's weights
+    (matcher/cold.py), taken in turn; a sample's extern ops and its whole run take different
+    copies, so that neither finds the weights the other has just read."""
     lows, highs = [], []
     deadline = time.perf_counter() + budget / 2
     with torch.no_grad():
-        for _ in range(3):  # warm-up: oneDNN primitives, packed weights, caches
-            module(*real)
+        for module, real in (list(runs) * 3)[: max(3, len(runs))]:  # warm-up: oneDNN
+            module(*real)  # primitives, packed weights, caches
         for i in range(9):
+            module, real = runs[(2 * i) % len(runs)]
             interp = _Timed(module)
             interp.run(*real)
+            module, real = runs[(2 * i + 1) % len(runs)]
             t0 = time.perf_counter()
             module(*real)
             highs.append(time.perf_counter() - t0)

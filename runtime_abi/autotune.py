@@ -228,7 +228,8 @@ def measure(
     candidate's samples are kept in ``Timing.rounds``, round by round, for a paired
     comparison (matcher/graph_guard.py). A candidate that raises in its warm-up is excluded
     (its note says why); one whose warm-up call alone takes more than the budget's share is
-    stopped there and timed by that call."""
+    stopped there and timed by that call. A candidate with a ``warm_up`` method (a rotation
+    through copies of its weights, matcher/cold.py) runs it first, untimed."""
     deadline = time.perf_counter() + budget
     share = budget / max(1, len(candidates))
     timings = {name: Timing(name) for name, _ in candidates}
@@ -236,6 +237,9 @@ def measure(
     found: dict[str, list[float]] = {}
     for name, fn in candidates:
         try:
+            warm_up = getattr(fn, "warm_up", None)
+            if warm_up is not None:
+                warm_up()
             t0 = time.perf_counter()
             fn()
             _sync(device)

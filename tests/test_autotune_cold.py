@@ -1,0 +1,118 @@
+"""A site is timed with its weights where the rest of the model leaves them (matcher/cold.py):
+each timed call takes the next of several copies of the site's weights, as many as the model's
+weights call for; packing a copy is never timed; small weights are not copied; and a decision
+taken for a model whose weights stay in the caches is not reused for one whose do not.
+
+The subject is autotune_chain.py's matmul chain, here with a large extra input standing for
+the rest of a model's weights.
+"""
+
+from __future__ import annotations
+
+import time
+
+import autotune_chain as ac
+import torch
+from autotune_chain import FAST, inputs, run
+from pdlkit.matcher import cold, lowered
+from pdlkit.runtime_abi import autotune
+
+import pdlkit
+
+# records the weight each call of the kernel reads: (address, checksum)
+RECORDING = """
+import autotune_chain as ac
+
+@pdlkit.kernel(op="chain", meta=meta, priority=1)
+def seen_chain(a: Tensor, wb: Tensor, wc: Tensor) -> Tensor:
+    ac.SEEN.append((wc.data_ptr(), float(wc.sum())))
+    return a @ (wb.t() @ wc.t())
+"""
+
+
+class ChainInAModel(torch.nn.Module):
+    """The chain beside 4 MiB of other weights (``rest``), as a layer of a larger model."""
+
+    def forward(self, a, b, c, rest):
+        return (a @ b) @ c + rest.sum()
+
+
+def _with_rest(p, k, mode="full"):
+    a, b, c = inputs()
+    rest = torch.ones(1 << 20)
+    torch._dynamo.reset()
+    pdlkit.stats(reset=True)
+    with torch.no_grad():
+        y = pdlkit.optimize(ChainInAModel(), patterns=p, kernels=k, autotune=mode)(a, b, c, rest)
+    torch.testing.assert_close(y, ChainInAModel()(a, b, c, rest), rtol=1e-4, atol=1e-2)
+    return pdlkit.stats()
+
+
+def test_copies_cover_the_models_weights_up_to_the_caps():
+    mib = 1 << 20
+    assert cold.copies(mib, mib // 2) == 1  # the model's weights are the site's own
+    assert cold.copies(mib, 10 * mib) == 10
+    assert cold.copies(mib, 1 << 40) == cold.MAX_COPIES
+    assert cold.copies(32 * mib, 1 << 40) == cold.CAP_BYTES // (32 * mib)
+
+
+def test_model_bytes_counts_each_storage_once():
+    w = torch.randn(256, 256)
+    assert cold.model_bytes([w, w.t(), w[:10], torch.randn(4)]) == w.nbytes + 16
+
+
+def test_a_site_in_a_larger_model_is_timed_on_copies_of_its_weight(folders, monkeypatch):
+    monkeypatch.setattr(ac, "SEEN", [], raising=False)
+    p, k = folders(RECORDING)
+    _with_rest(p, k)
+    a, b, c = inputs()
+    site = c.nbytes
+    model = a.nbytes + b.nbytes + c.nbytes + (4 << 20)
+    addresses = {ptr for ptr, _ in ac.SEEN}
+    assert len(addresses) == cold.copies(site, model) > 1
+    assert {round(s, 3) for _, s in ac.SEEN} == {round(float(c.sum()), 3)}  # the same values
+
+
+def test_small_weights_are_not_copied(folders, monkeypatch):
+    monkeypatch.setattr(ac, "SEEN", [], raising=False)
+    monkeypatch.setattr(ac, "N", 64)  # a 16 KiB weight: below cold.MIN_BYTES
+    p, k = folders(RECORDING)
+    run(p, k, "full")
+    assert len({ptr for ptr, _ in ac.SEEN}) == 1
+
+
+def test_the_subgraph_is_timed_on_the_same_copies(folders, monkeypatch):
+    seen = []
+    original = lowered.bounds
+
+    def recording(runs, budget):
+        seen.append({r[2].data_ptr() for _, r in runs})  # the chain's c (under its t view)
+        return original(runs, budget)
+
+    monkeypatch.setattr(lowered, "bounds", recording)
+    p, k = folders(FAST)
+    _with_rest(p, k)
+    a, b, c = inputs()
+    model = a.nbytes + b.nbytes + c.nbytes + (4 << 20)
+    assert len(seen) == 1 and len(seen[0]) == cold.copies(c.nbytes, model) > 1
+
+
+def test_packing_each_copy_is_not_timed():
+    """A call slow the first time on each copy (as packing a weight is) measures fast."""
+    first = set()
+
+    def call(i):
+        if i not in first:
+            first.add(i)
+            time.sleep(0.02)
+
+    rotation = cold.Rotation([lambda i=i: call(i) for i in range(8)])
+    (t,) = autotune.measure([("kernel", rotation)], "cpu", budget=1.0)
+    assert t.us is not None and t.us < 5_000 and t.note == ""
+
+
+def test_a_decision_for_a_small_model_is_not_reused_for_a_large_one(folders):
+    p, k = folders(FAST)
+    assert run(p, k, "cached")["tuning_misses"] == 1
+    assert run(p, k, "cached")["tuning_hits"] == 1
+    assert _with_rest(p, k, "cached")["tuning_misses"] == 1  # more copies: measured again
