@@ -11,7 +11,9 @@ and constants are the tensors the compiled model will get (Dynamo's example inpu
 weights are the model's own), views of them are taken again, and every intermediate value is
 a fresh tensor of its shape and dtype. Kernels are timed through their bound
 ``torch.ops.pdlkit`` op with a call site of their own, as compiled code calls them (pre-packing
-happens in the warm-up, outside the timing).
+happens in the warm-up, outside the timing). Each timed call takes the next of several copies
+of the site's weights, as many as the model's weight bytes call for (:mod:`pdlkit.matcher.cold`:
+in the model a site's weights come back from memory, not from the core's caches).
 
 The subgraph is timed as Inductor runs it, by default without compiling it: it runs with the
 library calls Inductor makes for it on the CPU (:mod:`pdlkit.matcher.lowered`: oneDNN's int8
