@@ -88,32 +88,33 @@ def rmsnorm_quant(
 @triton.jit
 def grouped_splitk_kernel(
     a_ptr, a_scale_ptr,
-    b0_ptr, s0_ptr, c0_ptr, N0, TILES0,
-    b1_ptr, s1_ptr, c1_ptr, N1, TILES1,
-    b2_ptr, s2_ptr, c2_ptr, N2,
+    b0_ptr, s0_ptr, c0_ptr, N0: tl.constexpr, TILES0: tl.constexpr,
+    b1_ptr, s1_ptr, c1_ptr, N1: tl.constexpr, TILES1: tl.constexpr,
+    b2_ptr, s2_ptr, c2_ptr, N2: tl.constexpr,
     M, stride_am,
     K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
 ):  # fmt: skip
     """C_g[M, N_g] = (A[M, K] @ B_g[N_g, K]^T) * sa * s_g for the weight g whose column tiles
-    hold program (n, m): tiles [0, TILES0) are weight 0's, then TILES1 of weight 1, then 2's."""
+    hold program (n, m): tiles [0, TILES0) are weight 0's, then TILES1 of weight 1, then 2's.
+    The weights' sizes are constexprs: not passed at every launch."""
     pid_m = tl.program_id(0)  # row tiles side by side: a column tile's weights read once
     pid_n = tl.program_id(1)
     b_ptr = b0_ptr
     s_ptr = s0_ptr
     c_ptr = c0_ptr
-    N = N0
+    N = pid_n * 0 + N0  # a value of the program (the branches below give other constexprs)
     tile = pid_n
     if pid_n >= TILES0 + TILES1:
         b_ptr = b2_ptr
         s_ptr = s2_ptr
         c_ptr = c2_ptr
-        N = N2
+        N = pid_n * 0 + N2
         tile = pid_n - TILES0 - TILES1
     elif pid_n >= TILES0:
         b_ptr = b1_ptr
         s_ptr = s1_ptr
         c_ptr = c1_ptr
-        N = N1
+        N = pid_n * 0 + N1
         tile = pid_n - TILES0
     rm = pid_m * BM + tl.arange(0, BM)
     rn = tile * BN + tl.arange(0, BN)
