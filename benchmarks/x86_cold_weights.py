@@ -6,7 +6,7 @@ BERT-base's shapes: what ``matcher/cold.py``'s per-site timing rests on.
 ``hot``: every call on the same weight (a micro-benchmark's way, and pdlkit's per-site timing
 before matcher/cold.py): the weight stays in the core's caches between calls. ``cold``: each
 call on the next of as many copies of the weight (each packed once, before the timing) as add
-up to ``--model-mb`` (default 128, matcher/cold.py's cap): as in a model whose weights exceed
+up to ``--model-mb`` (default: matcher/cold.py's cap, 32): as in a model whose weights exceed
 the caches, where each layer's weights come back from memory. BF16: ``linear_bf16_amx`` /
 ``linear_gelu_bf16_amx`` against oneDNN's packed BF16 linear (``linear_onednn`` /
 ``linear_gelu_onednn``); int8: ``qlinear_q_amx`` against oneDNN's ``qlinear_pointwise``

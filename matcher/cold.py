@@ -30,8 +30,12 @@ import torch
 
 # an argument smaller than this is not copied: it stays in the caches in the model too
 MIN_BYTES = 64 << 10
-# the copies of one site's weights add up to at most this many bytes ...
-CAP_BYTES = 128 << 20
+# the copies of one site's weights add up to at most this many bytes (past a core's L2 and
+# much of its share of L3): each copy is packed by each candidate, so this is what the timing
+# costs; on the 2-core Xeon with AMX, BERT-base int8 1x128, the tuning of its 6 distinct sites
+# took 0.3-0.4 s with the weights in the caches, 2.5 s with 32 MiB of copies, 6.3-6.7 s with
+# 128 MiB, and 32 MiB gave the same choices as 128 at BERT-base's BF16 sites
+CAP_BYTES = 32 << 20
 # ... and are at most this many (each kernel packs each copy once)
 MAX_COPIES = 64
 

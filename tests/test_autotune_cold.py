@@ -52,8 +52,9 @@ def test_copies_cover_the_models_weights_up_to_the_caps():
     mib = 1 << 20
     assert cold.copies(mib, mib // 2) == 1  # the model's weights are the site's own
     assert cold.copies(mib, 10 * mib) == 10
-    assert cold.copies(mib, 1 << 40) == cold.MAX_COPIES
-    assert cold.copies(32 * mib, 1 << 40) == cold.CAP_BYTES // (32 * mib)
+    assert cold.copies(mib // 64, 1 << 40) == cold.MAX_COPIES  # small weights: by count
+    assert cold.copies(4 * mib, 1 << 40) == cold.CAP_BYTES // (4 * mib)  # large: by bytes
+    assert cold.copies(cold.CAP_BYTES, 1 << 40) == 1
 
 
 def test_model_bytes_counts_each_storage_once():
