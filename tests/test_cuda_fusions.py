@@ -86,8 +86,11 @@ def test_float32_llama_gets_the_same_fusions():
 def test_quantization_and_residual_gemm_as_one_op_where_a_manifest_enables_it(tmp_path):
     # patterns/cuda/int8.yaml ships quant_residual.pdl.mlir disabled; enabled, the two
     # quantizations no norm precedes join the o- and down-projections
+    import pdlkit.patterns
+
+    shipped = Path(pdlkit.patterns.__file__).parent / "cuda"  # installed, or this checkout's
     for f in ("int8_dynamic.pdl.mlir", "llama.pdl.mlir", "quant_residual.pdl.mlir"):
-        (tmp_path / f).write_text((ROOT / "patterns" / "cuda" / f).read_text())
+        (tmp_path / f).write_text((shipped / f).read_text())
     entries = "".join(
         f"  - file: {f}\n    targets: [cuda]\n"
         for f in ("int8_dynamic.pdl.mlir", "llama.pdl.mlir", "quant_residual.pdl.mlir")
