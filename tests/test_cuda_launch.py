@@ -158,8 +158,9 @@ def _cuda_kernel(name: str):
     import pdlkit.kernels
     from pdlkit.runtime_abi.registry import load_kernel_file
 
-    gemm = Path(pdlkit.kernels.__file__).parent / "cuda" / "gemm.py"
-    return {k.name: k for k in load_kernel_file(gemm)}[name]
+    shipped = Path(pdlkit.kernels.__file__).parent
+    load_kernel_file(shipped / "ops" / "logical_ops.py")  # the ops (schemas), then the kernels
+    return {k.name: k for k in load_kernel_file(shipped / "cuda" / "gemm.py")}[name]
 
 
 def _site(kernel):
