@@ -344,7 +344,7 @@ def decide(
         timings = autotune.measure(runs, device, budget)
         timings.append(_subgraph_time(timings, subgraph, reals, device, budget, frozen))
     for t in timings:
-        if t.us is None and t.name != KEEP:
+        if t.us is None and t.name != KEEP and not t.note.startswith(autotune.NOT_TIMED_COLD):
             warnings.warn(
                 f"pdlkit autotune: kernel {t.name} is not a candidate at {where}: {t.note}",
                 stacklevel=3,

@@ -117,3 +117,33 @@ def test_a_decision_for_a_small_model_is_not_reused_for_a_large_one(folders):
     assert run(p, k, "cached")["tuning_misses"] == 1
     assert run(p, k, "cached")["tuning_hits"] == 1
     assert _with_rest(p, k, "cached")["tuning_misses"] == 1  # more copies: measured again
+
+
+def test_a_kernel_over_twice_as_slow_with_its_weights_cached_is_not_timed_on_copies():
+    """Its copies are never packed or run (that is most of a site's timing cost), and it is
+    excluded with the reason; the fast one is timed on its copies."""
+    ran: list[tuple[str, int]] = []
+
+    def call(name: str, i: int, seconds: float) -> None:
+        ran.append((name, i))
+        time.sleep(seconds)
+
+    fast = cold.Rotation([lambda i=i: call("fast", i, 0.001) for i in range(4)])
+    slow = cold.Rotation([lambda i=i: call("slow", i, 0.005) for i in range(4)])
+    t_fast, t_slow = autotune.measure([("fast", fast), ("slow", slow)], "cpu", budget=1.0)
+    assert t_slow.us is None and t_slow.note.startswith(autotune.NOT_TIMED_COLD)
+    assert {i for name, i in ran if name == "slow"} == {0}
+    assert t_fast.us is not None and {i for name, i in ran if name == "fast"} == {0, 1, 2, 3}
+
+
+def test_a_kernel_whose_copies_would_take_over_the_budget_is_stopped_on_its_first():
+    ran: list[int] = []
+
+    def call(i: int) -> None:
+        ran.append(i)
+        time.sleep(0.02)
+
+    slow = cold.Rotation([lambda i=i: call(i) for i in range(64)])  # 64 x 20 ms > 0.2 s
+    (t,) = autotune.measure([("slow", slow)], "cpu", budget=0.2)
+    assert t.note == "stopped: over the budget" and t.us is not None and t.us >= 20_000
+    assert set(ran) == {0}
