@@ -376,12 +376,9 @@ def _subgraph_time(
     if device == "cpu":
         proxy = autotune.subgraph_mode() == "proxy"
         try:
-            pairs = [
-                (lowered.as_inductor_lowers(subgraph.module(), r, constants, freezing), r)
-                for r in reals
-            ]
-            low = pairs[0][0]
-            lower, upper = lowered.bounds([(x.module, r) for x, r in pairs], budget)
+            low = lowered.as_inductor_lowers(subgraph.module(), reals[0], constants, freezing)
+            runs = [(low.module, reals[0])] + [(low.on(r), r) for r in reals[1:]]
+            lower, upper = lowered.bounds(runs, budget)
         except Exception:  # a rewrite this subgraph does not take: Inductor's code is timed
             proxy = False
         else:

@@ -62,6 +62,23 @@ def test_the_proxy_of_an_int8_site_is_the_onednn_call_inductor_makes_under_freez
 
 
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs oneDNN (mkldnn)")
+def test_the_proxy_on_another_copy_of_the_weights_packs_that_copy():
+    """Lowered.on (matcher/cold.py's copies): the same code with the other weight packed, as a
+    new rewrite for that weight computes; the first module keeps its own."""
+    from pdlkit.matcher import lowered
+
+    gm, args = _int8_site()
+    other = list(args)
+    other[1] = torch.randint(
+        -127, 127, args[1].shape, dtype=torch.int8, generator=torch.Generator().manual_seed(5)
+    )
+    low = lowered.as_inductor_lowers(gm, args, (1, 2), freezing=True)
+    fresh = lowered.as_inductor_lowers(gm, other, (1, 2), freezing=True).module(*other)
+    assert torch.equal(low.on(other)(*other), fresh)
+    assert not torch.equal(low.module(*other), fresh)  # still the first weight's pack
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs oneDNN (mkldnn)")
 def test_a_broadcast_add_is_not_folded_into_the_int8_gemm():
     from pdlkit.matcher import lowered
 
