@@ -224,7 +224,11 @@ class Tuner:
             return None
         seen = tuple(autotune.bucket(_hint(args[i].meta["val"].shape[d])) for i, d in sym)
         prefix = (op, list(cands), templates, [str(n.target) for n in sl])
-        return BucketChoice(prefix, sym, {seen: first.choice}, where, self.cache, self.budget)
+        weights = set(self._weights(args))
+        cold_args = (tuple(i for i, a in enumerate(args) if _base(a) in weights), self.copies(args))
+        return BucketChoice(
+            prefix, sym, {seen: first.choice}, where, self.cache, self.budget, cold_args
+        )
 
     # choosing --------------------------------------------------------------------------------
     def choose(
@@ -471,7 +475,9 @@ class BucketChoice:
     (powers of two of each dynamic dim), taken at the first call in a bucket by timing the
     kernels and the replaced subgraph on that call's tensors (or read from the decision
     cache), then looked up per call by the buckets of its dims; no recompilation. The
-    subgraph runs as the site's fallback (op by op, then Inductor's code per signature)."""
+    subgraph runs as the site's fallback (op by op, then Inductor's code per signature).
+    ``cold_args``: the positions of the site's weights among a call's arguments and how many
+    copies of them a timing rotates through (matcher/cold.py), as at compile time."""
 
     def __init__(
         self,
@@ -481,9 +487,11 @@ class BucketChoice:
         where: str,
         cache: autotune.DecisionCache,
         budget: float,
+        cold_args: tuple[tuple[int, ...], int] = ((), 1),
     ):
         self.prefix, self.sym, self.choices = prefix, sym, choices
         self.where, self.cache, self.budget = where, cache, budget
+        self.weights, self.copies = cold_args
         self.inner: Callable[..., Any] | None = None  # first-call verification, if on
         self._lock = threading.Lock()
         self._siblings: dict[str, tuple[Any, int]] = {}
@@ -503,22 +511,26 @@ class BucketChoice:
 
     def _measure(self, cs: Any, cands: Sequence[KernelDecl], args: tuple[Any, ...]) -> Decision:
         runs, sites = [], []
+        copied = [i for i in self.weights if cold.weighty(args[i])]
+        reals = [list(args)] + [
+            [cold.clone(a) if i in copied else a for i, a in enumerate(args)]
+            for _ in range(self.copies - 1 if copied else 0)
+        ]
         try:
             for k in cands:
                 op, sid = timing_site(k, self.where)
-                runs.append((k.name, lambda op=op, sid=sid: op(*args, sid)))
+                runs.append((k.name, cold.rotating([partial(op, *r, sid) for r in reals])))
                 sites.append(sid)
             device = autotune.device_of(args)
-            return decide(runs, cs.fallback, [list(args)], device, self.budget, self.where)
+            return decide(runs, cs.fallback, reals, device, self.budget, self.where)
         finally:
             for sid in sites:
                 drop_site(sid)
 
     def _tune(self, cs: Any, args: tuple[Any, ...], buckets: tuple[int, ...]) -> str:
         op_name, cands, templates, targets = self.prefix
-        key = _key(
-            op_name, cands, [_fill(t, a) for t, a in zip(templates, args, strict=True)], targets
-        )
+        sigs = [_fill(t, a) for t, a in zip(templates, args, strict=True)]
+        key = _key(op_name, cands, sigs, targets, self.copies)
         decision, _ = cached_or_measured(
             self.cache, key, True, lambda: self._measure(cs, cands, args)
         )
