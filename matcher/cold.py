@@ -5,8 +5,8 @@
             weights pass through the caches between two calls of a site. On a 2-core Xeon with
             AMX, BERT-base BF16 on 1 thread (170 MB of weights): pdlkit's AMX GEMM measured
             0.78x oneDNN's time at 128x768x768 and won those 49 sites, yet with its weights out
-            of the caches it runs 1.02-1.12x oneDNN's; the model ran 0.857-0.897x BF16
-            Inductor with that choice and 0.810-0.841x with oneDNN at every site
+            of the caches it runs 0.94-1.12x oneDNN's (five runs); the model ran 0.857-0.897x
+            BF16 Inductor with that choice and 0.810-0.841x with oneDNN at every site
     after:  each timed call takes the next of ``n`` copies of the site's weights (its arguments
             that are graph inputs or constants, :data:`MIN_BYTES` or more, views of them
             included), the copies adding up to the model's own constant bytes (at most
@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-# an argument smaller than this is not copied: it stays in the caches in the model too
+# an argument smaller than this is not copied (a bias, a scale: little of a call's traffic)
 MIN_BYTES = 64 << 10
 # the copies of one site's weights add up to at most this many bytes (past a core's L2 and
 # much of its share of L3): each copy is packed by each candidate, so this is what the timing
