@@ -29,6 +29,16 @@ def _triton() -> Any:
     return _triton_gemm
 
 
+def one_per_row(s: torch.Tensor, m: int) -> torch.Tensor:
+    """One float32 activation scale per row, as the kernels index them: contiguous float32
+    scales as they are (no view for Inductor's code to make at each call); another count of
+    scales than rows is declined."""
+    if s.numel() != m:
+        raise pdlkit.KernelUnsupported(f"activation scale of shape {tuple(s.shape)} for {m} rows")
+    s = s.to(torch.float32)
+    return s if s.is_contiguous() else s.reshape(m).contiguous()
+
+
 def _dtype(code: int) -> torch.dtype:
     """A dtype operand (the importer's integer code) as one of the dtypes the kernels write."""
     try:

@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from pdlkit.kernels.cuda._common import _CAPTURED, INTERPRET, _dtype, _triton
+from pdlkit.kernels.cuda._common import _CAPTURED, INTERPRET, _dtype, _triton, one_per_row
 from pdlkit.quantization.int8_dynamic import quantize_per_token
 from pdlkit.runtime_abi.triton_binding import launched_by_inductor
 from torch import Tensor
@@ -59,15 +59,6 @@ def _splitk() -> Any:
     from pdlkit.kernels.cuda import _triton_splitk
 
     return _triton_splitk
-
-
-def _rows(s: Tensor, m: int) -> Tensor:
-    """One float32 scale per row, as the kernels index them: contiguous float32 scales as they
-    are (no view for Inductor's code to make at each call)."""
-    if s.numel() != m:
-        raise pdlkit.KernelUnsupported(f"activation scale of shape {tuple(s.shape)} for {m} rows")
-    s = s.to(torch.float32)
-    return s if s.is_contiguous() else s.reshape(m).contiguous()
 
 
 def _some_rows(m: int) -> None:
@@ -218,7 +209,7 @@ def int8_linear_residual_triton(
     m, n = q.shape[0], w.shape[0]
     res, out = _residual_io(residual, m, n, dtype)
     q2 = q if q.stride(-1) == 1 else q.contiguous()
-    sa, sw = _rows(x_scale, m), w_scale.to(torch.float32).contiguous()
+    sa, sw = one_per_row(x_scale, m), w_scale.to(torch.float32).contiguous()
     if m <= _STREAM_ROWS:
         _splitk().splitk(q2, sa, w, sw, out, residual=res)
     else:
@@ -353,7 +344,7 @@ def int8_linear3_triton(
     if not w0.shape[1] == w1.shape[1] == w2.shape[1] == q.shape[1]:
         raise pdlkit.KernelUnsupported("the three weights' K differ from the activation's")
     q2 = q if q.stride(-1) == 1 else q.contiguous()
-    sa = _rows(x_scale, m)
+    sa = one_per_row(x_scale, m)
     ws, ss = [w0, w1, w2], [s.to(torch.float32).contiguous() for s in (s0, s1, s2)]
     outs = [torch.empty((m, w.shape[0]), dtype=dt, device=q.device) for w in ws]
     if m <= _STREAM_ROWS:

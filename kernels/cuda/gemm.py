@@ -35,7 +35,7 @@ import weakref
 from typing import Any, cast
 
 import torch
-from pdlkit.kernels.cuda._common import _CAPTURED, _ON, _dtype, _triton
+from pdlkit.kernels.cuda._common import _CAPTURED, _ON, _dtype, _triton, one_per_row
 from pdlkit.runtime_abi.dtypes import quantized_dtype
 from pdlkit.runtime_abi.triton_binding import launched_by_inductor
 from torch import Tensor
@@ -48,15 +48,11 @@ _SPLITK = "pdlkit.kernels.cuda._triton_splitk"
 
 
 def _rows(s: Tensor, m: int) -> Tensor:
-    """Activation scales as one float32 per row: [M, 1], [M] or a single value. Contiguous
-    float32 scales of M values are passed as they are (the kernels index them by row): no
-    view for Inductor's code to make at each call."""
+    """Activation scales as one float32 per row: [M, 1], [M] (_common's one_per_row) or a
+    single value, repeated for every row."""
     if s.numel() == 1 and m != 1:
         return s.reshape(1).to(torch.float32).expand(m).contiguous()
-    if s.numel() != m:
-        raise pdlkit.KernelUnsupported(f"activation scale of shape {tuple(s.shape)} for {m} rows")
-    s = s.to(torch.float32)
-    return s if s.is_contiguous() else s.reshape(m).contiguous()
+    return one_per_row(s, m)
 
 
 # -- per-token quantization ---------------------------------------------------------------------
