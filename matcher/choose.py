@@ -172,25 +172,24 @@ class Tuner:
         return arg
 
     # the site's weights, as the model leaves them (matcher/cold.py) -----------------------------
-    def _weights(self, args: Sequence[Any]) -> list[fx.Node]:
+    def _weights(self, args: Sequence[Any]) -> tuple[list[fx.Node], int]:
         """The graph inputs and constants among ``args`` (or under their views) whose tensors
-        a timing copies."""
+        a timing copies, and how many copies of them it rotates through (1: none)."""
         found: dict[fx.Node, None] = {}
         for a in _nodes(args):
             base = _base(a)
             if base is not None and cold.weighty(self.value(base)):
                 found[base] = None
-        return list(found)
+        site = sum(self.value(w).nbytes for w in found)
+        return list(found), cold.copies(site, self.model_bytes) if found else 1
 
     def copies(self, args: Sequence[Any]) -> int:
         """How many copies of the site's weights its timing rotates through."""
-        weights = self._weights(args)
-        site = sum(self.value(w).nbytes for w in weights)
-        return cold.copies(site, self.model_bytes) if weights else 1
+        return self._weights(args)[1]
 
     def worlds(self, args: Sequence[Any]) -> list[dict[fx.Node, Any]]:
         """The model's own weights (an empty world), then ``copies(args) - 1`` copies."""
-        weights, n = self._weights(args), self.copies(args)
+        weights, n = self._weights(args)
         return [{}] + [{w: cold.clone(self.value(w)) for w in weights} for _ in range(n - 1)]
 
     # the key ---------------------------------------------------------------------------------
@@ -224,8 +223,8 @@ class Tuner:
             return None
         seen = tuple(autotune.bucket(_hint(args[i].meta["val"].shape[d])) for i, d in sym)
         prefix = (op, list(cands), templates, [str(n.target) for n in sl])
-        weights = set(self._weights(args))
-        cold_args = (tuple(i for i, a in enumerate(args) if _base(a) in weights), self.copies(args))
+        weights, n = self._weights(args)
+        cold_args = (tuple(i for i, a in enumerate(args) if _base(a) in weights), n)
         return BucketChoice(
             prefix, sym, {seen: first.choice}, where, self.cache, self.budget, cold_args
         )
