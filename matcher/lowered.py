@@ -71,11 +71,14 @@ class Lowered:
         self,
         module: fx.GraphModule,
         faithful: bool,
-        lowered: int,
         packs: Sequence[tuple[str, int, list[int]]] = (),
     ):
-        self.module, self.faithful, self.lowered = module, faithful, lowered
-        self.packs = list(packs)
+        self.module, self.faithful, self.packs = module, faithful, list(packs)
+
+    @property
+    def lowered(self) -> int:
+        """How many int8 GEMMs became oneDNN's (one packed weight each)."""
+        return len(self.packs)
 
     def on(self, real: Sequence[Any]) -> fx.GraphModule:
         """``module`` for ``real``, arguments like the ones it was lowered for but with other
@@ -106,7 +109,7 @@ def as_inductor_lowers(
     if not freezing:
         _conversions(gm)
         gm.recompile()
-        return Lowered(gm, True, 0)
+        return Lowered(gm, True)
     dq_act, dq_w, _ = _quant_ops()
     phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
     values = dict(zip(phs, real, strict=False))
@@ -126,7 +129,7 @@ def as_inductor_lowers(
     _conversions(gm)
     gm.graph.eliminate_dead_code()
     gm.recompile()
-    return Lowered(gm, faithful, len(packs), packs)
+    return Lowered(gm, faithful, packs)
 
 
 def _conversions(gm: fx.GraphModule) -> None:
