@@ -182,6 +182,18 @@ AMX static inline __attribute__((always_inline)) void amx_range(
     if (pd.acc) amx_epi_rows(&pd, 0, AMX_MR, d, act, kind);
 }
 
+/* A call's tasks for amx_range: blocks of AMX_MR rows, panels per group (amx_group), and how
+ * many tasks (groups x blocks, group-major) */
+typedef struct {
+    int64_t blocks, group, count;
+} amx_tasks_t;
+
+static inline amx_tasks_t amx_tasks(const amx_gemm_t *g) {
+    const int64_t blocks = (g->m + AMX_MR - 1) / AMX_MR, panels = (g->n + NR - 1) / NR;
+    const int64_t group = amx_group(g, blocks);
+    return (amx_tasks_t){blocks, group, ((panels + group - 1) / group) * blocks};
+}
+
 /* This thread's contiguous share [*t0, *t1) of tasks 0 .. tasks - 1 (all of them outside a
  * parallel region) */
 static inline void amx_thread_share(int64_t tasks, int64_t *t0, int64_t *t1) {
@@ -208,18 +220,17 @@ static inline void amx_thread_share(int64_t tasks, int64_t *t0, int64_t *t1) {
 #endif
 #define AMX_PARALLEL(G, D, PAR, DP, ACT, KIND)                                                   \
     do {                                                                                         \
-        const int64_t blocks = ((G)->m + AMX_MR - 1) / AMX_MR, panels = ((G)->n + NR - 1) / NR;  \
-        const int64_t group = amx_group(G, blocks), tasks = ((panels + group - 1) / group) * blocks; \
+        const amx_tasks_t tasks = amx_tasks(G);                                                  \
         const int par = (PAR);                                                                   \
         (void)par; /* read by the OpenMP region only */                                          \
         AMX_OMP_REGION                                                                           \
         {                                                                                        \
             int32_t acc[AMX_GROUP_MAX * AMX_MR * NR] __attribute__((aligned(64))); /* 128 KB */  \
-            int64_t t0 = 0, t1 = tasks;                                                          \
-            amx_thread_share(tasks, &t0, &t1);                                                   \
+            int64_t t0 = 0, t1 = tasks.count;                                                    \
+            amx_thread_share(tasks.count, &t0, &t1);                                             \
             if (t0 < t1) {                                                                       \
                 amx_configure();                                                                 \
-                amx_range(acc, t0, t1, blocks, group, G, D, DP, ACT, KIND);                      \
+                amx_range(acc, t0, t1, tasks.blocks, tasks.group, G, D, DP, ACT, KIND);          \
                 amx_release();                                                                   \
             }                                                                                    \
         }                                                                                        \

@@ -459,10 +459,10 @@ AMX __attribute__((noinline)) static void amx_add_rows(
                           p->n, (p->k + 3) / 4};
     const amx_dst d = {s8 ? p->colcorr_ss : p->colcorr, &view, out + i0 * ldo, ldo,
                        res + i0 * ldr, ldr, p};
-    const int64_t blocks = (g.m + AMX_MR - 1) / AMX_MR, panels = (p->n + NR - 1) / NR;
-    const int64_t group = amx_group(&g, blocks), tasks = ((panels + group - 1) / group) * blocks;
+    const amx_tasks_t tasks = amx_tasks(&g);
     int32_t acc[AMX_GROUP_MAX * AMX_MR * NR] __attribute__((aligned(64))); /* 128 KB */
-    amx_range(acc, 0, tasks, blocks, group, &g, &d, s8 ? AMX_DP_S8 : AMX_DP_U8, ACT_NONE, OUT_F32);
+    amx_range(acc, 0, tasks.count, tasks.blocks, tasks.group, &g, &d, s8 ? AMX_DP_S8 : AMX_DP_U8,
+              ACT_NONE, OUT_F32);
 }
 
 #define GEMM_KINDS(ACT)                                                                          \
