@@ -113,8 +113,7 @@ def captured(
     on and its tensors are on a GPU (or the target plans for one)."""
     if not cuda_graphs(config):
         return ""
-    on_gpu = any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs)
-    if not on_gpu and models_on != "cuda":
+    if not _on_gpu(example_inputs) and models_on != "cuda":
         return ""
     how = "mode / triton.cudagraphs" if "triton.cudagraphs" in config else "triton.cudagraphs"
     return f"the graph is captured in a CUDA graph ({how} is on)"
@@ -135,9 +134,11 @@ def static_inputs_matter(capture: str, example_inputs: Sequence[Any]) -> bool:
     """Whether Inductor acts on which inputs are static (:func:`keep_dynamo_inputs`): the
     graph is captured in CUDA graphs, or it has GPU tensors, whose alignment Inductor checks
     on every call unless they are static (CPU tensors it never checks)."""
-    return bool(capture) or any(
-        isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs
-    )
+    return bool(capture) or _on_gpu(example_inputs)
+
+
+def _on_gpu(example_inputs: Sequence[Any]) -> bool:
+    return any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs)
 
 
 def keep_dynamo_inputs(dynamo_gm: Any, traced: Any) -> bool:
