@@ -1,6 +1,6 @@
 """Decode-shaped int8 GEMMs (M = 1..256) on a GPU, and what a launch costs on the host.
 
-    python benchmarks/cuda_decode.py [--out DIR] [--sweep] [--rows M ...]
+    python benchmarks/cuda_decode.py [--out DIR] [--sweep] [--rows M ...] [--shapes GQA ...]
 
 Part 1, the GEMMs of a Llama layer at M rows (Llama-2-7B's and Llama-3-style GQA's): pdlkit's
 split-K kernel (``kernels/cuda/_triton_splitk.py``; one weight, or a SwiGLU gate/up pair) and
@@ -76,6 +76,16 @@ TILES = [
     (16, 256, 1, 4, 4), (32, 256, 1, 4, 4), (32, 256, 1, 4, 6), (64, 256, 1, 4, 4),
     (128, 256, 1, 8, 3), (32, 512, 1, 8, 3), (64, 256, 2, 4, 4), (64, 256, 4, 4, 4),
     (128, 256, 2, 8, 3), (128, 256, 4, 8, 3), (128, 128, 8, 4, 4),
+    # fewer stages: two to four programs an SM, every program of a decode GEMM resident at once
+    (32, 256, 1, 4, 3), (32, 128, 1, 4, 3), (64, 128, 1, 4, 4), (64, 256, 1, 4, 2),
+    # wide tiles (fewer activation re-reads from L2), K split eight ways to keep programs
+    (128, 256, 8, 8, 3), (256, 128, 8, 8, 3),
+    # deeper pipelines: more weight bytes in flight per SM
+    (16, 256, 1, 4, 8), (32, 256, 1, 4, 8), (32, 128, 1, 4, 6), (32, 128, 1, 4, 8),
+    (64, 256, 1, 4, 5), (64, 256, 1, 4, 6), (64, 128, 1, 4, 6), (64, 128, 1, 4, 8),
+    # K split in two or four (partial sums stored, added by the tile's last slice)
+    (64, 256, 2, 4, 6), (64, 128, 2, 4, 4), (64, 128, 2, 4, 8), (128, 128, 2, 4, 6),
+    (128, 128, 4, 4, 6),
 ]  # fmt: skip
 SMEM = 227 * 1024
 
@@ -368,6 +378,7 @@ def main() -> None:
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--rows", type=int, nargs="*", default=ROWS)
+    ap.add_argument("--shapes", nargs="*", help="only the shapes whose name holds one of these")
     ap.add_argument("--workers", type=int, default=min(14, os.cpu_count() or 1))
     a = ap.parse_args()
     from machine import host_header
@@ -376,7 +387,8 @@ def main() -> None:
     res["host"] = host_header()
     res["copy_GBs"] = copy_rate()
     print(res, flush=True)
-    cases = [Case(m, *shape) for m in a.rows for shape in SHAPES]
+    shapes = [s for s in SHAPES if not a.shapes or any(w in s[0] for w in a.shapes)]
+    cases = [Case(m, *shape) for m in a.rows for shape in shapes]
     if a.sweep:
         precompile(cases, a.workers)
     else:

@@ -5,6 +5,7 @@
 #   here:  pip wheel --no-deps -w .whl . && ../shared/tools/gpu-carry-torch-mlir
 #   there: bash benchmarks/run_gpu.sh [tests [pytest args]] [abi] [gemm [--sweep] [--quick]]
 #                                      [decode [--sweep]] [llama [cuda_llama.py args]]
+#                                      [step [cuda_step_kernels.py args]]
 # Each part's arguments follow its name up to the next part's name.
 set -uo pipefail
 out=${OUT:-benchmarks/results}
@@ -22,7 +23,7 @@ parts=() ; declare -A args
 part=""
 for a in "$@"; do
   case "$a" in
-    tests|abi|gemm|decode|llama) part=$a; parts+=("$a"); args[$a]="" ;;
+    tests|abi|gemm|decode|llama|step) part=$a; parts+=("$a"); args[$a]="" ;;
     *) args[$part]+=" $(printf %q "$a")" ;;
   esac
 done
@@ -41,5 +42,7 @@ for p in "${parts[@]}"; do
               | tee "$out/cuda_decode.log" ;;
     llama) eval python3 /tmp/t/benchmarks/cuda_llama.py --out "$out" ${args[llama]} 2>&1 \
              | tee -a "$out/cuda_llama.log" ;;
+    step) eval python3 /tmp/t/benchmarks/cuda_step_kernels.py --out "$out" ${args[step]} 2>&1 \
+            | tee "$out/cuda_step_kernels.log" ;;
   esac
 done

@@ -362,3 +362,20 @@ def test_reads_around_an_in_place_write_are_not_merged():
     want = f(buf.clone(), x, w)
     got = pdlkit.optimize(f, default_codegen="eager", autotune="off")(buf.clone(), x, w)
     torch.testing.assert_close(got, want)
+
+
+@needs_gpu
+@pytest.mark.parametrize("m,k", [(64, 4096), (64, 14336), (3, 20000)])
+def test_gpu_quantized_codes_are_the_correctly_rounded_quotients(m, k):
+    # codes = round-half-even(x / s) with x / s correctly rounded (torch divides by a tensor
+    # exactly), however the kernel divides; 20000 values a row: the row in several passes
+    from pdlkit.kernels.cuda import _triton_gemm as T
+
+    torch.manual_seed(k)
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16) * 3
+    x[:, 5] = 40.0  # an outlier column
+    q, s = T.quant_rows(x, 1e-8, 127.0)
+    want = torch.round(x.float() / s).clamp(-127, 127)
+    assert torch.equal(q.float(), want)
+    amax = x.float().abs().amax(1, keepdim=True).clamp(min=1e-8)
+    assert torch.equal(s, amax / torch.full_like(amax, 127.0))  # a tensor: true division

@@ -11,8 +11,8 @@ around its int8 GEMMs.
   (the split-K kernel's one-slice schedule, ``_triton_splitk.py``). No weight is copied or
   concatenated: the three weights stay the tensors they are.
 
-Rounding matches the torch ops: division ``div_rn``, round-half-even, casts to the
-activation dtype where the model casts. ``rsqrt`` is the GPU's approximate one in both
+Rounding matches the torch ops: divisions correctly rounded (``quotient``), round-half-even,
+casts to the activation dtype where the model casts. ``rsqrt`` is the GPU's approximate one in both
 (a quantized code can differ by one step where a value sits on a rounding boundary).
 """
 
@@ -22,6 +22,7 @@ import torch
 import triton
 import triton.language as tl
 from pdlkit.kernels.cuda._common import INTERPRET
+from pdlkit.kernels.cuda._triton_gemm import ROW_BLOCK, quotient, row_warps
 from pdlkit.kernels.cuda._triton_splitk import SplitConfig, _epilogue, pick_grouped_config
 from pdlkit.runtime_abi.triton_binding import launch
 
@@ -45,29 +46,44 @@ def rmsnorm_quant_kernel(
     K: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     """y = weight * rmsnorm(x[m]); s[m] = max(amax |y|, q_eps) / qmax; q[m] = round(y / s[m]).
-    The model's constants are constexprs (compiled in, not passed at every launch)."""
+    The model's constants are constexprs (compiled in, not passed at every launch). A row of
+    at most BLOCK values is read once and kept in registers (three passes over it waited on
+    three memory latencies); longer rows take three passes of BLOCK-wide steps."""
     norm_eps = tl.cast(norm_eps, tl.float32)
     q_eps = tl.cast(q_eps, tl.float32)
     qmax = tl.cast(qmax, tl.float32)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
-    sq = tl.zeros((BLOCK,), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK):
-        x = tl.load(x_ptr + row * stride_xm + k0 + cols, mask=k0 + cols < K, other=0.0)
-        x = x.to(tl.float32)
-        sq += x * x
-    r = tl.math.rsqrt(tl.sum(sq, axis=0) / K + norm_eps)
-    amax = tl.zeros((BLOCK,), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK):
-        y, ok = _normed(x_ptr, w_ptr, row, stride_xm, k0, cols, r, K)
-        amax = tl.maximum(amax, tl.where(ok, tl.abs(y), 0.0))
-    s = tl.math.div_rn(tl.maximum(tl.max(amax, axis=0), q_eps), qmax)
-    tl.store(s_ptr + row, s)
-    for k0 in range(0, K, BLOCK):
-        y, ok = _normed(x_ptr, w_ptr, row, stride_xm, k0, cols, r, K)
-        q = (tl.math.div_rn(y, s) + _RNE) - _RNE
+    if K <= BLOCK:
+        ok = cols < K
+        xr = tl.load(x_ptr + row * stride_xm + cols, mask=ok, other=0.0)
+        x = xr.to(tl.float32)
+        r = tl.math.rsqrt(tl.sum(x * x, axis=0) / K + norm_eps)
+        w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
+        y = (w * (x * r).to(xr.dtype).to(tl.float32)).to(xr.dtype).to(tl.float32)
+        s = tl.math.div_rn(tl.maximum(tl.max(tl.abs(y), axis=0), q_eps), qmax)
+        tl.store(s_ptr + row, s)
+        q = (quotient(y, s) + _RNE) - _RNE
         q = tl.minimum(tl.maximum(q, -qmax), qmax)
-        tl.store(q_ptr + row * K + k0 + cols, q.to(tl.int8), mask=ok)
+        tl.store(q_ptr + row * K + cols, q.to(tl.int8), mask=ok)
+    else:
+        sq = tl.zeros((BLOCK,), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK):
+            x = tl.load(x_ptr + row * stride_xm + k0 + cols, mask=k0 + cols < K, other=0.0)
+            x = x.to(tl.float32)
+            sq += x * x
+        r = tl.math.rsqrt(tl.sum(sq, axis=0) / K + norm_eps)
+        amax = tl.zeros((BLOCK,), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK):
+            y, ok = _normed(x_ptr, w_ptr, row, stride_xm, k0, cols, r, K)
+            amax = tl.maximum(amax, tl.where(ok, tl.abs(y), 0.0))
+        s = tl.math.div_rn(tl.maximum(tl.max(amax, axis=0), q_eps), qmax)
+        tl.store(s_ptr + row, s)
+        for k0 in range(0, K, BLOCK):
+            y, ok = _normed(x_ptr, w_ptr, row, stride_xm, k0, cols, r, K)
+            q = (quotient(y, s) + _RNE) - _RNE
+            q = tl.minimum(tl.maximum(q, -qmax), qmax)
+            tl.store(q_ptr + row * K + k0 + cols, q.to(tl.int8), mask=ok)
 
 
 def rmsnorm_quant(
@@ -77,10 +93,10 @@ def rmsnorm_quant(
     m, k = x.shape
     q = torch.empty((m, k), dtype=torch.int8, device=x.device)
     s = torch.empty((m, 1), dtype=torch.float32, device=x.device)
-    block = min(triton.next_power_of_2(k), 16 if INTERPRET else 8192)
+    block = min(triton.next_power_of_2(k), 16 if INTERPRET else ROW_BLOCK)
     launch(rmsnorm_quant_kernel)[(m,)](
         x, weight, q, s, x.stride(0), float(norm_eps), float(q_eps), float(qmax),
-        K=k, BLOCK=block, num_warps=1 if INTERPRET else 8,
+        K=k, BLOCK=block, num_warps=1 if INTERPRET else row_warps(block),
     )  # fmt: skip
     return q, s
 

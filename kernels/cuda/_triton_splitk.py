@@ -13,13 +13,11 @@ its weights' bytes at the copy rate: the large GEMMs stream at 80-91% of the cop
 64 rows, a 16 MB one (4096 x 4096) at 61-66%, and BF16 cuBLAS takes 1.6-2x as long.
 
 K can also be split over programs (grid (M / BM, N / BN, SPLIT_K)) without losing
-determinism: each slice adds its int32 partial sums into an int32 workspace with atomics
-(integer addition is exact, so the order does not matter) and bumps the tile's counter; the
-slice that finds the counter at SPLIT_K - 1 takes the sums with an atomic exchange (which
-leaves zeros), resets the counter and runs the epilogue. The workspace starts zeroed
-(``torch.zeros`` per call, one small fill that Inductor launches with the kernel). At every
-Llama shape measured one slice won (by 1.1x to 5x); ``pick_split_config`` splits only when
-the tiles are too few for an eighth of the SMs.
+determinism: each slice stores its int32 partial sums in a block of its own in a workspace
+and bumps the tile's counter; the slice that finds the counter at SPLIT_K - 1 adds the
+blocks in slice order, resets the counter and runs the epilogue. The counters start zeroed
+(``torch.zeros`` per call, one small fill that Inductor launches with the kernel).
+``pick_split_config`` splits where the tiles are too few for an eighth of the SMs.
 
 Both int8 logical ops use it: ``int8_linear`` (one weight) and ``int8_gated_silu`` (gate and
 up weights share the activation tiles). The per-token quantization of the activations is
@@ -41,7 +39,7 @@ import torch
 import triton
 import triton.language as tl
 from pdlkit.kernels.cuda._common import INTERPRET
-from pdlkit.kernels.cuda._triton_gemm import _RNE, _sms
+from pdlkit.kernels.cuda._triton_gemm import _RNE, _sms, quotient
 from pdlkit.runtime_abi.triton_binding import launch
 
 
@@ -84,9 +82,11 @@ def _config(bm: int, bn: int, split: int, gated: bool) -> SplitConfig:
 
 def pick_split_config(m: int, n: int, k: int, gated: bool, sms: int = 132) -> SplitConfig:
     """Tiles measured on an H100 (benchmarks/cuda_decode.py --sweep, M = 1, 16, 64, 256 at the
-    Llama-2-7B and Llama-3 GQA shapes, benchmarks/results/cuda_decode.md): ``_tile``'s BM and
-    BN, BK 256; one K slice, since splitting K lost at every shape measured (its zero fill,
-    atomics and counter), unless there are too few tiles to occupy an eighth of the SMs."""
+    Llama-2-7B and Llama-3 GQA shapes, benchmarks/results/cuda_decode.md) and at 64 rows on an
+    H200: ``_tile``'s BM and BN, BK 256; one K slice, since splitting K lost at every
+    shape measured (with atomic partial sums by 1.1x to 5x; with stored ones, H200, 64 rows:
+    Llama-3's down 21.4 against 20.4 us, o 10.4 against 7.9, gate/up 45 against 33), unless
+    there are too few tiles to occupy an eighth of the SMs."""
     if INTERPRET:
         return SplitConfig(16, 16, 32, 2 if k >= 64 else 1, 1, 1)
     bm, bn = _tile(m, n, gated)
@@ -159,7 +159,7 @@ def _quantize_row(x_ptr, q_ptr, q_eps, q_max, K: tl.constexpr, RB: tl.constexpr)
     for k0 in range(0, K, RB):
         ok = k0 + cols < K
         x = tl.load(x_ptr + k0 + cols, mask=ok, other=0.0).to(tl.float32)
-        y = (tl.math.div_rn(x, s) + _RNE) - _RNE
+        y = (quotient(x, s) + _RNE) - _RNE
         tl.store(q_ptr + k0 + cols, tl.minimum(tl.maximum(y, -q_max), q_max).to(tl.int8), mask=ok)
     tl.debug_barrier()  # this program's K loop reads the codes its own threads stored
     return s
@@ -167,8 +167,8 @@ def _quantize_row(x_ptr, q_ptr, q_eps, q_max, K: tl.constexpr, RB: tl.constexpr)
 
 @triton.jit
 def splitk_kernel(
-    a_ptr, b_ptr, u_ptr, c_ptr, ws_ptr, a_scale_ptr, b_scale_ptr, u_scale_ptr, bias_ptr, res_ptr,
-    x_ptr, M, N: tl.constexpr, stride_am, stride_bn: tl.constexpr, stride_cm: tl.constexpr,
+    a_ptr, b_ptr, u_ptr, c_ptr, ws_ptr, count_ptr, a_scale_ptr, b_scale_ptr, u_scale_ptr, bias_ptr,
+    res_ptr, x_ptr, M, N: tl.constexpr, stride_am, stride_bn: tl.constexpr, stride_cm: tl.constexpr,
     q_eps: tl.constexpr, q_max: tl.constexpr,
     K: tl.constexpr, K_SPLIT: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr,
     GATED: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, QUANT_A: tl.constexpr,
@@ -176,7 +176,8 @@ def splitk_kernel(
 ):  # fmt: skip
     """C[M, N] = epilogue(A[M, K] @ B[N, K]^T) (and U for a gated pair), int8 in, int32
     sums; program (m, n, s) sums K slice s of tile (m, n). ``ws`` holds SPLIT_K > 1's
-    partial sums (M x N, twice for a pair) and one counter per tile, all zero between calls.
+    partial sums (a BM x BN block per slice and tile, twice for a pair), ``count_ptr`` one
+    counter per tile, zero between calls.
     ``QUANT_A`` (one row): A is first quantized from the float row ``x`` (int8, symmetric,
     per token) by every program into ``a`` (the same bytes each time), then read as usual.
     Pointers a call does not use (U without GATED, the workspace with one slice, ...) come as
@@ -224,20 +225,29 @@ def splitk_kernel(
             GATED, HAS_BIAS, res_ptr, HAS_RES,
         )  # fmt: skip
     else:
-        w_ptrs = ws_ptr + rm[:, None] * N + rn[None, :]
-        ok = m_ok & (rn < N)[None, :]
-        tl.atomic_add(w_ptrs, acc, mask=ok, sem="relaxed")
+        # K slice pid_k of tile t stores its sums in its own block of the workspace; the tile's
+        # last slice to count itself in adds the blocks in slice order (deterministic) and
+        # runs the epilogue. Plain stores and loads: the atomic adds of every partial sum
+        # they replace took a 64 x 14336 gate/up pair split in two from 36 to 76 us (H200)
+        tile = pid_n * tl.num_programs(0) + pid_m
+        block = BM * BN * (1 + GATED)
+        tiles = tl.num_programs(0) * tl.num_programs(1)
+        offs = tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :]
+        part = ws_ptr + (pid_k * tiles + tile).to(tl.int64) * block + offs
+        tl.store(part, acc)
         if GATED:
-            tl.atomic_add(w_ptrs + M * N, acc_u, mask=ok, sem="relaxed")
-        tl.debug_barrier()  # every thread's partial sums are in before the counter moves
-        count_ptr = ws_ptr + (1 + GATED) * M * N + pid_n * tl.num_programs(0) + pid_m
-        done = tl.atomic_add(count_ptr, 1, sem="acq_rel")
-        if done == SPLIT_K - 1:  # the last slice of this tile: the sums are complete
-            zero = tl.zeros((BM, BN), dtype=tl.int32)  # relaxed: the counter's acq_rel add
-            acc = tl.atomic_xchg(w_ptrs, zero, mask=ok, sem="relaxed")  # ordered the sums
-            if GATED:
-                acc_u = tl.atomic_xchg(w_ptrs + M * N, zero, mask=ok, sem="relaxed")
-            tl.atomic_xchg(count_ptr, 0)
+            tl.store(part + BM * BN, acc_u)
+        tl.debug_barrier()  # every thread's sums are stored before the counter moves
+        done = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel")
+        if done == SPLIT_K - 1:  # the last slice of this tile: every block is stored
+            acc = tl.zeros((BM, BN), dtype=tl.int32)
+            acc_u = tl.zeros((BM, BN), dtype=tl.int32)
+            for s in tl.static_range(SPLIT_K):  # from L2 (.cg): other SMs wrote them
+                blk = ws_ptr + (s * tiles + tile).to(tl.int64) * block + offs
+                acc += tl.load(blk, cache_modifier=".cg")
+                if GATED:
+                    acc_u += tl.load(blk + BM * BN, cache_modifier=".cg")
+            tl.atomic_xchg(count_ptr + tile, 0)  # zero again for the next call
             _epilogue_sa(
                 acc, acc_u, sa, rm, rn, c_ptr, stride_cm, b_scale_ptr, u_scale_ptr, bias_ptr,
                 M, N, GATED, HAS_BIAS, res_ptr, HAS_RES,
@@ -275,12 +285,14 @@ def splitk(
     split = triton.cdiv(k, k_split)  # K slices that hold any of K
     grid_n, grid_m = triton.cdiv(n, cfg.bn), triton.cdiv(m, cfg.bm)
     gated = u is not None
-    ws = None  # one K slice: no workspace
-    if split > 1:
-        ws = torch.zeros((1 + gated) * m * n + grid_n * grid_m, dtype=torch.int32, device=a.device)
+    ws = counts = None  # one K slice: no workspace
+    if split > 1:  # a block of int32 sums per slice and tile, and a zeroed counter per tile
+        block = cfg.bm * cfg.bn * (1 + gated)
+        ws = torch.empty(split * grid_m * grid_n * block, dtype=torch.int32, device=a.device)
+        counts = torch.zeros(grid_m * grid_n, dtype=torch.int32, device=a.device)
     q_eps, q_max = quantize if quantize is not None else (0.0, 1.0)
     launch(splitk_kernel)[(grid_m, grid_n, split)](
-        a, b, u, out, ws, a_scale, b_scale, u_scale, bias, residual, x if quantize else None,
+        a, b, u, out, ws, counts, a_scale, b_scale, u_scale, bias, residual, x if quantize else None,
         m, n, a.stride(0), b.stride(0), out.stride(0), float(q_eps), float(q_max),
         K=k, K_SPLIT=k_split, SPLIT_K=split, EVEN_K=split * k_split == k,
         GATED=gated, HAS_BIAS=bias is not None, HAS_RES=residual is not None,
