@@ -117,9 +117,12 @@ class Tuner:
         # this is a large share of the substituted graph's time; None once a site's saving
         # is unknown (a pin, a subgraph that could not be timed)
         self.saved_us: float | None = 0.0
-        # False: a site takes its fastest kernel even where keeping the subgraph measured
-        # faster (the whole-graph check's "kernels only" graph, matcher/graph_guard.py)
+        # False: every site takes a kernel (:meth:`kernels_only`), even where keeping the
+        # subgraph measured faster (the whole-graph check's "kernels only" graph,
+        # matcher/graph_guard.py)
         self.keep = True
+        # whether that graph would differ from this one at some site (worth compiling)
+        self.kernels_differ = False
 
     # real arguments ---------------------------------------------------------------------------
     def value(self, node: fx.Node) -> Any:
@@ -259,11 +262,10 @@ class Tuner:
             decision = Decision(cands[0].name, decision.timings, "static")  # a stale entry
         if pin is not None:
             decision = Decision(pin, decision.timings, "pinned")
-        elif not self.keep and decision.choice == KEEP:
-            timings = [t for t in decision.timings if t.name != KEEP]
-            best = autotune.fastest(timings, [k.name for k in cands])
-            if best != KEEP:
-                decision = Decision(best, decision.timings, "kernels only")
+        else:
+            other = kernels_only(decision, [k.name for k in cands])
+            self.kernels_differ |= other.choice != decision.choice
+            decision = decision if self.keep else other
         self._account(decision)
         return decision
 
@@ -317,6 +319,20 @@ class Tuner:
         if triton_binding.traced(k):  # timed as Inductor will launch it, not the runner
             return triton_binding.compiled_call(op, reals[0], sid), sid
         return cold.rotating([partial(op, *real, sid) for real in reals]), sid
+
+
+def kernels_only(decision: Decision, order: Sequence[str]) -> Decision:
+    """A site's choice in the kernels-only graph: the kernel of highest priority (``order``)
+    within :data:`autotune.KERNELS_TIE` of the fastest kernel, even where the subgraph measured
+    faster; ``decision`` as it is where no kernel was timed.
+
+        before: timings amx 417 us, onednn 334 us, subgraph 330 us -> keep the subgraph
+        after:  kernels only -> onednn (amx is 25% slower: no tie)"""
+    timings = [t for t in decision.timings if t.name != KEEP]
+    best = autotune.fastest(timings, order, tie=autotune.KERNELS_TIE)
+    if best == KEEP or best == decision.choice:
+        return decision
+    return Decision(best, decision.timings, "kernels only")
 
 
 def timing_site(k: KernelDecl, where: str, transposed: tuple[int, ...] = ()) -> tuple[Any, int]:

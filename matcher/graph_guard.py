@@ -30,7 +30,7 @@ from pdlkit.runtime_abi.autotune import Decision, Timing
 from pdlkit.runtime_abi.binding_stats import uncounted
 
 SUBSTITUTED, INDUCTOR = "substituted", "inductor"
-KERNELS = "kernels only"  # every site with its fastest kernel, the sites kept by measurement too
+KERNELS = "kernels only"  # a kernel at every site, near ties by priority (choose.kernels_only)
 
 
 def timeable(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> bool:
@@ -111,10 +111,13 @@ def choose(
     first compile's cost), and the substituted graph wins unless the kernels-only graph
     (below) measures faster: the sites' saving says nothing about that one.
 
-    ``kernels_only``: where some sites kept their subgraph because it measured faster on its
-    own, the graph with a kernel at every site, timed as a third candidate (:data:`KERNELS`):
-    sites timed one by one do not add up (seen on a Xeon with AMX: int8 bert-mini with six
-    sites kept ran 1.07x PyTorch's int8 path, with every site's kernel 0.89x)."""
+    ``kernels_only``: where it differs from the substituted graph (some sites kept their
+    subgraph because it measured faster on its own, or took a kernel near the fastest that
+    is not the first in priority), the graph with a kernel at every site, near ties going by
+    priority (matcher/choose.py's ``kernels_only``), timed as a third candidate
+    (:data:`KERNELS`): sites timed one by one do not add up (seen on a Xeon with AMX: int8
+    bert-mini with six sites kept ran 1.07x PyTorch's int8 path, with every site's kernel
+    0.89x)."""
     makers = {SUBSTITUTED: substituted}
     if kernels_only is not None:
         makers[KERNELS] = kernels_only

@@ -62,8 +62,9 @@ def run_pass(
 
     ``autotune`` (``"cached"``, ``"full"``, ``"off"``; None reads ``PDLKIT_AUTOTUNE``) decides
     whether kernels are chosen by measurement (matcher/choose.py) or by static priority;
-    ``keep_sites=False``: a measured site takes its fastest kernel even where its subgraph
-    measured faster (pdlkit/whole_graph.py's kernels-only graph)."""
+    ``keep_sites=False``: every measured site takes a kernel, even where its subgraph
+    measured faster, near ties going by priority (matcher/choose.py's ``kernels_only``:
+    pdlkit/whole_graph.py's kernels-only graph)."""
     from pdlkit.matcher.canonicalize import canonicalize, restore
     from pdlkit.matcher.cse import eliminate_common_subexpressions
     from pdlkit.matcher.html_report import node_infos
@@ -108,7 +109,7 @@ def run_pass(
         _merge(report, _substitute_region(sub, enabled, plan, kw))
     report.timings = {"retrace": t1 - t0, "canonicalize": t_canon, **report.timings}
     if tuner is not None:
-        report.sites_saved_us = tuner.saved_us
+        report.sites_saved_us, report.kernels_differ = tuner.saved_us, tuner.kernels_differ
     if tuner is not None and tuner.seconds:  # measured inside the PDL application
         report.timings["pdl_apply"] -= tuner.seconds
         report.timings["autotune"] = tuner.seconds
@@ -324,7 +325,7 @@ class PdlkitBackend:
                         keep_sites=False,
                     )  # fmt: skip
 
-            again = rerun if report.kept else None
+            again = rerun if report.kernels_differ else None
             args = (gm, traced, example_inputs, report, opts, patches, key, again)
             return whole_graph.faster_graph(*args)
         if not report.substitutions:

@@ -1,0 +1,69 @@
+"""The whole-graph check's kernels-only graph (matcher/choose.py's ``kernels_only``): a kernel
+at every site, near ties going to the kernel of higher priority, compiled wherever it differs
+from the substituted graph."""
+
+from __future__ import annotations
+
+import json
+
+from autotune_chain import FAST, calls, run
+from pdlkit.matcher import choose, graph_guard
+from pdlkit.runtime_abi.autotune import KEEP, Decision, Timing, fastest
+
+ORDER = ["amx", "onednn"]  # priority order
+
+
+def _decision(amx: float, onednn: float, keep: float) -> Decision:
+    timings = [Timing("amx", amx), Timing("onednn", onednn), Timing(KEEP, keep)]
+    return Decision(fastest(timings, ORDER), timings)
+
+
+def test_a_near_tie_goes_to_the_kernel_of_higher_priority():
+    d = _decision(amx=110.0, onednn=100.0, keep=200.0)
+    assert d.choice == "onednn"  # the site's own choice: 10% is past its 3% tie
+    assert choose.kernels_only(d, ORDER).choice == "amx"
+
+
+def test_a_clearly_faster_kernel_keeps_its_site():
+    d = _decision(amx=130.0, onednn=100.0, keep=200.0)
+    assert choose.kernels_only(d, ORDER) is d
+
+
+def test_a_site_that_kept_its_subgraph_takes_a_kernel():
+    d = _decision(amx=120.0, onednn=110.0, keep=90.0)
+    assert d.choice == KEEP
+    other = choose.kernels_only(d, ORDER)
+    assert other.choice == "amx" and other.source == "kernels only"
+
+
+def test_a_site_without_a_timed_kernel_is_left_as_it_is():
+    d = Decision(KEEP, [Timing("amx", None, "declined"), Timing(KEEP, 90.0)])
+    assert choose.kernels_only(d, ORDER) is d
+
+
+NEAR = """
+@pdlkit.kernel(op="chain", meta=meta, priority=10)
+def near_chain(a: Tensor, wb: Tensor, wc: Tensor) -> Tensor:
+    return a @ (wb.t() @ wc.t())
+"""
+
+
+def test_a_site_on_a_near_tie_compiles_and_can_run_the_kernels_only_graph(folders, monkeypatch):
+    """The site measures fast_chain 5% faster than near_chain, of higher priority: it takes
+    fast_chain, and the whole-graph check also times the graph with near_chain; when that
+    graph is the fastest it runs."""
+
+    def timed(runs, *_):  # fixed timings in place of the measurement
+        us = {"near_chain": 105.0, "fast_chain": 100.0}
+        timings = [Timing(n, us[n]) for n, _ in runs] + [Timing(KEEP, 1000.0)]
+        return Decision(fastest(timings, [n for n, _ in runs]), timings)
+
+    monkeypatch.setattr(choose, "decide", timed)
+    monkeypatch.setattr(graph_guard, "CONFIDENT", float("inf"))  # compile every candidate
+    monkeypatch.setattr(graph_guard, "_faster", lambda timings: graph_guard.KERNELS)
+    p, k = folders(FAST, NEAR)
+    st = run(p, k, "cached")
+    assert calls(st, "near_chain") == 1 and calls(st, "fast_chain") == 0
+    entries = json.loads(next((p.parent / "cache").glob("**/host-*.json")).read_text())
+    timed_graphs = [[t[0] for t in d["timings"]] for d in entries["decisions"].values()]
+    assert ["substituted", "kernels only", "inductor"] in timed_graphs
