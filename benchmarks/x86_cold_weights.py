@@ -2,6 +2,7 @@
 BERT-base's shapes: what ``matcher/cold.py``'s per-site timing rests on.
 
     python benchmarks/x86_cold_weights.py --threads 1 --rounds 8
+    python benchmarks/x86_cold_weights.py --tables int8 --shapes 512x512x1408,512x1408x512
 
 ``hot``: every call on the same weight (a micro-benchmark's way, and pdlkit's per-site timing
 before matcher/cold.py): the weight stays in the core's caches between calls. ``cold``: each
@@ -37,6 +38,18 @@ SHAPES = [(128, 768, 768, "none"), (128, 768, 3072, "gelu"), (128, 3072, 768, "n
           (1024, 768, 768, "none"), (1024, 768, 3072, "none")]  # fmt: skip
 
 
+def _shapes(text: str) -> list[tuple[int, int, int, str]]:
+    """``--shapes``: comma-separated ``MxKxN`` or ``MxKxN:gelu``; empty: :data:`SHAPES`."""
+    if not text:
+        return SHAPES
+    out = []
+    for item in text.split(","):
+        dims, _, post = item.partition(":")
+        m, k, n = (int(d) for d in dims.split("x"))
+        out.append((m, k, n, post or "none"))
+    return out
+
+
 def _rotations(
     make: Callable[[], dict[str, Callable[[], Any]]], copies: int
 ) -> dict[str, Callable[[], Any]]:
@@ -68,7 +81,7 @@ def _table(ks: dict[str, Any], dtype: str, args: argparse.Namespace) -> list[str
     head += " | hot: oneDNN us    amx us ratio | cold: oneDNN us    amx us ratio"
     lines = [f"{dtype}, threads {args.threads}", head]
     print(*lines, sep="\n", flush=True)
-    for m, k, n, post in SHAPES:
+    for m, k, n, post in _shapes(args.shapes):
         if dtype == "ln" and post != "none":
             continue
         nbytes = n * k * (2 if dtype == "bf16" else 1)
@@ -96,6 +109,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--model-mb", type=int, default=cold.CAP_BYTES >> 20)
     ap.add_argument("--tables", default="bf16,int8,ln", help="comma-separated: bf16, int8, ln")
+    ap.add_argument(
+        "--shapes", default="", help="comma-separated MxKxN[:gelu] (default: BERT-base's)"
+    )
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -103,7 +119,8 @@ def main() -> None:
     ks = _kernels({"bf16", "int8"})
     text = ["# benchmarks/x86_cold_weights.py", "", *host_header(threads=args.threads), ""]
     text += [f"`python benchmarks/x86_cold_weights.py --threads {args.threads} --rounds "
-             f"{args.rounds} --model-mb {args.model_mb}`", "", "```"]  # fmt: skip
+             f"{args.rounds} --model-mb {args.model_mb}"
+             + (f" --shapes {args.shapes}" if args.shapes else "") + "`", "", "```"]  # fmt: skip
     for dtype in tables:
         text += [*_table(ks, dtype, args), ""]
     write_report(args.out, "\n".join([*text, "```", ""]))
