@@ -75,15 +75,19 @@ def _tile(m: int, n: int, gated: bool) -> tuple[int, int]:
 
 def _config(bm: int, bn: int, split: int, gated: bool) -> SplitConfig:
     """Warps and pipeline depth by tile width, as measured: 32 columns (one weight) six
-    K steps in flight, 128 columns eight warps and three stages (shared memory), else four."""
+    K steps in flight, 128 columns eight warps and three stages (shared memory), else four.
+    A gated pair's 64 x 64 tiles step K by 128 (96 KB of shared memory: two programs an SM,
+    every program of Llama-3's 64-row pair resident at once; 33.4 against 35.5 us by 256 on
+    an H200, benchmarks/results/cuda_decode_h200_m64_8d9c60b.md), other tiles by 256."""
     warps, stages = (8, 3) if bn >= 128 else (4, 6) if bn == 32 and not gated else (4, 4)
-    return SplitConfig(bm, bn, 256, split, warps, stages)
+    bk = 128 if gated and bm >= 64 and bn == 64 else 256
+    return SplitConfig(bm, bn, bk, split, warps, stages)
 
 
 def pick_split_config(m: int, n: int, k: int, gated: bool, sms: int = 132) -> SplitConfig:
     """Tiles measured on an H100 (benchmarks/cuda_decode.py --sweep, M = 1, 16, 64, 256 at the
     Llama-2-7B and Llama-3 GQA shapes, benchmarks/results/cuda_decode.md) and at 64 rows on an
-    H200: ``_tile``'s BM and BN, BK 256; one K slice, since splitting K lost at every
+    H200: ``_tile``'s BM and BN, ``_config``'s BK; one K slice, since splitting K lost at every
     shape measured (with atomic partial sums by 1.1x to 5x; with stored ones, H200, 64 rows:
     Llama-3's down 21.4 against 20.4 us, o 10.4 against 7.9, gate/up 45 against 33), unless
     there are too few tiles to occupy an eighth of the SMs."""
@@ -98,10 +102,15 @@ def pick_split_config(m: int, n: int, k: int, gated: bool, sms: int = 132) -> Sp
 
 
 def pick_grouped_config(m: int, ns: list[int], k: int) -> SplitConfig:
-    """Tiles for ``grouped_splitk_kernel`` (Q, K, V in one launch; one K slice a program)."""
+    """Tiles for ``grouped_splitk_kernel`` (Q, K, V in one launch; one K slice a program);
+    64 x 64 tiles five K steps in flight (Llama-3's QKV at 64 rows on an H200: 9.8-9.9 us
+    against 10.3-10.4 with four, two sweeps)."""
     if INTERPRET:
         return SplitConfig(16, 16, 32, 1, 1, 1)
-    return _config(*_tile(m, sum(ns), False), 1, False)
+    cfg = _config(*_tile(m, sum(ns), False), 1, False)
+    if (cfg.bm, cfg.bn) == (64, 64):
+        return SplitConfig(64, 64, cfg.bk, 1, cfg.warps, 5)
+    return cfg
 
 
 @triton.jit
