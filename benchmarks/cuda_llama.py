@@ -36,6 +36,7 @@ import json
 import statistics
 import sys
 import time
+import traceback
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -364,6 +365,7 @@ def measure_row(
         except RuntimeError as e:  # a peer that cannot run this row (torchao: _int_mm's M > 16)
             results[path] = {"skipped": f"failed: {str(e).splitlines()[0][:120]}"}
             print(f"  {row:16s} {path:17s} failed: {e}")
+            traceback.print_exc(limit=-12)
             save(results)
             continue
         results[path] = r

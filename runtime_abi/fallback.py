@@ -21,6 +21,21 @@ import torch.fx as fx
 from pdlkit.runtime_abi.binding import many_threads
 
 
+def compile_apart(gm: fx.GraphModule, inputs: Sequence[Any]) -> Any:
+    """Inductor's code for ``gm``, compiled outside the tracing context of a compilation in
+    progress (pdlkit times sites while Dynamo compiles the model): nothing of this compile may
+    reach that frame's fake mode, shape env or guards.
+
+        before: compile_fx inside the backend faked ``inputs`` in Dynamo's fake mode: symbols
+                without a source in its shape env, and Dynamo's guards failed on them
+                (IndexError in produce_guards; an H200, Llama prefill 8 x 512)
+        after:  a fake mode and shape env of its own"""
+    from torch._inductor.compile_fx import compile_fx
+
+    with torch._guards.tracing(None):
+        return compile_fx(gm, list(inputs))
+
+
 class ReplacedSubgraph:
     """The replaced subgraph, run when a kernel declines a call or a guard fails.
 
@@ -80,8 +95,6 @@ class ReplacedSubgraph:
         are under Inductor's freezing (``matcher/choose.py`` times a subgraph so, since with
         freezing Inductor lowers int8 subgraphs to oneDNN); the code then takes the other
         tensors alone."""
-        from torch._inductor.compile_fx import compile_fx
-
         gm = copy.deepcopy(self.module())
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         for i, (ph, a) in enumerate(zip(placeholders, args, strict=True)):
@@ -102,11 +115,7 @@ class ReplacedSubgraph:
             a for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in constants
         ]
         try:
-            # outside the tracing context of a compilation in progress (autotune compiles
-            # subgraphs while Dynamo compiles the model): nothing of this compile may reach
-            # that frame's fake mode, shape env or guards
-            with torch._guards.tracing(None):
-                return compile_fx(gm, inputs)
+            return compile_apart(gm, inputs)
         except Exception as e:  # keep interpreting: slower, still the right numbers
             self.compile_error = f"{type(e).__name__}: {e}"
             return None

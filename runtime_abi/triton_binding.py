@@ -112,7 +112,7 @@ def compiled_call(op: Any, args: Sequence[Any], sid: int) -> Callable[[], Any]:
     decode-shaped comparison. Compiled here, before any timing; a kernel that fails to
     compile (it declines these arguments) gives a call that raises why."""
     import torch.fx as fx
-    from torch._inductor.compile_fx import compile_fx
+    from pdlkit.runtime_abi.fallback import compile_apart
 
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     g = fx.Graph()
@@ -120,7 +120,7 @@ def compiled_call(op: Any, args: Sequence[Any], sid: int) -> Callable[[], Any]:
     op_args = [next(inputs) if isinstance(a, torch.Tensor) else a for a in args]
     g.output(g.call_function(op, (*op_args, sid)))
     try:
-        fn: Callable[..., Any] = compile_fx(fx.GraphModule({}, g), tensors)  # type: ignore[assignment]
+        fn: Callable[..., Any] = compile_apart(fx.GraphModule({}, g), tensors)
     except Exception as e:
         error = e
 

@@ -124,6 +124,39 @@ def test_autotune_times_a_launched_kernel_as_inductor_compiles_it(model, tmp_pat
     assert re.search(r"k_traced [0-9.]+ us", str(report))
 
 
+def test_a_launched_kernel_that_declines_while_timed_leaves_the_replaced_ops(
+    model, tmp_path, monkeypatch
+):
+    """Timed while Dynamo compiles the model, a launched kernel that declines (16 rows, over
+    its 8) is no candidate, and the model compiles and runs with the replaced ops."""
+    monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path / "cache"))
+    p, k = _folders(tmp_path, LAUNCHED)
+    torch._dynamo.reset()
+    f = pdlkit.optimize(model, patterns=p, kernels=k, autotune="full", dynamic=False)
+    x = torch.randn(16, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(f(x), model(x))
+
+
+def test_a_nested_compile_adds_nothing_to_the_ambient_shape_env():
+    """A launched kernel's timing call is compiled apart from the compilation in progress:
+    no symbols or guards in its shape env (on an H200, inside Dynamo's compile, such guards
+    had no source and Dynamo's guard building failed: Llama prefill 8 x 512, IndexError)."""
+    from pdlkit.runtime_abi import triton_binding
+    from torch._guards import TracingContext, tracing
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    def op(x, shape, sid):
+        return x.reshape(shape) * 2
+
+    env = ShapeEnv()
+    with tracing(TracingContext(FakeTensorMode(shape_env=env))):
+        call = triton_binding.compiled_call(op, [torch.randn(8, 16), [4, 32]], 0)
+    assert call().shape == (4, 32)
+    assert not env.guards and not env.backed_var_to_val
+
+
 # -- the shipped CUDA kernels' Triton launches, in the graph Inductor gets ------------------------
 
 
