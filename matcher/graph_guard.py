@@ -109,7 +109,11 @@ def choose(
     own (matcher/choose.py). When that is at least :data:`CONFIDENT` of the substituted
     graph's own time, Inductor's graph is not compiled (a whole Inductor compile: most of the
     first compile's cost), and the substituted graph wins unless the kernels-only graph
-    (below) measures faster: the sites' saving says nothing about that one.
+    (below) measures faster: the sites' saving says nothing about that one. Not when the
+    substituted graph's own rounds were unsteady (``autotune.steady``: the host was busy, and
+    the sites' timings with it): then Inductor's graph is compiled and timed as well (seen on
+    a 2-core Xeon, GPT-2 int8-dynamic on 2 threads beside another busy process: sites timed
+    10-50x slow "saved" 2.4 ms, and the substituted graph ran 1.17x PyTorch's int8 path).
 
     ``kernels_only``: where it differs from the substituted graph (some sites kept their
     subgraph because it measured faster on its own, or took a kernel near the fastest that
@@ -133,6 +137,9 @@ def choose(
         timings = _measure([(SUBSTITUTED, lambda: ours(*tensors))], device)
         own = timings[0].us
         confident = saved_us is not None and own is not None and saved_us >= CONFIDENT * own
+        if confident and not autotune.steady(timings[0]):  # the sites' timings are suspect too
+            confident = False
+            _warn_busy(timings[0])
         skipped = []
         if confident:
             note = f"not compiled: the sites save {saved_us:.0f} us, over {CONFIDENT:.0%}"
@@ -158,6 +165,16 @@ def choose(
     decision = Decision(_faster(timings), timings)
     cache.put(key, decision)
     return decision.choice, fns[decision.choice], decision
+
+
+def _warn_busy(t: Timing) -> None:
+    q1, med, q3 = statistics.quantiles(t.rounds, n=4)
+    warnings.warn(
+        f"pdlkit: whole-graph check: the host was busy while timing (the substituted graph's "
+        f"rounds spread {(q3 - q1) / med:.0%} of their median): the sites' measured saving is "
+        f"not trusted, Inductor's graph is compiled and timed too",
+        stacklevel=4,
+    )
 
 
 def _compiled(

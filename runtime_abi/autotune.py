@@ -455,6 +455,21 @@ def decision_cache() -> DecisionCache:
 # -- choosing -------------------------------------------------------------------------------------
 
 
+# the spread of a timing's rounds (interquartile range over the median) past which the host
+# was busy while it ran: on this project's 2-core Xeon a compiled GPT-2 timed in 21 rounds
+# spread 0.02-0.12 quiet, 0.2-4.0 with one other busy process (2 threads, whose OpenMP
+# workers then wait for each other); the per-site timings of such a compile were off by 10-50x
+STEADY = 0.15
+
+
+def steady(t: Timing) -> bool:
+    """Whether ``t``'s rounds were steady (:data:`STEADY`); True with too few rounds to say."""
+    if len(t.rounds) < 4:
+        return True
+    q1, med, q3 = statistics.quantiles(t.rounds, n=4)
+    return med > 0 and (q3 - q1) / med <= STEADY
+
+
 def fastest(timings: Sequence[Timing], order: Sequence[str], tie: float = MARGIN) -> str:
     """The fastest kernel, if it beats keeping the subgraph by ``MARGIN``; else KEEP.
 
