@@ -19,21 +19,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 from pdlkit.runtime_abi.binding import many_threads
-
-
-def compile_apart(gm: fx.GraphModule, inputs: Sequence[Any]) -> Any:
-    """Inductor's code for ``gm``, compiled outside the tracing context of a compilation in
-    progress (pdlkit times sites while Dynamo compiles the model): nothing of this compile may
-    reach that frame's fake mode, shape env or guards.
-
-        before: compile_fx inside the backend faked ``inputs`` in Dynamo's fake mode: symbols
-                without a source in its shape env, and Dynamo's guards failed on them
-                (IndexError in produce_guards; an H200, Llama prefill 8 x 512)
-        after:  a fake mode and shape env of its own"""
-    from torch._inductor.compile_fx import compile_fx
-
-    with torch._guards.tracing(None):
-        return compile_fx(gm, list(inputs))
+from pdlkit.runtime_abi.triton_binding import compile_apart
 
 
 class ReplacedSubgraph:

@@ -105,6 +105,21 @@ def launch(kernel: Any) -> Any:
     return torch.library.wrap_triton(kernel)
 
 
+def compile_apart(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> Any:
+    """Inductor's code for ``gm``, compiled outside the tracing context of a compilation in
+    progress (pdlkit times sites while Dynamo compiles the model): nothing of this compile may
+    reach that frame's fake mode, shape env or guards.
+
+        before: compile_fx inside the backend faked ``inputs`` in Dynamo's fake mode: symbols
+                without a source in its shape env, and Dynamo's guards failed on them
+                (IndexError in produce_guards; an H200, Llama prefill 8 x 512)
+        after:  a fake mode and shape env of its own"""
+    from torch._inductor.compile_fx import compile_fx
+
+    with torch._guards.tracing(None):
+        return compile_fx(gm, list(inputs))
+
+
 def compiled_call(op: Any, args: Sequence[Any], sid: int) -> Callable[[], Any]:
     """``op(*args, sid)`` as Inductor compiles it, for timing a traced kernel as the model
     will run it: through Inductor's launcher, not pdlkit's runner and Triton's Python
@@ -112,7 +127,6 @@ def compiled_call(op: Any, args: Sequence[Any], sid: int) -> Callable[[], Any]:
     decode-shaped comparison. Compiled here, before any timing; a kernel that fails to
     compile (it declines these arguments) gives a call that raises why."""
     import torch.fx as fx
-    from pdlkit.runtime_abi.fallback import compile_apart
 
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     g = fx.Graph()
