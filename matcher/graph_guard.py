@@ -168,11 +168,10 @@ def choose(
 
 
 def _warn_busy(t: Timing) -> None:
-    q1, med, q3 = statistics.quantiles(t.rounds, n=4)
     warnings.warn(
         f"pdlkit: whole-graph check: the host was busy while timing (the substituted graph's "
-        f"rounds spread {(q3 - q1) / med:.0%} of their median): the sites' measured saving is "
-        f"not trusted, Inductor's graph is compiled and timed too",
+        f"rounds spread {autotune.spread(t) or 0.0:.0%} of their median): the sites' measured "
+        f"saving is not trusted, Inductor's graph is compiled and timed too",
         stacklevel=4,
     )
 

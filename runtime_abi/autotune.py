@@ -27,6 +27,7 @@ import fcntl
 import functools
 import hashlib
 import json
+import math
 import os
 import platform
 import stat
@@ -59,10 +60,10 @@ _MAX_ENTRIES = 20_000
 MARGIN = 0.03
 # the kernels-only graph's tie (matcher/graph_guard.py's third candidate): kernels within this
 # of a site's fastest go by priority there. Timed one site at a time, kernels this close did not
-# rank as the model ran them (a Xeon with AMX, one thread: ViT BF16 with one kind of site on
-# oneDNN's linear ran 0.930x BF16 Inductor's time, with pdlkit's AMX kernel at every site
-# 0.897x; bert-mini int8 0.609x against 0.574x; BERT-base BF16's oneDNN sites, 25% ahead per
-# site, were faster in the model too). The whole-graph timing decides between the graphs.
+# always rank as the model ran them (a Xeon with AMX, one thread, single runs: ViT BF16 with one
+# kind of site on oneDNN's linear ran 0.930x BF16 Inductor's time, with pdlkit's AMX kernel at
+# every site 0.897x; BERT-base BF16's oneDNN sites, 25% ahead per site, were faster in the model
+# too). The whole-graph timing decides between the graphs.
 KERNELS_TIE = 0.15
 
 
@@ -462,12 +463,18 @@ def decision_cache() -> DecisionCache:
 STEADY = 0.15
 
 
+def spread(t: Timing) -> float | None:
+    """The interquartile range of ``t``'s rounds over their median (None: under 4 rounds)."""
+    if len(t.rounds) < 4:
+        return None
+    q1, med, q3 = statistics.quantiles(t.rounds, n=4)
+    return (q3 - q1) / med if med > 0 else math.inf
+
+
 def steady(t: Timing) -> bool:
     """Whether ``t``'s rounds were steady (:data:`STEADY`); True with too few rounds to say."""
-    if len(t.rounds) < 4:
-        return True
-    q1, med, q3 = statistics.quantiles(t.rounds, n=4)
-    return med > 0 and (q3 - q1) / med <= STEADY
+    s = spread(t)
+    return s is None or s <= STEADY
 
 
 def fastest(timings: Sequence[Timing], order: Sequence[str], tie: float = MARGIN) -> str:
