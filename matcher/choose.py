@@ -123,6 +123,9 @@ class Tuner:
         self.keep = True
         # whether that graph would differ from this one at some site (worth compiling)
         self.kernels_differ = False
+        # whether some site was timed on a busy host (autotune.trusted): no verdict about the
+        # whole graph may be cached from such a compilation
+        self.unsteady = False
 
     # real arguments ---------------------------------------------------------------------------
     def value(self, node: fx.Node) -> Any:
@@ -256,6 +259,7 @@ class Tuner:
                 lambda: self._measure(cands, args, subgraph, where),
             )  # fmt: skip
             self.seconds += spent
+            self.unsteady |= not autotune.trusted(decision)
         self._memo[key] = decision
         names = {k.name for k in cands}
         if decision.choice != KEEP and decision.choice not in names:
@@ -566,7 +570,8 @@ def cached_or_measured(
     cache: autotune.DecisionCache, key: str, use_cache: bool, measure: Callable[[], Decision]
 ) -> tuple[Decision, float]:
     """The decision for ``key``: from the cache (``use_cache``), else measured (its kernel
-    calls not counted in ``stats()``) and written there; and the seconds spent measuring."""
+    calls not counted in ``stats()``) and written there unless the host was busy
+    (``autotune.trusted``); and the seconds spent measuring."""
     decision = cache.get(key) if use_cache else None
     if decision is not None:
         count("tuning_hits", decision.choice)
@@ -577,7 +582,10 @@ def cached_or_measured(
     spent = time.perf_counter() - t0
     count("tuning_misses", decision.choice)
     count("tuning_us", decision.choice, int(spent * 1e6))
-    cache.put(key, decision)
+    if autotune.trusted(decision):
+        cache.put(key, decision)
+    else:  # a busy host: this compilation takes it, the next one measures again
+        count("tuning_unsteady", decision.choice)
     return decision, spent
 
 

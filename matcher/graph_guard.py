@@ -163,7 +163,8 @@ def choose(
         _note_rounds(timings)
         timings += failed + skipped
     decision = Decision(_faster(timings), timings)
-    cache.put(key, decision)
+    if autotune.trusted(decision):  # a busy host's verdict holds for this compilation only
+        cache.put(key, decision)
     return decision.choice, fns[decision.choice], decision
 
 

@@ -110,6 +110,7 @@ def run_pass(
     report.timings = {"retrace": t1 - t0, "canonicalize": t_canon, **report.timings}
     if tuner is not None:
         report.sites_saved_us, report.kernels_differ = tuner.saved_us, tuner.kernels_differ
+        report.sites_unsteady = tuner.unsteady
     if tuner is not None and tuner.seconds:  # measured inside the PDL application
         report.timings["pdl_apply"] -= tuner.seconds
         report.timings["autotune"] = tuner.seconds

@@ -24,6 +24,7 @@ from pdlkit import inductor_options
 from pdlkit.matcher import graph_guard
 from pdlkit.matcher.report import GraphReport
 from pdlkit.plan import Options, Plan
+from pdlkit.runtime_abi import autotune
 from pdlkit.runtime_abi.autotune import Decision, resolve_mode
 from pdlkit.runtime_abi.binding_stats import count
 
@@ -61,8 +62,9 @@ def nothing_substituted(key: str, known: str | None, report: GraphReport) -> Non
     """Remember a measured graph in which nothing was substituted (every site measured faster
     kept, or nothing matched) as Inductor's: the next compilation of it, in this process or
     another, skips the re-trace and matching (seen on a Xeon with AMX: FP32 bert-mini, every
-    site kept, second compile 2.3 s against Inductor's 1.4 s)."""
-    if key and known is None and not report.skipped:
+    site kept, second compile 2.3 s against Inductor's 1.4 s); not when some site was timed
+    on a busy host (``autotune.trusted``)."""
+    if key and known is None and not report.skipped and not report.sites_unsteady:
         graph_guard.remember(key, Decision(graph_guard.INDUCTOR, [], "measured"))
 
 
@@ -120,6 +122,7 @@ def faster_graph(
     if verdict == graph_guard.KERNELS and other:
         for sub in other[0].substitutions:
             count("substitutions", sub.kernel)
-    if key and verdict != graph_guard.SUBSTITUTED:
+    trusted = autotune.trusted(decision) and not report.sites_unsteady  # not on a busy host
+    if key and verdict != graph_guard.SUBSTITUTED and trusted:
         graph_guard.remember(key, Decision(verdict, [], "measured"))
     return cast(Callable[..., Any], fn)

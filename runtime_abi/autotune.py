@@ -471,6 +471,20 @@ def spread(t: Timing) -> float | None:
     return (q3 - q1) / med if med > 0 else math.inf
 
 
+# the spread past which a decision is not written to the decision cache: it holds for this
+# compilation, and a later one measures again. Per-site timings of 9 rounds spread up to 0.26
+# on a quiet host (bert-mini's sites on the 2-core Xeon, 1 thread); timed beside another busy
+# process the same compile's timings were 10-50x slow, and a decision cached then would have
+# been reused by every later compilation on this host
+BUSY = 0.5
+
+
+def trusted(decision: Decision) -> bool:
+    """Whether every timing of ``decision`` was at most :data:`BUSY` unsteady (or had too
+    few rounds to say): only such decisions are cached."""
+    return all((s := spread(t)) is None or s <= BUSY for t in decision.timings)
+
+
 def steady(t: Timing) -> bool:
     """Whether ``t``'s rounds were steady (:data:`STEADY`); True with too few rounds to say."""
     s = spread(t)

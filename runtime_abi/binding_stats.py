@@ -27,6 +27,7 @@ _TOTALS = (
     "tuning_hits",  # sites whose kernel choice came from the autotune cache
     "tuning_misses",  # sites measured
     "tuning_us",  # microseconds spent measuring
+    "tuning_unsteady",  # decisions timed on a busy host (autotune.trusted): used, not cached
     "substitutions_undone",  # in graphs whose Inductor-only code measured faster as a whole
     "graphs_left_to_inductor",  # compiled by Inductor alone: a cached verdict, no matching
     # kernel calls whose site id found no site (a direct torch.ops.pdlkit call; in a compiled

@@ -1,0 +1,99 @@
+"""Measuring on a busy host (runtime_abi/autotune.py's ``steady`` / ``trusted``): timings whose
+rounds swing widely were taken while another process had the cores; they decide nothing that
+outlives the compilation, and they do not spare the whole-graph check."""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+import time
+
+import pytest
+import torch
+from pdlkit.matcher import choose, graph_guard
+from pdlkit.matcher.report import GraphReport
+from pdlkit.runtime_abi import autotune
+from pdlkit.runtime_abi.autotune import KEEP, Decision, Timing
+from test_autotune_graph import _graph_maker
+
+import pdlkit
+
+STEADY_ROUNDS = [1.0e-4, 1.02e-4, 0.99e-4, 1.01e-4, 1.0e-4]
+BUSY_ROUNDS = [1.0e-4, 4.0e-4, 1.0e-4, 9.0e-4, 1.1e-4, 5.0e-4]
+
+
+def _site(rounds):
+    t = Timing("k", statistics.median(rounds) * 1e6, rounds=list(rounds))
+    return Decision("k", [t, Timing(KEEP, 500.0)])
+
+
+def _cached_or_measured(tmp_path, monkeypatch, rounds):
+    monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
+    cache = autotune.decision_cache()
+    pdlkit.stats(reset=True)
+    choose.cached_or_measured(cache, "site", True, lambda: _site(rounds))
+    return cache.get("site"), pdlkit.stats()["tuning_unsteady"]
+
+
+def test_a_site_decision_timed_steadily_is_cached(tmp_path, monkeypatch):
+    cached, unsteady = _cached_or_measured(tmp_path, monkeypatch, STEADY_ROUNDS)
+    assert cached is not None and cached.choice == "k" and unsteady == 0
+
+
+def test_a_site_decision_timed_on_a_busy_host_is_used_and_not_cached(tmp_path, monkeypatch):
+    """Its rounds swing 1-9x: this compilation takes it, the next one measures again, and
+    ``stats()`` counts it."""
+    cached, unsteady = _cached_or_measured(tmp_path, monkeypatch, BUSY_ROUNDS)
+    assert cached is None and unsteady == 1
+
+
+def test_a_whole_graph_verdict_timed_on_a_busy_host_is_not_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
+    compiled = []
+    swings = itertools.cycle([0.001, 0.006, 0.001, 0.003])
+
+    def busy(name):
+        def make():
+            compiled.append(name)
+            return lambda *a: time.sleep(next(swings))
+
+        return make
+
+    args = ("k", busy("substituted"), busy("inductor"), (torch.randn(2),), "cached")
+    graph_guard.choose(*args)
+    graph_guard.choose(*args)  # measured again: nothing was cached
+    assert compiled == ["substituted", "inductor", "substituted", "inductor"]
+
+
+def test_a_graph_whose_sites_were_timed_on_a_busy_host_is_not_remembered(tmp_path, monkeypatch):
+    """Nothing substituted, but a site's timing was unsteady: the next compilation matches
+    and measures again rather than compiling Inductor's graph unseen."""
+    from pdlkit import whole_graph
+
+    monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
+    whole_graph.nothing_substituted(
+        "plan", None, GraphReport(index=0, nodes=1, sites_unsteady=True)
+    )
+    assert graph_guard.known_verdict("plan") is None
+    whole_graph.nothing_substituted("plan", None, GraphReport(index=0, nodes=1))
+    assert graph_guard.known_verdict("plan") == graph_guard.INDUCTOR
+
+
+def test_a_large_saving_timed_on_a_busy_host_still_times_inductors_graph(tmp_path, monkeypatch):
+    """The substituted graph's rounds swing 1-4 ms (another process had the cores): the
+    sites' saving, timed then too, is not trusted, and Inductor's graph is compiled and
+    timed; a warning says why."""
+    monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
+    compiled = []
+    swings = itertools.cycle([0.001, 0.004, 0.001, 0.002])
+
+    def busy():
+        compiled.append("substituted")
+        return lambda *a: time.sleep(next(swings))
+
+    with pytest.warns(UserWarning, match="host was busy"):
+        graph_guard.choose(
+            "k", busy, _graph_maker(compiled, "inductor", 0.001), (torch.randn(2),), "cached",
+            5000.0,
+        )  # fmt: skip
+    assert compiled == ["substituted", "inductor"]
