@@ -3,6 +3,7 @@
     python benchmarks/x86_attention.py              # bert-mini shapes: [8, 4, 64, 64], one thread
     python benchmarks/x86_attention.py --bert-base  # + BERT-base shapes: [1, 12, 128, 64]
     python benchmarks/x86_attention.py --bert-mini-model  # + accuracy on real bert-mini activations
+    python benchmarks/x86_attention.py --llama      # + [8, 8, 64, 64] with a causal bool mask
     python benchmarks/x86_attention.py --rounds 15 --calls 20
 
 Inputs are laid out as in bert-mini's PT2E graph: q, k, v are [B, H, S, D] views of
@@ -43,12 +44,16 @@ from machine import host_header  # benchmarks/machine.py
 from measure import interleaved  # benchmarks/measure.py
 
 
-def inputs(b: int, h: int, s: int, d: int) -> tuple[torch.Tensor, ...]:
+def inputs(b: int, h: int, s: int, d: int, causal: bool = False) -> tuple[torch.Tensor, ...]:
+    """q, k, v and BERT's expanded all-true mask, or (``causal``) a decoder's [B, 1, S, S]
+    lower-triangular bool mask, as transformers' Llama passes to sdpa."""
     g = torch.Generator().manual_seed(0)
     q, k, v = (
         torch.randn(b, s, h * d, generator=g).view(b, s, h, d).transpose(1, 2) for _ in "qkv"
     )
     mask = torch.ones(s, dtype=torch.bool)[None, None, :, None].expand(b, 1, s, s)
+    if causal:
+        mask = torch.ones(s, s, dtype=torch.bool).tril().expand(b, 1, s, s).contiguous()
     return q, k, v, mask
 
 
@@ -84,14 +89,16 @@ def vector_build() -> Any:
     return {k.name: k for k in load_native_library(path)}["x86_attention_q_bf16"]
 
 
-def timing(label: str, shape: tuple[int, int, int, int], rounds: int, calls: int) -> None:
+def timing(
+    label: str, shape: tuple[int, int, int, int], rounds: int, calls: int, causal: bool = False
+) -> None:
     from pdlkit.kernels.x86 import attention
 
     import pdlkit
 
     decl = attention.x86_attention_q_bf16
     b, h, s, d = shape
-    q, k, v, mask = inputs(b, h, s, d)
+    q, k, v, mask = inputs(b, h, s, d, causal)
     scale = d**-0.5
     y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
     lo, hi = min(y.min().item(), 0.0), max(y.max().item(), 0.0)
@@ -171,6 +178,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--bert-base", action="store_true")
     ap.add_argument("--bert-mini-model", action="store_true")
+    ap.add_argument("--llama", action="store_true", help="+ [8, 8, 64, 64], a causal mask")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--calls", type=int, default=20)
     args = ap.parse_args()
@@ -182,6 +190,8 @@ def main() -> None:
     timing("bert-mini", (8, 4, 64, 64), args.rounds, args.calls)
     if args.bert_base:
         timing("bert-base", (1, 12, 128, 64), args.rounds, args.calls)
+    if args.llama:
+        timing("llama causal", (8, 8, 64, 64), args.rounds, args.calls, causal=True)
     if args.bert_mini_model:
         model_accuracy()
 
