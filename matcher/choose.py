@@ -346,7 +346,9 @@ def timing_site(k: KernelDecl, where: str, transposed: tuple[int, ...] = ()) -> 
     def declined(*_: Any) -> Any:
         raise Excluded("declined the call (KernelUnsupported)")
 
-    site = CallSite(k, f"autotune at {where}", where, "", declined, transposed=transposed)
+    site = CallSite(
+        k, f"autotune at {where}", where, "", declined, transposed=transposed, static=True
+    )
     return bind(k), new_site(site)
 
 
