@@ -256,3 +256,32 @@ def test_timing_arguments_of_dynamic_quantization_are_valid_qparams():
         tuner = Tuner("full", gm, [torch.randn(4, 8)])
         scale, zp = (tuner.value(n) for n in items)
         assert scale.item() > 0 and -128 <= zp.item() <= 127, (seed, scale, zp)
+
+
+CONTIGUOUS = """
+@pdlkit.kernel(op="chain", meta=meta, priority=1, shapes={"a": {"contiguous": True}})
+def strict_chain(a: Tensor, wb: Tensor, wc: Tensor) -> Tensor:
+    return a @ (wb.t() @ wc.t())
+"""
+
+
+@pytest.mark.parametrize(("body", "guarded"), [(FAST, False), (CONTIGUOUS, True)])
+def test_a_timed_call_checks_shape_rules_only_where_the_compiled_call_will(
+    folders, monkeypatch, body, guarded
+):
+    """A kernel with no per-call shape rule is timed on the op's fast path, as the compiled
+    graph calls it; one whose rule is a property of each call's tensors (contiguity) is
+    timed with the check."""
+    from pdlkit.matcher import choose
+
+    seen = []
+    timing_site = choose.timing_site
+
+    def spy(k, where, transposed=(), guard=True):
+        seen.append(guard)
+        return timing_site(k, where, transposed, guard)
+
+    monkeypatch.setattr(choose, "timing_site", spy)
+    p, k = folders(body)
+    run(p, k, "full")
+    assert seen and set(seen) == {guarded}
