@@ -123,8 +123,7 @@ class Tuner:
         self.keep = True
         # whether that graph would differ from this one at some site (worth compiling)
         self.kernels_differ = False
-        # whether some site was timed on a busy host (autotune.trusted): no verdict about the
-        # whole graph may be cached from such a compilation
+        # some site was timed on a busy host (autotune.trusted): cache no whole-graph verdict
         self.unsteady = False
 
     # real arguments ---------------------------------------------------------------------------
@@ -344,9 +343,7 @@ def timing_site(
 ) -> tuple[Any, int]:
     """``k``'s bound op and a call site of its own for timing calls: a declined call raises
     :class:`Excluded` instead of running the subgraph. Free it with ``drop_site``. ``guard``:
-    whether each call checks the shape rules, as the compiled site will (``needs_guard``): a
-    site without takes the op's fast path, pre-packed weight remembered (with one, a native
-    int8 GEMM's timed call took 10-15 us more than the compiled graph's calls of it)."""
+    as the compiled site's (``needs_guard``; guarded, a native GEMM's call took 12 us more)."""
 
     def declined(*_: Any) -> Any:
         raise Excluded("declined the call (KernelUnsupported)")
@@ -545,9 +542,7 @@ class BucketChoice:
         ]
         try:
             for k in cands:
-                # guarded as calls in this bucket will be: the site's own kernel as the site,
-                # another as the sibling site it would get (_tune: guarded)
-                guard = cs.guard if k.name == cs.kernel.name else True
+                guard = cs.guard if k.name == cs.kernel.name else True  # a sibling: guarded
                 op, sid = timing_site(k, self.where, guard=guard)
                 runs.append((k.name, cold.rotating([partial(op, *r, sid) for r in reals])))
                 sites.append(sid)
