@@ -63,7 +63,9 @@ MARGIN = 0.03
 # always rank as the model ran them (a Xeon with AMX, one thread, single runs: ViT BF16 with one
 # kind of site on oneDNN's linear ran 0.930x BF16 Inductor's time, with pdlkit's AMX kernel at
 # every site 0.897x; BERT-base BF16's oneDNN sites, 25% ahead per site, were faster in the model
-# too). The whole-graph timing decides between the graphs.
+# too; the first of these is within the 4-9% that x86_models.py measured between static
+# priority and pdlkit running the same kernels, x86_models_xeon_dev_rotated_33cccdc.md, so it is
+# weak evidence). The whole-graph timing decides between the graphs.
 KERNELS_TIE = 0.15
 
 
