@@ -208,10 +208,18 @@ SAMPLES = 21
 # verdict kept Inductor's graph where kernels everywhere ran 0.946x its time; 21 rounds take
 # 4.7 s there, against the 50 s that compiling the three costs
 BUDGETS = 5
+# untimed calls of a graph before each of its samples, so that each is timed after its own
+# call, as a model runs call after call. Graphs that share pre-packed weights (the
+# substituted and kernels-only ones) warm the caches for each other, Inductor's graph does
+# not: right after PyTorch's int8 graph a substituted graph ran 6-8% slower than right after
+# a graph with the same packed weights (int8 bert-mini, 1 thread, the 2-core Xeon with AMX:
+# 5.10 against 4.75 ms, the same kernels either way round), which leaned verdicts one way
+LEAD = 1
 
 
 def _measure(runs: list[tuple[str, Callable[[], Any]]], device: str) -> list[Timing]:
-    return autotune.measure(runs, device, BUDGETS * autotune.budget_s(), samples=SAMPLES)
+    budget = BUDGETS * autotune.budget_s()
+    return autotune.measure(runs, device, budget, samples=SAMPLES, lead=LEAD)
 
 
 # the share of rounds a graph with substitutions must win against Inductor's, run for run

@@ -208,8 +208,10 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _sample(fn: Callable[[], Any], device: str, reps: int) -> float:
-    """Seconds per call over ``reps`` back-to-back calls."""
+def _sample(fn: Callable[[], Any], device: str, reps: int, lead: int = 0) -> float:
+    """Seconds per call over ``reps`` back-to-back calls, after ``lead`` untimed ones."""
+    for _ in range(lead):
+        fn()
     if device == "cuda":
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
@@ -273,11 +275,14 @@ def measure(
     budget: float,
     *,
     samples: int = 9,
+    lead: int = 0,
 ) -> list[Timing]:
     """Median time per call of each candidate, sampled round-robin within ``budget`` seconds.
 
     Every other round runs the candidates in reverse order, so that none always runs right
-    after the same other one (whose data it would find in, or missing from, the caches). Each
+    after the same other one (whose data it would find in, or missing from, the caches).
+    ``lead`` untimed calls start each sample, so that each candidate's timed calls follow its
+    own, as a model's calls follow each other (whole graphs: see matcher/graph_guard.py). Each
     candidate's samples are kept in ``Timing.rounds``, round by round, for a paired
     comparison (matcher/graph_guard.py). A candidate that raises in its warm-up is excluded
     (its note says why); one whose warm-up call alone takes more than the budget's share is
@@ -320,7 +325,7 @@ def measure(
         if time.perf_counter() > deadline and all(found[n] for n, _, _ in live):
             break
         for name, fn, reps in live if i % 2 == 0 else live[::-1]:
-            found[name].append(_sample(fn, device, reps))
+            found[name].append(_sample(fn, device, reps, lead))
     for name, values in found.items():
         timings[name].us = statistics.median(values) * 1e6
         timings[name].rounds = values

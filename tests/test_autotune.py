@@ -234,6 +234,30 @@ def test_measure_runs_its_rounds_in_alternating_order():
     assert [len(t.rounds) for t in timings] == [4, 4]
 
 
+def test_a_lead_call_times_each_candidate_after_its_own_call():
+    """With ``lead=1`` each sample follows an untimed call of the same candidate: one that runs
+    slowly right after another candidate (its data out of the caches) is timed as it runs
+    call after call (the whole-graph check's samples)."""
+    import time
+
+    last = [""]
+
+    def fn(name):  # 3 ms right after the other candidate, 1 ms after itself
+        def call():
+            time.sleep(0.001 if last[0] == name else 0.003)
+            last[0] = name
+
+        return call
+
+    runs = [("a", fn("a")), ("b", fn("b"))]
+    plain = autotune.measure(runs, "cpu", 10.0, samples=6)
+    led = autotune.measure(runs, "cpu", 10.0, samples=6, lead=1)
+    # a, b / b, a rounds: half of each one's samples follow the other, medians 2-3 ms
+    assert all(t.us is not None and t.us > 1900 for t in plain)
+    assert all(t.us is not None and t.us < 1600 for t in led)
+    assert all(max(t.rounds) < 0.0016 for t in led)
+
+
 def test_timing_arguments_of_dynamic_quantization_are_valid_qparams():
     """A site's x_scale / x_zp made by choose_qparams are computed from the (fresh) activation
     they read, not drawn at random: a random zero point fell outside int8 as often as not, so
