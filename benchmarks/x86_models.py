@@ -235,7 +235,12 @@ def warm_process(tmp: str) -> str:
 
 
 def measure_round(case: Case, fns: dict, x: torch.Tensor, args: argparse.Namespace) -> None:
-    """``--warmup`` calls each, then alternating windows of ``--calls`` calls."""
+    """``--warmup`` calls each, then alternating windows of ``--calls`` calls, each window
+    after one untimed call of its own: timed right after another configuration, a
+    configuration ran 6-8% slower than right after one with the same packed weights
+    (int8-static bert-mini, 1 thread, the 2-core Xeon with AMX: 5.10 / 4.75 ms with the same
+    kernels either way round), and the rotation below put pdlkit after the peer and
+    pdlkit-off after pdlkit twice in three windows: the "same-kernels gap" of earlier runs."""
     names = list(fns)
     start = {n: len(case.confs[n].windows_ms) for n in names}
     with torch.no_grad():
@@ -245,6 +250,7 @@ def measure_round(case: Case, fns: dict, x: torch.Tensor, args: argparse.Namespa
         for w in range(args.windows):
             k = w % len(names)
             for n in names[k:] + names[:k]:
+                fns[n](x)  # untimed: the window's calls follow the configuration's own
                 t = time.perf_counter()
                 for _ in range(args.calls):
                     fns[n](x)
