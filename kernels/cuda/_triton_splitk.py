@@ -28,7 +28,10 @@ launch where there were two, for a decode step of one sequence, host-bound witho
 graphs. For more rows each program would quantize every row (2 x M x K bytes a program:
 a 64-row activation is 512 KB at K = 4096, eight times the program's share of the weights);
 a first version that quantized a [16, BK] tile in each K step took 0.94 ms of GPU time for
-the Llama-3 decode step of one sequence on an H200, where the two launches took 0.20.
+the Llama-3 decode step of one sequence on an H200, where the two launches took 0.20. Codes
+made in registers from each K step's floats (row 0 of the dot's A tile, no row stored) cost
+that step 20 us more than the two launches (215 against 195 us, H200, 2026-11-29); the stored
+row, its two passes unrolled, 12 us more (208 against 196).
 """
 
 from __future__ import annotations
@@ -153,25 +156,108 @@ def _epilogue_sa(
 
 
 @triton.jit
-def _quantize_row(x_ptr, q_ptr, q_eps, q_max, K: tl.constexpr, RB: tl.constexpr):
-    """One row x[K] (float) to q[K] (int8) and its scale, returned: quant_rows_kernel's
-    operations (amax, s = max(amax, q_eps) / q_max, round-half-even of x / s, clamp), in
-    RB-wide passes. Every program of the GEMM runs it and stores the same bytes."""
-    q_eps = tl.cast(q_eps, tl.float32)  # a constexpr: the model's constant, rounded once
+def _row_scale(x_ptr, q_eps, q_max, K: tl.constexpr, RB: tl.constexpr):
+    """The per-token scale of one float row x[K], as quant_rows_kernel computes it:
+    max(amax |x|, q_eps) / q_max, correctly rounded. The row's RB-wide blocks are unrolled
+    (K is a constexpr), so their loads go out together: one L2 latency, not one a block."""
+    q_eps = tl.cast(q_eps, tl.float32)  # constexprs: the model's constants, rounded once
     q_max = tl.cast(q_max, tl.float32)
     cols = tl.arange(0, RB)
     amax = tl.zeros((RB,), dtype=tl.float32)
-    for k0 in range(0, K, RB):
+    for k0 in tl.static_range(0, K, RB):
         x = tl.load(x_ptr + k0 + cols, mask=k0 + cols < K, other=0.0)
         amax = tl.maximum(amax, tl.abs(x.to(tl.float32)))
-    s = tl.math.div_rn(tl.maximum(tl.max(amax, axis=0), q_eps), q_max)
-    for k0 in range(0, K, RB):
+    return tl.math.div_rn(tl.maximum(tl.max(amax, axis=0), q_eps), q_max)
+
+
+@triton.jit
+def _quantize_row(x_ptr, q_ptr, q_eps, q_max, K: tl.constexpr, RB: tl.constexpr):
+    """One float row x[K] to int8 codes q[K] (round-half-even of x / s, clamped:
+    quant_rows_kernel's), its scale s returned. Every program of the GEMM runs it and stores
+    the same bytes; both passes unrolled (their loads go out together, the second from L1)."""
+    s = _row_scale(x_ptr, q_eps, q_max, K, RB)
+    q_max = tl.cast(q_max, tl.float32)
+    cols = tl.arange(0, RB)
+    for k0 in tl.static_range(0, K, RB):
         ok = k0 + cols < K
         x = tl.load(x_ptr + k0 + cols, mask=ok, other=0.0).to(tl.float32)
         y = (quotient(x, s) + _RNE) - _RNE
         tl.store(q_ptr + k0 + cols, tl.minimum(tl.maximum(y, -q_max), q_max).to(tl.int8), mask=ok)
     tl.debug_barrier()  # this program's K loop reads the codes its own threads stored
     return s
+
+
+@triton.jit
+def _k_tile(ptrs, ok, kk, K: tl.constexpr, EVEN_K: tl.constexpr):
+    """One K step's [rows, BK] int8 tile: ``ok`` masks the rows, ``kk`` the K positions."""
+    if EVEN_K:
+        return tl.load(ptrs, mask=ok, other=0)
+    return tl.load(ptrs, mask=ok & (kk < K)[None, :], other=0)
+
+
+@triton.jit
+def _sums(
+    a_ptr, b_ptr, u_ptr, rm, rn, rk, M, N, stride_am, stride_bn,
+    K: tl.constexpr, K_SPLIT: tl.constexpr, EVEN_K: tl.constexpr, GATED: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+):  # fmt: skip
+    """The int32 sums of one K slice (positions rk + k0): A[rm] @ B[rn]^T, and U's for a
+    gated pair; up to ``stages`` K steps of loads in flight."""
+    m_ok = (rm < M)[:, None]
+    n_ok = (rn < N)[:, None]
+    a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :]
+    b_ptrs = b_ptr + rn[:, None] * stride_bn + rk[None, :]
+    if GATED:
+        u_ptrs = u_ptr + rn[:, None] * stride_bn + rk[None, :]
+    acc = tl.zeros((BM, BN), dtype=tl.int32)
+    acc_u = tl.zeros((BM, BN), dtype=tl.int32)
+    for k0 in range(0, K_SPLIT, BK):
+        a = _k_tile(a_ptrs, m_ok, rk + k0, K, EVEN_K)
+        b = _k_tile(b_ptrs, n_ok, rk + k0, K, EVEN_K)
+        acc = tl.dot(a, tl.trans(b), acc, out_dtype=tl.int32)
+        if GATED:
+            u = _k_tile(u_ptrs, n_ok, rk + k0, K, EVEN_K)
+            acc_u = tl.dot(a, tl.trans(u), acc_u, out_dtype=tl.int32)
+            u_ptrs += BK
+        a_ptrs += BK
+        b_ptrs += BK
+    return acc, acc_u
+
+
+@triton.jit
+def _slices_epilogue(
+    acc, acc_u, sa, rm, rn, pid_k, c_ptr, ws_ptr, count_ptr, stride_cm, b_scale_ptr,
+    u_scale_ptr, bias_ptr, res_ptr, M, N, SPLIT_K: tl.constexpr, GATED: tl.constexpr,
+    HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+):  # fmt: skip
+    """SPLIT_K > 1: K slice pid_k of this program's tile stores its sums in a block of its
+    own in the workspace; the tile's last slice to count itself in adds the blocks in slice
+    order (deterministic) and runs the epilogue. Plain stores and loads: the atomic adds of
+    every partial sum they replace took a 64 x 14336 gate/up pair split in two from 36 to
+    76 us (H200)."""
+    tile = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)
+    block = BM * BN * (1 + GATED)
+    tiles = tl.num_programs(0) * tl.num_programs(1)
+    offs = tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :]
+    part = ws_ptr + (pid_k * tiles + tile).to(tl.int64) * block + offs
+    tl.store(part, acc)
+    if GATED:
+        tl.store(part + BM * BN, acc_u)
+    tl.debug_barrier()  # every thread's sums are stored before the counter moves
+    done = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel")
+    if done == SPLIT_K - 1:  # the last slice of this tile: every block is stored
+        acc = tl.zeros((BM, BN), dtype=tl.int32)
+        acc_u = tl.zeros((BM, BN), dtype=tl.int32)
+        for s in tl.static_range(SPLIT_K):  # from L2 (.cg): other SMs wrote them
+            blk = ws_ptr + (s * tiles + tile).to(tl.int64) * block + offs
+            acc += tl.load(blk, cache_modifier=".cg")
+            if GATED:
+                acc_u += tl.load(blk + BM * BN, cache_modifier=".cg")
+        tl.atomic_xchg(count_ptr + tile, 0)  # zero again for the next call
+        _epilogue_sa(
+            acc, acc_u, sa, rm, rn, c_ptr, stride_cm, b_scale_ptr, u_scale_ptr, bias_ptr,
+            M, N, GATED, HAS_BIAS, res_ptr, HAS_RES,
+        )  # fmt: skip
 
 
 @triton.jit
@@ -198,35 +284,15 @@ def splitk_kernel(
     rm = pid_m * BM + tl.arange(0, BM)
     rn = pid_n * BN + tl.arange(0, BN)
     rk = pid_k * K_SPLIT + tl.arange(0, BK)
-    m_ok = (rm < M)[:, None]
-    n_ok = (rn < N)[:, None]
-    a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :]
-    b_ptrs = b_ptr + rn[:, None] * stride_bn + rk[None, :]
-    if GATED:
-        u_ptrs = u_ptr + rn[:, None] * stride_bn + rk[None, :]
     if QUANT_A:
-        sa = tl.where(rm < M, _quantize_row(x_ptr, a_ptr, q_eps, q_max, K, RB), 0.0)
-    acc = tl.zeros((BM, BN), dtype=tl.int32)
-    acc_u = tl.zeros((BM, BN), dtype=tl.int32)
-    for k0 in range(0, K_SPLIT, BK):
-        if EVEN_K:
-            a = tl.load(a_ptrs, mask=m_ok, other=0)
-            b = tl.load(b_ptrs, mask=n_ok, other=0)
-        else:
-            k_ok = (rk + k0 < K)[None, :]
-            a = tl.load(a_ptrs, mask=m_ok & k_ok, other=0)
-            b = tl.load(b_ptrs, mask=n_ok & k_ok, other=0)
-        acc = tl.dot(a, tl.trans(b), acc, out_dtype=tl.int32)
-        if GATED:
-            if EVEN_K:
-                u = tl.load(u_ptrs, mask=n_ok, other=0)
-            else:
-                u = tl.load(u_ptrs, mask=n_ok & (rk + k0 < K)[None, :], other=0)
-            acc_u = tl.dot(a, tl.trans(u), acc_u, out_dtype=tl.int32)
-            u_ptrs += BK
-        a_ptrs += BK
-        b_ptrs += BK
-    if not QUANT_A:
+        s = _quantize_row(x_ptr, a_ptr, q_eps, q_max, K, RB)
+    acc, acc_u = _sums(
+        a_ptr, b_ptr, u_ptr, rm, rn, rk, M, N, stride_am, stride_bn,
+        K, K_SPLIT, EVEN_K, GATED, BM, BN, BK,
+    )  # fmt: skip
+    if QUANT_A:
+        sa = tl.where(rm < M, s, 0.0)
+    else:
         sa = tl.load(a_scale_ptr + rm, mask=rm < M, other=0.0)
     if SPLIT_K == 1:
         _epilogue_sa(
@@ -234,33 +300,10 @@ def splitk_kernel(
             GATED, HAS_BIAS, res_ptr, HAS_RES,
         )  # fmt: skip
     else:
-        # K slice pid_k of tile t stores its sums in its own block of the workspace; the tile's
-        # last slice to count itself in adds the blocks in slice order (deterministic) and
-        # runs the epilogue. Plain stores and loads: the atomic adds of every partial sum
-        # they replace took a 64 x 14336 gate/up pair split in two from 36 to 76 us (H200)
-        tile = pid_n * tl.num_programs(0) + pid_m
-        block = BM * BN * (1 + GATED)
-        tiles = tl.num_programs(0) * tl.num_programs(1)
-        offs = tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :]
-        part = ws_ptr + (pid_k * tiles + tile).to(tl.int64) * block + offs
-        tl.store(part, acc)
-        if GATED:
-            tl.store(part + BM * BN, acc_u)
-        tl.debug_barrier()  # every thread's sums are stored before the counter moves
-        done = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel")
-        if done == SPLIT_K - 1:  # the last slice of this tile: every block is stored
-            acc = tl.zeros((BM, BN), dtype=tl.int32)
-            acc_u = tl.zeros((BM, BN), dtype=tl.int32)
-            for s in tl.static_range(SPLIT_K):  # from L2 (.cg): other SMs wrote them
-                blk = ws_ptr + (s * tiles + tile).to(tl.int64) * block + offs
-                acc += tl.load(blk, cache_modifier=".cg")
-                if GATED:
-                    acc_u += tl.load(blk + BM * BN, cache_modifier=".cg")
-            tl.atomic_xchg(count_ptr + tile, 0)  # zero again for the next call
-            _epilogue_sa(
-                acc, acc_u, sa, rm, rn, c_ptr, stride_cm, b_scale_ptr, u_scale_ptr, bias_ptr,
-                M, N, GATED, HAS_BIAS, res_ptr, HAS_RES,
-            )  # fmt: skip
+        _slices_epilogue(
+            acc, acc_u, sa, rm, rn, pid_k, c_ptr, ws_ptr, count_ptr, stride_cm, b_scale_ptr,
+            u_scale_ptr, bias_ptr, res_ptr, M, N, SPLIT_K, GATED, HAS_BIAS, HAS_RES, BM, BN,
+        )  # fmt: skip
 
 
 def splitk(
