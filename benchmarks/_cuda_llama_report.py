@@ -38,6 +38,20 @@ def _ms(r: dict[str, Any], key: str) -> str:
     return f"{v:.3f}" if isinstance(v, float) else "-"
 
 
+def _paired(r: dict[str, Any]) -> str:
+    """BF16 Inductor's time over the path's, round by round (each round times both paths
+    within a second, so a swing of the shared host's speed between minutes cancels): median
+    [lowest-highest] of the rounds, without CUDA graphs (with)."""
+    out = []
+    for key in ("ms", "graph_ms"):
+        q = r.get(f"{key}_round_ratio_vs_bf16_inductor")
+        if q:
+            out.append(f"{q[1]:.2f}x [{q[0]:.2f}-{q[2]:.2f}]")
+    if len(out) == 2:
+        return f"{out[0]} ({out[1]})"
+    return out[0] if out else ""
+
+
 def _row_line(row: str, path: str, r: dict[str, Any], base: dict[str, Any]) -> str:
     speed = ""
     if path not in ("bf16_inductor", "bf16_eager") and "ms" in base:
@@ -53,7 +67,8 @@ def _row_line(row: str, path: str, r: dict[str, Any], base: dict[str, Any]) -> s
     kern = f"{r['kernels_per_call']:.0f}" if "kernels_per_call" in r else "-"
     graph = _ms(r, "graph_ms") if r.get("graph_ms") else (r.get("graph_note") or "-")
     return (
-        f"| {row} | {path} | {_ms(r, 'ms')} | {graph} | {ro} | {speed} | {host} | {kern} "
+        f"| {row} | {path} | {_ms(r, 'ms')} | {graph} | {ro} | {speed} | {_paired(r)} "
+        f"| {host} | {kern} "
         f"| {r['compile_s']:.1f} | {r.get('cosine_vs_bf16_eager', 1.0):.5f} | "
         f"{r.get('greedy_agreement', '')} |"
     )
@@ -75,25 +90,31 @@ def markdown(res: dict[str, Any]) -> str:
         f"transformers `LlamaModel`, 2 decoder layers, config {res['config']} "
         f"({res['sizes']}), random weights, BF16 activations; decode rows: one token per "
         f"sequence over a static KV cache of {res['ctx']} tokens. Medians of "
-        "`triton.testing.do_bench` (ms), then timed again once a row's paths are compiled: 21 "
-        "rounds, the paths round-robin, 30 back-to-back calls each, the median of the rounds "
+        "`triton.testing.do_bench` (ms), then timed again once a row's paths are compiled: "
+        f"{res.get('rounds', 21)} rounds, the paths round-robin, 30 back-to-back calls each, "
+        "the median of the rounds "
         "(rows of runs before 2026-11-24 15:00 timed each path once, one after the other); "
         "`graph` = the compiled call captured in a CUDA graph "
         'and replayed; `reduce-overhead` = compiled with `mode="reduce-overhead"` (Inductor\'s '
         "CUDA graph trees; for pdlkit through `pdlkit.optimize(..., mode=...)`). Host us / call: "
         "back-to-back calls without waiting for the GPU; kernels / call: torch.profiler. "
         "Cosine: last hidden state against BF16 eager; greedy: agreement of the next token under "
-        "a random 32000-word head (one per sequence of the row).",
+        "a random 32000-word head (one per sequence of the row). `vs BF16 Inductor` divides "
+        "the medians; `per round` divides BF16 Inductor's time by the path's in each round "
+        "(the two timed within a second of each other) and gives the median [lowest-highest] "
+        "of those ratios: without CUDA graphs a decode step is host-bound, and the shared "
+        "host's speed swings by up to 2x between minutes, which the medians of separate "
+        "paths carry and the per-round ratio cancels.",
         "",
         "| row | path | ms | graph ms | reduce-overhead ms | vs BF16 Inductor: ms (graph) [reduce-overhead] "
-        "| host us / call | kernels / call | compile s | cosine | greedy |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| per round: ms (graph) | host us / call | kernels / call | compile s | cosine | greedy |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row, paths in res["rows"].items():
         base = paths.get("bf16_inductor", {})
         for path, r in paths.items():
             if "skipped" in r:
-                lines.append(f"| {row} | {path} | skipped: {r['skipped']} | | | | | | | | |")
+                lines.append(f"| {row} | {path} | skipped: {r['skipped']} | | | | | | | | | |")
                 continue
             lines.append(_row_line(row, path, r, base))
     subs = [

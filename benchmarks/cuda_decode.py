@@ -86,6 +86,8 @@ TILES = [
     # K split in two or four (partial sums stored, added by the tile's last slice)
     (64, 256, 2, 4, 6), (64, 128, 2, 4, 4), (64, 128, 2, 4, 8), (128, 128, 2, 4, 6),
     (128, 128, 4, 4, 6),
+    # eight warps on one 32-column weight tile (more loads issued an SM), wider K steps
+    (32, 256, 1, 8, 4), (32, 256, 1, 8, 6), (32, 512, 1, 4, 4), (32, 512, 1, 8, 4),
 ]  # fmt: skip
 SMEM = 227 * 1024
 

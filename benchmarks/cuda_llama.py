@@ -343,6 +343,7 @@ def measure_row(
     head: torch.Tensor,
     save: Callable[[dict[str, Any]], None],
     graphs: str = "capture",
+    rounds: int = 21,
 ) -> dict[str, Any]:
     """Every path of ``models`` on one row; the first (BF16 eager) is the reference.
     ``save`` gets the row's results after each path (a run stopped by its time limit keeps
@@ -382,7 +383,7 @@ def measure_row(
         print(f"  {row:16s} {path:14s} {summary(r)}", flush=True)
         save(results)
     with torch.no_grad():
-        interleave(timers, results, device)
+        interleave(timers, results, device, rounds)
     for path in timers:
         r = results[path]
         graph = f", graph {r['graph_ms']:.3f} ms" if r.get("graph_ms") else ""
@@ -530,6 +531,7 @@ def main() -> None:
         metavar="KEY=VALUE",
         help="Inductor config keys set for every compiled path, e.g. coordinate_descent_tuning=True",
     )
+    ap.add_argument("--rounds", type=int, default=21, help="interleaved rounds per row")
     ap.add_argument("--out", default="benchmarks/results")
     a = ap.parse_args()
     if any(p.startswith("pdlkit") for p in a.paths):  # as a script using pdlkit imports it:
@@ -538,6 +540,7 @@ def main() -> None:
     warnings.filterwarnings("ignore", message=".*TF32.*")
     rows = a.rows or (TINY_ROWS if a.config == "tiny" else ROWS)
     res: dict[str, Any] = {"argv": sys.argv[1:], "config": a.config, "ctx": a.ctx, **versions()}
+    res["rounds"] = a.rounds
     res["sizes"] = CONFIGS[a.config]
     res["device"] = torch.cuda.get_device_name() if a.device == "cuda" else "CPU (interpreter)"
     try:
@@ -566,7 +569,7 @@ def main() -> None:
             (out / f"{name}.json").write_text(json.dumps(res, indent=1, default=str))
             (out / f"{name}.md").write_text(markdown(res))
 
-        measure_row(row, models, a.ctx, a.device, head, save, a.graphs)
+        measure_row(row, models, a.ctx, a.device, head, save, a.graphs, a.rounds)
     print(markdown(res))
 
 

@@ -11,7 +11,7 @@ set -uo pipefail
 out=${OUT:-benchmarks/results}
 mkdir -p /tmp/site "$out"
 [ -d /tmp/site/torch_mlir ] || tar xJf .carry/torch_mlir-cp312.tar.xz -C /tmp/site
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 # from copies of tests/ and benchmarks/, so that the repo's pdlkit/ folder does not shadow the
