@@ -31,7 +31,7 @@ done
 for p in "${parts[@]}"; do
   case "$p" in
     tests) (cd /tmp/t && eval python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py \
-              tests/test_cuda_launch.py tests/test_cuda_graphs.py tests/test_cuda_fusions.py tests/test_cuda_splitk.py \
+              tests/test_cuda_launch.py tests/test_cuda_timing.py tests/test_cuda_graphs.py tests/test_cuda_fusions.py tests/test_cuda_splitk.py \
               ${args[tests]}) 2>&1 | tee "$out/cuda_tests.log" | tail -25 ;;
     abi) (cd /tmp/t && python3 -c "import sys; from pdlkit.cli import main; sys.exit(main())" \
             abi-check /tmp/site/pdlkit/kernels/cuda/gemm.py /tmp/site/pdlkit/kernels/_optin) 2>&1 \

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pdlkit.runtime_abi.cuda_timing import gpu_seconds
 
 from pdlkit.errors import PdlkitError
 
@@ -209,17 +210,12 @@ def _sync(device: str) -> None:
 
 
 def _sample(fn: Callable[[], Any], device: str, reps: int, lead: int = 0) -> float:
-    """Seconds per call over ``reps`` back-to-back calls, after ``lead`` untimed ones."""
+    """Seconds per call over ``reps`` back-to-back calls, after ``lead`` untimed ones; on
+    CUDA the calls' GPU time, their launches enqueued ahead (runtime_abi/cuda_timing.py)."""
     for _ in range(lead):
         fn()
     if device == "cuda":
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(reps):
-            fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3 / reps
+        return gpu_seconds(fn, reps)
     t0 = time.perf_counter()
     for _ in range(reps):
         fn()
