@@ -229,8 +229,10 @@ def _ln_cases(
     ks: dict[str, Any], variants: list[tuple[str, Any]], m: int, k: int, n: int
 ) -> dict[str, Callable[[], Any]]:
     """The output projection with its residual add, LayerNorm and codes: oneDNN's float32 GEMM
-    alone (``onednn``), pdlkit's fused AMX kernel (``amx``), its VNNI one (``vnni``), each
-    variant's ``qlinear_add_layer_norm_q_amx``; the callables return the codes."""
+    alone (``onednn``), the same followed by the add, LayerNorm and codes as Inductor compiles
+    them (``onednn+ln``: what PyTorch's int8 path runs), pdlkit's fused AMX kernel (``amx``),
+    its VNNI one (``vnni``), each variant's ``qlinear_add_layer_norm_q_amx``; the callables
+    return the codes (``onednn`` the GEMM's float output)."""
     g = torch.Generator().manual_seed(m + k + n)
     x = torch.randint(0, 256, (m, k), generator=g, dtype=torch.uint8)
     w = torch.randint(-127, 128, (n, k), generator=g, dtype=torch.int8)
@@ -242,14 +244,29 @@ def _ln_cases(
     onednn = ks["qlinear_onednn"]
     po = onednn.prepack(w, dict(x_scale=0.02, x_zp=128, post_op="none", algorithm=""))
     tail = (ws, wz, b, res, [n], gamma, beta, 1e-12, 8 / 255, 128, 0, 255)
+    epilogue = _add_ln_codes(n)
     cases: dict[str, Callable[[], Any]] = {
-        "onednn": lambda: onednn.fn(x, 0.02, 128, po, ws, wz, b, "none", "")
+        "onednn": lambda: onednn.fn(x, 0.02, 128, po, ws, wz, b, "none", ""),
+        "onednn+ln": lambda: epilogue(
+            onednn.fn(x, 0.02, 128, po, ws, wz, b, "none", ""), res, gamma, beta
+        ),
     }
     decls = {"amx": ks["qlinear_add_layer_norm_q_amx"], "vnni": ks["qlinear_add_layer_norm_q_vnni"]}
     decls.update({name: kernels["qlinear_add_layer_norm_q_amx"] for name, kernels in variants})
     for name, decl in decls.items():
         cases[name] = _ln_call(decl, decl.prepack(w, attrs), x, tail)
     return cases
+
+
+def _add_ln_codes(n: int) -> Callable[..., torch.Tensor]:
+    """The residual add, LayerNorm and u8 codes after a float GEMM, compiled by Inductor (one
+    fused C++ loop, as in PyTorch's int8 graph)."""
+
+    def f(y: torch.Tensor, res: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor) -> Any:
+        z = torch.nn.functional.layer_norm(y + res, [n], gamma, beta, 1e-12)
+        return torch.clamp(torch.round(z / (8 / 255)) + 128, 0, 255).to(torch.uint8)
+
+    return torch.compile(f, dynamic=False)
 
 
 def _ln_call(decl: Any, packed: Any, x: torch.Tensor, tail: tuple[Any, ...]) -> Any:
@@ -261,17 +278,21 @@ def _ln_table(
 ) -> list[str]:
     torch.set_num_threads(threads)
     names = ["amx", "vnni", *(v[0] for v in variants)]
-    head = f"{'M':>5} {'K':>5} {'N':>5} {'oneDNN GEMM us':>14}"
+    head = f"{'M':>5} {'K':>5} {'N':>5} {'oneDNN GEMM us':>14} {'+add+LN+codes us':>16}"
+    head += f" {'amx / that':>10}"
     lines = [head + "".join(f" {c + ' us':>10} {'ratio':>5}" for c in names)]
     print(*lines, sep="\n", flush=True)
     for m, k, n in LN_SHAPES:
         cases = _ln_cases(ks, variants, m, k, n)
         outs = {c: f() for c, f in cases.items()}
         odd = [c for c in names if not torch.equal(outs[c], outs["amx"])]
+        off = int((outs["onednn+ln"].int() - outs["amx"].int()).abs().max())
         med = _interleaved(cases, args.rounds, args.repeats)
-        line = f"{m:>5} {k:>5} {n:>5} {med['onednn']:>14.1f}"
+        line = f"{m:>5} {k:>5} {n:>5} {med['onednn']:>14.1f} {med['onednn+ln']:>16.1f}"
+        line += f" {med['amx'] / med['onednn+ln']:>10.2f}"
         line += "".join(f" {med[c]:>10.1f} {med[c] / med['onednn']:>5.2f}" for c in names)
         line += f"  (codes differ from amx: {', '.join(odd)})" if odd else ""
+        line += f"  (onednn+ln codes within {off} of amx's)"
         print(line, flush=True)
         lines.append(line)
     return lines
