@@ -280,7 +280,7 @@ def _ln_table(
     names = ["amx", "vnni", *(v[0] for v in variants)]
     head = f"{'M':>5} {'K':>5} {'N':>5} {'oneDNN GEMM us':>14} {'+add+LN+codes us':>16}"
     head += f" {'amx / that':>10}"
-    lines = [head + "".join(f" {c + ' us':>10} {'ratio':>5}" for c in names)]
+    lines = [f"threads {threads}", head + "".join(f" {c + ' us':>10} {'ratio':>5}" for c in names)]
     print(*lines, sep="\n", flush=True)
     for m, k, n in LN_SHAPES:
         cases = _ln_cases(ks, variants, m, k, n)
