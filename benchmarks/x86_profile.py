@@ -8,7 +8,7 @@ int8 through pdlkit.quantization, i.e. torchao's PT2E x86 quantizer). Configurat
 (Inductor alone, or PyTorch's own int8 path for int8: ``torch.compile`` with Inductor's
 freezing), ``pdlkit`` (``pdlkit.optimize``, measured choice) and ``pdlkit-off`` (static
 priority), compiled in that order in one process (freezing on for int8, for all three). Then
-``--rounds`` interleaved rounds of 2 calls each; printed: median latency, its ratio to the
+``--rounds`` interleaved rounds of 2 calls each, after one untimed call; printed: median latency, its ratio to the
 peer's median, and the median of per-round ratios (the figure to quote on a shared host). With
 ``--profile``, a ``torch.profiler`` table of the top ops by self CPU time per configuration.
 """
@@ -73,6 +73,7 @@ def main() -> None:
                 f(x)
         for _ in range(args.rounds):
             for c, f in fns.items():
+                f(x)  # untimed: the timed calls follow the configuration's own (x86_models.py)
                 t = time.perf_counter()
                 f(x), f(x)
                 times[c].append((time.perf_counter() - t) / 2)
