@@ -5,7 +5,7 @@
 #   here:  pip wheel --no-deps -w .whl . && ../shared/tools/gpu-carry-torch-mlir
 #   there: bash benchmarks/run_gpu.sh [tests [pytest args]] [abi] [gemm [--sweep] [--quick]]
 #                                      [decode [--sweep]] [llama [cuda_llama.py args]]
-#                                      [step [cuda_step_kernels.py args]]
+#                                      [step [cuda_step_kernels.py args]] [attention [cuda_attention.py args]]
 # Each part's arguments follow its name up to the next part's name.
 set -uo pipefail
 out=${OUT:-benchmarks/results}
@@ -23,7 +23,7 @@ parts=() ; declare -A args
 part=""
 for a in "$@"; do
   case "$a" in
-    tests|abi|gemm|decode|llama|step) part=$a; parts+=("$a"); args[$a]="" ;;
+    tests|abi|gemm|decode|llama|step|attention) part=$a; parts+=("$a"); args[$a]="" ;;
     *) args[$part]+=" $(printf %q "$a")" ;;
   esac
 done
@@ -32,6 +32,7 @@ for p in "${parts[@]}"; do
   case "$p" in
     tests) (cd /tmp/t && eval python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py \
               tests/test_cuda_launch.py tests/test_cuda_timing.py tests/test_cuda_graphs.py tests/test_cuda_fusions.py tests/test_cuda_splitk.py \
+              tests/test_cuda_attention.py \
               ${args[tests]}) 2>&1 | tee "$out/cuda_tests.log" | tail -25 ;;
     abi) (cd /tmp/t && python3 -c "import sys; from pdlkit.cli import main; sys.exit(main())" \
             abi-check /tmp/site/pdlkit/kernels/cuda/gemm.py /tmp/site/pdlkit/kernels/_optin) 2>&1 \
@@ -42,6 +43,8 @@ for p in "${parts[@]}"; do
               | tee "$out/cuda_decode.log" ;;
     llama) eval python3 /tmp/t/benchmarks/cuda_llama.py --out "$out" ${args[llama]} 2>&1 \
              | tee -a "$out/cuda_llama.log" ;;
+    attention) eval python3 /tmp/t/benchmarks/cuda_attention.py --out "$out" ${args[attention]} 2>&1 \
+                 | tee "$out/cuda_attention.log" ;;
     step) eval python3 /tmp/t/benchmarks/cuda_step_kernels.py --out "$out" ${args[step]} 2>&1 \
             | tee "$out/cuda_step_kernels.log" ;;
   esac
