@@ -140,6 +140,22 @@ def dim_divisible_by(v: ir.Value, dim: Any, k: Any) -> bool:
     return size is not None and size % _int(k) == 0
 
 
+def same_dims(a: ir.Value, b: ir.Value, dims: Any) -> bool:
+    """``"same_dims"(%a, %b, %d)`` with ``%d = pdl.attribute = [0, 2, 3]``: those dimensions of
+    two tensors are static and equal (a repeated K/V cache keeps its batch, length and head
+    size: ``patterns/cuda/attention.pdl.mlir``)."""
+    ta, tb = tensor_type(a), tensor_type(b)
+    if ta is None or tb is None:
+        return False
+    for d in py_attr(dims) if isinstance(dims, ir.Attribute) else dims:
+        d = _int(d)
+        if not (-len(ta[0]) <= d < len(ta[0]) and -len(tb[0]) <= d < len(tb[0])):
+            return False
+        if ta[0][d] is None or ta[0][d] != tb[0][d]:
+            return False
+    return True
+
+
 def has_static_shape(v: ir.Value) -> bool:
     """``"has_static_shape"(%x)``: no dynamic dimension."""
     t = tensor_type(v)
@@ -280,6 +296,14 @@ def _why_dim(want: str) -> Callable[[Why], str]:
     return why
 
 
+def _why_same_dims(w: Why) -> str:
+    ta, v2 = w.tensor, w.values[1]
+    tb = tensor_type(v2) if isinstance(v2, ir.Value) else None
+    if ta is None or tb is None:
+        return f"{w.who(0) if ta is None else w.who(1)} is not a tensor"
+    return f"{w.who(0)} {_dims(ta)} and {w.who(1)} {_dims(tb)} differ in dims {w.attr(2)}"
+
+
 def _why_static(w: Why) -> str:
     t = w.tensor
     return f"{w.who(0)} is not a tensor" if t is None else f"{w.who(0)} has dynamic dims {_dims(t)}"
@@ -368,6 +392,7 @@ CONSTRAINTS: dict[str, Constraint] = {
         Constraint(has_rank, _why_rank),
         Constraint(dim_equals, _why_dim("is")),
         Constraint(dim_divisible_by, _why_dim("multiple")),
+        Constraint(same_dims, _why_same_dims),
         Constraint(has_static_shape, _why_static),
         Constraint(same_dtype, _why_same_dtype),
         Constraint(is_constant, _says("is not a compile-time constant")),

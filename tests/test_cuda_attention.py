@@ -39,6 +39,26 @@ class Attention(torch.nn.Module):
         return y.transpose(1, 2).reshape(q.shape[0], q.shape[2], -1)
 
 
+class RepeatKV(torch.nn.Module):
+    """transformers' "sdpa" attention where a mask keeps SDPA's own GQA off: ``repeat_kv``
+    copies each cache head for its query heads first."""
+
+    def __init__(self, scale: float | None = 0.25) -> None:
+        super().__init__()
+        self.scale = scale
+
+    @staticmethod
+    def repeat_kv(h: torch.Tensor, n: int) -> torch.Tensor:
+        b, kv, s, d = h.shape
+        return h[:, :, None, :, :].expand(b, kv, n, s, d).reshape(b, kv * n, s, d)
+
+    def forward(self, q, k, v, mask=None):
+        n = q.shape[1] // k.shape[1]
+        k2, v2 = self.repeat_kv(k, n), self.repeat_kv(v, n)
+        y = F.scaled_dot_product_attention(q, k2, v2, attn_mask=mask, scale=self.scale)
+        return y.transpose(1, 2).reshape(q.shape[0], q.shape[2], -1)
+
+
 def _qkv(b: int, hq: int, hkv: int, sq: int, length: int, d: int, device: str = "cpu", dtype=torch.float32):  # fmt: skip
     g = torch.Generator(device=device).manual_seed(b * 100 + length)
     q = torch.randn(b, hq, sq, d, generator=g, device=device).to(dtype)
@@ -64,6 +84,43 @@ def test_a_padding_mask_is_taken_too():
     q, k, v = _qkv(2, 4, 4, 1, 20, 16)
     mask = torch.ones(2, 1, 1, 20, dtype=torch.bool)
     assert _kernels(Attention(False), q, k, v, mask) == ["decode_attention_triton"]
+
+
+@pytest.mark.parametrize("scale", [0.25, None])
+def test_repeated_kv_heads_are_read_from_the_cache_itself(scale):
+    """The repeat_kv copies go with the SDPA: the kernel takes the cache, heads grouped."""
+    q, k, v = _qkv(2, 8, 2, 1, 33, 16)
+    mask = torch.zeros(2, 1, 1, 33)
+    with torch.no_grad():
+        report = pdlkit.explain(RepeatKV(scale), q, k, v, mask, target="cuda-sm90", autotune="off")
+    (site,) = report.substitutions
+    assert site.kernel == "decode_attention_triton"
+    assert sorted(site.replaced) == sorted(
+        ["scaled_dot_product_attention", "reshape", "expand", "unsqueeze"]
+        + ["reshape_1", "expand_1", "unsqueeze_1"]
+    )
+    assert site.pattern.startswith("decode_attention_repeat_kv")
+    assert site.args[1].startswith("arg") and site.args[2].startswith("arg")  # the caches
+    assert site.args[-1] == "True"  # their heads grouped
+
+
+def test_a_repeat_of_the_cache_over_the_batch_is_no_repeat_kv():
+    """A reshape that does not merge the copies into the heads is no repeat_kv: the plain
+    pattern takes the SDPA, with the copies as its k and v."""
+
+    class Other(torch.nn.Module):
+        def forward(self, q, k, v):
+            b, kv, s, d = k.shape
+            k2 = k[:, :, None].expand(b, kv, 4, s, d).reshape(b * kv, 4, s, d)
+            v2 = v[:, :, None].expand(b, kv, 4, s, d).reshape(b * kv, 4, s, d)
+            return F.scaled_dot_product_attention(q, k2, v2, scale=0.25)
+
+    q, k, v = _qkv(2, 4, 2, 1, 9, 16)
+    q = q.repeat(2, 1, 1, 1)  # [4, 4, 1, 16]: the batch the repeat made
+    with torch.no_grad():
+        report = pdlkit.explain(Other(), q, k, v, target="cuda-sm90", autotune="off")
+    (site,) = report.substitutions
+    assert site.pattern == "decode_attention" and site.args[1:3] == ["reshape", "reshape_1"]
 
 
 def test_prefill_and_causal_attention_keep_sdpa():
@@ -96,7 +153,7 @@ _INTERPRETED = textwrap.dedent(
     sys.path.insert(0, "tests")
     from pdlkit.kernels.cuda import attention as A
     from pdlkit.kernels.ops import attention_ops as O
-    from test_cuda_attention import Attention, _qkv
+    from test_cuda_attention import Attention, RepeatKV, _qkv
     out = {"examples": [], "declined": []}
     for dtype in (torch.float32, torch.float16):
         for ex in O._attention_examples(dtype):
@@ -119,8 +176,11 @@ _INTERPRETED = textwrap.dedent(
     q, k, v = _qkv(3, 8, 2, 1, 21, 16)
     mask = torch.rand(3, 1, 1, 21, generator=torch.Generator().manual_seed(0)) > 0.4
     mask[..., 0] = True
-    for name, m, model in [("gqa", None, Attention(True)), ("mask", mask, Attention(False))]:
-        kk, vv = (k, v) if m is None else (k.repeat_interleave(4, 1), v.repeat_interleave(4, 1))
+    additive = torch.where(mask, 0.0, float("-inf"))  # transformers' float mask
+    cases = [("gqa", None, Attention(True)), ("mask", mask, Attention(False)),
+             ("repeat_kv", additive, RepeatKV())]
+    for name, m, model in cases:
+        kk, vv = (k, v) if m is None or name == "repeat_kv" else (k.repeat_interleave(4, 1), v.repeat_interleave(4, 1))
         args = (q, kk, vv) if m is None else (q, kk, vv, m)
         with torch.no_grad():
             want = model(*args)
@@ -154,7 +214,7 @@ def test_one_slice_or_several_of_the_cache_give_the_same_attention(interpreted):
         assert interpreted[f"split {split}"] < 1e-5
 
 
-@pytest.mark.parametrize("case", ["gqa", "mask"])
+@pytest.mark.parametrize("case", ["gqa", "mask", "repeat_kv"])
 def test_compiled_module_runs_the_kernel_in_interpreter(interpreted, case):
     assert interpreted[case]["calls"] == 1
     assert interpreted[case]["err"] < 1e-5

@@ -82,6 +82,35 @@ def test_llama_graph_gets_every_fusion(config, row):
     assert {k: kernels.count(k) for k in set(kernels)} == {k: 2 * n for k, n in want.items()}
 
 
+def test_masked_decode_reads_the_cache_without_its_repeat():
+    """With an attention mask transformers' "sdpa" attention repeats each K/V head for its
+    query heads (repeat_kv) instead of SDPA's own GQA, as a static cache's generate does: the
+    decode attention takes the cache itself, heads grouped."""
+    L = _cuda_llama()
+    model = L.build_model("tiny", "cpu")
+    kv = L.make_kv(model, 2, 8, "cpu")
+
+    class MaskedDecode(L.DecodeStep):
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            m = self.model
+            h = m.embed_tokens(ids)
+            rope = m.rotary_emb(h, self.pos)
+            mask = torch.zeros(ids.shape[0], 1, 1, self.kv.ctx + 1)  # additive: every key
+            for layer in m.layers:
+                h = layer(
+                    h, attention_mask=mask, position_ids=self.pos, past_key_values=self.kv,
+                    position_embeddings=rope,
+                )  # fmt: skip
+            return m.norm(h)
+
+    ids = torch.randint(0, L.VOCAB, (2, 1))
+    with torch.no_grad():
+        report = pdlkit.explain(MaskedDecode(model, kv), ids, target="cuda-sm90", autotune="off")
+    sites = [s for s in report.substitutions if s.kernel == "decode_attention_triton"]
+    assert len(sites) == 2  # one a layer
+    assert all(s.pattern == "decode_attention_repeat_kv" and s.args[-1] == "True" for s in sites)
+
+
 def test_float32_llama_gets_the_same_fusions():
     kernels = _layer_kernels("tiny", "decode", torch.float32)
     assert {k: kernels.count(k) for k in set(kernels)} == {k: 2 * n for k, n in DECODE.items()}

@@ -69,6 +69,15 @@ def test_rank_and_dims(v):
     assert natives.has_static_shape(v["w"]) and not natives.has_static_shape(v["x"])
 
 
+def test_same_dims_compares_static_dims_of_two_tensors(v):
+    assert natives.same_dims(v["w"], v["q"], attr(v, "[0, 1]"))  # [8, 16] and [8, 16]
+    assert natives.same_dims(v["x"], v["g"], attr(v, "[0]"))  # 4 and 4
+    assert not natives.same_dims(v["x"], v["g"], attr(v, "[1]"))  # dynamic: not known equal
+    assert not natives.same_dims(v["x"], v["w"], attr(v, "[0]"))  # 4 and 8
+    assert not natives.same_dims(v["w"], v["q"], attr(v, "[2]"))  # no dim 2
+    assert not natives.same_dims(v["w"], v["s"], attr(v, "[0]"))  # a string, not a tensor
+
+
 def test_constants(v):
     assert (
         natives.is_constant(v["s"])
