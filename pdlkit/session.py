@@ -39,7 +39,9 @@ Process-wide on purpose, and not here:
   few, least recently used dropped: Dynamo's graph decides the trace, not a backend, and a
   second compilation of it (``torch._dynamo.reset()``, a new ``optimize``) copies it;
 * the warning that an optional dependency (torch-mlir) is missing: a fact about the process,
-  said once per process (``warn_once(..., process_wide=True)``).
+  said once per process (``warn_once(..., process_wide=True)``);
+* the spin kernel's cycles per second, per GPU (runtime_abi/cuda_timing.py): a fact about
+  the device, timed once.
 """
 
 from __future__ import annotations
