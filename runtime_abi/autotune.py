@@ -209,13 +209,25 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _sample(fn: Callable[[], Any], device: str, reps: int, lead: int = 0) -> float:
-    """Seconds per call over ``reps`` back-to-back calls, after ``lead`` untimed ones; on
-    CUDA the calls' GPU time, their launches enqueued ahead (runtime_abi/cuda_timing.py)."""
+def _sample(
+    fn: Callable[[], Any], device: str, reps: int, lead: int = 0, gpu_time: bool = True
+) -> float:
+    """Seconds per call over ``reps`` back-to-back calls, after ``lead`` untimed ones. On
+    CUDA, with ``gpu_time``, the calls' GPU time, their launches enqueued ahead
+    (runtime_abi/cuda_timing.py); without it, between two events around the calls as the
+    host issues them, its launch cost included where it is the longer."""
     for _ in range(lead):
         fn()
-    if device == "cuda":
+    if device == "cuda" and gpu_time:
         return gpu_seconds(fn, reps)
+    if device == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(reps):
+            fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3 / reps
     t0 = time.perf_counter()
     for _ in range(reps):
         fn()
@@ -272,13 +284,16 @@ def measure(
     *,
     samples: int = 9,
     lead: int = 0,
+    gpu_time: bool = True,
 ) -> list[Timing]:
     """Median time per call of each candidate, sampled round-robin within ``budget`` seconds.
 
     Every other round runs the candidates in reverse order, so that none always runs right
     after the same other one (whose data it would find in, or missing from, the caches).
     ``lead`` untimed calls start each sample, so that each candidate's timed calls follow its
-    own, as a model's calls follow each other (whole graphs: see matcher/graph_guard.py). Each
+    own, as a model's calls follow each other (whole graphs: see matcher/graph_guard.py).
+    ``gpu_time``: on CUDA, time the GPU work alone (a site: see :func:`_sample`), or the calls
+    as the host issues them (a whole graph, whose launches are its own cost). Each
     candidate's samples are kept in ``Timing.rounds``, round by round, for a paired
     comparison (matcher/graph_guard.py). A candidate that raises in its warm-up is excluded
     (its note says why); one whose warm-up call alone takes more than the budget's share is
@@ -321,7 +336,7 @@ def measure(
         if time.perf_counter() > deadline and all(found[n] for n, _, _ in live):
             break
         for name, fn, reps in live if i % 2 == 0 else live[::-1]:
-            found[name].append(_sample(fn, device, reps, lead))
+            found[name].append(_sample(fn, device, reps, lead, gpu_time))
     for name, values in found.items():
         timings[name].us = statistics.median(values) * 1e6
         timings[name].rounds = values

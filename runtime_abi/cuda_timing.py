@@ -13,7 +13,8 @@
 
 The host's cost per call is not the site's to judge: with CUDA graphs it is gone, and
 without them the host runs ahead of the GPU wherever a step's GPU work is longer than its
-launches (the whole graph's concern, matcher/graph_guard.py).
+launches. The whole-graph check (matcher/graph_guard.py) times its graphs with their launches
+(``autotune.measure(..., gpu_time=False)``).
 """
 
 from __future__ import annotations

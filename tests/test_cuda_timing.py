@@ -43,3 +43,10 @@ def test_the_faster_kernel_wins_though_its_launch_is_slower():
     by = {t.name: t.us for t in timings}
     assert by["slow_launch"] is not None and by["fast_launch"] is not None
     assert by["slow_launch"] < by["fast_launch"], by
+
+
+def test_a_whole_graph_is_timed_with_its_launches():
+    """The whole-graph check times calls as the host issues them: a graph whose launches take
+    longer than its GPU work is that slow without CUDA graphs."""
+    (t,) = autotune.measure([("graph", _call(300, 20))], "cuda", 5.0, gpu_time=False)
+    assert t.us is not None and t.us > 250, t
