@@ -213,15 +213,20 @@ BUDGETS = 5
 # substituted and kernels-only ones) warm the caches for each other, Inductor's graph does
 # not: right after PyTorch's int8 graph a substituted graph ran 6-8% slower than right after
 # a graph with the same packed weights (int8 bert-mini, 1 thread, the 2-core Xeon with AMX:
-# 5.10 against 4.75 ms, the same kernels either way round), which leaned verdicts one way
-LEAD = 1
+# 5.10 against 4.75 ms, the same kernels either way round), which leaned verdicts one way.
+# Only graphs shorter than LEAD_BELOW_S take it: the effect shrank with the graph's time (BF16
+# bert-mini, 8.5 ms: 0-4%; FP32, 25 ms: 0-2%), and a 165 ms BERT-base graph, whose weights
+# no cache holds, would pay a whole call per sample for nothing
+LEAD, LEAD_BELOW_S = 1, 0.03
 
 
 def _measure(runs: list[tuple[str, Callable[[], Any]]], device: str) -> list[Timing]:
     """The graphs' rounds; on CUDA as the host issues their calls, launches included: a
     site's GPU time alone (runtime_abi/cuda_timing.py) leaves the host's cost to this check."""
     budget = BUDGETS * autotune.budget_s()
-    return autotune.measure(runs, device, budget, samples=SAMPLES, lead=LEAD, gpu_time=False)
+    return autotune.measure(
+        runs, device, budget, samples=SAMPLES, lead=LEAD, lead_below=LEAD_BELOW_S, gpu_time=False
+    )
 
 
 # the share of rounds a graph with substitutions must win against Inductor's, run for run

@@ -284,14 +284,16 @@ def measure(
     *,
     samples: int = 9,
     lead: int = 0,
+    lead_below: float = math.inf,
     gpu_time: bool = True,
 ) -> list[Timing]:
     """Median time per call of each candidate, sampled round-robin within ``budget`` seconds.
 
     Every other round runs the candidates in reverse order, so that none always runs right
     after the same other one (whose data it would find in, or missing from, the caches).
-    ``lead`` untimed calls start each sample, so that each candidate's timed calls follow its
-    own, as a model's calls follow each other (whole graphs: see matcher/graph_guard.py).
+    ``lead`` untimed calls start each sample of a candidate whose call takes under
+    ``lead_below`` seconds, so that its timed calls follow its own, as a model's calls follow
+    each other (whole graphs: see matcher/graph_guard.py).
     ``gpu_time``: on CUDA, time the GPU work alone (a site: see :func:`_sample`), or the calls
     as the host issues them (a whole graph, whose launches are its own cost). Each
     candidate's samples are kept in ``Timing.rounds``, round by round, for a paired
@@ -303,7 +305,7 @@ def measure(
     deadline = time.perf_counter() + budget
     share = budget / max(1, len(candidates))
     timings = {name: Timing(name) for name, _ in candidates}
-    live: list[tuple[str, Callable[[], Any], int]] = []
+    live: list[tuple[str, Callable[[], Any], int, int]] = []
     found: dict[str, list[float]] = {}
     done = _prescreen(candidates, device, share)
     for name, fn in candidates:
@@ -330,13 +332,13 @@ def measure(
             continue
         # a sample lasts about 1 ms (at least one call), so a 5 us kernel is not timer noise
         reps = max(1, min(1000, int(1e-3 / max(second, 1e-7))))
-        live.append((name, fn, reps))
+        live.append((name, fn, reps, lead if second < lead_below else 0))
         found[name] = []
     for i in range(samples):
-        if time.perf_counter() > deadline and all(found[n] for n, _, _ in live):
+        if time.perf_counter() > deadline and all(found[n] for n, *_ in live):
             break
-        for name, fn, reps in live if i % 2 == 0 else live[::-1]:
-            found[name].append(_sample(fn, device, reps, lead, gpu_time))
+        for name, fn, reps, led in live if i % 2 == 0 else live[::-1]:
+            found[name].append(_sample(fn, device, reps, led, gpu_time))
     for name, values in found.items():
         timings[name].us = statistics.median(values) * 1e6
         timings[name].rounds = values

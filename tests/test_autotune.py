@@ -258,6 +258,25 @@ def test_a_lead_call_times_each_candidate_after_its_own_call():
     assert all(max(t.rounds) < 0.0016 for t in led)
 
 
+def test_a_candidate_longer_than_lead_below_takes_no_lead_call():
+    """A long call's predecessor hardly matters (its data outgrow the caches): it is not run
+    an extra time per sample."""
+    import time
+
+    calls = {"short": 0, "long": 0}
+
+    def fn(name, seconds):
+        def call():
+            calls[name] += 1
+            time.sleep(seconds)
+
+        return call
+
+    runs = [("short", fn("short", 0.001)), ("long", fn("long", 0.02))]
+    autotune.measure(runs, "cpu", 10.0, samples=4, lead=1, lead_below=0.01)
+    assert calls == {"short": 2 + 4 * 2, "long": 2 + 4}  # warm-up 2, then samples (+ lead)
+
+
 def test_timing_arguments_of_dynamic_quantization_are_valid_qparams():
     """A site's x_scale / x_zp made by choose_qparams are computed from the (fresh) activation
     they read, not drawn at random: a random zero point fell outside int8 as often as not, so
