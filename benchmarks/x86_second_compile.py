@@ -40,25 +40,22 @@ def compile_and_run(
     dirs: dict[str, str],
     prof: cProfile.Profile | None = None,
 ) -> float:
-    """Seconds to compile ``conf`` and run it once, in ``dirs[conf]``'s Inductor cache (and
-    ``dirs['decisions']``' pdlkit decision cache), Dynamo reset and Inductor's in-memory caches
-    cleared first; a full garbage collection untimed before it."""
-    from torch._inductor.utils import clear_caches
-
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = dirs[conf]
+    """Seconds to compile ``conf`` and run it once, in ``dirs[conf]``'s Inductor cache
+    (``x86_models.inductor_cache``: in-memory caches cleared) and ``dirs['decisions']``' pdlkit
+    decision cache, Dynamo reset first; a full garbage collection untimed before it."""
     os.environ["PDLKIT_CACHE_DIR"] = dirs["decisions"]
     torch._dynamo.reset()
-    clear_caches()
-    gc.collect()
-    fn = xm.maker(conf, model)()
-    t = time.perf_counter()
-    if prof is not None:
-        prof.enable()
-    with torch.no_grad():
-        fn(x)
-    if prof is not None:
-        prof.disable()
-    return time.perf_counter() - t
+    with xm.inductor_cache(dirs[conf]):
+        gc.collect()
+        fn = xm.maker(conf, model)()
+        t = time.perf_counter()
+        if prof is not None:
+            prof.enable()
+        with torch.no_grad():
+            fn(x)
+        if prof is not None:
+            prof.disable()
+        return time.perf_counter() - t
 
 
 def report(kind: str, times: dict[str, list[float]]) -> None:
