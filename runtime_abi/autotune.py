@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pdlkit.runtime_abi.cuda_timing import gpu_seconds
+from pdlkit.runtime_abi.cuda_timing import gpu_seconds, issued_seconds
 
 from pdlkit.errors import PdlkitError
 
@@ -218,16 +218,8 @@ def _sample(
     host issues them, its launch cost included where it is the longer."""
     for _ in range(lead):
         fn()
-    if device == "cuda" and gpu_time:
-        return gpu_seconds(fn, reps)
     if device == "cuda":
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(reps):
-            fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3 / reps
+        return gpu_seconds(fn, reps) if gpu_time else issued_seconds(fn, reps)
     t0 = time.perf_counter()
     for _ in range(reps):
         fn()

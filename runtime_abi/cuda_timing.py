@@ -14,7 +14,7 @@
 The host's cost per call is not the site's to judge: with CUDA graphs it is gone, and
 without them the host runs ahead of the GPU wherever a step's GPU work is longer than its
 launches. The whole-graph check (matcher/graph_guard.py) times its graphs with their launches
-(``autotune.measure(..., gpu_time=False)``).
+(``autotune.measure(..., gpu_time=False)``: :func:`issued_seconds`).
 """
 
 from __future__ import annotations
@@ -33,18 +33,30 @@ _TRIES = 3
 _cycles_per_s: dict[int, float] = {}
 
 
+def _events() -> tuple[Any, Any]:
+    return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+
+def issued_seconds(fn: Callable[[], Any], reps: int) -> float:
+    """Seconds per call between two events around ``reps`` calls as the host issues them:
+    the launch cost is in it wherever it is the longer (a whole graph's timing)."""
+    start, end = _events()
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3 / reps
+
+
 def _spin_rate() -> float:
     """``torch.cuda._sleep``'s cycles per second on the current device (timed once)."""
     dev = torch.cuda.current_device()
     if dev not in _cycles_per_s:
         cycles = 2_000_000
         torch.cuda._sleep(1000)  # load the kernel first
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        torch.cuda._sleep(cycles)
-        end.record()
-        end.synchronize()
-        _cycles_per_s[dev] = cycles / max(start.elapsed_time(end) / 1e3, 1e-6)
+        seconds = issued_seconds(lambda: torch.cuda._sleep(cycles), 1)
+        _cycles_per_s[dev] = cycles / max(seconds, 1e-6)
     return _cycles_per_s[dev]
 
 
@@ -53,7 +65,7 @@ def gpu_seconds(fn: Callable[[], Any], reps: int) -> float:
     hold = FLOOR_S
     per_call = 0.0
     for _ in range(_TRIES):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start, end = _events()
         torch.cuda._sleep(int(min(hold, CAP_S) * _spin_rate()))
         start.record()
         t0 = time.perf_counter()
