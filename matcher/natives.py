@@ -119,24 +119,23 @@ def has_rank(v: ir.Value, rank: Any) -> bool:
     return t is not None and len(t[0]) == _int(rank)
 
 
+def _size(t: tuple[tuple[int | None, ...], str], d: int) -> int | None:
+    """Dimension ``d``'s static size (negative counts from the end); None where it is
+    dynamic or the tensor has no such dimension."""
+    return t[0][d] if -len(t[0]) <= d < len(t[0]) else None
+
+
 def dim_equals(v: ir.Value, dim: Any, size: Any) -> bool:
     """``"dim_equals"(%w, %d, %n)``: dimension %d (negative counts from the end) is statically %n."""
     t = tensor_type(v)
-    if t is None:
-        return False
-    d = _int(dim)
-    return -len(t[0]) <= d < len(t[0]) and t[0][d] == _int(size)
+    n = _size(t, _int(dim)) if t is not None else None
+    return n is not None and n == _int(size)
 
 
 def dim_divisible_by(v: ir.Value, dim: Any, k: Any) -> bool:
     """``"dim_divisible_by"(%x, %d, %k)``: dimension %d is static and a multiple of %k (e.g. K % 4 == 0)."""
     t = tensor_type(v)
-    if t is None:
-        return False
-    d = _int(dim)
-    if not -len(t[0]) <= d < len(t[0]):
-        return False
-    size = t[0][d]
+    size = _size(t, _int(dim)) if t is not None else None
     return size is not None and size % _int(k) == 0
 
 
@@ -148,10 +147,8 @@ def same_dims(a: ir.Value, b: ir.Value, dims: Any) -> bool:
     if ta is None or tb is None:
         return False
     for d in py_attr(dims) if isinstance(dims, ir.Attribute) else dims:
-        d = _int(d)
-        if not (-len(ta[0]) <= d < len(ta[0]) and -len(tb[0]) <= d < len(tb[0])):
-            return False
-        if ta[0][d] is None or ta[0][d] != tb[0][d]:
+        n = _size(ta, _int(d))
+        if n is None or n != _size(tb, _int(d)):
             return False
     return True
 
