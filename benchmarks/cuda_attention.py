@@ -1,12 +1,13 @@
 """The attention of a decode step on a GPU: pdlkit's Triton decode kernel against torch's SDPA
 backends, at Llama-3's shapes (32 query heads over 8 key/value heads, head dim 128).
 
-    python benchmarks/cuda_attention.py [--out DIR] [--rows B ...] [--ctx L] [--sweep]
+    python benchmarks/cuda_attention.py [--out DIR] [--rows B ...] [--ctx L ...] [--sweep]
     python benchmarks/cuda_attention.py --best FILE B   # the fastest rule of a sweep's row B
 
 For each row (B sequences, one query token each, a cache of L tokens, bfloat16): the kernel of
-``kernels/cuda/_triton_attention.py`` at its default tile (and with ``--sweep`` at other
-tiles, warps and pipeline stages), and ``F.scaled_dot_product_attention(..., enable_gqa=True)``
+``kernels/cuda/_triton_attention.py`` at its default tile, at the tile a graph compiled for a
+growing cache takes (the length symbolic: the most slices for B, those past the cache's end
+empty), and with ``--sweep`` at other tiles, warps and pipeline stages, and ``F.scaled_dot_product_attention(..., enable_gqa=True)``
 under each SDPA backend that takes it (cuDNN is what Inductor's graph of transformers' Llama
 calls on an H200). Timing: a CUDA graph of 20 back-to-back calls over rotating caches (four,
 together over L2's size where a cache is large), its replay time over the calls, the median
@@ -74,10 +75,12 @@ def row(b: int, ctx: int, sweep: bool) -> dict[str, Any]:
     )
     got = decode_attention(q, ks[0], vs[0], None, scale)
     out["max_err_vs_fp32"] = (got.float() - want).abs().max().item()
-    rules = [None, *(Rule(*r) for r in SWEEP)] if sweep else [None]
-    for rule in rules:
-        tile = pick_tile(b * HKV, ctx, D) if rule is None else rule.tile(b * HKV, ctx)
-        key = "pdlkit" if rule is None else "rule " + ",".join(map(str, astuple(rule)))
+    tiles = {"pdlkit": pick_tile(b * HKV, ctx, D)}
+    # a graph compiled for a growing cache: the length symbolic, the most slices for B
+    tiles["pdlkit, length symbolic"] = pick_tile(b * HKV, None, D)
+    for r in SWEEP if sweep else []:
+        tiles["rule " + ",".join(map(str, r))] = Rule(*r).tile(b * HKV, ctx)
+    for key, tile in tiles.items():
         out.setdefault("tiles", {})[key] = astuple(tile)
 
         def ours(i: int, tile: Any = tile) -> torch.Tensor:
@@ -108,7 +111,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", default="benchmarks/results")
     p.add_argument("--rows", type=int, nargs="*", default=[1, 64, 256])
-    p.add_argument("--ctx", type=int, default=129)
+    p.add_argument("--ctx", type=int, nargs="*", default=[129])
     p.add_argument("--sweep", action="store_true")
     p.add_argument("--best", nargs=2, metavar=("FILE", "B"))
     a = p.parse_args()
@@ -117,7 +120,7 @@ def main() -> None:
         timed = [(v, k) for k, v in rows[0]["us"].items() if k.startswith("rule ") and isinstance(v, float)]  # fmt: skip
         print(min(timed)[1].removeprefix("rule "))
         return
-    results = [row(b, a.ctx, a.sweep) for b in a.rows]
+    results = [row(b, ctx, a.sweep) for ctx in a.ctx for b in a.rows]
     for r in results:
         best = sorted((v, k) for k, v in r["us"].items() if isinstance(v, float))[:6]
         print(f"B={r['B']} ctx={r['ctx']} ({r['cache_MB']:.1f} MB) err {r['max_err_vs_fp32']:.2e}")

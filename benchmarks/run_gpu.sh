@@ -6,6 +6,7 @@
 #   there: bash benchmarks/run_gpu.sh [tests [pytest args]] [abi] [gemm [--sweep] [--quick]]
 #                                      [decode [--sweep]] [llama [cuda_llama.py args]]
 #                                      [step [cuda_step_kernels.py args]] [attention [cuda_attention.py args]]
+#                                      [growing [cuda_growing_cache.py args]]
 # Each part's arguments follow its name up to the next part's name.
 set -uo pipefail
 out=${OUT:-benchmarks/results}
@@ -23,7 +24,7 @@ parts=() ; declare -A args
 part=""
 for a in "$@"; do
   case "$a" in
-    tests|abi|gemm|decode|llama|step|attention) part=$a; parts+=("$a"); args[$a]="" ;;
+    tests|abi|gemm|decode|llama|step|attention|growing) part=$a; parts+=("$a"); args[$a]="" ;;
     *) args[$part]+=" $(printf %q "$a")" ;;
   esac
 done
@@ -32,7 +33,7 @@ for p in "${parts[@]}"; do
   case "$p" in
     tests) (cd /tmp/t && eval python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py \
               tests/test_cuda_launch.py tests/test_cuda_timing.py tests/test_cuda_graphs.py tests/test_cuda_fusions.py tests/test_cuda_splitk.py \
-              tests/test_cuda_attention.py \
+              tests/test_cuda_attention.py tests/test_cuda_attention_growing.py \
               ${args[tests]}) 2>&1 | tee "$out/cuda_tests.log" | tail -25 ;;
     abi) (cd /tmp/t && python3 -c "import sys; from pdlkit.cli import main; sys.exit(main())" \
             abi-check /tmp/site/pdlkit/kernels/cuda/gemm.py /tmp/site/pdlkit/kernels/_optin) 2>&1 \
@@ -45,6 +46,8 @@ for p in "${parts[@]}"; do
              | tee -a "$out/cuda_llama.log" ;;
     attention) eval python3 /tmp/t/benchmarks/cuda_attention.py --out "$out" ${args[attention]} 2>&1 \
                  | tee "$out/cuda_attention.log" ;;
+    growing) eval python3 /tmp/t/benchmarks/cuda_growing_cache.py --out "$out" ${args[growing]} 2>&1 \
+               | tee "$out/cuda_growing_cache.log" ;;
     step) eval python3 /tmp/t/benchmarks/cuda_step_kernels.py --out "$out" ${args[step]} 2>&1 \
             | tee "$out/cuda_step_kernels.log" ;;
   esac

@@ -12,6 +12,18 @@ workspace and ``combine_kernel`` merges the slices, one program per query head. 
 a decode step is a read of the cache, about 64 x 8 x 129 x 128 x 2 x 2 bytes = 34 MB a layer
 for Llama-3's decode of 64 sequences.
 
+The cache's length L is a run-time argument, not a compile-time constant (nor specialized by
+Triton), and SPLIT, the slices a launch may use (a grid dimension), is the rule's count for the
+next power of two of the cache's tiles: each slice takes ``cdiv(cdiv(L, SPLIT), BLOCK_N)``
+tiles, computed in the kernel, and the slices past the cache's end read and write nothing and
+are left out of the merge. A growing cache (transformers' ``DynamicCache``: a new length every
+decode step) so compiles a kernel per bucket, not per length (at most log2 of the rule's slices
+plus one: 7 for one sequence of Llama-3, 1 for 64). Where L is symbolic (a graph compiled for
+dynamic shapes) the launch takes it as a run-time value and never branches on it, which would
+guard the graph on it (Dynamo would compile it again for each length): SPLIT is then the most
+slices the rule gives that batch, as vLLM's decode attention fixes its number of splits and
+leaves the ones a short sequence does not need empty.
+
 Masks: none, bool (False = masked) or additive float, of shape [B or 1, Hq or 1, 1, L] (read
 through their strides: a mask shared by the heads costs one row per sequence). A row whose
 every position is masked gives zeros, as ``torch.nn.functional.scaled_dot_product_attention``
@@ -56,40 +68,31 @@ def _masked(s, mask_ptr, heads, cols, ok, sm_h, sm_l, MASK: tl.constexpr):
 
 
 @triton.jit
-def decode_attention_kernel(
-    q_ptr, k_ptr, v_ptr, mask_ptr, o_ptr, acc_ptr, ml_ptr,
-    sq_b, sq_h, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l, sm_b, sm_h, sm_l,
-    QK_SCALE: tl.constexpr, L: tl.constexpr, HKV: tl.constexpr, GROUP: tl.constexpr,
-    G_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
-    CHUNK: tl.constexpr, SPLIT: tl.constexpr, MASK: tl.constexpr, IEEE: tl.constexpr,
+def _slice_tokens(L, SPLIT: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Tokens a slice of the cache takes: L over SPLIT slices, in whole BLOCK_N-token tiles
+    (the last slices are shorter, or empty, where L is short)."""
+    return tl.cdiv(tl.cdiv(L, SPLIT), BLOCK_N) * BLOCK_N
+
+
+@triton.jit
+def _attend(
+    q, k_base, v_base, mask_base, heads, g_ok, d, d_ok, first, tokens, L,
+    sk_l, sv_l, sm_h, sm_l, QK_SCALE: tl.constexpr, G_PAD: tl.constexpr, D_PAD: tl.constexpr,
+    BLOCK_N: tl.constexpr, MASK: tl.constexpr, IEEE: tl.constexpr,
 ):  # fmt: skip
-    """softmax(q[b, h] . k[b, h // GROUP]^T * scale + mask) . v[b, h // GROUP] over the cache's
-    tokens [CHUNK * s, CHUNK * (s + 1)) for the GROUP query heads h of key/value head
-    ``pid % HKV`` of sequence ``pid // HKV``, slice s = program_id(1)."""
-    pid = tl.program_id(0)
-    b = (pid // HKV).to(tl.int64)
-    kh = (pid % HKV).to(tl.int64)
-    g = tl.arange(0, G_PAD)
-    d = tl.arange(0, D_PAD)
-    heads = kh * GROUP + g
-    g_ok = (g < GROUP)[:, None]
-    d_ok = (d < D)[None, :]
-    q = tl.load(q_ptr + b * sq_b + heads[:, None] * sq_h + d[None, :], mask=g_ok & d_ok, other=0.0)
-    first = tl.program_id(1) * CHUNK
-    k_base = k_ptr + b * sk_b + kh * sk_h
-    v_base = v_ptr + b * sv_b + kh * sv_h
+    """The online softmax of q [G_PAD, D_PAD] over the cache's positions [first, first + tokens)
+    below L (the interpreter's constant ``tokens`` runs past L: masked), BLOCK_N at a time: running maximum m and sum l of the base-2 exponentials, and the
+    unnormalized output acc (fp32)."""
     m_i = tl.full((G_PAD,), float("-inf"), dtype=tl.float32)
     l_i = tl.zeros((G_PAD,), dtype=tl.float32)
     acc = tl.zeros((G_PAD, D_PAD), dtype=tl.float32)
-    for start in range(0, CHUNK, BLOCK_N):
+    for start in range(0, tokens, BLOCK_N):  # none where tokens <= 0
         cols = first + start + tl.arange(0, BLOCK_N)
         n_ok = (cols < L)[:, None]
         k = tl.load(k_base + cols[:, None] * sk_l + d[None, :], mask=n_ok & d_ok, other=0.0)
         v = tl.load(v_base + cols[:, None] * sv_l + d[None, :], mask=n_ok & d_ok, other=0.0)
         s = _scores(q, k, tl.cast(QK_SCALE, tl.float32), IEEE)
-        s = _masked(
-            s, mask_ptr + b * sm_b, heads, cols, g_ok & (cols < L)[None, :], sm_h, sm_l, MASK
-        )
+        s = _masked(s, mask_base, heads, cols, g_ok & (cols < L)[None, :], sm_h, sm_l, MASK)
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row masked so far: no NaN
         alpha = tl.math.exp2(m_i - m_safe)
@@ -101,30 +104,71 @@ def decode_attention_kernel(
             pv = tl.dot(p.to(v.dtype), v)
         acc = acc * alpha[:, None] + pv
         m_i = m_new
+    return m_i, l_i, acc
+
+
+@triton.jit(do_not_specialize=["L"])
+def decode_attention_kernel(
+    q_ptr, k_ptr, v_ptr, mask_ptr, o_ptr, acc_ptr, ml_ptr,
+    sq_b, sq_h, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l, sm_b, sm_h, sm_l, L,
+    QK_SCALE: tl.constexpr, HKV: tl.constexpr, GROUP: tl.constexpr, G_PAD: tl.constexpr,
+    D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
+    MASK: tl.constexpr, IEEE: tl.constexpr, INTERPRETED_CHUNK: tl.constexpr,
+):  # fmt: skip
+    """softmax(q[b, h] . k[b, h // GROUP]^T * scale + mask) . v[b, h // GROUP] over the cache's
+    tokens [c * s, min(c * (s + 1), L)) (c: ``_slice_tokens``) for the GROUP query heads h of
+    key/value head ``pid % HKV`` of sequence ``pid // HKV``, slice s = program_id(1). L, the
+    cache's length, is a run-time value (not specialized: one kernel for every length).
+    INTERPRETED_CHUNK: 0 on a GPU; under Triton's interpreter, whose loops take no run-time
+    bound (it converts a 1-element array to an int, which NumPy 2 refuses), c itself."""
+    pid = tl.program_id(0)
+    b = (pid // HKV).to(tl.int64)
+    kh = (pid % HKV).to(tl.int64)
+    g = tl.arange(0, G_PAD)
+    d = tl.arange(0, D_PAD)
+    heads = kh * GROUP + g
+    g_ok = (g < GROUP)[:, None]
+    d_ok = (d < D)[None, :]
+    q = tl.load(q_ptr + b * sq_b + heads[:, None] * sq_h + d[None, :], mask=g_ok & d_ok, other=0.0)
+    chunk = _slice_tokens(L, SPLIT, BLOCK_N)
+    first = tl.program_id(1) * chunk
+    live = first < L  # a slice past a short cache's end reads and writes nothing
+    args = (q, k_ptr + b * sk_b + kh * sk_h, v_ptr + b * sv_b + kh * sv_h, mask_ptr + b * sm_b)
+    if INTERPRETED_CHUNK == 0:
+        m_i, l_i, acc = _attend(
+            *args, heads, g_ok, d, d_ok, first, tl.minimum(chunk, L - first), L,
+            sk_l, sv_l, sm_h, sm_l, QK_SCALE, G_PAD, D_PAD, BLOCK_N, MASK, IEEE,
+        )  # fmt: skip
+    else:
+        m_i, l_i, acc = _attend(
+            *args, heads, g_ok, d, d_ok, first, INTERPRETED_CHUNK, L,
+            sk_l, sv_l, sm_h, sm_l, QK_SCALE, G_PAD, D_PAD, BLOCK_N, MASK, IEEE,
+        )  # fmt: skip
     rows = pid * GROUP + g  # the query head's row of [B * Hq]
     if SPLIT == 1:
         out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # a fully masked row: acc is 0
         tl.store(
             o_ptr + rows[:, None] * D + d[None, :], out.to(o_ptr.dtype.element_ty), mask=g_ok & d_ok
         )
-    else:
+    else:  # an empty slice writes nothing: the merge leaves it out
         slot = rows * SPLIT + tl.program_id(1)
-        tl.store(acc_ptr + slot[:, None] * D + d[None, :], acc, mask=g_ok & d_ok)
-        tl.store(ml_ptr + slot * 2, m_i, mask=g < GROUP)
-        tl.store(ml_ptr + slot * 2 + 1, l_i, mask=g < GROUP)
+        tl.store(acc_ptr + slot[:, None] * D + d[None, :], acc, mask=g_ok & d_ok & live)
+        tl.store(ml_ptr + slot * 2, m_i, mask=(g < GROUP) & live)
+        tl.store(ml_ptr + slot * 2 + 1, l_i, mask=(g < GROUP) & live)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["L"])
 def combine_kernel(
-    acc_ptr, ml_ptr, o_ptr,
+    acc_ptr, ml_ptr, o_ptr, L,
     D: tl.constexpr, D_PAD: tl.constexpr, SPLIT: tl.constexpr, S_PAD: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     """o[r] = sum_s w_s acc[r, s] / sum_s w_s l[r, s], w_s = 2^(m[r, s] - max_s m[r, s]): the
-    slices of query head r (one of B * Hq) merged."""
+    slices of query head r (one of B * Hq) that hold tokens of the L-token cache, merged."""
     r = tl.program_id(0).to(tl.int64)
     s = tl.arange(0, S_PAD)
     d = tl.arange(0, D_PAD)
-    s_ok = s < SPLIT
+    s_ok = s < tl.cdiv(L, _slice_tokens(L, SPLIT, BLOCK_N))  # the slices not empty
     m = tl.load(ml_ptr + (r * SPLIT + s) * 2, mask=s_ok, other=float("-inf"))
     den = tl.load(ml_ptr + (r * SPLIT + s) * 2 + 1, mask=s_ok, other=0.0)
     top = tl.max(m, axis=0)
@@ -138,8 +182,8 @@ def combine_kernel(
 
 @dataclass(frozen=True)
 class Tile:
-    """A launch: tokens a tile, slices of the cache (programs per sequence and head), warps,
-    pipeline stages."""
+    """A launch: tokens a tile, slices of the cache a launch may use (programs per sequence and
+    head; those past the cache's end stay empty), warps, pipeline stages."""
 
     block_n: int
     split: int
@@ -156,18 +200,23 @@ class Rule:
     129 cached tokens, bfloat16; ``cuda_attention_h200_*.md`` in benchmarks/results): 64
     sequences (512 pairs) take one slice, 13.4 us against 18.4 for two slices and 18.0 for
     cuDNN's SDPA (the combine launch and the workspace cost more than the parallelism gains);
-    one sequence (8 pairs) takes five slices of 32 tokens, 4.2 us against cuDNN's 5.6."""
+    one sequence (8 pairs) takes five slices of 32 tokens, 4.2 us against cuDNN's 5.6.
+
+    The slices a launch may use come from the next power of two of the cache's tiles, so that
+    caches of 129 and 160 tokens share a kernel (8 slices, 5 of them used); a length not known
+    until run time (None) takes the most the rule gives any length, ``programs / pairs``."""
 
     block_n: int = 32
     programs: int = 512
     warps: int = 4
     stages: int = 3
 
-    def tile(self, pairs: int, length: int) -> Tile:
+    def tile(self, pairs: int, length: int | None) -> Tile:
         """The tile for ``pairs`` (sequence, key/value head) pairs over ``length`` tokens."""
-        tiles = triton.cdiv(length, self.block_n)
-        split = max(1, min(triton.cdiv(self.programs, pairs), tiles, 128))
-        return Tile(self.block_n, split, self.warps, self.stages)
+        split = min(triton.cdiv(self.programs, pairs), 128)
+        if length is not None:
+            split = min(split, triton.next_power_of_2(triton.cdiv(length, self.block_n)))
+        return Tile(self.block_n, max(1, split), self.warps, self.stages)
 
 
 # A rule for every launch, "BLOCK_N,PROGRAMS,WARPS,STAGES": for measuring rules inside a
@@ -175,7 +224,7 @@ class Rule:
 RULE_ENV = "PDLKIT_DECODE_ATTENTION_RULE"
 
 
-def pick_tile(pairs: int, length: int, d_pad: int) -> Tile:
+def pick_tile(pairs: int, length: int | None, d_pad: int) -> Tile:
     """The default rule's tile (8-token tiles under the interpreter: small, fast tests;
     16 for head dims above 128, whose tiles are twice the bytes), or ``RULE_ENV``'s."""
     env = os.environ.get(RULE_ENV)
@@ -183,6 +232,20 @@ def pick_tile(pairs: int, length: int, d_pad: int) -> Tile:
         return Rule(*(int(x) for x in env.split(","))).tile(pairs, length)
     bn = 8 if INTERPRET else 32 if d_pad <= 128 else 16
     return Rule(block_n=bn).tile(pairs, length)
+
+
+def _known(n: int | torch.SymInt) -> int | None:
+    """``n`` where it is a number; None for a size symbolic in a graph being compiled for
+    dynamic shapes (a growing cache), which the launch must not branch on: a comparison would
+    guard the graph on it, and Dynamo would compile it again for the next length."""
+    from torch.fx.experimental.symbolic_shapes import is_concrete_int
+
+    return int(n) if is_concrete_int(n) else None
+
+
+def _interpreted_chunk(length: int, t: Tile) -> int:
+    """``_slice_tokens`` on the host: the interpreter's constant loop bound."""
+    return triton.cdiv(triton.cdiv(length, t.split), t.block_n) * t.block_n
 
 
 def decode_attention(
@@ -196,14 +259,13 @@ def decode_attention(
     """Attention of q [B, Hq, 1, D] over k, v [B, Hkv, L, D] (unit inner strides, Hq a multiple
     of Hkv), ``mask`` None or [B, Hq, 1, L] (a broadcast view: strides 0 allowed), bool or
     float; the result [B, Hq, 1, D], contiguous, in q's dtype. ``scale`` is the softmax scale
-    itself (not 0 for None)."""
+    itself (not 0 for None). L and B may be symbolic (dynamic shapes): they reach the kernels
+    as run-time values; the slices are then those of the longest cache (of one sequence)."""
     b, hq, _, d = q.shape
     hkv, length = k.shape[1], k.shape[2]
     d_pad = max(16, triton.next_power_of_2(d))
-    t = tile or pick_tile(b * hkv, length, d_pad)
-    # slices of whole tiles; as many as needed for those (none empty)
-    chunk = triton.cdiv(triton.cdiv(length, t.split), t.block_n) * t.block_n
-    split = triton.cdiv(length, chunk)
+    t = tile or pick_tile((_known(b) or 1) * hkv, _known(length), d_pad)
+    split = t.split  # slices past the cache's end stay empty (the kernels compute which)
     out = torch.empty((b, hq, 1, d), dtype=q.dtype, device=q.device)
     acc = ml = out  # one slice: no workspace
     if split > 1:
@@ -215,15 +277,17 @@ def decode_attention(
     launch(decode_attention_kernel)[(b * hkv, split)](
         q, k, v, m, out, acc, ml,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2), *sm,
-        QK_SCALE=float(scale) * _LOG2E, L=length, HKV=hkv, GROUP=hq // hkv,
+        v.stride(0), v.stride(1), v.stride(2), *sm, length,
+        QK_SCALE=float(scale) * _LOG2E, HKV=hkv, GROUP=hq // hkv,
         G_PAD=max(16, triton.next_power_of_2(hq // hkv)), D=d, D_PAD=d_pad,
-        BLOCK_N=t.block_n, CHUNK=chunk, SPLIT=split, MASK=kind, IEEE=q.dtype == torch.float32,
+        BLOCK_N=t.block_n, SPLIT=split, MASK=kind, IEEE=q.dtype == torch.float32,
+        INTERPRETED_CHUNK=_interpreted_chunk(length, t) if INTERPRET else 0,
         num_warps=1 if INTERPRET else t.warps, num_stages=1 if INTERPRET else t.stages,
     )  # fmt: skip
     if split > 1:
         launch(combine_kernel)[(b * hq,)](
-            acc, ml, out, D=d, D_PAD=d_pad, SPLIT=split, S_PAD=triton.next_power_of_2(split),
+            acc, ml, out, length, D=d, D_PAD=d_pad, SPLIT=split,
+            S_PAD=triton.next_power_of_2(split), BLOCK_N=t.block_n,
             num_warps=1 if INTERPRET else 4,
         )  # fmt: skip
     return out

@@ -10,7 +10,10 @@ per (sequence, key/value head, slice of the cache) reads that slice's keys and v
 for its Hq / Hkv query heads; a second small kernel merges the slices where there are
 several (``_triton_attention.py``). On an H200 at Llama-3's heads over 129 cached tokens,
 bfloat16: 13.4 us for 64 sequences against 18.0 us for cuDNN's SDPA (what Inductor calls),
-4.2 against 5.6 us for one (``benchmarks/results/cuda_attention_h200_*.md``).
+4.2 against 5.6 us for one (``benchmarks/results/cuda_attention_h200_*.md``). A growing cache
+(transformers' ``DynamicCache``) is taken too: the cache's length is a run-time argument of
+the kernels, so a new length compiles no kernel (only a new power-of-two bucket of its tiles
+does), and a graph compiled for dynamic shapes is not specialized on it.
 
 It declines (the site keeps ``aten.scaled_dot_product_attention``): more than one query
 token (prefill: the flash kernels are built for it), ``is_causal`` (with one query token it
