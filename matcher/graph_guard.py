@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 import statistics
 import warnings
 from collections.abc import Callable, Sequence
@@ -47,16 +48,31 @@ def timeable(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> bool:
                 isinstance(v, torch.Tensor) and not all(type(d) is int for d in v.shape)
             ):
                 return False
-    for n in gm.graph.nodes:
-        if n.op not in ("call_function", "call_method"):
-            continue
-        name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
-        schema = getattr(n.target, "_schema", None)
-        if (schema is not None and schema.is_mutable) or str(name).endswith("_"):
-            return False
-        if n.target in (torch._C._set_grad_enabled, torch.Tensor.__setitem__):
-            return False
-    return True
+    return not any(_writes(n) for n in gm.graph.nodes)
+
+
+# Python's in-place operators (``x &= m`` traces to ``operator.iand``) and item assignment;
+# ``operator.and_`` / ``or_`` / ``not_`` end with "_" but return a new value (transformers'
+# GPT-2 and Llama build their attention masks with ``&``)
+_WRITING_OPERATORS = frozenset(
+    getattr(operator, n)
+    for n in "iadd iand iconcat ifloordiv ilshift imatmul imod imul ior ipow irshift isub "
+    "itruediv ixor setitem delitem".split()
+)
+
+
+def _writes(n: fx.Node) -> bool:
+    """Whether ``n`` may write in place: a mutable schema, an in-place method or function
+    (named with a trailing "_", as ``add_``), or one of Python's in-place operators."""
+    if n.op not in ("call_function", "call_method"):
+        return False
+    if n.target in (torch._C._set_grad_enabled, torch.Tensor.__setitem__):
+        return True
+    if getattr(n.target, "__module__", None) == "_operator":
+        return n.target in _WRITING_OPERATORS
+    schema = getattr(n.target, "_schema", None)
+    name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
+    return (schema is not None and schema.is_mutable) or str(name).endswith("_")
 
 
 def graph_key(gm: fx.GraphModule, example_inputs: Sequence[Any], kernels: Sequence[str]) -> str:

@@ -320,6 +320,25 @@ def test_a_graph_that_writes_in_place_is_not_run_again_to_time_it():
     assert graph_guard.timeable(torch.fx.symbolic_trace(lambda x: x * 2), [torch.randn(2)])
 
 
+def test_a_graph_that_combines_masks_with_and_is_timed_and_one_with_iand_is_not():
+    """``operator.and_`` (``a & b``, as transformers' GPT-2 and Llama build their attention
+    masks) returns a new value, though its name ends with "_"; ``operator.iand`` writes."""
+    import operator
+
+    from pdlkit.matcher import graph_guard
+
+    def graph_of(op):
+        g = torch.fx.Graph()
+        a, b = g.placeholder("a"), g.placeholder("b")
+        g.output(g.call_function(op, (a, b)))
+        return torch.fx.GraphModule(torch.nn.Module(), g)
+
+    masks = [torch.ones(2, dtype=torch.bool), torch.zeros(2, dtype=torch.bool)]
+    assert graph_guard.timeable(graph_of(operator.and_), masks)
+    assert graph_guard.timeable(graph_of(operator.or_), masks)
+    assert not graph_guard.timeable(graph_of(operator.iand), masks)
+
+
 def test_parameters_that_require_grad_under_no_grad_do_not_stop_the_whole_graph_check():
     """Dynamo lifts a module's parameters to graph inputs (torch 2.13), and they require grad;
     under no_grad the graph is an inference graph all the same, and is timed. With grad mode
