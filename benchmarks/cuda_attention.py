@@ -42,7 +42,7 @@ def graph_us(call: Callable[[int], Any], copies: int, calls: int = 20) -> float:
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for i in range(3):
-            call(i)
+            call(i % copies)  # one copy where a cache is over 100 MB
     torch.cuda.current_stream().wait_stream(side)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
