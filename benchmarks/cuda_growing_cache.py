@@ -48,8 +48,9 @@ class Step(nn.Module):
 def compiled(path: str, model: nn.Module, ids: torch.Tensor, device: str) -> Any:
     if path == "bf16_inductor":
         return torch.compile(Step(model))
-    import pdlkit
     from pdlkit.quantization import quantize
+
+    import pdlkit
 
     target = None
     if device == "cpu":  # the interpreter smoke test: plan the CUDA patterns for the CPU
