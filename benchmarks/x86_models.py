@@ -24,7 +24,12 @@ Configurations per (model, dtype), all compiled in ONE process, on the same mode
 * ``pdlkit``: ``pdlkit.optimize(m, autotune="cached")`` (the default mode); while pdlkit has no
   ``autotune`` option, ``pdlkit.optimize(m)`` (today's static priority), said so in the results;
 * ``pdlkit-off``: ``pdlkit.optimize(m, autotune="off")`` (static priority: what measurement
-  changes); skipped, with a note, while the option does not exist.
+  changes); skipped, with a note, while the option does not exist;
+* with ``--control``, ``control``: the peer again, from a copy of the model: its own weights,
+  and under freezing (int8) its own compile; otherwise Dynamo reuses the peer's compiled graph
+  with the copy's weights as its inputs. Its ratio to the peer is what this harness reads for
+  the same code on this host: a pdlkit / peer ratio within it says nothing (on 2 threads of a
+  2-vCPU VM, PyTorch's int8 Llama compiled twice read 1.041-1.044x).
 
 pdlkit compiles with the same freezing setting as its peer. Before the first case, a small MLP
 is compiled once with each (reported apart): a process's one-time costs stay out of the tables.
@@ -76,7 +81,7 @@ from _x86_models_build import (  # x86_profile.py and others use them as x86_mod
     int8_gemms,
     prepare,
 )
-from _x86_models_results import CONFIGS, Case, Conf, render
+from _x86_models_results import CONFIGS, CONTROL, Case, Conf, render
 from machine import host_header  # benchmarks/machine.py
 from measure import last_hidden  # benchmarks/measure.py
 
@@ -100,6 +105,8 @@ def maker(conf: str, model: Any) -> Callable[[], Callable[..., Any]]:
     """A function that compiles ``model`` for ``conf`` (lazily: the first call compiles)."""
     if conf == "peer":
         return lambda: torch.compile(model)
+    if conf == CONTROL:  # the same code, from weights of its own
+        return lambda: torch.compile(copy.deepcopy(model))
     import pdlkit
 
     kwargs: dict[str, Any] = {}
@@ -140,7 +147,7 @@ def compile_once(
         out = fn(x)
     dt = time.perf_counter() - t
     (c.first_s if attempt == "first" else c.second_s).append(dt)
-    if conf != "peer":
+    if conf.startswith("pdlkit"):
         s = pdlkit.stats()
         c.tuning.append(tuning_counters(s, chosen=attempt == "first"))
         by = {k: v.get("substitutions", 0) for k, v in s.get("by_kernel", {}).items()}
@@ -295,6 +302,8 @@ def run_case(name: str, dtype: str, base: tuple, args: argparse.Namespace, tmp: 
         if conf == "pdlkit-off" and not args.autotune:
             continue
         case.confs[conf] = Conf()
+    if args.control:
+        case.confs[CONTROL] = Conf()
     ic.freezing = dtype in PT2E
     try:
         for rnd in range(args.rounds):
@@ -323,7 +332,7 @@ def print_round(case: Case, rnd: int, rounds: int) -> None:
             f"   [{rnd + 1}/{rounds}] {label:<42} {c.round_medians[-1]:8.2f} ms  "
             f"x{ratio:5.3f}  compile {c.first_s[-1]:5.1f} / {c.second_s[-1]:5.1f} s  "
             f"max|err| {c.max_abs:.3g}  cos {c.cosine:.5f}"
-            + (f"  [{c.kernels}; autotune: {'; '.join(c.tuning[-2:])}]" if conf != "peer" else ""),
+            + (f"  [{c.kernels}; autotune: {'; '.join(c.tuning[-2:])}]" if c.kernels else ""),
             flush=True,
         )
 
@@ -348,6 +357,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--calls", type=int, default=3, help="calls per window")
     ap.add_argument("--warmup", type=int, default=3, help="untimed calls after the compiles")
     ap.add_argument("--quick", action="store_true", help="one round, 8 windows, bert-mini")
+    ap.add_argument(
+        "--control", action="store_true", help="also the peer compiled again: the same-code ratio"
+    )
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     args.models = (args.models or ("bert-mini" if args.quick else ",".join(MODELS))).split(",")
