@@ -264,10 +264,15 @@ def pt2e(model: torch.nn.Module, x: torch.Tensor, quantizer: Any) -> torch.nn.Mo
 def folders(tmp_path, monkeypatch):
     """The autotune tests' folders (autotune_chain.py): patterns/chain.pdl.mlir, and a function
     of kernel sources giving (patterns, a new kernels folder whose chain.py is HEADER + them);
-    the decision cache under tmp_path / "cache"."""
+    the decision cache under tmp_path / "cache", written to however unsteady the timings: the
+    chain's calls take microseconds, and on a loaded 2-core CI machine their rounds spread
+    past ``autotune.BUSY``, which keeps a decision out of the cache (test_autotune_busy.py's
+    subject; here a corrupted cache was not written again, and the test failed)."""
     from autotune_chain import CHAIN_PATTERN, HEADER
+    from pdlkit.runtime_abi import autotune
 
     monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(autotune, "BUSY", float("inf"))
     p = tmp_path / "patterns"
     write(p, "chain.pdl.mlir", CHAIN_PATTERN)
 
