@@ -232,14 +232,19 @@ def _sample(
 # cannot catch up, and packing each copy is most of what a site's timing costs
 HOT_SLACK = 2.0
 NOT_TIMED_COLD = "not timed on copies of its weights"
+# calls after the first whose fastest is a candidate's time with its weights in the caches: a
+# kernel's first calls in a process run several times slower than later ones (the dynamic AMX
+# qlinear at GPT-2's first site, 2-core Xeon, 1 thread: 3.8, 1.6, 1.6, 0.5, 0.6, 0.4 ms), and
+# with two such calls it was excluded as over HOT_SLACK times the fastest where it ran 0.3 ms
+HOT_CALLS = 4
 
 
 def _prescreen(
     candidates: Sequence[tuple[str, Callable[[], Any]]], device: str, share: float
 ) -> dict[str, Timing]:
     """The rotations among ``candidates`` (copies of their weights, matcher/cold.py) that are
-    not timed on their copies, by a first call and two more on the first copy (the model's own
-    weights): those over the budget's ``share`` there, or whose copies would be (stopped, timed
+    not timed on their copies, by a first call and :data:`HOT_CALLS` more on the first copy (the
+    model's own weights): those over the budget's ``share`` there, or whose copies would be (stopped, timed
     by that), and those over :data:`HOT_SLACK` times the fastest (excluded). One that raises is
     left to :func:`measure`, which says so."""
     done: dict[str, Timing] = {}
@@ -254,7 +259,7 @@ def _prescreen(
             _sync(device)
             first = time.perf_counter() - t0
             if first <= share:
-                hot[name] = min(_sample(calls[0], device, 1) for _ in range(2))
+                hot[name] = min(_sample(calls[0], device, 1) for _ in range(HOT_CALLS))
         except Exception:  # noqa: BLE001 - measure() calls it again and reports the error
             continue
         if first > share or hot[name] * len(calls) > share:
