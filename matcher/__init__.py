@@ -9,8 +9,9 @@ package).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from pdlkit.lazy import lazy_names
 
 _EXPORTS = {
     "Pattern": "pdlkit.matcher.patterns",
@@ -27,10 +28,4 @@ if TYPE_CHECKING:
     from pdlkit.matcher.patterns import Pattern, PatternError, PatternSet, load_patterns
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pdlkit.matcher' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _EXPORTS, globals())

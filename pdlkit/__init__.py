@@ -12,8 +12,9 @@ are imported on first use (``import pdlkit`` itself does not import torch).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from pdlkit.lazy import lazy_names
 
 __version__ = "0.1.0"
 
@@ -62,13 +63,7 @@ if TYPE_CHECKING:
     from pdlkit.runtime_abi.reference import reference
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pdlkit' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _EXPORTS, globals())
 
 
 def _declared_as_entry_point() -> bool:
