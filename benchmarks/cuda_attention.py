@@ -1,7 +1,8 @@
 """The attention of a decode step on a GPU: pdlkit's Triton decode kernel against torch's SDPA
 backends, at Llama-3's shapes (32 query heads over 8 key/value heads, head dim 128).
 
-    python benchmarks/cuda_attention.py [--out DIR] [--rows B ...] [--ctx L ...] [--sweep]
+    python benchmarks/cuda_attention.py [--out DIR] [--rows B ...] [--ctx L ...] [--heads HQ HKV]
+        [--sweep]
     python benchmarks/cuda_attention.py --best FILE B   # the fastest rule of a sweep's row B
 
 For each row (B sequences, one query token each, a cache of L tokens, bfloat16): the kernel of
@@ -22,7 +23,7 @@ import json
 import statistics
 import sys
 from collections.abc import Callable
-from dataclasses import astuple
+from dataclasses import astuple, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 HQ, HKV, D = 32, 8, 128
 # tile rules (kernels/cuda/_triton_attention.py's Rule): tokens a tile, programs aimed for, stages
 SWEEP = [(bn, p, 4, s) for bn in (16, 32, 64) for p in (512, 1024, 2048) for s in (2, 3)]
+SWEEP += [
+    (bn, p, w, s) for bn in (32, 64, 128) for p in (512, 4096) for w in (4, 8) for s in (2, 4)
+]
+# fewer warps a program: shorter reductions on a decode tile's few rows
+SWEEP += [(bn, 512, w, s) for bn in (16, 32, 64) for w in (1, 2) for s in (2, 3, 4)]
 
 
 def graph_us(call: Callable[[int], Any], copies: int, calls: int = 20) -> float:
@@ -59,9 +65,10 @@ def graph_us(call: Callable[[int], Any], copies: int, calls: int = 20) -> float:
     return statistics.median(times)
 
 
-def row(b: int, ctx: int, sweep: bool) -> dict[str, Any]:
+def row(b: int, ctx: int, sweep: bool, heads: tuple[int, int] = (HQ, HKV)) -> dict[str, Any]:
     from pdlkit.kernels.cuda._triton_attention import Rule, decode_attention, pick_tile
 
+    HQ, HKV = heads  # noqa: N806 (the module's constants, for another model's heads)
     nbytes = 2 * b * HKV * ctx * D * 2
     copies = max(1, min(4, (200 << 20) // nbytes))
     g = torch.Generator(device="cuda").manual_seed(b)
@@ -69,17 +76,19 @@ def row(b: int, ctx: int, sweep: bool) -> dict[str, Any]:
     ks = [torch.randn(b, HKV, ctx, D, device="cuda", generator=g).bfloat16() for _ in range(copies)]
     vs = [torch.randn(b, HKV, ctx, D, device="cuda", generator=g).bfloat16() for _ in range(copies)]
     scale = D**-0.5
-    out: dict[str, Any] = {"B": b, "ctx": ctx, "cache_MB": nbytes / 1e6, "us": {}}
+    out: dict[str, Any] = {"B": b, "ctx": ctx, "heads": [HQ, HKV], "cache_MB": nbytes / 1e6}
+    out["us"] = {}
     want = F.scaled_dot_product_attention(
         q.float(), ks[0].float(), vs[0].float(), scale=scale, enable_gqa=True
     )
     got = decode_attention(q, ks[0], vs[0], None, scale)
     out["max_err_vs_fp32"] = (got.float() - want).abs().max().item()
-    tiles = {"pdlkit": pick_tile(b * HKV, ctx, D)}
+    tiles = {"pdlkit": pick_tile(b * HKV, ctx, D, HQ // HKV)}
     # a graph compiled for a growing cache: the length symbolic, the most slices for B
-    tiles["pdlkit, length symbolic"] = pick_tile(b * HKV, None, D)
+    tiles["pdlkit, length symbolic"] = pick_tile(b * HKV, None, D, HQ // HKV)
+    tiles["pdlkit, partial tile last"] = replace(tiles["pdlkit"], tail_first=False)
     for r in SWEEP if sweep else []:
-        tiles["rule " + ",".join(map(str, r))] = Rule(*r).tile(b * HKV, ctx)
+        tiles["rule " + ",".join(map(str, r))] = Rule(*r).tile(b * HKV, ctx, HQ // HKV)
     for key, tile in tiles.items():
         out.setdefault("tiles", {})[key] = astuple(tile)
 
@@ -112,6 +121,7 @@ def main() -> None:
     p.add_argument("--out", default="benchmarks/results")
     p.add_argument("--rows", type=int, nargs="*", default=[1, 64, 256])
     p.add_argument("--ctx", type=int, nargs="*", default=[129])
+    p.add_argument("--heads", type=int, nargs=2, default=[HQ, HKV], metavar=("HQ", "HKV"))
     p.add_argument("--sweep", action="store_true")
     p.add_argument("--best", nargs=2, metavar=("FILE", "B"))
     a = p.parse_args()
@@ -120,10 +130,12 @@ def main() -> None:
         timed = [(v, k) for k, v in rows[0]["us"].items() if k.startswith("rule ") and isinstance(v, float)]  # fmt: skip
         print(min(timed)[1].removeprefix("rule "))
         return
-    results = [row(b, ctx, a.sweep) for ctx in a.ctx for b in a.rows]
+    results = [row(b, ctx, a.sweep, tuple(a.heads)) for ctx in a.ctx for b in a.rows]
     for r in results:
         best = sorted((v, k) for k, v in r["us"].items() if isinstance(v, float))[:6]
-        print(f"B={r['B']} ctx={r['ctx']} ({r['cache_MB']:.1f} MB) err {r['max_err_vs_fp32']:.2e}")
+        print(
+            f"B={r['B']} ctx={r['ctx']} heads {r['heads']} ({r['cache_MB']:.1f} MB) err {r['max_err_vs_fp32']:.2e}"
+        )
         for v, k in best:
             tile = r["tiles"].get(k, "")
             print(f"  {k:28s} {v:8.2f} us  {r['cache_MB'] * 1e3 / v:7.0f} GB/s  {tile}")

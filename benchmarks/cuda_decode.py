@@ -88,8 +88,31 @@ TILES = [
     (128, 128, 4, 4, 6),
     # eight warps on one 32-column weight tile (more loads issued an SM), wider K steps
     (32, 256, 1, 8, 4), (32, 256, 1, 8, 6), (32, 512, 1, 4, 4), (32, 512, 1, 8, 4),
+    # K split, more shapes: fewer activation re-reads (wider tiles), more programs
+    (32, 256, 2, 4, 6), (32, 256, 4, 4, 4), (64, 256, 2, 4, 3), (64, 128, 2, 4, 6),
+    (64, 256, 4, 4, 6), (128, 256, 4, 4, 4), (128, 128, 4, 8, 4), (128, 128, 8, 4, 6),
 ]  # fmt: skip
 SMEM = 227 * 1024
+
+
+@dataclass(frozen=True)
+class Kept:
+    """A config whose K slices count themselves in on tile counters zeroed once and kept
+    between calls (``splitk(counters=...)``), not zeroed by a fill before each call."""
+
+    cfg: Any
+
+    def __str__(self) -> str:
+        return f"kept counters {self.cfg}"
+
+
+_COUNTERS: dict[str, torch.Tensor] = {}
+
+
+def kept_counters() -> torch.Tensor:
+    if "c" not in _COUNTERS:
+        _COUNTERS["c"] = torch.zeros(1 << 16, dtype=torch.int32, device="cuda")
+    return _COUNTERS["c"]
 
 
 def bench(fn: Callable[[], Any]) -> float:
@@ -167,6 +190,8 @@ def candidates(case: Case, sweep: bool) -> list[Any]:
             ):
                 continue
             out.append(SplitConfig(bm, bn, bk, split, warps, stages))
+            if split > 1:
+                out.append(Kept(out[-1]))
     return out
 
 
@@ -201,6 +226,12 @@ def run_case(case: Case, x: Inputs, ws: list[torch.Tensor], cfg: Any) -> None:
     from pdlkit.kernels.cuda import _triton_fused as Fz
     from pdlkit.kernels.cuda import _triton_splitk as S
 
+    if isinstance(cfg, Kept):
+        S.splitk(
+            x.q, x.xs, ws[0], x.scales[0], x.outs[0], config=cfg.cfg, counters=kept_counters(),
+            **({"u": ws[1], "u_scale": x.scales[1]} if case.kind == "gated" else {}),
+        )  # fmt: skip
+        return
     if case.kind == "grouped":
         Fz.grouped_splitk(x.q, x.xs, ws, x.scales, x.outs, config=cfg)
     elif case.kind == "gated":
@@ -235,7 +266,12 @@ def _compile(job: tuple[Case, tuple[int, ...]]) -> str:
 
 
 def precompile(cases: list[Case], workers: int) -> None:
-    jobs = [(c, astuple(cfg)) for c in cases for cfg in candidates(c, True) if cfg is not None]
+    jobs = [
+        (c, astuple(cfg))
+        for c in cases
+        for cfg in candidates(c, True)
+        if cfg is not None and not isinstance(cfg, Kept)
+    ]
     t0 = time.perf_counter()
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
         errors = [e for e in pool.map(_compile, jobs, chunksize=4) if e]

@@ -76,23 +76,25 @@ def _slice_tokens(L, SPLIT: tl.constexpr, BLOCK_N: tl.constexpr):
 
 @triton.jit
 def _attend(
-    q, k_base, v_base, mask_base, heads, g_ok, d, d_ok, first, tokens, L,
+    q, k_base, v_base, mask_base, heads, g_ok, d, d_ok, start0, lo, hi, span, L,
     sk_l, sv_l, sm_h, sm_l, QK_SCALE: tl.constexpr, G_PAD: tl.constexpr, D_PAD: tl.constexpr,
     BLOCK_N: tl.constexpr, MASK: tl.constexpr, IEEE: tl.constexpr,
 ):  # fmt: skip
-    """The online softmax of q [G_PAD, D_PAD] over the cache's positions [first, first + tokens)
-    below L (the interpreter's constant ``tokens`` runs past L: masked), BLOCK_N at a time: running maximum m and sum l of the base-2 exponentials, and the
-    unnormalized output acc (fp32)."""
+    """The online softmax of q [G_PAD, D_PAD] over the cache's positions [lo, hi), in the
+    BLOCK_N-token tiles of [start0, start0 + span) (positions outside [lo, hi) masked):
+    running maximum m and sum l of the base-2 exponentials, and the unnormalized output acc
+    (fp32)."""
     m_i = tl.full((G_PAD,), float("-inf"), dtype=tl.float32)
     l_i = tl.zeros((G_PAD,), dtype=tl.float32)
     acc = tl.zeros((G_PAD, D_PAD), dtype=tl.float32)
-    for start in range(0, tokens, BLOCK_N):  # none where tokens <= 0
-        cols = first + start + tl.arange(0, BLOCK_N)
-        n_ok = (cols < L)[:, None]
+    for start in range(0, span, BLOCK_N):  # none where span <= 0
+        cols = start0 + start + tl.arange(0, BLOCK_N)
+        live = (cols >= lo) & (cols < hi)
+        n_ok = live[:, None]
         k = tl.load(k_base + cols[:, None] * sk_l + d[None, :], mask=n_ok & d_ok, other=0.0)
         v = tl.load(v_base + cols[:, None] * sv_l + d[None, :], mask=n_ok & d_ok, other=0.0)
         s = _scores(q, k, tl.cast(QK_SCALE, tl.float32), IEEE)
-        s = _masked(s, mask_base, heads, cols, g_ok & (cols < L)[None, :], sm_h, sm_l, MASK)
+        s = _masked(s, mask_base, heads, cols, g_ok & live[None, :], sm_h, sm_l, MASK)
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row masked so far: no NaN
         alpha = tl.math.exp2(m_i - m_safe)
@@ -114,6 +116,7 @@ def decode_attention_kernel(
     QK_SCALE: tl.constexpr, HKV: tl.constexpr, GROUP: tl.constexpr, G_PAD: tl.constexpr,
     D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
     MASK: tl.constexpr, IEEE: tl.constexpr, INTERPRETED_CHUNK: tl.constexpr,
+    TAIL_FIRST: tl.constexpr = True,
 ):  # fmt: skip
     """softmax(q[b, h] . k[b, h // GROUP]^T * scale + mask) . v[b, h // GROUP] over the cache's
     tokens [c * s, min(c * (s + 1), L)) (c: ``_slice_tokens``) for the GROUP query heads h of
@@ -133,15 +136,20 @@ def decode_attention_kernel(
     chunk = _slice_tokens(L, SPLIT, BLOCK_N)
     first = tl.program_id(1) * chunk
     live = first < L  # a slice past a short cache's end reads and writes nothing
+    tokens = tl.minimum(chunk, L - first)
+    # the partial tile first (its tile starts before ``first``, masked), its load out with the
+    # first full tiles' (Llama-3's 64 x 129-token step: 11.95 us against 13.6 with it last, H200)
+    pad = (BLOCK_N - tokens % BLOCK_N) % BLOCK_N if TAIL_FIRST else 0
     args = (q, k_ptr + b * sk_b + kh * sk_h, v_ptr + b * sv_b + kh * sv_h, mask_ptr + b * sm_b)
     if INTERPRETED_CHUNK == 0:
         m_i, l_i, acc = _attend(
-            *args, heads, g_ok, d, d_ok, first, tl.minimum(chunk, L - first), L,
+            *args, heads, g_ok, d, d_ok, first - pad, first, first + tokens, tokens + pad, L,
             sk_l, sv_l, sm_h, sm_l, QK_SCALE, G_PAD, D_PAD, BLOCK_N, MASK, IEEE,
         )  # fmt: skip
-    else:
+    else:  # a constant loop bound, one tile longer than the slice (masked)
         m_i, l_i, acc = _attend(
-            *args, heads, g_ok, d, d_ok, first, INTERPRETED_CHUNK, L,
+            *args, heads, g_ok, d, d_ok, first - pad, first, first + tokens,
+            INTERPRETED_CHUNK + BLOCK_N, L,
             sk_l, sv_l, sm_h, sm_l, QK_SCALE, G_PAD, D_PAD, BLOCK_N, MASK, IEEE,
         )  # fmt: skip
     rows = pid * GROUP + g  # the query head's row of [B * Hq]
@@ -183,24 +191,34 @@ def combine_kernel(
 @dataclass(frozen=True)
 class Tile:
     """A launch: tokens a tile, slices of the cache a launch may use (programs per sequence and
-    head; those past the cache's end stay empty), warps, pipeline stages."""
+    head; those past the cache's end stay empty), warps, pipeline stages, and whether a slice's
+    partial tile comes first (False: last, for comparison in benchmarks/cuda_attention.py)."""
 
     block_n: int
     split: int
     warps: int = 4
     stages: int = 3
+    tail_first: bool = True
 
 
 @dataclass(frozen=True)
 class Rule:
     """How a tile is picked: ``block_n`` tokens a tile, and slices of the cache for about
-    ``programs`` programs in all (at least a tile a slice, at most 128 slices).
+    ``programs`` programs in all (at least a tile a slice, at most 128 slices); where the
+    (sequence, key/value head) pairs alone fill the GPU (one slice), ``full_warps`` warps a
+    program and, where each key/value head serves one query head (MHA), ``full_block_n_mha``
+    tokens a tile (None: as ``warps``, ``block_n``).
 
-    The default, measured on an H200 (benchmarks/cuda_attention.py --sweep, Llama-3's heads,
-    129 cached tokens, bfloat16; ``cuda_attention_h200_*.md`` in benchmarks/results): 64
-    sequences (512 pairs) take one slice, 13.4 us against 18.4 for two slices and 18.0 for
-    cuDNN's SDPA (the combine launch and the workspace cost more than the parallelism gains);
-    one sequence (8 pairs) takes five slices of 32 tokens, 4.2 us against cuDNN's 5.6.
+    The default, measured on an H200 (benchmarks/cuda_attention.py --sweep, 129 cached
+    tokens, bfloat16; ``cuda_attention_h200_*.md`` in benchmarks/results): 64 sequences of
+    Llama-3's heads (512 pairs) take one slice, 13.4 us against 18.4 for two slices and 18.0
+    for cuDNN's SDPA (the combine launch and the workspace cost more than the parallelism
+    gains); one sequence (8 pairs) takes five slices of 32 tokens, 4.2 us against cuDNN's 5.6.
+    With one slice a program's time goes by its tiles' chain of dependent steps (a 64 x 129
+    MHA cache: 35.5 us at 128 tokens, 39.0 at 129, 39.3 at 136), not by its bytes, and one
+    warp a program runs more of those chains an SM: Llama-2-7B's MHA at 64 sequences 35.9 us
+    with one warp and 16-token tiles against 39.0 with four warps and 32; Llama-3's 11.6
+    against 11.8 (one warp, 32 tokens), H200, 2026-11-29.
 
     The slices a launch may use come from the next power of two of the cache's tiles, so that
     caches of 129 and 160 tokens share a kernel (8 slices, 5 of them used); a length not known
@@ -210,13 +228,19 @@ class Rule:
     programs: int = 512
     warps: int = 4
     stages: int = 3
+    full_warps: int | None = None
+    full_block_n_mha: int | None = None
 
-    def tile(self, pairs: int, length: int | None) -> Tile:
-        """The tile for ``pairs`` (sequence, key/value head) pairs over ``length`` tokens."""
+    def tile(self, pairs: int, length: int | None, group: int = 1) -> Tile:
+        """The tile for ``pairs`` (sequence, key/value head) pairs over ``length`` tokens, each
+        key/value head serving ``group`` query heads."""
         split = min(triton.cdiv(self.programs, pairs), 128)
         if length is not None:
             split = min(split, triton.next_power_of_2(triton.cdiv(length, self.block_n)))
-        return Tile(self.block_n, max(1, split), self.warps, self.stages)
+        if split > 1:
+            return Tile(self.block_n, split, self.warps, self.stages)
+        bn = self.full_block_n_mha if group == 1 and self.full_block_n_mha else self.block_n
+        return Tile(bn, 1, self.full_warps or self.warps, self.stages)
 
 
 # A rule for every launch, "BLOCK_N,PROGRAMS,WARPS,STAGES": for measuring rules inside a
@@ -224,14 +248,16 @@ class Rule:
 RULE_ENV = "PDLKIT_DECODE_ATTENTION_RULE"
 
 
-def pick_tile(pairs: int, length: int | None, d_pad: int) -> Tile:
+def pick_tile(pairs: int, length: int | None, d_pad: int, group: int = 1) -> Tile:
     """The default rule's tile (8-token tiles under the interpreter: small, fast tests;
     16 for head dims above 128, whose tiles are twice the bytes), or ``RULE_ENV``'s."""
     env = os.environ.get(RULE_ENV)
     if env:
-        return Rule(*(int(x) for x in env.split(","))).tile(pairs, length)
-    bn = 8 if INTERPRET else 32 if d_pad <= 128 else 16
-    return Rule(block_n=bn).tile(pairs, length)
+        return Rule(*(int(x) for x in env.split(","))).tile(pairs, length, group)
+    if INTERPRET:
+        return Rule(block_n=8).tile(pairs, length, group)
+    bn = 32 if d_pad <= 128 else 16
+    return Rule(block_n=bn, full_warps=1, full_block_n_mha=16).tile(pairs, length, group)
 
 
 def _known(n: int | torch.SymInt) -> int | None:
@@ -264,7 +290,7 @@ def decode_attention(
     b, hq, _, d = q.shape
     hkv, length = k.shape[1], k.shape[2]
     d_pad = max(16, triton.next_power_of_2(d))
-    t = tile or pick_tile((_known(b) or 1) * hkv, _known(length), d_pad)
+    t = tile or pick_tile((_known(b) or 1) * hkv, _known(length), d_pad, hq // hkv)
     split = t.split  # slices past the cache's end stay empty (the kernels compute which)
     out = torch.empty((b, hq, 1, d), dtype=q.dtype, device=q.device)
     acc = ml = out  # one slice: no workspace
@@ -282,6 +308,7 @@ def decode_attention(
         G_PAD=max(16, triton.next_power_of_2(hq // hkv)), D=d, D_PAD=d_pad,
         BLOCK_N=t.block_n, SPLIT=split, MASK=kind, IEEE=q.dtype == torch.float32,
         INTERPRETED_CHUNK=_interpreted_chunk(length, t) if INTERPRET else 0,
+        TAIL_FIRST=t.tail_first,
         num_warps=1 if INTERPRET else t.warps, num_stages=1 if INTERPRET else t.stages,
     )  # fmt: skip
     if split > 1:

@@ -319,13 +319,16 @@ def splitk(
     residual: torch.Tensor | None = None,
     quantize: tuple[float, float] | None = None,
     config: SplitConfig | None = None,
+    counters: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """out = (a @ b.T) * a_scale[:, None] * b_scale (+ bias), or silu(that) * (a @ u.T) * ...
     for a gated pair; a [M, K] and b, u [N, K] int8 with unit inner strides, scales float32;
     ``residual`` (laid out as ``out``) is added to the cast result. ``quantize`` = (eps, qmax),
     one row only: ``a`` is float, and each program quantizes it per token itself (into an
     int8 row every program writes with the same bytes; ``a_scale`` unused): one launch where
-    quant_rows and this kernel were two."""
+    quant_rows and this kernel were two. ``counters``: zeroed int32 tile counters the caller
+    keeps (at least a tile's worth; every launch leaves them zero), for K split in slices:
+    without them each call zeroes counters of its own (a fill launched before the kernel)."""
     m, k = a.shape
     n = b.shape[0]
     x = a
@@ -341,7 +344,9 @@ def splitk(
     if split > 1:  # a block of int32 sums per slice and tile, and a zeroed counter per tile
         block = cfg.bm * cfg.bn * (1 + gated)
         ws = torch.empty(split * grid_m * grid_n * block, dtype=torch.int32, device=a.device)
-        counts = torch.zeros(grid_m * grid_n, dtype=torch.int32, device=a.device)
+        counts = counters
+        if counts is None:
+            counts = torch.zeros(grid_m * grid_n, dtype=torch.int32, device=a.device)
     q_eps, q_max = quantize if quantize is not None else (0.0, 1.0)
     launch(splitk_kernel)[(grid_m, grid_n, split)](
         a, b, u, out, ws, counts, a_scale, b_scale, u_scale, bias, residual, x if quantize else None,
