@@ -170,8 +170,9 @@ _INTERPRETED = textwrap.dedent(
     q, k, v, m, _, scale, _ = O._attention_examples(torch.float32)[3]  # float mask per head
     want = O.attention(q, k, v, m, 0, scale, 1)
     for split in (1, 2, 3):  # 19 tokens in tiles of 8: one slice, two (16 + 3), three (8+8+3)
-        got = decode_attention(q, k, v, m.expand(2, 6, 1, 19), scale, Tile(8, split))
-        out[f"split {split}"] = (got - want).abs().max().item()
+        for first in (True, False):  # a slice's partial tile first or last
+            got = decode_attention(q, k, v, m.expand(2, 6, 1, 19), scale, Tile(8, split, tail_first=first))
+            out[f"split {split} {first}"] = (got - want).abs().max().item()
     target = {"name": "cpu-triton-interpreter", "devices": ["cpu", "cuda"]}
     q, k, v = _qkv(3, 8, 2, 1, 21, 16)
     mask = torch.rand(3, 1, 1, 21, generator=torch.Generator().manual_seed(0)) > 0.4
@@ -209,9 +210,21 @@ def test_decode_attention_matches_torch_sdpa_in_interpreter(interpreted):
         assert e["err"] < (1e-5 if e["dtype"] == "torch.float32" else 2e-3), e
 
 
-def test_one_slice_or_several_of_the_cache_give_the_same_attention(interpreted):
+@pytest.mark.parametrize("tail_first", [True, False])
+def test_one_slice_or_several_of_the_cache_give_the_same_attention(interpreted, tail_first):
     for split in (1, 2, 3):
-        assert interpreted[f"split {split}"] < 1e-5
+        assert interpreted[f"split {split} {tail_first}"] < 1e-5
+
+
+def test_one_warp_a_program_where_the_pairs_fill_the_gpu_and_slices_where_they_do_not():
+    from pdlkit.kernels.cuda._triton_attention import Rule, Tile
+
+    rule = Rule(block_n=32, full_warps=1, full_block_n_mha=16)  # the default on a GPU
+    assert rule.tile(64 * 32, 129, group=1) == Tile(16, 1, 1, 3)  # Llama-2-7B, 64 sequences
+    assert rule.tile(64 * 8, 129, group=4) == Tile(32, 1, 1, 3)  # Llama-3, 64 sequences
+    assert rule.tile(8, 129, group=4) == Tile(32, 8, 4, 3, tail_first=False)  # one sequence
+    assert rule.tile(8, None, group=4).split == 64  # a length known only at run time
+    assert Rule(32, 512, 4, 3).tile(64 * 32, 129) == Tile(32, 1, 4, 3)  # RULE_ENV's 4 numbers
 
 
 @pytest.mark.parametrize("case", ["gqa", "mask", "repeat_kv"])
