@@ -105,15 +105,19 @@ def pick_split_config(m: int, n: int, k: int, gated: bool, sms: int = 132) -> Sp
 
 
 def pick_grouped_config(m: int, ns: list[int], k: int) -> SplitConfig:
-    """Tiles for ``grouped_splitk_kernel`` (Q, K, V in one launch; one K slice a program);
-    64 x 64 tiles five K steps in flight (Llama-3's QKV at 64 rows on an H200: 9.8-9.9 us
-    against 10.3-10.4 with four, two sweeps)."""
+    """Tiles for ``grouped_splitk_kernel`` (Q, K, V in one launch; one K slice a program):
+    up to 64 rows, 64 x 64 tiles; where those reach 192 (Llama-2-7B's 3 x 4096 columns) K steps
+    of 128 and six in flight, two programs an SM (16.6 us against 18.1 for 64 x 128 tiles,
+    H200, cuda_decode_h200_m64_llama2_b90f71e.md), else five K steps of 256 in flight
+    (Llama-3's 6144 columns: 9.8-9.9 us against 10.3-10.4 with four, two sweeps)."""
     if INTERPRET:
         return SplitConfig(16, 16, 32, 1, 1, 1)
     cfg = _config(*_tile(m, sum(ns), False), 1, False)
-    if (cfg.bm, cfg.bn) == (64, 64):
-        return SplitConfig(64, 64, cfg.bk, 1, cfg.warps, 5)
-    return cfg
+    if m > 64 or cfg.bm != 64:
+        return cfg
+    if triton.cdiv(sum(ns), 64) >= 192:
+        return SplitConfig(64, 64, 128, 1, 4, 6)
+    return SplitConfig(64, 64, cfg.bk, 1, cfg.warps, 5) if cfg.bn == 64 else cfg
 
 
 @triton.jit
