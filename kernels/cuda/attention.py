@@ -9,8 +9,9 @@ None, bool or additive float broadcastable to [B, Hq, 1, L], dropout 0, not caus
 per (sequence, key/value head, slice of the cache) reads that slice's keys and values once
 for its Hq / Hkv query heads; a second small kernel merges the slices where there are
 several (``_triton_attention.py``). On an H200 at Llama-3's heads over 129 cached tokens,
-bfloat16: 13.4 us for 64 sequences against 18.0 us for cuDNN's SDPA (what Inductor calls),
-4.2 against 5.6 us for one (``benchmarks/results/cuda_attention_h200_*.md``). A growing cache
+bfloat16: 11.8 us for 64 sequences against 18.3 us for cuDNN's SDPA (what Inductor calls),
+4.6 against 5.7 us for one; at Llama-2-7B's (32 over 32) 36.4 against 53.7 us for 64
+(``benchmarks/results/cuda_attention_h200_*.md``). A growing cache
 (transformers' ``DynamicCache``) is taken too: the cache's length is a run-time argument of
 the kernels, so a new length compiles no kernel (only a new power-of-two bucket of its tiles
 does), and a graph compiled for dynamic shapes is not specialized on it.
