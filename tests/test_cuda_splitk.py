@@ -48,6 +48,13 @@ _SCRIPT = textwrap.dedent(
         S.splitk(q, ones_m, w, ones_n, h, u=u, u_scale=ones_n, config=cfg)
         want = F.silu(exact_w) * exact_u
         out[name] = {"linear_exact": lin, "gated_err": ((h - want).norm() / want.norm()).item()}
+    kept = torch.zeros(64, dtype=torch.int32)  # counters a caller keeps between calls
+    y = torch.full((m, n), float("nan"))
+    sums = []
+    for _ in range(2):
+        S.splitk(q, ones_m, w, ones_n, y, config=configs["wide, three slices"], counters=kept)
+        sums.append(bool((y == exact_w).all()))
+    out["kept counters"] = {"exact": sums, "left_zero": bool((kept == 0).all())}
     outs = [torch.full((m, c), float("nan")) for c in (70, 24, 24)]
     ws = [w, w[:24].contiguous(), u[:24].contiguous()]
     Fz.grouped_splitk(q, ones_m, ws, [ones_n, ones_n[:24], ones_n[:24]], outs,
@@ -75,6 +82,10 @@ def interpreted():
 def test_split_k_configs_sum_exactly_in_interpreter(interpreted, config):
     assert interpreted[config]["linear_exact"] == [True, True]  # every int32 sum, both calls
     assert interpreted[config]["gated_err"] < 1e-6  # silu(gate) * up in float32
+
+
+def test_tile_counters_a_caller_keeps_are_left_zero_for_the_next_call(interpreted):
+    assert interpreted["kept counters"] == {"exact": [True, True], "left_zero": True}
 
 
 def test_grouped_qkv_with_a_given_config_sums_exactly_in_interpreter(interpreted):
@@ -119,3 +130,13 @@ def test_gpu_split_k_slices_sum_exactly(m, n, k, cfg, gated):
             assert torch.equal(
                 out, exact_w.float()
             )  # the same int32 sums, rounded to float32 alike
+
+
+def test_grouped_qkv_tiles_by_columns_at_decode_rows():
+    from pdlkit.kernels.cuda._triton_splitk import SplitConfig, pick_grouped_config
+
+    # Llama-2-7B's 3 x 4096 columns: 192 tiles of 64 x 64, K steps of 128, six in flight
+    assert pick_grouped_config(64, [4096] * 3, 4096) == SplitConfig(64, 64, 128, 1, 4, 6)
+    # Llama-3's 4096 + 2 x 1024: 96 tiles, K steps of 256, five in flight
+    assert pick_grouped_config(64, [4096, 1024, 1024], 4096) == SplitConfig(64, 64, 256, 1, 4, 5)
+    assert pick_grouped_config(128, [4096] * 3, 4096).bm == 128  # past 64 rows: _tile's

@@ -330,9 +330,10 @@ def splitk(
     ``residual`` (laid out as ``out``) is added to the cast result. ``quantize`` = (eps, qmax),
     one row only: ``a`` is float, and each program quantizes it per token itself (into an
     int8 row every program writes with the same bytes; ``a_scale`` unused): one launch where
-    quant_rows and this kernel were two. ``counters``: zeroed int32 tile counters the caller
-    keeps (at least a tile's worth; every launch leaves them zero), for K split in slices:
-    without them each call zeroes counters of its own (a fill launched before the kernel)."""
+    quant_rows and this kernel were two. ``counters``: zeroed int32 counters, one per output
+    tile at least, that the caller keeps between calls on one stream (every launch leaves them
+    zero), for K split in slices; without them each call zeroes counters of its own (a fill
+    launched before the kernel)."""
     m, k = a.shape
     n = b.shape[0]
     x = a
