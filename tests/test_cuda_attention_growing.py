@@ -34,7 +34,7 @@ _INTERPRETED = textwrap.dedent(
     import pdlkit
     sys.path.insert(0, "tests")
     from pdlkit.kernels.cuda import _triton_attention as T
-    from test_cuda_attention import Attention, _qkv
+    from test_cuda_attention import Attention, RepeatKV, _qkv
     from test_cuda_attention_growing import LENGTHS
 
     keys = set()  # what a GPU compiles a kernel for: its compile-time arguments
@@ -86,6 +86,21 @@ _INTERPRETED = textwrap.dedent(
     calls = pdlkit.stats()["by_kernel"].get("decode_attention_triton", {}).get("kernel_calls", 0)
     out["compiled"] = {"err": max(errs), "calls": calls,
                        "graphs": counters["stats"]["unique_graphs"] - graphs}
+    # a padded batch: transformers' additive mask keeps SDPA's GQA off (repeat_kv instead)
+    torch._dynamo.reset()
+    model = RepeatKV()
+    opt = pdlkit.optimize(model, target=target, default_codegen="eager", autotune="off")
+    pdlkit.stats(reset=True)
+    errs = []
+    with torch.no_grad():
+        for n in range(21, 27):
+            q, k, v = _qkv(3, 8, 2, 1, n, 16)
+            keep = torch.ones(3, 1, 1, n, dtype=torch.bool)
+            keep[0, ..., :5] = False  # sequence 0 padded on the left
+            mask = torch.where(keep, 0.0, float("-inf"))
+            errs.append((opt(q, k, v, mask) - model(q, k, v, mask)).abs().max().item())
+    calls = pdlkit.stats()["by_kernel"].get("decode_attention_triton", {}).get("kernel_calls", 0)
+    out["padded"] = {"err": max(errs), "calls": calls}
     print(json.dumps(out))
     """
 )
@@ -121,6 +136,12 @@ def test_a_compiled_module_over_a_growing_cache_compiles_two_graphs(interpreted)
     c = interpreted["compiled"]
     assert c["err"] < 1e-5 and c["calls"] == 6
     assert c["graphs"] == 2  # the first length's, then one for every length (dynamic)
+
+
+def test_a_padded_batch_over_a_growing_cache_keeps_the_kernel(interpreted):
+    # repeat_kv's expand and reshape carry the cache's symbolic length into SDPA's operands
+    assert interpreted["padded"]["calls"] == 6
+    assert interpreted["padded"]["err"] < 1e-5
 
 
 def _symbolic_cache(length: int, b: int = 1, hq: int = 8, hkv: int = 2, d: int = 16):
