@@ -227,6 +227,15 @@ def test_one_warp_a_program_where_the_pairs_fill_the_gpu_and_slices_where_they_d
     assert Rule(32, 512, 4, 3).tile(64 * 32, 129) == Tile(32, 1, 4, 3)  # RULE_ENV's 4 numbers
 
 
+def test_head_dims_over_128_keep_four_warps_a_program():
+    from pdlkit.kernels.cuda import _triton_attention as T
+
+    if T.INTERPRET:
+        pytest.skip("under TRITON_INTERPRET=1 the interpreter's 8-token tiles apply")
+    assert T.pick_tile(64 * 32, 129, 128, group=1) == T.Tile(16, 1, 1, 3)
+    assert T.pick_tile(64 * 32, 129, 256, group=1) == T.Tile(16, 1, 4, 3)
+
+
 @pytest.mark.parametrize("case", ["gqa", "mask", "repeat_kv"])
 def test_compiled_module_runs_the_kernel_in_interpreter(interpreted, case):
     assert interpreted[case]["calls"] == 1

@@ -252,14 +252,17 @@ RULE_ENV = "PDLKIT_DECODE_ATTENTION_RULE"
 
 def pick_tile(pairs: int, length: int | None, d_pad: int, group: int = 1) -> Tile:
     """The default rule's tile (8-token tiles under the interpreter: small, fast tests;
-    16 for head dims above 128, whose tiles are twice the bytes), or ``RULE_ENV``'s."""
+    16 for head dims above 128, whose tiles are twice the bytes, and four warps there, as
+    measured for none of them: one warp's registers would hold 16 x 256 fp32 sums alone), or
+    ``RULE_ENV``'s."""
     env = os.environ.get(RULE_ENV)
     if env:
         return Rule(*(int(x) for x in env.split(","))).tile(pairs, length, group)
     if INTERPRET:
         return Rule(block_n=8).tile(pairs, length, group)
     bn = 32 if d_pad <= 128 else 16
-    return Rule(block_n=bn, full_warps=1, full_block_n_mha=16).tile(pairs, length, group)
+    one = 1 if d_pad <= 128 else None
+    return Rule(block_n=bn, full_warps=one, full_block_n_mha=16).tile(pairs, length, group)
 
 
 def _known(n: int | torch.SymInt) -> int | None:
