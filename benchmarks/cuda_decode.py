@@ -106,7 +106,29 @@ class Kept:
         return f"kept counters {self.cfg}"
 
 
+@dataclass(frozen=True)
+class Blocked:
+    """A config whose weights come in its [N / BN, K / BK, BN, BK] tiles (``block_weight``):
+    each K step of a program reads one contiguous block, not BN rows' strided pieces."""
+
+    cfg: Any
+
+    def __str__(self) -> str:
+        return f"blocked {self.cfg}"
+
+
 _COUNTERS: dict[str, torch.Tensor] = {}
+_BLOCKED: dict[tuple[int, int, int], list[torch.Tensor]] = {}
+
+
+def blocked_weights(ws: list[torch.Tensor], bn: int, bk: int) -> list[torch.Tensor]:
+    """``ws`` in (bn, bk) tiles, made once per weight copy and tile (kept for the case)."""
+    from pdlkit.kernels.cuda._triton_splitk import block_weight
+
+    key = (id(ws[0]), bn, bk)
+    if key not in _BLOCKED:
+        _BLOCKED[key] = [block_weight(w, bn, bk) for w in ws]
+    return _BLOCKED[key]
 
 
 def kept_counters() -> torch.Tensor:
@@ -173,9 +195,13 @@ def candidates(case: Case, sweep: bool) -> list[Any]:
 
     if not sweep:
         return [None]
+    from pdlkit.kernels.cuda._triton_splitk import pick_split_config
+
     m, k = case.m, case.k
+    pick = pick_split_config(m, sum(case.ns), k, case.kind == "gated")
+    picked = [Blocked(pick)] if pick.split_k == 1 and blockable(case, pick.bn, pick.bk) else []
     gated = case.kind == "gated"
-    out: list[Any] = [None]
+    out: list[Any] = [None, *picked]
     bms = [min(64, max(16, 1 << (m - 1).bit_length()))] if m <= 64 else [64, 128]
     for bm in bms:
         for bn, bk, split, warps, stages in TILES:
@@ -192,7 +218,13 @@ def candidates(case: Case, sweep: bool) -> list[Any]:
             out.append(SplitConfig(bm, bn, bk, split, warps, stages))
             if split > 1:
                 out.append(Kept(out[-1]))
+            elif blockable(case, bn, bk):
+                out.append(Blocked(out[-1]))
     return out
+
+
+def blockable(case: Case, bn: int, bk: int) -> bool:
+    return case.kind != "grouped" and all(n % bn == 0 for n in case.ns) and case.k % bk == 0
 
 
 @dataclass
@@ -226,6 +258,13 @@ def run_case(case: Case, x: Inputs, ws: list[torch.Tensor], cfg: Any) -> None:
     from pdlkit.kernels.cuda import _triton_fused as Fz
     from pdlkit.kernels.cuda import _triton_splitk as S
 
+    if isinstance(cfg, Blocked):
+        pw = blocked_weights(ws, cfg.cfg.bn, cfg.cfg.bk)
+        S.splitk(
+            x.q, x.xs, pw[0], x.scales[0], x.outs[0], config=cfg.cfg, blocked=True,
+            **({"u": pw[1], "u_scale": x.scales[1]} if case.kind == "gated" else {}),
+        )  # fmt: skip
+        return
     if isinstance(cfg, Kept):
         S.splitk(
             x.q, x.xs, ws[0], x.scales[0], x.outs[0], config=cfg.cfg, counters=kept_counters(),
@@ -250,15 +289,17 @@ def reference(case: Case, x: Inputs) -> list[torch.Tensor]:
     return ys
 
 
-def _compile(job: tuple[Case, tuple[int, ...]]) -> str:
-    """In a worker process: one call of the case with this config, so that Triton's disk cache
-    holds its binary when the main process times it ('' or why it failed)."""
+def _compile(job: tuple[Case, tuple[int, ...], bool]) -> str:
+    """In a worker process: one call of the case with this config (its weights in tiles where
+    ``blocked``), so that Triton's disk cache holds its binary when the main process times it
+    ('' or why it failed)."""
     from pdlkit.kernels.cuda._triton_splitk import SplitConfig
 
-    case, cfg = job
+    case, cfg, blocked = job
     try:
         x = make_inputs(case, 1, fill=False)
-        run_case(case, x, x.sets[0], SplitConfig(*cfg))
+        config = SplitConfig(*cfg)
+        run_case(case, x, x.sets[0], Blocked(config) if blocked else config)
         torch.cuda.synchronize()
         return ""
     except Exception as e:
@@ -267,7 +308,7 @@ def _compile(job: tuple[Case, tuple[int, ...]]) -> str:
 
 def precompile(cases: list[Case], workers: int) -> None:
     jobs = [
-        (c, astuple(cfg))
+        (c, astuple(cfg.cfg if isinstance(cfg, Blocked) else cfg), isinstance(cfg, Blocked))
         for c in cases
         for cfg in candidates(c, True)
         if cfg is not None and not isinstance(cfg, Kept)
@@ -346,6 +387,7 @@ def gemm_row(case: Case, sweep: bool, copy_gbs: float) -> dict[str, Any]:
     row.update(time_pdlkit(case, x, sweep))
     row.update(time_peers(case, x, copies))
     del x
+    _BLOCKED.clear()
     for key in [k for k in row if k.endswith("_ms")]:
         bf16 = 2 if key.startswith("bf16") else 1
         row[key.replace("_ms", "_of_copy")] = bf16 * case.nbytes / row[key] / 1e6 / copy_gbs

@@ -120,6 +120,12 @@ def pick_grouped_config(m: int, ns: list[int], k: int) -> SplitConfig:
     return SplitConfig(64, 64, cfg.bk, 1, cfg.warps, 5) if cfg.bn == 64 else cfg
 
 
+def block_weight(w: torch.Tensor, bn: int, bk: int) -> torch.Tensor:
+    """W [N, K] in [N / BN, K / BK, BN, BK] tiles (a copy; N and K multiples of BN and BK)."""
+    n, k = w.shape
+    return w.reshape(n // bn, bn, k // bk, bk).permute(0, 2, 1, 3).contiguous()
+
+
 @triton.jit
 def _epilogue(
     acc, acc_u, rm, rn, c_ptr, stride_cm, a_scale_ptr, b_scale_ptr, u_scale_ptr, bias_ptr, M, N,
@@ -203,16 +209,26 @@ def _k_tile(ptrs, ok, kk, K: tl.constexpr, EVEN_K: tl.constexpr):
 def _sums(
     a_ptr, b_ptr, u_ptr, rm, rn, rk, M, N, stride_am, stride_bn,
     K: tl.constexpr, K_SPLIT: tl.constexpr, EVEN_K: tl.constexpr, GATED: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BLOCKED: tl.constexpr = False,
 ):  # fmt: skip
     """The int32 sums of one K slice (positions rk + k0): A[rm] @ B[rn]^T, and U's for a
-    gated pair; up to ``stages`` K steps of loads in flight."""
+    gated pair; up to ``stages`` K steps of loads in flight. BLOCKED: B and U laid out in
+    [N / BN, K / BK, BN, BK] tiles, each K step's a contiguous BN x BK block (one slice,
+    N a multiple of BN, K of BK)."""
     m_ok = (rm < M)[:, None]
     n_ok = (rn < N)[:, None]
     a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :]
-    b_ptrs = b_ptr + rn[:, None] * stride_bn + rk[None, :]
-    if GATED:
-        u_ptrs = u_ptr + rn[:, None] * stride_bn + rk[None, :]
+    if BLOCKED:
+        tile = (rn[:, None] // BN) * (BN * K) + (rn[:, None] % BN) * BK + tl.arange(0, BK)[None, :]
+        b_ptrs = b_ptr + tile
+        if GATED:
+            u_ptrs = u_ptr + tile
+        step: tl.constexpr = BN * BK
+    else:
+        b_ptrs = b_ptr + rn[:, None] * stride_bn + rk[None, :]
+        if GATED:
+            u_ptrs = u_ptr + rn[:, None] * stride_bn + rk[None, :]
+        step: tl.constexpr = BK
     acc = tl.zeros((BM, BN), dtype=tl.int32)
     acc_u = tl.zeros((BM, BN), dtype=tl.int32)
     for k0 in range(0, K_SPLIT, BK):
@@ -222,9 +238,9 @@ def _sums(
         if GATED:
             u = _k_tile(u_ptrs, n_ok, rk + k0, K, EVEN_K)
             acc_u = tl.dot(a, tl.trans(u), acc_u, out_dtype=tl.int32)
-            u_ptrs += BK
+            u_ptrs += step
         a_ptrs += BK
-        b_ptrs += BK
+        b_ptrs += step
     return acc, acc_u
 
 
@@ -272,6 +288,7 @@ def splitk_kernel(
     K: tl.constexpr, K_SPLIT: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr,
     GATED: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, QUANT_A: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, RB: tl.constexpr,
+    BLOCKED: tl.constexpr = False,
 ):  # fmt: skip
     """C[M, N] = epilogue(A[M, K] @ B[N, K]^T) (and U for a gated pair), int8 in, int32
     sums; program (m, n, s) sums K slice s of tile (m, n). ``ws`` holds SPLIT_K > 1's
@@ -292,7 +309,7 @@ def splitk_kernel(
         s = _quantize_row(x_ptr, a_ptr, q_eps, q_max, K, RB)
     acc, acc_u = _sums(
         a_ptr, b_ptr, u_ptr, rm, rn, rk, M, N, stride_am, stride_bn,
-        K, K_SPLIT, EVEN_K, GATED, BM, BN, BK,
+        K, K_SPLIT, EVEN_K, GATED, BM, BN, BK, BLOCKED,
     )  # fmt: skip
     if QUANT_A:
         sa = tl.where(rm < M, s, 0.0)
@@ -324,6 +341,7 @@ def splitk(
     quantize: tuple[float, float] | None = None,
     config: SplitConfig | None = None,
     counters: torch.Tensor | None = None,
+    blocked: bool = False,
 ) -> torch.Tensor:
     """out = (a @ b.T) * a_scale[:, None] * b_scale (+ bias), or silu(that) * (a @ u.T) * ...
     for a gated pair; a [M, K] and b, u [N, K] int8 with unit inner strides, scales float32;
@@ -333,9 +351,10 @@ def splitk(
     quant_rows and this kernel were two. ``counters``: zeroed int32 counters, one per output
     tile at least, that the caller keeps between calls on one stream (every launch leaves them
     zero), for K split in slices; without them each call zeroes counters of its own (a fill
-    launched before the kernel)."""
+    launched before the kernel). ``blocked``: b and u come as :func:`block_weight` lays them
+    out for ``config`` (one K slice)."""
     m, k = a.shape
-    n = b.shape[0]
+    n = b.shape[0] * b.shape[2] if blocked else b.shape[0]
     x = a
     if quantize is not None:
         assert m == 1, "quantize= takes one row"
@@ -358,7 +377,7 @@ def splitk(
         m, n, a.stride(0), b.stride(0), out.stride(0), float(q_eps), float(q_max),
         K=k, K_SPLIT=k_split, SPLIT_K=split, EVEN_K=split * k_split == k,
         GATED=gated, HAS_BIAS=bias is not None, HAS_RES=residual is not None,
-        QUANT_A=quantize is not None, BM=cfg.bm, BN=cfg.bn, BK=cfg.bk,
+        QUANT_A=quantize is not None, BM=cfg.bm, BN=cfg.bn, BK=cfg.bk, BLOCKED=blocked,
         RB=min(triton.next_power_of_2(k), 32 if INTERPRET else 4096),
         num_warps=cfg.warps, num_stages=cfg.stages,
     )  # fmt: skip
