@@ -55,6 +55,17 @@ _SCRIPT = textwrap.dedent(
         S.splitk(q, ones_m, w, ones_n, y, config=configs["wide, three slices"], counters=kept)
         sums.append(bool((y == exact_w).all()))
     out["kept counters"] = {"exact": sums, "left_zero": bool((kept == 0).all())}
+    # weights in 16 x 64 tiles: the first 64 rows and 192 columns (multiples of the tile)
+    cfg = S.SplitConfig(16, 16, 64, 1, 1, 1)
+    qb, wk, uk = (t[:, :192].contiguous() for t in (q, w[:64], u[:64]))
+    wb, ub = S.block_weight(wk, 16, 64), S.block_weight(uk, 16, 64)
+    y, h = torch.full((m, 64), float("nan")), torch.full((m, 64), float("nan"))
+    S.splitk(qb, ones_m, wb, ones_n[:64], y, config=cfg, blocked=True)
+    S.splitk(qb, ones_m, wb, ones_n[:64], h, u=ub, u_scale=ones_n[:64], config=cfg, blocked=True)
+    exact = (qb.int() @ wk.int().T).float()
+    want = F.silu(exact) * (qb.int() @ uk.int().T).float()
+    out["blocked"] = {"linear_exact": bool((y == exact).all()),
+                      "gated_err": ((h - want).norm() / want.norm()).item()}
     outs = [torch.full((m, c), float("nan")) for c in (70, 24, 24)]
     ws = [w, w[:24].contiguous(), u[:24].contiguous()]
     Fz.grouped_splitk(q, ones_m, ws, [ones_n, ones_n[:24], ones_n[:24]], outs,
@@ -86,6 +97,11 @@ def test_split_k_configs_sum_exactly_in_interpreter(interpreted, config):
 
 def test_tile_counters_a_caller_keeps_are_left_zero_for_the_next_call(interpreted):
     assert interpreted["kept counters"] == {"exact": [True, True], "left_zero": True}
+
+
+def test_weights_laid_out_in_tiles_sum_exactly_in_interpreter(interpreted):
+    assert interpreted["blocked"]["linear_exact"]
+    assert interpreted["blocked"]["gated_err"] < 1e-6
 
 
 def test_grouped_qkv_with_a_given_config_sums_exactly_in_interpreter(interpreted):

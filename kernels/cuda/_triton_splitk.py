@@ -121,7 +121,11 @@ def pick_grouped_config(m: int, ns: list[int], k: int) -> SplitConfig:
 
 
 def block_weight(w: torch.Tensor, bn: int, bk: int) -> torch.Tensor:
-    """W [N, K] in [N / BN, K / BK, BN, BK] tiles (a copy; N and K multiples of BN and BK)."""
+    """W [N, K] in [N / BN, K / BK, BN, BK] tiles (a copy; N and K multiples of BN and BK):
+    each K step of a program then reads one contiguous block, not BN rows' 256-byte pieces.
+    Only ``benchmarks/cuda_decode.py --sweep`` uses it (its ``blocked`` configs, against the
+    row-major ones), to learn whether the decode GEMMs' fixed 4-5 us over their bytes is the
+    memory's access pattern; no kernel declaration packs weights this way (not measured yet)."""
     n, k = w.shape
     return w.reshape(n // bn, bn, k // bk, bk).permute(0, 2, 1, 3).contiguous()
 
