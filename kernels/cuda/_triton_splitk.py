@@ -227,12 +227,11 @@ def _sums(
         b_ptrs = b_ptr + tile
         if GATED:
             u_ptrs = u_ptr + tile
-        step: tl.constexpr = BN * BK
     else:
         b_ptrs = b_ptr + rn[:, None] * stride_bn + rk[None, :]
         if GATED:
             u_ptrs = u_ptr + rn[:, None] * stride_bn + rk[None, :]
-        step: tl.constexpr = BK
+    step: tl.constexpr = BN * BK if BLOCKED else BK  # B's advance a K step
     acc = tl.zeros((BM, BN), dtype=tl.int32)
     acc_u = tl.zeros((BM, BN), dtype=tl.int32)
     for k0 in range(0, K_SPLIT, BK):
