@@ -8,7 +8,10 @@ grouped kernel (Q, K and V in one launch, ``_triton_fused.py``), ``torch._int_mm
 (cuBLASLt) and BF16 ``F.linear`` (cuBLAS; Q, K, V as one concatenated weight). Each as GB/s of
 weights streamed (int8: N x K bytes; BF16: 2 N K) against the device-to-device copy rate
 measured in the same run (bytes read + written). ``--sweep`` times several tile configs of
-each pdlkit kernel (compiled first in parallel worker processes) and reports the best.
+each pdlkit kernel (compiled first in parallel worker processes) and reports the best; among
+them, configs that split K again with tile counters zeroed once and kept between calls
+("kept counters": no fill per call), and one-slice configs over weights laid out in their
+tiles ("blocked": ``block_weight``, a contiguous block a K step).
 
 Two timings. ``graph``: a CUDA graph of back-to-back calls over rotating weight copies
 (together over three times L2's 50 MB), its replay time over the calls: a decode step as a
