@@ -198,10 +198,13 @@ def candidates(case: Case, sweep: bool) -> list[Any]:
 
     if not sweep:
         return [None]
-    from pdlkit.kernels.cuda._triton_splitk import pick_split_config
+    from pdlkit.kernels.cuda._triton_splitk import pick_grouped_config, pick_split_config
 
     m, k = case.m, case.k
-    pick = pick_split_config(m, sum(case.ns), k, case.kind == "gated")
+    if case.kind == "grouped":
+        pick = pick_grouped_config(m, list(case.ns), k)
+    else:
+        pick = pick_split_config(m, sum(case.ns), k, case.kind == "gated")
     picked = [Blocked(pick)] if pick.split_k == 1 and blockable(case, pick.bn, pick.bk) else []
     gated = case.kind == "gated"
     out: list[Any] = [None, *picked]
@@ -227,7 +230,7 @@ def candidates(case: Case, sweep: bool) -> list[Any]:
 
 
 def blockable(case: Case, bn: int, bk: int) -> bool:
-    return case.kind != "grouped" and all(n % bn == 0 for n in case.ns) and case.k % bk == 0
+    return all(n % bn == 0 for n in case.ns) and case.k % bk == 0
 
 
 @dataclass
@@ -261,6 +264,10 @@ def run_case(case: Case, x: Inputs, ws: list[torch.Tensor], cfg: Any) -> None:
     from pdlkit.kernels.cuda import _triton_fused as Fz
     from pdlkit.kernels.cuda import _triton_splitk as S
 
+    if isinstance(cfg, Blocked) and case.kind == "grouped":
+        pw = blocked_weights(ws, cfg.cfg.bn, cfg.cfg.bk)
+        Fz.grouped_splitk(x.q, x.xs, pw, x.scales, x.outs, config=cfg.cfg, blocked=True)
+        return
     if isinstance(cfg, Blocked):
         pw = blocked_weights(ws, cfg.cfg.bn, cfg.cfg.bk)
         S.splitk(

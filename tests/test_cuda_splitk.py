@@ -72,6 +72,13 @@ _SCRIPT = textwrap.dedent(
                       config=S.SplitConfig(32, 32, 64, 1, 1, 1))
     out["grouped_exact"] = [bool((o == (q.int() @ g.int().T).float()).all())
                             for o, g in zip(outs, ws)]
+    gs = [w[:64, :192].contiguous(), w[:32, :192].contiguous(), u[:32, :192].contiguous()]
+    outs = [torch.full((m, g.shape[0]), float("nan")) for g in gs]
+    Fz.grouped_splitk(qb, ones_m, [S.block_weight(g, 32, 64) for g in gs],
+                      [ones_n[:64], ones_n[:32], ones_n[:32]], outs,
+                      config=S.SplitConfig(32, 32, 64, 1, 1, 1), blocked=True)
+    out["grouped_blocked_exact"] = [bool((o == (qb.int() @ g.int().T).float()).all())
+                                    for o, g in zip(outs, gs)]
     print(json.dumps(out))
     """
 )
@@ -106,6 +113,10 @@ def test_weights_laid_out_in_tiles_sum_exactly_in_interpreter(interpreted):
 
 def test_grouped_qkv_with_a_given_config_sums_exactly_in_interpreter(interpreted):
     assert interpreted["grouped_exact"] == [True, True, True]
+
+
+def test_grouped_qkv_over_weights_in_tiles_sums_exactly_in_interpreter(interpreted):
+    assert interpreted["grouped_blocked_exact"] == [True, True, True]
 
 
 def _int_mm(q: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

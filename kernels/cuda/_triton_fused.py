@@ -109,10 +109,12 @@ def grouped_splitk_kernel(
     b2_ptr, s2_ptr, c2_ptr, N2: tl.constexpr,
     M, stride_am,
     K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+    BLOCKED: tl.constexpr = False,
 ):  # fmt: skip
     """C_g[M, N_g] = (A[M, K] @ B_g[N_g, K]^T) * sa * s_g for the weight g whose column tiles
     hold program (n, m): tiles [0, TILES0) are weight 0's, then TILES1 of weight 1, then 2's.
-    The weights' sizes are constexprs: not passed at every launch."""
+    The weights' sizes are constexprs: not passed at every launch. BLOCKED: the weights laid
+    out in their [N_g / BN, K / BK, BN, BK] tiles (``_triton_splitk.block_weight``)."""
     pid_m = tl.program_id(0)  # row tiles side by side: a column tile's weights read once
     pid_n = tl.program_id(1)
     b_ptr = b0_ptr
@@ -138,7 +140,11 @@ def grouped_splitk_kernel(
     m_ok = (rm < M)[:, None]
     n_ok = (rn < N)[:, None]
     a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :]
-    b_ptrs = b_ptr + rn[:, None] * K + rk[None, :]
+    if BLOCKED:
+        b_ptrs = b_ptr + tile * (BN * K) + tl.arange(0, BN)[:, None] * BK + rk[None, :]
+    else:
+        b_ptrs = b_ptr + rn[:, None] * K + rk[None, :]
+    step: tl.constexpr = BN * BK if BLOCKED else BK  # B's advance a K step
     acc = tl.zeros((BM, BN), dtype=tl.int32)
     for k0 in range(0, K, BK):
         k_ok = (rk + k0 < K)[None, :]
@@ -146,7 +152,7 @@ def grouped_splitk_kernel(
         b = tl.load(b_ptrs, mask=n_ok & k_ok, other=0)
         acc = tl.dot(a, tl.trans(b), acc, out_dtype=tl.int32)
         a_ptrs += BK
-        b_ptrs += BK
+        b_ptrs += step
     _epilogue(
         acc, acc, rm, rn, c_ptr, N, a_scale_ptr, s_ptr, s_ptr, s_ptr, M, N, False, False,
     )  # fmt: skip
@@ -159,23 +165,28 @@ def grouped_splitk(
     scales: list[torch.Tensor],
     outs: list[torch.Tensor],
     config: SplitConfig | None = None,
+    blocked: bool = False,
 ) -> list[torch.Tensor]:
     """outs[g] = (a @ weights[g].T) * a_scale[:, None] * scales[g] for two or three weights
     [N_g, K] (contiguous int8), one launch; a [M, K] int8 with a unit inner stride.
-    ``config``'s split_k is not used (one K slice a program)."""
+    ``config``'s split_k is not used (one K slice a program). ``blocked``: the weights come as
+    ``block_weight`` lays them out for ``config``."""
     m, k = a.shape
     groups = len(weights)
-    cfg = config or pick_grouped_config(m, [w.shape[0] for w in weights], k)
-    tiles = [triton.cdiv(w.shape[0], cfg.bn) for w in weights]
+    ns = [w.shape[0] * w.shape[2] if blocked else w.shape[0] for w in weights]
+    cfg = config or pick_grouped_config(m, ns, k)
+    tiles = [triton.cdiv(n, cfg.bn) for n in ns]
     while len(weights) < 3:  # an unused third group: no tiles
         weights, scales, outs, tiles = [*weights, weights[0]], [*scales, scales[0]], [*outs, outs[0]], [*tiles, 0]  # fmt: skip
+        ns = [*ns, ns[0]]
     grid = (triton.cdiv(m, cfg.bm), sum(tiles))
     launch(grouped_splitk_kernel)[grid](
         a, a_scale,
-        weights[0], scales[0], outs[0], weights[0].shape[0], tiles[0],
-        weights[1], scales[1], outs[1], weights[1].shape[0], tiles[1],
-        weights[2], scales[2], outs[2], weights[2].shape[0],
+        weights[0], scales[0], outs[0], ns[0], tiles[0],
+        weights[1], scales[1], outs[1], ns[1], tiles[1],
+        weights[2], scales[2], outs[2], ns[2],
         m, a.stride(0),
-        K=k, BM=cfg.bm, BN=cfg.bn, BK=cfg.bk, num_warps=cfg.warps, num_stages=cfg.stages,
+        K=k, BM=cfg.bm, BN=cfg.bn, BK=cfg.bk, BLOCKED=blocked,
+        num_warps=cfg.warps, num_stages=cfg.stages,
     )  # fmt: skip
     return outs[:groups]
