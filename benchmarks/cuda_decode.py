@@ -98,26 +98,21 @@ TILES = [
 SMEM = 227 * 1024
 
 
-@dataclass(frozen=True)
-class Kept:
-    """A config whose K slices count themselves in on tile counters zeroed once and kept
-    between calls (``splitk(counters=...)``), not zeroed by a fill before each call."""
-
-    cfg: Any
-
-    def __str__(self) -> str:
-        return f"kept counters {self.cfg}"
+KEPT, BLOCKED = "kept counters", "blocked"
 
 
 @dataclass(frozen=True)
-class Blocked:
-    """A config whose weights come in its [N / BN, K / BK, BN, BK] tiles (``block_weight``):
-    each K step of a program reads one contiguous block, not BN rows' strided pieces."""
+class Variant:
+    """A config run another way (``how``): KEPT, its K slices count themselves in on tile
+    counters zeroed once and kept between calls (``splitk(counters=...)``), not zeroed by a
+    fill before each call; BLOCKED, its weights in its [N / BN, K / BK, BN, BK] tiles
+    (``block_weight``), each K step of a program one contiguous block."""
 
     cfg: Any
+    how: str
 
     def __str__(self) -> str:
-        return f"blocked {self.cfg}"
+        return f"{self.how} {self.cfg}"
 
 
 _COUNTERS: dict[str, torch.Tensor] = {}
@@ -205,7 +200,8 @@ def candidates(case: Case, sweep: bool) -> list[Any]:
         pick = pick_grouped_config(m, list(case.ns), k)
     else:
         pick = pick_split_config(m, sum(case.ns), k, case.kind == "gated")
-    picked = [Blocked(pick)] if pick.split_k == 1 and blockable(case, pick.bn, pick.bk) else []
+    blockable_pick = pick.split_k == 1 and blockable(case, pick.bn, pick.bk)
+    picked = [Variant(pick, BLOCKED)] if blockable_pick else []
     gated = case.kind == "gated"
     out: list[Any] = [None, *picked]
     bms = [min(64, max(16, 1 << (m - 1).bit_length()))] if m <= 64 else [64, 128]
@@ -223,9 +219,9 @@ def candidates(case: Case, sweep: bool) -> list[Any]:
                 continue
             out.append(SplitConfig(bm, bn, bk, split, warps, stages))
             if split > 1:
-                out.append(Kept(out[-1]))
+                out.append(Variant(out[-1], KEPT))
             elif blockable(case, bn, bk):
-                out.append(Blocked(out[-1]))
+                out.append(Variant(out[-1], BLOCKED))
     return out
 
 
@@ -264,29 +260,19 @@ def run_case(case: Case, x: Inputs, ws: list[torch.Tensor], cfg: Any) -> None:
     from pdlkit.kernels.cuda import _triton_fused as Fz
     from pdlkit.kernels.cuda import _triton_splitk as S
 
-    if isinstance(cfg, Blocked) and case.kind == "grouped":
-        pw = blocked_weights(ws, cfg.cfg.bn, cfg.cfg.bk)
-        Fz.grouped_splitk(x.q, x.xs, pw, x.scales, x.outs, config=cfg.cfg, blocked=True)
-        return
-    if isinstance(cfg, Blocked):
-        pw = blocked_weights(ws, cfg.cfg.bn, cfg.cfg.bk)
-        S.splitk(
-            x.q, x.xs, pw[0], x.scales[0], x.outs[0], config=cfg.cfg, blocked=True,
-            **({"u": pw[1], "u_scale": x.scales[1]} if case.kind == "gated" else {}),
-        )  # fmt: skip
-        return
-    if isinstance(cfg, Kept):
-        S.splitk(
-            x.q, x.xs, ws[0], x.scales[0], x.outs[0], config=cfg.cfg, counters=kept_counters(),
-            **({"u": ws[1], "u_scale": x.scales[1]} if case.kind == "gated" else {}),
-        )  # fmt: skip
-        return
+    extra: dict[str, Any] = {}
+    if isinstance(cfg, Variant):
+        if cfg.how == BLOCKED:
+            ws, extra["blocked"] = blocked_weights(ws, cfg.cfg.bn, cfg.cfg.bk), True
+        else:
+            extra["counters"] = kept_counters()
+        cfg = cfg.cfg
     if case.kind == "grouped":
-        Fz.grouped_splitk(x.q, x.xs, ws, x.scales, x.outs, config=cfg)
+        Fz.grouped_splitk(x.q, x.xs, ws, x.scales, x.outs, config=cfg, **extra)
     elif case.kind == "gated":
-        S.splitk(x.q, x.xs, ws[0], x.scales[0], x.outs[0], u=ws[1], u_scale=x.scales[1], config=cfg)  # fmt: skip
+        S.splitk(x.q, x.xs, ws[0], x.scales[0], x.outs[0], u=ws[1], u_scale=x.scales[1], config=cfg, **extra)  # fmt: skip
     else:
-        S.splitk(x.q, x.xs, ws[0], x.scales[0], x.outs[0], config=cfg)
+        S.splitk(x.q, x.xs, ws[0], x.scales[0], x.outs[0], config=cfg, **extra)
 
 
 def reference(case: Case, x: Inputs) -> list[torch.Tensor]:
@@ -309,7 +295,7 @@ def _compile(job: tuple[Case, tuple[int, ...], bool]) -> str:
     try:
         x = make_inputs(case, 1, fill=False)
         config = SplitConfig(*cfg)
-        run_case(case, x, x.sets[0], Blocked(config) if blocked else config)
+        run_case(case, x, x.sets[0], Variant(config, BLOCKED) if blocked else config)
         torch.cuda.synchronize()
         return ""
     except Exception as e:
@@ -318,10 +304,11 @@ def _compile(job: tuple[Case, tuple[int, ...], bool]) -> str:
 
 def precompile(cases: list[Case], workers: int) -> None:
     jobs = [
-        (c, astuple(cfg.cfg if isinstance(cfg, Blocked) else cfg), isinstance(cfg, Blocked))
+        (c, astuple(getattr(cfg, "cfg", cfg)), isinstance(cfg, Variant))
         for c in cases
         for cfg in candidates(c, True)
-        if cfg is not None and not isinstance(cfg, Kept)
+        # a KEPT variant runs its config's binary; a BLOCKED one compiles its own
+        if cfg is not None and not (isinstance(cfg, Variant) and cfg.how == KEPT)
     ]
     t0 = time.perf_counter()
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
@@ -338,7 +325,8 @@ def time_pdlkit(case: Case, x: Inputs, sweep: bool) -> dict[str, Any]:
     timed: dict[str, float] = {}
     for cfg in candidates(case, sweep):
         fns = [functools.partial(run_case, case, x, ws, cfg) for ws in x.sets]
-        if isinstance(cfg, Blocked):  # every copy's tiles made now, not inside the capture
+        if isinstance(cfg, Variant) and cfg.how == BLOCKED:  # every copy's tiles made now,
+            # not inside the graph's capture
             for ws in x.sets:
                 blocked_weights(ws, cfg.cfg.bn, cfg.cfg.bk)
         try:
