@@ -23,7 +23,12 @@ import triton
 import triton.language as tl
 from pdlkit.kernels.cuda._common import INTERPRET
 from pdlkit.kernels.cuda._triton_gemm import ROW_BLOCK, quotient, row_warps
-from pdlkit.kernels.cuda._triton_splitk import SplitConfig, _epilogue, pick_grouped_config
+from pdlkit.kernels.cuda._triton_splitk import (
+    SplitConfig,
+    _epilogue,
+    _weight_ptrs,
+    pick_grouped_config,
+)
 from pdlkit.runtime_abi.triton_binding import launch
 
 _RNE = tl.constexpr(12582912.0)  # 1.5 * 2**23: (y + c) - c rounds fp32 y to nearest even
@@ -140,10 +145,7 @@ def grouped_splitk_kernel(
     m_ok = (rm < M)[:, None]
     n_ok = (rn < N)[:, None]
     a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :]
-    if BLOCKED:
-        b_ptrs = b_ptr + tile * (BN * K) + tl.arange(0, BN)[:, None] * BK + rk[None, :]
-    else:
-        b_ptrs = b_ptr + rn[:, None] * K + rk[None, :]
+    b_ptrs = _weight_ptrs(b_ptr, rn, rk, K, K, BN, BK, BLOCKED)
     step: tl.constexpr = BN * BK if BLOCKED else BK  # B's advance a K step
     acc = tl.zeros((BM, BN), dtype=tl.int32)
     for k0 in range(0, K, BK):

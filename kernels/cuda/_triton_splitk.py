@@ -210,6 +210,21 @@ def _k_tile(ptrs, ok, kk, K: tl.constexpr, EVEN_K: tl.constexpr):
 
 
 @triton.jit
+def _weight_ptrs(
+    w_ptr, rn, rk, stride_wn, K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+    BLOCKED: tl.constexpr,
+):  # fmt: skip
+    """Pointers to a weight's [BN, BK] tile at rows rn (one BN-aligned tile's), positions rk:
+    row-major (``stride_wn`` a row), or BLOCKED as :func:`block_weight` lays it out (one K
+    slice: rk the first K step's); a K step further is BK on, or BN * BK BLOCKED."""
+    if BLOCKED:
+        ptrs = w_ptr + (rn[:, None] // BN) * (BN * K) + (rn[:, None] % BN) * BK + rk[None, :]
+    else:
+        ptrs = w_ptr + rn[:, None] * stride_wn + rk[None, :]
+    return ptrs
+
+
+@triton.jit
 def _sums(
     a_ptr, b_ptr, u_ptr, rm, rn, rk, M, N, stride_am, stride_bn,
     K: tl.constexpr, K_SPLIT: tl.constexpr, EVEN_K: tl.constexpr, GATED: tl.constexpr,
@@ -222,15 +237,9 @@ def _sums(
     m_ok = (rm < M)[:, None]
     n_ok = (rn < N)[:, None]
     a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :]
-    if BLOCKED:
-        tile = (rn[:, None] // BN) * (BN * K) + (rn[:, None] % BN) * BK + tl.arange(0, BK)[None, :]
-        b_ptrs = b_ptr + tile
-        if GATED:
-            u_ptrs = u_ptr + tile
-    else:
-        b_ptrs = b_ptr + rn[:, None] * stride_bn + rk[None, :]
-        if GATED:
-            u_ptrs = u_ptr + rn[:, None] * stride_bn + rk[None, :]
+    b_ptrs = _weight_ptrs(b_ptr, rn, rk, stride_bn, K, BN, BK, BLOCKED)
+    if GATED:
+        u_ptrs = _weight_ptrs(u_ptr, rn, rk, stride_bn, K, BN, BK, BLOCKED)
     step: tl.constexpr = BN * BK if BLOCKED else BK  # B's advance a K step
     acc = tl.zeros((BM, BN), dtype=tl.int32)
     acc_u = tl.zeros((BM, BN), dtype=tl.int32)
