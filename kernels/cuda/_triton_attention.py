@@ -141,15 +141,19 @@ def decode_attention_kernel(
     # first full tiles' (Llama-3's 64 x 129-token step: 11.8 us against 12.5-13.6 with it
     # last; Llama-2-7B's 36.4 against 37.5, H200)
     pad = (BLOCK_N - tokens % BLOCK_N) % BLOCK_N if TAIL_FIRST else 0
+    args = (q, k_ptr + b * sk_b + kh * sk_h, v_ptr + b * sv_b + kh * sv_h, mask_ptr + b * sm_b)
     if INTERPRETED_CHUNK == 0:
-        span = tokens + pad
-    else:  # a constant loop bound, one tile longer than the slice (masked)
-        span = INTERPRETED_CHUNK + BLOCK_N
-    m_i, l_i, acc = _attend(
-        q, k_ptr + b * sk_b + kh * sk_h, v_ptr + b * sv_b + kh * sv_h, mask_ptr + b * sm_b,
-        heads, g_ok, d, d_ok, first - pad, first, first + tokens, span, L,
-        sk_l, sv_l, sm_h, sm_l, QK_SCALE, G_PAD, D_PAD, BLOCK_N, MASK, IEEE,
-    )  # fmt: skip
+        m_i, l_i, acc = _attend(
+            *args, heads, g_ok, d, d_ok, first - pad, first, first + tokens, tokens + pad, L,
+            sk_l, sv_l, sm_h, sm_l, QK_SCALE, G_PAD, D_PAD, BLOCK_N, MASK, IEEE,
+        )  # fmt: skip
+    else:  # a constant loop bound, one tile longer than the slice (masked); in two calls:
+        # chosen into one variable before one call, the interpreter's loop failed on it
+        m_i, l_i, acc = _attend(
+            *args, heads, g_ok, d, d_ok, first - pad, first, first + tokens,
+            INTERPRETED_CHUNK + BLOCK_N, L,
+            sk_l, sv_l, sm_h, sm_l, QK_SCALE, G_PAD, D_PAD, BLOCK_N, MASK, IEEE,
+        )  # fmt: skip
     rows = pid * GROUP + g  # the query head's row of [B * Hq]
     if SPLIT == 1:
         out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # a fully masked row: acc is 0
