@@ -4,8 +4,9 @@ with static priority (issue 21's first-compile figure).
     python benchmarks/first_compile_split.py [--model bert-mini] [--dtype fp32] [--rounds 3]
         [--threads 1] [--out DIR]
 
-Each round compiles the model (``benchmarks/_x86_models_build.py``) three ways, the order
-rotated by the round, each from cold caches (an empty Inductor cache folder and an empty
+Each round compiles the model (``benchmarks/_x86_models_build.py``) three ways, as
+``x86_models.py`` names and makes them (``peer``: Inductor alone; ``pdlkit``; ``pdlkit-off``:
+``autotune="off"``), the order rotated by the round, each from cold caches (an empty Inductor cache folder and an empty
 decision cache, Inductor's in-memory caches cleared, ``torch._dynamo.reset()``): the wall
 clock of ``torch.compile(m)(x)`` / ``pdlkit.optimize(m, autotune=...)(x)``, and, from
 cProfile over the same call, the seconds inside Inductor's ``compile_fx_inner`` (and how many
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import os
 import pstats
 import statistics
@@ -34,9 +36,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _x86_models_build import build, prepare  # noqa: E402
 from machine import host_header  # noqa: E402
-from x86_models import inductor_cache  # noqa: E402
+from x86_models import CONFIGS, inductor_cache, maker  # noqa: E402
 
-CONFIGS = ("inductor", "pdlkit", "pdlkit-off")
 # (column, function name, file name ends with): seconds inside, summed over calls
 PARTS = [
     ("Inductor compiles", "compile_fx_inner", "compile_fx.py"),
@@ -48,20 +49,16 @@ PARTS = [
 
 
 def compile_once(conf: str, model: Any, x: Any) -> dict[str, float]:
-    """One cold compile and first call of ``conf``: its wall clock and the PARTS."""
-    import pdlkit
-
+    """One cold compile and first call of ``conf`` (x86_models.py's ``maker``: "peer" is
+    Inductor alone): its wall clock and the PARTS. A full garbage collection first, untimed."""
     torch._dynamo.reset()
     with tempfile.TemporaryDirectory() as tmp, inductor_cache(tmp), torch.no_grad():
         os.environ["PDLKIT_CACHE_DIR"] = os.path.join(tmp, "pdlkit")
-        if conf == "inductor":
-            fn = torch.compile(model)
-        else:
-            fn = pdlkit.optimize(model, autotune="off" if conf == "pdlkit-off" else "cached")
+        gc.collect()
         prof = cProfile.Profile()
         t0 = time.perf_counter()
         prof.enable()
-        fn(x)
+        maker(conf, model)()(x)
         prof.disable()
         row = {"total": time.perf_counter() - t0}
     stats: Any = getattr(pstats.Stats(prof), "stats")  # noqa: B009 (untyped in typeshed)
@@ -76,7 +73,7 @@ def compile_once(conf: str, model: Any, x: Any) -> dict[str, float]:
 def markdown(rows: dict[str, list[dict[str, float]]], args: argparse.Namespace) -> str:
     cols = ["total", "graphs compiled", *(c for c, _, _ in PARTS)]
     med = {c: {k: statistics.median(r[k] for r in rs) for k in cols} for c, rs in rows.items()}
-    peer = med["inductor"]["total"]
+    peer = med["peer"]["total"]
     lines = [
         f"# First compile split: {args.model} {args.dtype}, {args.threads} thread(s)",
         "",
