@@ -73,34 +73,30 @@ _INTERPRETED = textwrap.dedent(
 
     # a compiled module over a growing cache (Dynamo marks the length dynamic at the second)
     target = {"name": "cpu-triton-interpreter", "devices": ["cpu", "cuda"]}
-    model = Attention(True)
-    opt = pdlkit.optimize(model, target=target, default_codegen="eager", autotune="off")
     from torch._dynamo.utils import counters
-    graphs = counters["stats"]["unique_graphs"]
-    pdlkit.stats(reset=True)
-    errs = []
-    with torch.no_grad():
-        for n in range(21, 27):
-            q, k, v = _qkv(3, 8, 2, 1, n, 16)
-            errs.append((opt(q, k, v) - model(q, k, v)).abs().max().item())
-    calls = pdlkit.stats()["by_kernel"].get("decode_attention_triton", {}).get("kernel_calls", 0)
-    out["compiled"] = {"err": max(errs), "calls": calls,
-                       "graphs": counters["stats"]["unique_graphs"] - graphs}
-    # a padded batch: transformers' additive mask keeps SDPA's GQA off (repeat_kv instead)
-    torch._dynamo.reset()
-    model = RepeatKV()
-    opt = pdlkit.optimize(model, target=target, default_codegen="eager", autotune="off")
-    pdlkit.stats(reset=True)
-    errs = []
-    with torch.no_grad():
-        for n in range(21, 27):
-            q, k, v = _qkv(3, 8, 2, 1, n, 16)
-            keep = torch.ones(3, 1, 1, n, dtype=torch.bool)
-            keep[0, ..., :5] = False  # sequence 0 padded on the left
-            mask = torch.where(keep, 0.0, float("-inf"))
-            errs.append((opt(q, k, v, mask) - model(q, k, v, mask)).abs().max().item())
-    calls = pdlkit.stats()["by_kernel"].get("decode_attention_triton", {}).get("kernel_calls", 0)
-    out["padded"] = {"err": max(errs), "calls": calls}
+
+    def over_lengths(model, extra=lambda n: ()):  # the kernel's calls, the largest error
+        torch._dynamo.reset()
+        opt = pdlkit.optimize(model, target=target, default_codegen="eager", autotune="off")
+        graphs = counters["stats"]["unique_graphs"]
+        pdlkit.stats(reset=True)
+        errs = []
+        with torch.no_grad():
+            for n in range(21, 27):
+                args = (*_qkv(3, 8, 2, 1, n, 16), *extra(n))
+                errs.append((opt(*args) - model(*args)).abs().max().item())
+        by = pdlkit.stats()["by_kernel"].get("decode_attention_triton", {})
+        return {"err": max(errs), "calls": by.get("kernel_calls", 0),
+                "graphs": counters["stats"]["unique_graphs"] - graphs}
+
+    def padded(n):  # sequence 0 padded on the left, as transformers' additive mask says
+        keep = torch.ones(3, 1, 1, n, dtype=torch.bool)
+        keep[0, ..., :5] = False
+        return (torch.where(keep, 0.0, float("-inf")),)
+
+    out["compiled"] = over_lengths(Attention(True))
+    # a padded batch: the mask keeps SDPA's GQA off (repeat_kv instead)
+    out["padded"] = over_lengths(RepeatKV(), padded)
     print(json.dumps(out))
     """
 )
