@@ -30,7 +30,13 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cuda_llama import CONFIGS, VOCAB, build_model, cosine  # noqa: E402
+from cuda_llama import (  # noqa: E402
+    CONFIGS,
+    INTERPRETER_TARGET,
+    VOCAB,
+    build_model,
+    cosine,
+)
 
 
 class Step(nn.Module):
@@ -52,11 +58,8 @@ def compiled(path: str, model: nn.Module, ids: torch.Tensor, device: str) -> Any
 
     import pdlkit
 
-    target = None
-    if device == "cpu":  # the interpreter smoke test: plan the CUDA patterns for the CPU
-        target = {"name": "cpu-triton-interpreter", "devices": ["cpu", "cuda"]}
     q = quantize(copy.deepcopy(model), (ids,), scheme="int8-dynamic-per-token")
-    return pdlkit.optimize(Step(q), target=target)
+    return pdlkit.optimize(Step(q), target=INTERPRETER_TARGET if device == "cpu" else None)
 
 
 def attention_kernels() -> int:

@@ -184,6 +184,10 @@ def quantized_copies(
     return out
 
 
+# the interpreter smoke test (--device cpu): the CUDA patterns planned for the CPU
+INTERPRETER_TARGET = {"name": "cpu-triton-interpreter", "devices": ["cpu", "cuda"]}
+
+
 def compile_path(
     path: str, runner: nn.Module, device: str, mode: str | None = None
 ) -> Callable[..., Any]:
@@ -194,9 +198,7 @@ def compile_path(
     if path.startswith("pdlkit_int8"):
         import pdlkit
 
-        target = None
-        if device == "cpu":  # the interpreter smoke test: plan the CUDA patterns for the CPU
-            target = {"name": "cpu-triton-interpreter", "devices": ["cpu", "cuda"]}
+        target = INTERPRETER_TARGET if device == "cpu" else None
         extra = _STATIC_LAUNCH if path == "pdlkit_int8_static_launch" else None
         return pdlkit.optimize(
             runner, target=target, dynamic=False, mode=mode, inductor_config=extra
