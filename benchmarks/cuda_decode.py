@@ -10,8 +10,9 @@ weights streamed (int8: N x K bytes; BF16: 2 N K) against the device-to-device c
 measured in the same run (bytes read + written). ``--sweep`` times several tile configs of
 each pdlkit kernel (compiled first in parallel worker processes) and reports the best; among
 them, configs that split K again with tile counters zeroed once and kept between calls
-("kept counters": no fill per call), and one-slice configs over weights laid out in their
-tiles ("blocked": ``block_weight``, a contiguous block a K step).
+("kept counters": no fill per call). Weights laid out in their tiles (a contiguous block a K
+step) were measured at 501d4fe and dropped: the best of them 0-0.6 us faster on the four Llama-2
+shapes at 64 rows (cuda_decode_h200_m64_blocked_501d4fe.md), not worth packing weights for.
 
 Two timings. ``graph``: a CUDA graph of back-to-back calls over rotating weight copies
 (together over three times L2's 50 MB), its replay time over the calls: a decode step as a
@@ -98,15 +99,14 @@ TILES = [
 SMEM = 227 * 1024
 
 
-KEPT, BLOCKED = "kept counters", "blocked"
+KEPT = "kept counters"
 
 
 @dataclass(frozen=True)
 class Variant:
     """A config run another way (``how``): KEPT, its K slices count themselves in on tile
     counters zeroed once and kept between calls (``splitk(counters=...)``), not zeroed by a
-    fill before each call; BLOCKED, its weights in its [N / BN, K / BK, BN, BK] tiles
-    (``block_weight``), each K step of a program one contiguous block."""
+    fill before each call."""
 
     cfg: Any
     how: str
@@ -116,17 +116,6 @@ class Variant:
 
 
 _COUNTERS: dict[str, torch.Tensor] = {}
-_BLOCKED: dict[tuple[int, int, int], list[torch.Tensor]] = {}
-
-
-def blocked_weights(ws: list[torch.Tensor], bn: int, bk: int) -> list[torch.Tensor]:
-    """``ws`` in (bn, bk) tiles, made once per weight copy and tile (kept for the case)."""
-    from pdlkit.kernels.cuda._triton_splitk import block_weight
-
-    key = (id(ws[0]), bn, bk)
-    if key not in _BLOCKED:
-        _BLOCKED[key] = [block_weight(w, bn, bk) for w in ws]
-    return _BLOCKED[key]
 
 
 def kept_counters() -> torch.Tensor:
@@ -193,17 +182,9 @@ def candidates(case: Case, sweep: bool) -> list[Any]:
 
     if not sweep:
         return [None]
-    from pdlkit.kernels.cuda._triton_splitk import pick_grouped_config, pick_split_config
-
     m, k = case.m, case.k
-    if case.kind == "grouped":
-        pick = pick_grouped_config(m, list(case.ns), k)
-    else:
-        pick = pick_split_config(m, sum(case.ns), k, case.kind == "gated")
-    blockable_pick = pick.split_k == 1 and blockable(case, pick.bn, pick.bk)
-    picked = [Variant(pick, BLOCKED)] if blockable_pick else []
     gated = case.kind == "gated"
-    out: list[Any] = [None, *picked]
+    out: list[Any] = [None]
     bms = [min(64, max(16, 1 << (m - 1).bit_length()))] if m <= 64 else [64, 128]
     for bm in bms:
         for bn, bk, split, warps, stages in TILES:
@@ -220,13 +201,7 @@ def candidates(case: Case, sweep: bool) -> list[Any]:
             out.append(SplitConfig(bm, bn, bk, split, warps, stages))
             if split > 1:
                 out.append(Variant(out[-1], KEPT))
-            elif blockable(case, bn, bk):
-                out.append(Variant(out[-1], BLOCKED))
     return out
-
-
-def blockable(case: Case, bn: int, bk: int) -> bool:
-    return all(n % bn == 0 for n in case.ns) and case.k % bk == 0
 
 
 @dataclass
@@ -262,10 +237,7 @@ def run_case(case: Case, x: Inputs, ws: list[torch.Tensor], cfg: Any) -> None:
 
     extra: dict[str, Any] = {}
     if isinstance(cfg, Variant):
-        if cfg.how == BLOCKED:
-            ws, extra["blocked"] = blocked_weights(ws, cfg.cfg.bn, cfg.cfg.bk), True
-        else:
-            extra["counters"] = kept_counters()
+        extra["counters"] = kept_counters()
         cfg = cfg.cfg
     if case.kind == "grouped":
         Fz.grouped_splitk(x.q, x.xs, ws, x.scales, x.outs, config=cfg, **extra)
@@ -285,17 +257,15 @@ def reference(case: Case, x: Inputs) -> list[torch.Tensor]:
     return ys
 
 
-def _compile(job: tuple[Case, tuple[int, ...], bool]) -> str:
-    """In a worker process: one call of the case with this config (its weights in tiles where
-    ``blocked``), so that Triton's disk cache holds its binary when the main process times it
-    ('' or why it failed)."""
+def _compile(job: tuple[Case, tuple[int, ...]]) -> str:
+    """In a worker process: one call of the case with this config, so that Triton's disk
+    cache holds its binary when the main process times it ('' or why it failed)."""
     from pdlkit.kernels.cuda._triton_splitk import SplitConfig
 
-    case, cfg, blocked = job
+    case, cfg = job
     try:
         x = make_inputs(case, 1, fill=False)
-        config = SplitConfig(*cfg)
-        run_case(case, x, x.sets[0], Variant(config, BLOCKED) if blocked else config)
+        run_case(case, x, x.sets[0], SplitConfig(*cfg))
         torch.cuda.synchronize()
         return ""
     except Exception as e:
@@ -304,11 +274,10 @@ def _compile(job: tuple[Case, tuple[int, ...], bool]) -> str:
 
 def precompile(cases: list[Case], workers: int) -> None:
     jobs = [
-        (c, astuple(getattr(cfg, "cfg", cfg)), isinstance(cfg, Variant))
+        (c, astuple(cfg))
         for c in cases
         for cfg in candidates(c, True)
-        # a KEPT variant runs its config's binary; a BLOCKED one compiles its own
-        if cfg is not None and not (isinstance(cfg, Variant) and cfg.how == KEPT)
+        if cfg is not None and not isinstance(cfg, Variant)  # a variant runs its config's binary
     ]
     t0 = time.perf_counter()
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
@@ -325,10 +294,6 @@ def time_pdlkit(case: Case, x: Inputs, sweep: bool) -> dict[str, Any]:
     timed: dict[str, float] = {}
     for cfg in candidates(case, sweep):
         fns = [functools.partial(run_case, case, x, ws, cfg) for ws in x.sets]
-        if isinstance(cfg, Variant) and cfg.how == BLOCKED:  # every copy's tiles made now,
-            # not inside the graph's capture
-            for ws in x.sets:
-                blocked_weights(ws, cfg.cfg.bn, cfg.cfg.bk)
         try:
             for o in x.outs:
                 o.fill_(float("nan"))
@@ -388,7 +353,6 @@ def gemm_row(case: Case, sweep: bool, copy_gbs: float) -> dict[str, Any]:
     row.update(time_pdlkit(case, x, sweep))
     row.update(time_peers(case, x, copies))
     del x
-    _BLOCKED.clear()
     for key in [k for k in row if k.endswith("_ms")]:
         bf16 = 2 if key.startswith("bf16") else 1
         row[key.replace("_ms", "_of_copy")] = bf16 * case.nbytes / row[key] / 1e6 / copy_gbs

@@ -23,12 +23,7 @@ import triton
 import triton.language as tl
 from pdlkit.kernels.cuda._common import INTERPRET
 from pdlkit.kernels.cuda._triton_gemm import ROW_BLOCK, quotient, row_warps
-from pdlkit.kernels.cuda._triton_splitk import (
-    SplitConfig,
-    _epilogue,
-    _weight_ptrs,
-    pick_grouped_config,
-)
+from pdlkit.kernels.cuda._triton_splitk import SplitConfig, _epilogue, pick_grouped_config
 from pdlkit.runtime_abi.triton_binding import launch
 
 _RNE = tl.constexpr(12582912.0)  # 1.5 * 2**23: (y + c) - c rounds fp32 y to nearest even
@@ -114,12 +109,10 @@ def grouped_splitk_kernel(
     b2_ptr, s2_ptr, c2_ptr, N2: tl.constexpr,
     M, stride_am,
     K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-    BLOCKED: tl.constexpr = False,
 ):  # fmt: skip
     """C_g[M, N_g] = (A[M, K] @ B_g[N_g, K]^T) * sa * s_g for the weight g whose column tiles
     hold program (n, m): tiles [0, TILES0) are weight 0's, then TILES1 of weight 1, then 2's.
-    The weights' sizes are constexprs: not passed at every launch. BLOCKED: the weights laid
-    out in their [N_g / BN, K / BK, BN, BK] tiles (``_triton_splitk.block_weight``)."""
+    The weights' sizes are constexprs: not passed at every launch."""
     pid_m = tl.program_id(0)  # row tiles side by side: a column tile's weights read once
     pid_n = tl.program_id(1)
     b_ptr = b0_ptr
@@ -145,8 +138,7 @@ def grouped_splitk_kernel(
     m_ok = (rm < M)[:, None]
     n_ok = (rn < N)[:, None]
     a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :]
-    b_ptrs = _weight_ptrs(b_ptr, rn, rk, K, K, BN, BK, BLOCKED)
-    step: tl.constexpr = BN * BK if BLOCKED else BK  # B's advance a K step
+    b_ptrs = b_ptr + rn[:, None] * K + rk[None, :]
     acc = tl.zeros((BM, BN), dtype=tl.int32)
     for k0 in range(0, K, BK):
         k_ok = (rk + k0 < K)[None, :]
@@ -154,7 +146,7 @@ def grouped_splitk_kernel(
         b = tl.load(b_ptrs, mask=n_ok & k_ok, other=0)
         acc = tl.dot(a, tl.trans(b), acc, out_dtype=tl.int32)
         a_ptrs += BK
-        b_ptrs += step
+        b_ptrs += BK
     _epilogue(
         acc, acc, rm, rn, c_ptr, N, a_scale_ptr, s_ptr, s_ptr, s_ptr, M, N, False, False,
     )  # fmt: skip
@@ -167,28 +159,23 @@ def grouped_splitk(
     scales: list[torch.Tensor],
     outs: list[torch.Tensor],
     config: SplitConfig | None = None,
-    blocked: bool = False,
 ) -> list[torch.Tensor]:
     """outs[g] = (a @ weights[g].T) * a_scale[:, None] * scales[g] for two or three weights
     [N_g, K] (contiguous int8), one launch; a [M, K] int8 with a unit inner stride.
-    ``config``'s split_k is not used (one K slice a program). ``blocked``: the weights come as
-    ``block_weight`` lays them out for ``config``."""
+    ``config``'s split_k is not used (one K slice a program)."""
     m, k = a.shape
     groups = len(weights)
-    ns = [w.shape[0] * w.shape[2] if blocked else w.shape[0] for w in weights]
-    cfg = config or pick_grouped_config(m, ns, k)
-    tiles = [triton.cdiv(n, cfg.bn) for n in ns]
+    cfg = config or pick_grouped_config(m, [w.shape[0] for w in weights], k)
+    tiles = [triton.cdiv(w.shape[0], cfg.bn) for w in weights]
     while len(weights) < 3:  # an unused third group: no tiles
         weights, scales, outs, tiles = [*weights, weights[0]], [*scales, scales[0]], [*outs, outs[0]], [*tiles, 0]  # fmt: skip
-        ns = [*ns, ns[0]]
     grid = (triton.cdiv(m, cfg.bm), sum(tiles))
     launch(grouped_splitk_kernel)[grid](
         a, a_scale,
-        weights[0], scales[0], outs[0], ns[0], tiles[0],
-        weights[1], scales[1], outs[1], ns[1], tiles[1],
-        weights[2], scales[2], outs[2], ns[2],
+        weights[0], scales[0], outs[0], weights[0].shape[0], tiles[0],
+        weights[1], scales[1], outs[1], weights[1].shape[0], tiles[1],
+        weights[2], scales[2], outs[2], weights[2].shape[0],
         m, a.stride(0),
-        K=k, BM=cfg.bm, BN=cfg.bn, BK=cfg.bk, BLOCKED=blocked,
-        num_warps=cfg.warps, num_stages=cfg.stages,
+        K=k, BM=cfg.bm, BN=cfg.bn, BK=cfg.bk, num_warps=cfg.warps, num_stages=cfg.stages,
     )  # fmt: skip
     return outs[:groups]

@@ -120,16 +120,6 @@ def pick_grouped_config(m: int, ns: list[int], k: int) -> SplitConfig:
     return SplitConfig(64, 64, cfg.bk, 1, cfg.warps, 5) if cfg.bn == 64 else cfg
 
 
-def block_weight(w: torch.Tensor, bn: int, bk: int) -> torch.Tensor:
-    """W [N, K] in [N / BN, K / BK, BN, BK] tiles (a copy; N and K multiples of BN and BK):
-    each K step of a program then reads one contiguous block, not BN rows' 256-byte pieces.
-    Only ``benchmarks/cuda_decode.py --sweep`` uses it (its ``blocked`` configs, against the
-    row-major ones), to learn whether the decode GEMMs' fixed 4-5 us over their bytes is the
-    memory's access pattern; no kernel declaration packs weights this way (not measured yet)."""
-    n, k = w.shape
-    return w.reshape(n // bn, bn, k // bk, bk).permute(0, 2, 1, 3).contiguous()
-
-
 @triton.jit
 def _epilogue(
     acc, acc_u, rm, rn, c_ptr, stride_cm, a_scale_ptr, b_scale_ptr, u_scale_ptr, bias_ptr, M, N,
@@ -210,37 +200,19 @@ def _k_tile(ptrs, ok, kk, K: tl.constexpr, EVEN_K: tl.constexpr):
 
 
 @triton.jit
-def _weight_ptrs(
-    w_ptr, rn, rk, stride_wn, K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-    BLOCKED: tl.constexpr,
-):  # fmt: skip
-    """Pointers to a weight's [BN, BK] tile at rows rn (one BN-aligned tile's), positions rk:
-    row-major (``stride_wn`` a row), or BLOCKED as :func:`block_weight` lays it out (one K
-    slice: rk the first K step's); a K step further is BK on, or BN * BK BLOCKED."""
-    if BLOCKED:
-        ptrs = w_ptr + (rn[:, None] // BN) * (BN * K) + (rn[:, None] % BN) * BK + rk[None, :]
-    else:
-        ptrs = w_ptr + rn[:, None] * stride_wn + rk[None, :]
-    return ptrs
-
-
-@triton.jit
 def _sums(
     a_ptr, b_ptr, u_ptr, rm, rn, rk, M, N, stride_am, stride_bn,
     K: tl.constexpr, K_SPLIT: tl.constexpr, EVEN_K: tl.constexpr, GATED: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BLOCKED: tl.constexpr = False,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
 ):  # fmt: skip
     """The int32 sums of one K slice (positions rk + k0): A[rm] @ B[rn]^T, and U's for a
-    gated pair; up to ``stages`` K steps of loads in flight. BLOCKED: B and U laid out in
-    [N / BN, K / BK, BN, BK] tiles, each K step's a contiguous BN x BK block (one slice,
-    N a multiple of BN, K of BK)."""
+    gated pair; up to ``stages`` K steps of loads in flight."""
     m_ok = (rm < M)[:, None]
     n_ok = (rn < N)[:, None]
     a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :]
-    b_ptrs = _weight_ptrs(b_ptr, rn, rk, stride_bn, K, BN, BK, BLOCKED)
+    b_ptrs = b_ptr + rn[:, None] * stride_bn + rk[None, :]
     if GATED:
-        u_ptrs = _weight_ptrs(u_ptr, rn, rk, stride_bn, K, BN, BK, BLOCKED)
-    step: tl.constexpr = BN * BK if BLOCKED else BK  # B's advance a K step
+        u_ptrs = u_ptr + rn[:, None] * stride_bn + rk[None, :]
     acc = tl.zeros((BM, BN), dtype=tl.int32)
     acc_u = tl.zeros((BM, BN), dtype=tl.int32)
     for k0 in range(0, K_SPLIT, BK):
@@ -250,9 +222,9 @@ def _sums(
         if GATED:
             u = _k_tile(u_ptrs, n_ok, rk + k0, K, EVEN_K)
             acc_u = tl.dot(a, tl.trans(u), acc_u, out_dtype=tl.int32)
-            u_ptrs += step
+            u_ptrs += BK
         a_ptrs += BK
-        b_ptrs += step
+        b_ptrs += BK
     return acc, acc_u
 
 
@@ -300,7 +272,6 @@ def splitk_kernel(
     K: tl.constexpr, K_SPLIT: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr,
     GATED: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, QUANT_A: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, RB: tl.constexpr,
-    BLOCKED: tl.constexpr = False,
 ):  # fmt: skip
     """C[M, N] = epilogue(A[M, K] @ B[N, K]^T) (and U for a gated pair), int8 in, int32
     sums; program (m, n, s) sums K slice s of tile (m, n). ``ws`` holds SPLIT_K > 1's
@@ -321,7 +292,7 @@ def splitk_kernel(
         s = _quantize_row(x_ptr, a_ptr, q_eps, q_max, K, RB)
     acc, acc_u = _sums(
         a_ptr, b_ptr, u_ptr, rm, rn, rk, M, N, stride_am, stride_bn,
-        K, K_SPLIT, EVEN_K, GATED, BM, BN, BK, BLOCKED,
+        K, K_SPLIT, EVEN_K, GATED, BM, BN, BK,
     )  # fmt: skip
     if QUANT_A:
         sa = tl.where(rm < M, s, 0.0)
@@ -353,20 +324,17 @@ def splitk(
     quantize: tuple[float, float] | None = None,
     config: SplitConfig | None = None,
     counters: torch.Tensor | None = None,
-    blocked: bool = False,
 ) -> torch.Tensor:
     """out = (a @ b.T) * a_scale[:, None] * b_scale (+ bias), or silu(that) * (a @ u.T) * ...
     for a gated pair; a [M, K] and b, u [N, K] int8 with unit inner strides, scales float32;
     ``residual`` (laid out as ``out``) is added to the cast result. ``quantize`` = (eps, qmax),
     one row only: ``a`` is float, and each program quantizes it per token itself (into an
     int8 row every program writes with the same bytes; ``a_scale`` unused): one launch where
-    quant_rows and this kernel were two. ``counters``: zeroed int32 counters, one per output
-    tile at least, that the caller keeps between calls on one stream (every launch leaves them
-    zero), for K split in slices; without them each call zeroes counters of its own (a fill
-    launched before the kernel). ``blocked``: b and u come as :func:`block_weight` lays them
-    out for ``config`` (one K slice)."""
+    quant_rows and this kernel were two. ``counters``: zeroed int32 tile counters the caller
+    keeps (at least a tile's worth; every launch leaves them zero), for K split in slices:
+    without them each call zeroes counters of its own (a fill launched before the kernel)."""
     m, k = a.shape
-    n = b.shape[0] * b.shape[2] if blocked else b.shape[0]
+    n = b.shape[0]
     x = a
     if quantize is not None:
         assert m == 1, "quantize= takes one row"
@@ -389,7 +357,7 @@ def splitk(
         m, n, a.stride(0), b.stride(0), out.stride(0), float(q_eps), float(q_max),
         K=k, K_SPLIT=k_split, SPLIT_K=split, EVEN_K=split * k_split == k,
         GATED=gated, HAS_BIAS=bias is not None, HAS_RES=residual is not None,
-        QUANT_A=quantize is not None, BM=cfg.bm, BN=cfg.bn, BK=cfg.bk, BLOCKED=blocked,
+        QUANT_A=quantize is not None, BM=cfg.bm, BN=cfg.bn, BK=cfg.bk,
         RB=min(triton.next_power_of_2(k), 32 if INTERPRET else 4096),
         num_warps=cfg.warps, num_stages=cfg.stages,
     )  # fmt: skip
