@@ -232,18 +232,36 @@ def _sample(
 # cannot catch up, and packing each copy is most of what a site's timing costs
 HOT_SLACK = 2.0
 NOT_TIMED_COLD = "not timed on copies of its weights"
-# calls after the first whose fastest is a candidate's time with its weights in the caches: a
-# kernel's first calls in a process run several times slower than later ones (the dynamic AMX
-# qlinear at GPT-2's first site, 2-core Xeon, 1 thread: 3.8, 1.6, 1.6, 0.5, 0.6, 0.4 ms), and
-# with two such calls it was excluded as over HOT_SLACK times the fastest where it ran 0.3 ms
+# calls after the warm-up (below) whose fastest is a candidate's time with its weights in the
+# caches: with two such calls, the dynamic AMX qlinear was excluded at GPT-2's first site as over
+# HOT_SLACK times the fastest where it ran 0.3 ms
 HOT_CALLS = 4
+# untimed calls before those, until the candidate has run this long (its first call included;
+# at most WARM_CALLS calls and half its share of the budget): a kernel's first calls in a
+# process can run several times slower than later ones for a few milliseconds of its work, not
+# a count of calls. The dynamic AMX qlinear at bert-mini's first int8-dynamic site (2-core Xeon
+# with AMX, 1 thread), in ms: 2.6, then 1.35, 1.23, 1.39, 1.31, 1.29, 0.47, 0.41 in one process,
+# 2.5, 1.43, 0.50 in another; at GPT-2's first site 3.8, 1.6, 1.6, 0.5. With HOT_CALLS alone it
+# read 1.23 ms against VNNI's 0.55 and was excluded, so neither that site's choice nor the
+# whole-graph check's kernels-only graph had it
+WARM_S, WARM_CALLS = 0.015, 32
+
+
+def _warm(call: Callable[[], Any], device: str, spent: float, share: float) -> None:
+    """Untimed calls of ``call`` until it has run :data:`WARM_S` in all (``spent`` so far), at
+    most :data:`WARM_CALLS` of them and half of ``share``."""
+    for _ in range(WARM_CALLS):
+        if spent >= min(WARM_S, share / 2):
+            return
+        spent += _sample(call, device, 1)
 
 
 def _prescreen(
     candidates: Sequence[tuple[str, Callable[[], Any]]], device: str, share: float
 ) -> dict[str, Timing]:
     """The rotations among ``candidates`` (copies of their weights, matcher/cold.py) that are
-    not timed on their copies, by a first call and :data:`HOT_CALLS` more on the first copy
+    not timed on their copies, by a first call, a warm-up (:data:`WARM_S`) and
+    :data:`HOT_CALLS` more on the first copy
     (the model's own weights): those over the budget's ``share`` there, or whose copies would
     be (stopped, timed by that), and those over :data:`HOT_SLACK` times the fastest
     (excluded). One that raises is left to :func:`measure`, which says so."""
@@ -259,6 +277,7 @@ def _prescreen(
             _sync(device)
             first = time.perf_counter() - t0
             if first <= share:
+                _warm(calls[0], device, first, share)
                 hot[name] = min(_sample(calls[0], device, 1) for _ in range(HOT_CALLS))
         except Exception:  # noqa: BLE001 - measure() calls it again and reports the error
             continue
