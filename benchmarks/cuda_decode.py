@@ -99,20 +99,15 @@ TILES = [
 SMEM = 227 * 1024
 
 
-KEPT = "kept counters"
-
-
 @dataclass(frozen=True)
-class Variant:
-    """A config run another way (``how``): KEPT, its K slices count themselves in on tile
-    counters zeroed once and kept between calls (``splitk(counters=...)``), not zeroed by a
-    fill before each call."""
+class Kept:
+    """A config whose K slices count themselves in on tile counters zeroed once and kept
+    between calls (``splitk(counters=...)``), not zeroed by a fill before each call."""
 
     cfg: Any
-    how: str
 
     def __str__(self) -> str:
-        return f"{self.how} {self.cfg}"
+        return f"kept counters {self.cfg}"
 
 
 _COUNTERS: dict[str, torch.Tensor] = {}
@@ -200,7 +195,7 @@ def candidates(case: Case, sweep: bool) -> list[Any]:
                 continue
             out.append(SplitConfig(bm, bn, bk, split, warps, stages))
             if split > 1:
-                out.append(Variant(out[-1], KEPT))
+                out.append(Kept(out[-1]))
     return out
 
 
@@ -236,7 +231,7 @@ def run_case(case: Case, x: Inputs, ws: list[torch.Tensor], cfg: Any) -> None:
     from pdlkit.kernels.cuda import _triton_splitk as S
 
     extra: dict[str, Any] = {}
-    if isinstance(cfg, Variant):
+    if isinstance(cfg, Kept):
         extra["counters"] = kept_counters()
         cfg = cfg.cfg
     if case.kind == "grouped":
@@ -277,7 +272,7 @@ def precompile(cases: list[Case], workers: int) -> None:
         (c, astuple(cfg))
         for c in cases
         for cfg in candidates(c, True)
-        if cfg is not None and not isinstance(cfg, Variant)  # a variant runs its config's binary
+        if cfg is not None and not isinstance(cfg, Kept)  # Kept runs its config's binary
     ]
     t0 = time.perf_counter()
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:

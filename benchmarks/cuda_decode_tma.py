@@ -78,7 +78,20 @@ def tma_kernel(
     )  # fmt: skip
 
 
-def tma(a, sa, b, sb, out, u=None, su=None, cfg=(32, 256, 4, 4)) -> None:  # noqa: ANN001
+Tile = tuple[int, int, int, int]  # (BN, BK, warps, stages)
+
+
+def tma(
+    a: torch.Tensor,
+    sa: torch.Tensor,
+    b: torch.Tensor,
+    sb: torch.Tensor,
+    out: torch.Tensor,
+    u: torch.Tensor | None = None,
+    su: torch.Tensor | None = None,
+    cfg: Tile = (32, 256, 4, 4),
+) -> None:
+    """out = the split-K kernel's epilogue of a @ b.T (and u's), through :func:`tma_kernel`."""
     bn, bk, warps, stages = cfg
     m, k = a.shape
     n = b.shape[0]
@@ -90,7 +103,16 @@ def tma(a, sa, b, sb, out, u=None, su=None, cfg=(32, 256, 4, 4)) -> None:  # noq
     )  # fmt: skip
 
 
-def pointer(a, sa, b, sb, out, u=None, su=None) -> None:  # noqa: ANN001
+def pointer(
+    a: torch.Tensor,
+    sa: torch.Tensor,
+    b: torch.Tensor,
+    sb: torch.Tensor,
+    out: torch.Tensor,
+    u: torch.Tensor | None = None,
+    su: torch.Tensor | None = None,
+) -> None:
+    """The committed split-K kernel with its own pick of tiles."""
     S.splitk(a, sa, b, sb, out, u=u, u_scale=su)
 
 
