@@ -1,8 +1,8 @@
 """Where a first compile's time goes: Inductor alone, pdlkit with its measured choice, pdlkit
 with static priority (issue 21's first-compile figure).
 
-    python benchmarks/first_compile_split.py [--model bert-mini] [--dtype fp32] [--rounds 3]
-        [--threads 1] [--out DIR]
+    python benchmarks/first_compile_split.py [--model bert-mini] [--rounds 3] [--threads 1]
+        [--dtype fp32 | bf16 | int8-static | int8-dynamic] [--out DIR]
 
 Each round compiles the model (``benchmarks/_x86_models_build.py``) three ways, as
 ``x86_models.py`` names and makes them (``peer``: Inductor alone; ``pdlkit``; ``pdlkit-off``:
@@ -36,7 +36,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _x86_models_build import build, prepare  # noqa: E402
 from machine import host_header  # noqa: E402
-from x86_models import CONFIGS, inductor_cache, maker  # noqa: E402
+from x86_models import CONFIGS, PT2E, inductor_cache, maker  # noqa: E402
 
 # (column, function name, file name ends with): seconds inside, summed over calls
 PARTS = [
@@ -103,6 +103,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     model, x = build(args.model)
     model, x = prepare(model, x, args.dtype)
+    torch._inductor.config.freezing = args.dtype in PT2E  # as x86_models.py: int8 peers freeze
     small = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU()).eval()
     for conf in CONFIGS:  # a process's one-time costs out of the rounds
         compile_once(conf, small, torch.randn(2, 16))
