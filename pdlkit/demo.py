@@ -113,6 +113,7 @@ def run(threads: int = 1, repeat: int = 20, verbose: bool = False) -> int:
     err = (got - expected).abs().max().item()
     lines = _summary(report, plan, pdlkit.stats(), verbose)
     lines.append(f"max abs error vs eager: {err:.1e}")
+    lines.append(_host_line())
     lines.append(
         f"latency (median of {repeat}, {threads} thread(s)): eager {eager_s * 1e3:.2f} ms, "
         f"Inductor {inductor_s * 1e3:.2f} ms, pdlkit {pdlkit_s * 1e3:.2f} ms = "
@@ -123,6 +124,19 @@ def run(threads: int = 1, repeat: int = 20, verbose: bool = False) -> int:
     lines.append("demo OK" if ok else f"demo FAILED: {problem}")
     print("\n".join(lines), flush=True)
     return 0 if ok else 1
+
+
+def _host_line() -> str:
+    """The machine the latencies come from, as every benchmark names it: the CPU model,
+    whether it has AMX, the GPU (pdlkit's autotune key of the host)."""
+    from pdlkit.runtime_abi.autotune import host_key
+
+    key = host_key()
+    amx = sorted(f for f in str(key.get("flags", "")).split() if f.startswith("amx"))
+    return (
+        f"host: {key.get('model name', key['machine'])}; "
+        f"AMX: {'yes (' + ', '.join(amx) + ')' if amx else 'no'}; GPU: {key.get('gpu', 'none')}"
+    )
 
 
 def _summary(report: Any, plan: Any, stats: dict[str, Any], verbose: bool) -> list[str]:

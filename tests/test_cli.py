@@ -67,6 +67,8 @@ def test_demo_runs_end_to_end():
     assert "linear_relu -> linear_relu_onednn: 2x" in out
     assert "linear -> linear_onednn: 2x" in out
     assert "max abs error vs eager" in out and "x Inductor's latency" in out
+    host = next(line for line in out.splitlines() if line.startswith("host: "))
+    assert "; AMX: " in host and "; GPU: " in host  # the machine the latencies come from
 
 
 def test_ci_runs_exactly_the_readme_test_command():
