@@ -261,10 +261,10 @@ def _prescreen(
 ) -> dict[str, Timing]:
     """The rotations among ``candidates`` (copies of their weights, matcher/cold.py) that are
     not timed on their copies, by a first call, a warm-up (:data:`WARM_S`) and
-    :data:`HOT_CALLS` more on the first copy
-    (the model's own weights): those over the budget's ``share`` there, or whose copies would
-    be (stopped, timed by that), and those over :data:`HOT_SLACK` times the fastest
-    (excluded). One that raises is left to :func:`measure`, which says so."""
+    :data:`HOT_CALLS` more on the first copy (the model's own weights): those over the
+    budget's ``share`` there, or whose copies would be (stopped, timed by that), and those
+    over :data:`HOT_SLACK` times the fastest (excluded). One that raises is left to
+    :func:`measure`, which says so."""
     done: dict[str, Timing] = {}
     hot: dict[str, float] = {}
     for name, fn in candidates:

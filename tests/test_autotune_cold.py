@@ -158,7 +158,7 @@ def test_a_kernel_slow_for_its_first_milliseconds_of_work_is_still_timed_on_copi
     """A kernel can run several times slower for its first few milliseconds of work, however
     many calls those take (the dynamic AMX qlinear at bert-mini's first site: 2.6, then 1.35,
     1.23, 1.39, 1.31, 1.29, 0.47 ms): five slow calls after the first do not exclude it as
-    "over twice as slow" as one steady from the start, and it is chosen."""
+    "over twice as slow" as one steady from the start, and it measures the faster."""
     ran = {"s": 0.0}
 
     def warming(i: int) -> None:
