@@ -8,7 +8,8 @@ Re-traced inside Dynamo's own fake mode, so that only Dynamo's symbolic dims sta
 A graph with static shapes is traced once per process: a second compilation of it (after
 ``torch._dynamo.reset()``, or a new ``optimize`` of the same model) gets a copy of the first
 trace (see :func:`_reuse_key`), as the backend's CSE and canonicalization left it
-(:func:`retrace_prepared`).
+(:func:`retrace_prepared`). That prepared trace is also kept on disk for the next process
+(pdlkit/trace_store.py), where Inductor's own trace comes from its cache too.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ import torch
 import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils._pytree import tree_map_only
+
+from pdlkit import trace_store
+from pdlkit.runtime_abi.binding_stats import count
 
 Prepare = Callable[[fx.GraphModule], Any]  # an in-place pass on a fresh trace (retrace_prepared)
 
@@ -77,8 +81,14 @@ def retrace_prepared(
         if hit is not None and _same_targets(hit[0], key[1]):
             fresh = _in_this_compilation(_copy(hit[1]), _fake_inputs(gm, example_inputs))
             return fresh, copy.copy(hit[2])
-    traced = _trace(gm, example_inputs)
-    result = prepare(traced) if prepare is not None else None
+    kept = _kept(gm, example_inputs, key[0]) if key is not None and prepare is not None else None
+    if kept is not None:
+        traced, result = kept
+    else:
+        traced = _trace(gm, example_inputs)
+        result = prepare(traced) if prepare is not None else None
+        if key is not None and prepare is not None:
+            trace_store.save(trace_store.store_key(key[0]), traced, result)
     if key is not None and not any(n.op == "get_attr" for n in traced.graph.nodes):
         with _TRACED_LOCK:  # the caller's passes edit a copy in place, never this one
             _TRACED[key[0]] = (key[1], traced, result)
@@ -86,6 +96,22 @@ def retrace_prepared(
                 _TRACED.popitem(last=False)
         return _copy(traced), copy.copy(result)
     return traced, result
+
+
+def _kept(
+    gm: fx.GraphModule, example_inputs: list[Any], key: str
+) -> tuple[fx.GraphModule, Any] | None:
+    """The prepared trace a process before this one kept on disk (pdlkit/trace_store.py),
+    its values made in this compilation's fake mode; None where there is none."""
+    mode = torch._guards.detect_fake_mode(_fake_inputs(gm, example_inputs))
+    if mode is None:
+        return None
+    out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    outputs = tree_map_only(fx.Node, lambda n: n.meta.get("example_value"), out.args)
+    kept = trace_store.load(trace_store.store_key(key), mode, outputs)
+    if kept is not None:
+        count("traces_from_disk", "(whole graph)")
+    return kept
 
 
 def _trace(gm: fx.GraphModule, example_inputs: list[Any]) -> fx.GraphModule:

@@ -11,8 +11,9 @@ from pdlkit import retrace
 
 
 @pytest.fixture
-def traces(monkeypatch):
-    """Counts the traces pdlkit makes (the cache starts empty)."""
+def traces(monkeypatch, tmp_path):
+    """Counts the traces pdlkit makes (the cache starts empty, in memory and on disk)."""
+    monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(retrace, "_TRACED", type(retrace._TRACED)())
     calls = []
     real = retrace._trace

@@ -1,0 +1,338 @@
+"""Re-traced graphs kept on disk, so that a new process skips the re-trace (pdlkit/retrace.py).
+
+    before: retrace.py kept a static-shape graph's prepared trace in memory only; a server
+            restarted over warm caches re-traced every graph: about 0.12 s of a 0.6-1.0 s
+            second compile (bert-mini, GPT-2 on a 2-core Xeon), where Inductor's own trace
+            comes from its disk cache
+    after:  the prepared trace is written as JSON beside the decision cache
+            (``<PDLKIT_CACHE_DIR or ~/.cache/pdlkit>/autotune/traces/<key>.json``) and read back
+            in a new process: nodes, call targets, arguments, fake values, source lines, the
+            canonicalization's notes and the prepare pass's result
+
+Only what :func:`retrace.retrace_prepared` keeps in memory is kept here (static shapes, no
+module attributes), and only graphs whose every part has a plain form: ATen / prims / pdlkit
+overloads and ``operator`` functions as targets; numbers, strings, dtypes, devices, layouts,
+memory formats, nodes and lists of them as arguments; dense fake values without gradient. Any
+other graph is simply not kept. The key covers Dynamo's graph and inputs (``_reuse_key``),
+torch's version and the source of the passes that made the trace, so a new torch or pdlkit
+traces afresh. A file is read through :func:`trust.read_private_file` from the private cache
+folder and parsed as data (no pickle, no code); one that does not parse, fails its checksum
+or was written for another key is ignored with one warning, and the trace is made and written
+again. Its values are checked against Dynamo's own outputs before use.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import operator
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.fx.passes.shape_prop import _extract_tensor_metadata
+from torch.utils._pytree import tree_leaves, tree_map_only
+
+from pdlkit.errors import PdlkitError
+
+FORMAT = 1
+_NAMESPACES = ("aten", "prims", "pdlkit")
+_OPERATORS = {f"operator.{n}": getattr(operator, n) for n in ("getitem", "add", "mul", "neg")}
+# the meta kept as data (``val`` and ``tensor_meta`` are made again); ``nn_module_stack``,
+# ``source_fn_stack`` and ``from_node`` hold classes and objects, and are not kept: pdlkit reads
+# none of them, and Inductor's compile of a kept graph hits its own cache (the cache key is
+# the graph's code) or names its kernels without them
+_KEEP = ("stack_trace", "seq_nr", "original_aten", "pdlkit_canonical")
+
+
+class Unkept(PdlkitError):
+    """A part of a graph with no plain form: the graph is not kept."""
+
+
+@functools.cache
+def _code_digest() -> str:
+    """The source of the modules that make a prepared trace (a change re-traces); read as
+    files (retrace.py imports this module)."""
+    import importlib.util
+
+    h = hashlib.sha256(torch.__version__.encode())
+    for name in ("pdlkit.retrace", "pdlkit.matcher.canonicalize", "pdlkit.matcher.cse"):
+        spec = importlib.util.find_spec(name)
+        h.update(Path(str(spec.origin if spec else name)).read_bytes())
+    return h.hexdigest()
+
+
+def store_key(reuse_key: str) -> str:
+    return hashlib.sha256(f"{reuse_key}|{_code_digest()}".encode()).hexdigest()[:32]
+
+
+def _folder() -> Path | None:
+    from pdlkit.runtime_abi.autotune import cache_dir
+
+    base = cache_dir()
+    return None if base is None else base / "traces"
+
+
+# -- encoding -----------------------------------------------------------------------------------
+
+
+def _target(t: Any) -> str:
+    if isinstance(t, torch._ops.OpOverload) and t.namespace in _NAMESPACES:
+        return f"op:{t.namespace}::{t._opname}.{t._overloadname}"
+    name = f"operator.{getattr(t, '__name__', '')}"
+    if _OPERATORS.get(name) is t:
+        return name
+    raise Unkept(f"target {t!r}")
+
+
+def _arg(a: Any) -> Any:
+    if a is None or type(a) in (bool, int, str):
+        return a
+    if type(a) is float:
+        return {"f": repr(a)}
+    if isinstance(a, fx.Node):
+        return {"n": a.name}
+    if isinstance(a, list) or type(a) is tuple:  # fx's immutable_list is a list
+        return {"l" if isinstance(a, list) else "t": [_arg(x) for x in a]}
+    for kind in (torch.dtype, torch.device, torch.layout, torch.memory_format):
+        if isinstance(a, kind):
+            return {kind.__name__: str(a)}
+    if isinstance(a, torch._ops.OpOverload):
+        return {"op": _target(a)}
+    raise Unkept(f"argument {a!r}")
+
+
+def _val(v: Any, storages: dict[int, int]) -> Any:
+    """A fake value as data: tensors as [shape, stride, offset, dtype, device, storage,
+    bytes], their storages numbered so that views alias again."""
+    if isinstance(v, torch.Tensor):
+        if type(v) is not FakeTensor or v.requires_grad or v.layout != torch.strided:
+            raise Unkept("a value that is not a plain fake tensor")
+        dims = (*v.shape, *v.stride(), v.storage_offset())
+        if not all(type(d) is int for d in dims):
+            raise Unkept("a symbolic shape")
+        s = v.untyped_storage()
+        idx = storages.setdefault(s._cdata, len(storages))
+        return {"T": [list(v.shape), list(v.stride()), v.storage_offset(), str(v.dtype),
+                      str(v.device), idx, s.nbytes()]}  # fmt: skip
+    if v is None or type(v) in (bool, int):
+        return v
+    if type(v) in (list, tuple):
+        return {"l" if type(v) is list else "t": [_val(x, storages) for x in v]}
+    raise Unkept(f"value {v!r}")
+
+
+def _node(n: fx.Node, storages: dict[int, int]) -> dict[str, Any]:
+    meta = {k: _arg(n.meta[k]) for k in _KEEP if k in n.meta}
+    if "val" in n.meta:
+        meta["val"] = _val(n.meta["val"], storages)
+    if "tensor_meta" in n.meta:
+        meta["tensor_meta"] = True
+    target = n.target if n.op in ("placeholder", "output") else _target(n.target)
+    return {"op": n.op, "name": n.name, "target": target, "args": _arg(n.args),
+            "kwargs": {k: _arg(v) for k, v in n.kwargs.items()}, "meta": meta}  # fmt: skip
+
+
+def encode(traced: fx.GraphModule, result: Any) -> dict[str, Any]:
+    """``traced`` and its prepare result as data; :class:`Unkept` where a part has none."""
+    if any(n.op not in ("placeholder", "call_function", "output") for n in traced.graph.nodes):
+        raise Unkept("module attributes or calls")
+    storages: dict[int, int] = {}
+    nodes = [_node(n, storages) for n in traced.graph.nodes]
+    if result is not None and not isinstance(result, Counter):
+        raise Unkept("a prepare result that is not a Counter")
+    return {"nodes": nodes, "result": dict(result) if result is not None else None}
+
+
+# -- decoding -----------------------------------------------------------------------------------
+
+
+class Unreadable(PdlkitError, ValueError):
+    """A kept file that cannot be what :func:`encode` wrote for this key."""
+
+
+def _resolve(name: Any) -> Any:
+    if not isinstance(name, str):
+        raise Unreadable(f"target {name!r}")
+    if name in _OPERATORS:
+        return _OPERATORS[name]
+    if not name.startswith("op:") or "::" not in name:
+        raise Unreadable(f"target {name!r}")
+    ns, _, rest = name[3:].partition("::")
+    opname, _, overload = rest.rpartition(".")
+    try:
+        op = getattr(getattr(getattr(torch.ops, ns), opname), overload)
+    except (AttributeError, RuntimeError) as e:
+        raise Unreadable(f"no operator {name[3:]} in this process") from e
+    if not isinstance(op, torch._ops.OpOverload):
+        raise Unreadable(f"target {name!r}")
+    return op
+
+
+_KINDS = {"dtype": torch.dtype, "layout": torch.layout, "memory_format": torch.memory_format}
+
+
+def _dearg(a: Any, env: dict[str, fx.Node]) -> Any:
+    if a is None or type(a) in (bool, int, str):
+        return a
+    if not isinstance(a, dict) or len(a) != 1:
+        raise Unreadable(f"argument {a!r}")
+    ((tag, v),) = a.items()
+    if tag == "n":
+        return env[v]
+    if tag in ("l", "t"):
+        items = [_dearg(x, env) for x in v]
+        return items if tag == "l" else tuple(items)
+    if tag == "f":
+        return float(v)
+    if tag == "device":
+        return torch.device(v)
+    if tag == "op":
+        return _resolve(v)
+    kind = _KINDS.get(tag)
+    value = getattr(torch, str(v).removeprefix("torch."), None) if kind else None
+    if kind is None or not isinstance(value, kind):
+        raise Unreadable(f"argument {a!r}")
+    return value
+
+
+class _Values:
+    """Fake tensors of ``mode`` from :func:`_val`'s data, on meta storages shared by index
+    (as ``retrace._rebuilder`` makes them). Build them with no fake mode active."""
+
+    def __init__(self, mode: FakeTensorMode):
+        self.mode = mode
+        self.storages: dict[int, Any] = {}
+
+    def __call__(self, v: Any) -> Any:
+        if v is None or type(v) in (bool, int):
+            return v
+        if not isinstance(v, dict) or len(v) != 1:
+            raise Unreadable(f"value {v!r}")
+        ((tag, x),) = v.items()
+        if tag in ("l", "t"):
+            items = [self(y) for y in x]
+            return items if tag == "l" else tuple(items)
+        if tag != "T":
+            raise Unreadable(f"value {v!r}")
+        shape, stride, offset, dtype, device, idx, nbytes = x
+        storage = self.storages.get(idx)
+        if storage is None:
+            storage = self.storages[idx] = torch.UntypedStorage(nbytes, device="meta")
+        elem = torch.empty(0, dtype=_dearg({"dtype": dtype}, {}), device="meta")
+        elem.set_(storage, offset, shape, stride)
+        return FakeTensor(self.mode, elem, torch.device(device))
+
+
+def decode(data: dict[str, Any], mode: FakeTensorMode) -> tuple[fx.GraphModule, Any]:
+    """:func:`encode`'s data as a graph module whose values are fake tensors of ``mode``."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+    from torch.fx.experimental.proxy_tensor import PythonKeyTracer
+
+    graph = fx.Graph(tracer_cls=PythonKeyTracer)  # make_fx's, as the traced graph has it
+    env: dict[str, fx.Node] = {}
+    values = _Values(mode)
+    with unset_fake_temporarily():
+        for nd in data["nodes"]:
+            op = nd["op"]
+            target = nd["target"] if op in ("placeholder", "output") else _resolve(nd["target"])
+            args = _dearg({"t": nd["args"]["t"]}, env)
+            kwargs = {k: _dearg(v, env) for k, v in nd["kwargs"].items()}
+            n = graph.create_node(op, target, args, kwargs, name=nd["name"])
+            if n.name != nd["name"]:
+                raise Unreadable(f"node {nd['name']!r} named {n.name!r}")
+            meta = nd["meta"]
+            for k in _KEEP:
+                if k in meta:
+                    n.meta[k] = _dearg(meta[k], env)
+            if "val" in meta:
+                n.meta["val"] = values(meta["val"])
+                if meta.get("tensor_meta"):
+                    n.meta["tensor_meta"] = tree_map_only(
+                        torch.Tensor, _extract_tensor_metadata, n.meta["val"]
+                    )
+            env[n.name] = n
+    graph.lint()
+    result = data["result"]
+    return _LazyGraphModule({}, graph, "GraphModule"), None if result is None else Counter(result)
+
+
+# -- the files ----------------------------------------------------------------------------------
+
+
+def _checksum(body: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def save(key: str, traced: fx.GraphModule, result: Any) -> bool:
+    """Keep ``traced`` (and its prepare result) under ``key``; False where it has no plain
+    form or the cache folder is not usable (nothing is written then)."""
+    folder = _folder()
+    if folder is None:
+        return False
+    try:
+        body = {"format": FORMAT, "key": key, **encode(traced, result)}
+    except Unkept:
+        return False
+    from pdlkit.runtime_abi.autotune import _atomic_write
+
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        _atomic_write(folder / f"{key}.json", {**body, "sha256": _checksum(body)})
+    except OSError as e:
+        _warn_once(f"pdlkit: could not keep a re-traced graph in {folder}: {e}")
+        return False
+    return True
+
+
+def load(key: str, mode: FakeTensorMode, outputs: Any) -> tuple[fx.GraphModule, Any] | None:
+    """The graph kept under ``key`` with its values in ``mode``, or None (none kept, or one
+    that is unusable: said once, and the caller traces and keeps it again). ``outputs``:
+    Dynamo's output values, which the kept graph's must match in shape, stride and dtype."""
+    from pdlkit.runtime_abi.trust import TrustError, read_private_file
+
+    folder = _folder()
+    if folder is None:
+        return None
+    path = folder / f"{key}.json"
+    try:
+        raw = read_private_file(path)
+        if raw is None:
+            return None
+        data = json.loads(raw)
+        body = {k: v for k, v in data.items() if k != "sha256"}
+        if data.get("sha256") != _checksum(body) or data.get("format") != FORMAT:
+            raise Unreadable("checksum or format does not match")
+        if data.get("key") != key:
+            raise Unreadable("written for another graph")
+        gm, result = decode(data, mode)
+        _check_outputs(gm, outputs)
+        return gm, result
+    except (OSError, TrustError, ValueError, KeyError, TypeError, IndexError, RuntimeError) as e:
+        _warn_once(f"pdlkit: ignoring the kept trace {path} ({e}); it will be written again")
+        return None
+
+
+def _spec(t: Any) -> Any:
+    return (tuple(t.shape), tuple(t.stride()), t.dtype) if isinstance(t, torch.Tensor) else t
+
+
+def _check_outputs(gm: fx.GraphModule, outputs: Any) -> None:
+    out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    ours = [
+        _spec(v.meta.get("val")) if isinstance(v, fx.Node) else v for v in tree_leaves(out.args)
+    ]
+    theirs = [_spec(v) for v in tree_leaves(outputs)]
+    if ours != theirs:
+        raise Unreadable("its outputs are not Dynamo's")
+
+
+def _warn_once(message: str) -> None:
+    from pdlkit.runtime_abi.autotune import _warn_once as warn
+
+    warn(message)
