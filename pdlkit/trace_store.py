@@ -126,8 +126,10 @@ def _val(v: Any, storages: dict[int, int]) -> Any:
     raise Unkept(f"value {v!r}")
 
 
-def _node(n: fx.Node, storages: dict[int, int]) -> dict[str, Any]:
+def _node(n: fx.Node, storages: dict[int, int], texts: dict[str, int]) -> dict[str, Any]:
     meta = {k: _arg(n.meta[k]) for k in _KEEP if k in n.meta}
+    if isinstance(meta.get("stack_trace"), str):  # one copy of each source line's text
+        meta["stack_trace"] = texts.setdefault(meta["stack_trace"], len(texts))
     if "val" in n.meta:
         meta["val"] = _val(n.meta["val"], storages)
     if "tensor_meta" in n.meta:
@@ -142,10 +144,15 @@ def encode(traced: fx.GraphModule, result: Any) -> dict[str, Any]:
     if any(n.op not in ("placeholder", "call_function", "output") for n in traced.graph.nodes):
         raise Unkept("module attributes or calls")
     storages: dict[int, int] = {}
-    nodes = [_node(n, storages) for n in traced.graph.nodes]
+    texts: dict[str, int] = {}
+    nodes = [_node(n, storages, texts) for n in traced.graph.nodes]
     if result is not None and not isinstance(result, Counter):
         raise Unkept("a prepare result that is not a Counter")
-    return {"nodes": nodes, "result": dict(result) if result is not None else None}
+    return {
+        "nodes": nodes,
+        "texts": list(texts),
+        "result": None if result is None else dict(result),
+    }
 
 
 # -- decoding -----------------------------------------------------------------------------------
@@ -250,6 +257,8 @@ def decode(data: dict[str, Any], mode: FakeTensorMode) -> tuple[fx.GraphModule, 
             for k in _KEEP:
                 if k in meta:
                     n.meta[k] = _dearg(meta[k], env)
+            if "stack_trace" in meta:
+                n.meta["stack_trace"] = data["texts"][meta["stack_trace"]]
             if "val" in meta:
                 n.meta["val"] = values(meta["val"])
                 if meta.get("tensor_meta"):
@@ -284,10 +293,20 @@ def save(key: str, traced: fx.GraphModule, result: Any) -> bool:
     try:
         folder.mkdir(mode=0o700, exist_ok=True)
         _atomic_write(folder / f"{key}.json", {**body, "sha256": _checksum(body)})
+        _prune(folder)
     except OSError as e:
         _warn_once(f"pdlkit: could not keep a re-traced graph in {folder}: {e}")
         return False
     return True
+
+
+MAX_FILES = 128  # kept graphs; the least recently written go first (bert-mini's: 117 KB)
+
+
+def _prune(folder: Path) -> None:
+    files = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime)
+    for old in files[: max(0, len(files) - MAX_FILES)]:
+        old.unlink(missing_ok=True)
 
 
 def load(key: str, mode: FakeTensorMode, outputs: Any) -> tuple[fx.GraphModule, Any] | None:

@@ -161,3 +161,27 @@ def test_a_graph_with_a_part_that_has_no_plain_form_is_not_kept(tmp_path, monkey
     node.meta["seq_nr"] = object()  # no plain form
     assert not trace_store.save(trace_store.store_key("x"), traced, prepare(traced))
     assert _kept_files(tmp_path) == []
+
+
+def test_at_most_max_files_are_kept_the_oldest_going_first(tmp_path, monkeypatch):
+    monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(trace_store, "MAX_FILES", 2)
+    gm, inputs = _dynamo_graph(MLP().eval(), torch.randn(4, 16))
+    traced = retrace._trace(gm, inputs)
+    result = prepare(traced)
+    for name in ("a", "b", "c"):
+        assert trace_store.save(trace_store.store_key(name), traced, result)
+    kept = {p.stem for p in _kept_files(tmp_path)}
+    assert kept == {trace_store.store_key("b"), trace_store.store_key("c")}
+
+
+def test_a_kept_trace_anyone_may_write_is_not_read(new_process, tmp_path):
+    torch.manual_seed(0)
+    model, x = MLP().eval(), torch.randn(4, 16)
+    _compile(model, x)
+    (path,) = _kept_files(tmp_path)
+    path.chmod(0o666)
+    traces = new_process()
+    with pytest.warns(UserWarning, match="world-writable"):
+        stats = _compile(model, x)
+    assert len(traces) == 1 and "traces_from_disk" not in stats
