@@ -33,6 +33,7 @@ _TOTALS = (
     # kernel calls whose site id found no site (a direct torch.ops.pdlkit call; in a compiled
     # graph, a lost site: the whole output check on every call, no fallback)
     "calls_without_site",
+    "traces_from_disk",  # re-traces read from disk (pdlkit/trace_store.py), not made again
 )
 
 
