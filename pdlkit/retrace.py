@@ -81,14 +81,14 @@ def retrace_prepared(
         if hit is not None and _same_targets(hit[0], key[1]):
             fresh = _in_this_compilation(_copy(hit[1]), _fake_inputs(gm, example_inputs))
             return fresh, copy.copy(hit[2])
-    kept = _kept(gm, example_inputs, key[0]) if key is not None and prepare is not None else None
+    kept = _kept(gm, example_inputs, key[0], prepare) if key is not None and prepare else None
     if kept is not None:
         traced, result = kept
     else:
         traced = _trace(gm, example_inputs)
         result = prepare(traced) if prepare is not None else None
         if key is not None and prepare is not None:
-            trace_store.save(trace_store.store_key(key[0]), traced, result)
+            trace_store.save(trace_store.store_key(key[0], prepare), traced, result)
     if key is not None and not any(n.op == "get_attr" for n in traced.graph.nodes):
         with _TRACED_LOCK:  # the caller's passes edit a copy in place, never this one
             _TRACED[key[0]] = (key[1], traced, result)
@@ -99,7 +99,7 @@ def retrace_prepared(
 
 
 def _kept(
-    gm: fx.GraphModule, example_inputs: list[Any], key: str
+    gm: fx.GraphModule, example_inputs: list[Any], key: str, prepare: Prepare
 ) -> tuple[fx.GraphModule, Any] | None:
     """The prepared trace a process before this one kept on disk (pdlkit/trace_store.py),
     its values made in this compilation's fake mode; None where there is none."""
@@ -108,7 +108,7 @@ def _kept(
         return None
     out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     outputs = tree_map_only(fx.Node, lambda n: n.meta.get("example_value"), out.args)
-    kept = trace_store.load(trace_store.store_key(key), mode, outputs)
+    kept = trace_store.load(trace_store.store_key(key, prepare), mode, outputs)
     if kept is not None:
         count("traces_from_disk", "(whole graph)")
     return kept

@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
 import json
 import operator
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -66,8 +68,19 @@ def _code_digest() -> str:
     return h.hexdigest()
 
 
-def store_key(reuse_key: str) -> str:
-    return hashlib.sha256(f"{reuse_key}|{_code_digest()}".encode()).hexdigest()[:32]
+@functools.cache
+def _source(fn: Callable[..., Any]) -> str:
+    try:
+        return inspect.getsource(fn)
+    except (OSError, TypeError):
+        return repr(fn)
+
+
+def store_key(reuse_key: str, prepare: Callable[..., Any] | None = None) -> str:
+    """The file name of a trace: ``retrace._reuse_key``'s, torch's version, the source of
+    the modules that trace and of the ``prepare`` pass (a change to any traces afresh)."""
+    text = f"{reuse_key}|{_code_digest()}|{_source(prepare) if prepare else ''}"
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def _folder() -> Path | None:
