@@ -202,6 +202,17 @@ def make_folders(
     return p, k
 
 
+def compile_static(model: torch.nn.Module, x: torch.Tensor) -> dict[str, Any]:
+    """``pdlkit.optimize(model, autotune="off")`` compiled afresh (Dynamo reset) and run on
+    ``x`` (checked against eager); the stats of that compilation and call."""
+    torch._dynamo.reset()
+    pdlkit.stats(reset=True)
+    with torch.no_grad():
+        y = pdlkit.optimize(model, autotune="off")(x)
+        torch.testing.assert_close(y, model(x), rtol=1e-5, atol=1e-5)
+    return dict(pdlkit.stats())
+
+
 class MLP(torch.nn.Module):
     """linear -> relu -> linear -> sigmoid: one linear+relu site, one linear+sigmoid site."""
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import MLP
+from conftest import MLP, compile_static
 
-import pdlkit
 from pdlkit import retrace
 
 
@@ -27,12 +26,7 @@ def traces(monkeypatch, tmp_path):
 
 
 def _compile_and_check(model: torch.nn.Module, x: torch.Tensor) -> int:
-    torch._dynamo.reset()
-    pdlkit.stats(reset=True)
-    with torch.no_grad():
-        y = pdlkit.optimize(model, autotune="off")(x)
-        torch.testing.assert_close(y, model(x), rtol=1e-5, atol=1e-5)
-    return int(pdlkit.stats()["substitutions"])
+    return int(compile_static(model, x)["substitutions"])
 
 
 def test_second_compilation_reuses_the_trace_with_the_same_substitutions(traces):

@@ -8,9 +8,8 @@ from collections import Counter
 
 import pytest
 import torch
-from conftest import MLP
+from conftest import MLP, compile_static
 
-import pdlkit
 from pdlkit import retrace, trace_store
 from pdlkit.backend import prepare
 
@@ -38,15 +37,6 @@ def new_process(monkeypatch, tmp_path):
     return restart
 
 
-def _compile(model: torch.nn.Module, x: torch.Tensor) -> dict:
-    torch._dynamo.reset()
-    pdlkit.stats(reset=True)
-    with torch.no_grad():
-        y = pdlkit.optimize(model, autotune="off")(x)
-        torch.testing.assert_close(y, model(x), rtol=1e-5, atol=1e-5)
-    return dict(pdlkit.stats())
-
-
 def _kept_files(tmp_path) -> list:
     return sorted((tmp_path / "autotune" / "traces").glob("*.json"))
 
@@ -54,10 +44,10 @@ def _kept_files(tmp_path) -> list:
 def test_a_new_process_reads_the_trace_instead_of_tracing(new_process, tmp_path):
     torch.manual_seed(0)
     model, x = MLP().eval(), torch.randn(4, 16)
-    first = _compile(model, x)
+    first = compile_static(model, x)
     assert len(_kept_files(tmp_path)) == 1 and first["traces_from_disk"] == 0
     traces = new_process()
-    second = _compile(model, x)
+    second = compile_static(model, x)
     assert traces == []  # nothing traced: the kept graph was read
     assert second["traces_from_disk"] == 1
     assert second["substitutions"] == first["substitutions"] == 2
@@ -122,16 +112,16 @@ def test_a_corrupted_kept_trace_is_ignored_with_one_warning_and_written_again(
 ):
     torch.manual_seed(0)
     model, x = MLP().eval(), torch.randn(4, 16)
-    _compile(model, x)
+    compile_static(model, x)
     (path,) = _kept_files(tmp_path)
     path.write_text(path.read_text()[:-40])
     traces = new_process()
     with pytest.warns(UserWarning, match=f"ignoring the kept trace {path}"):
-        stats = _compile(model, x)
+        stats = compile_static(model, x)
     assert len(traces) == 1 and stats["traces_from_disk"] == 0
     assert json.loads(path.read_text())["format"] == trace_store.FORMAT  # written again
     new_process()
-    assert _compile(model, x)["traces_from_disk"] == 1
+    assert compile_static(model, x)["traces_from_disk"] == 1
 
 
 def test_a_kept_trace_whose_outputs_are_not_dynamos_is_not_used(new_process, tmp_path):
@@ -139,7 +129,7 @@ def test_a_kept_trace_whose_outputs_are_not_dynamos_is_not_used(new_process, tmp
     are checked against Dynamo's, and the graph is traced again."""
     torch.manual_seed(0)
     model, x = MLP().eval(), torch.randn(4, 16)
-    _compile(model, x)
+    compile_static(model, x)
     (path,) = _kept_files(tmp_path)
     data = json.loads(path.read_text())
     body = {k: v for k, v in data.items() if k != "sha256"}
@@ -149,7 +139,7 @@ def test_a_kept_trace_whose_outputs_are_not_dynamos_is_not_used(new_process, tmp
     path.write_text(json.dumps({**body, "sha256": trace_store._checksum(body)}))
     traces = new_process()
     with pytest.warns(UserWarning, match="its outputs are not Dynamo's"):
-        stats = _compile(model, x)
+        stats = compile_static(model, x)
     assert len(traces) == 1 and stats["traces_from_disk"] == 0
 
 
@@ -178,10 +168,10 @@ def test_at_most_max_files_are_kept_the_oldest_going_first(tmp_path, monkeypatch
 def test_a_kept_trace_anyone_may_write_is_not_read(new_process, tmp_path):
     torch.manual_seed(0)
     model, x = MLP().eval(), torch.randn(4, 16)
-    _compile(model, x)
+    compile_static(model, x)
     (path,) = _kept_files(tmp_path)
     path.chmod(0o666)
     traces = new_process()
     with pytest.warns(UserWarning, match="world-writable"):
-        stats = _compile(model, x)
+        stats = compile_static(model, x)
     assert len(traces) == 1 and stats["traces_from_disk"] == 0
