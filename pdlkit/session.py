@@ -37,7 +37,8 @@ Process-wide on purpose, and not here:
   registered in ``sys.modules`` under its digest);
 * re-traced graphs (pdlkit/retrace.py), keyed by Dynamo's graph and its inputs' shapes, a
   few, least recently used dropped: Dynamo's graph decides the trace, not a backend, and a
-  second compilation of it (``torch._dynamo.reset()``, a new ``optimize``) copies it;
+  second compilation of it (``torch._dynamo.reset()``, a new ``optimize``) copies it (and a
+  new process reads it from disk: pdlkit/trace_store.py);
 * the warning that an optional dependency (torch-mlir) is missing: a fact about the process,
   said once per process (``warn_once(..., process_wide=True)``);
 * the spin kernel's cycles per second, per GPU (runtime_abi/cuda_timing.py): a fact about
