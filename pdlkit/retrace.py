@@ -81,7 +81,7 @@ def retrace_prepared(
         if hit is not None and _same_targets(hit[0], key[1]):
             fresh = _in_this_compilation(_copy(hit[1]), _fake_inputs(gm, example_inputs))
             return fresh, copy.copy(hit[2])
-    kept = _kept(gm, example_inputs, key[0], prepare) if key is not None and prepare else None
+    kept = None if key is None or prepare is None else _kept(gm, example_inputs, key[0], prepare)
     if kept is not None:
         traced, result = kept
     else:

@@ -40,6 +40,7 @@ from torch.fx.passes.shape_prop import _extract_tensor_metadata
 from torch.utils._pytree import tree_leaves, tree_map_only
 
 from pdlkit.errors import PdlkitError
+from pdlkit.runtime_abi.autotune import atomic_write, cache_dir, warn_once
 
 FORMAT = 1
 _NAMESPACES = ("aten", "prims", "pdlkit")
@@ -84,8 +85,6 @@ def store_key(reuse_key: str, prepare: Callable[..., Any] | None = None) -> str:
 
 
 def _folder() -> Path | None:
-    from pdlkit.runtime_abi.autotune import cache_dir
-
     base = cache_dir()
     return None if base is None else base / "traces"
 
@@ -301,14 +300,12 @@ def save(key: str, traced: fx.GraphModule, result: Any) -> bool:
         body = {"format": FORMAT, "key": key, **encode(traced, result)}
     except Unkept:
         return False
-    from pdlkit.runtime_abi.autotune import _atomic_write
-
     try:
         folder.mkdir(mode=0o700, exist_ok=True)
-        _atomic_write(folder / f"{key}.json", {**body, "sha256": _checksum(body)})
+        atomic_write(folder / f"{key}.json", {**body, "sha256": _checksum(body)})
         _prune(folder)
     except OSError as e:
-        _warn_once(f"pdlkit: could not keep a re-traced graph in {folder}: {e}")
+        warn_once(f"pdlkit: could not keep a re-traced graph in {folder}: {e}")
         return False
     return True
 
@@ -346,7 +343,7 @@ def load(key: str, mode: FakeTensorMode, outputs: Any) -> tuple[fx.GraphModule, 
         _check_outputs(gm, outputs)
         return gm, result
     except (OSError, TrustError, ValueError, KeyError, TypeError, IndexError, RuntimeError) as e:
-        _warn_once(f"pdlkit: ignoring the kept trace {path} ({e}); it will be written again")
+        warn_once(f"pdlkit: ignoring the kept trace {path} ({e}); it will be written again")
         return None
 
 
@@ -362,9 +359,3 @@ def _check_outputs(gm: fx.GraphModule, outputs: Any) -> None:
     theirs = [_spec(v) for v in tree_leaves(outputs)]
     if ours != theirs:
         raise Unreadable("its outputs are not Dynamo's")
-
-
-def _warn_once(message: str) -> None:
-    from pdlkit.runtime_abi.autotune import _warn_once as warn
-
-    warn(message)

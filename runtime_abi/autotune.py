@@ -369,7 +369,7 @@ def cache_dir() -> Path | None:
     """Where decisions are kept, or None (with one warning) when the place is not safe."""
     raw = os.environ.get(CACHE_ENV, "").strip()
     if raw and not Path(raw).expanduser().is_absolute():
-        _warn_once(f"pdlkit: {CACHE_ENV}={raw!r} is a relative path; decisions are not cached")
+        warn_once(f"pdlkit: {CACHE_ENV}={raw!r} is a relative path; decisions are not cached")
         return None
     base = Path(raw).expanduser() if raw else Path.home() / ".cache" / "pdlkit"
     folder = base / "autotune"
@@ -377,10 +377,10 @@ def cache_dir() -> Path | None:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         st = folder.stat()
     except OSError as e:
-        _warn_once(f"pdlkit: autotune cache {folder} is not usable ({e}); decisions are not cached")
+        warn_once(f"pdlkit: autotune cache {folder} is not usable ({e}); decisions are not cached")
         return None
     if st.st_mode & stat.S_IWOTH or st.st_uid != os.getuid():
-        _warn_once(
+        warn_once(
             f"pdlkit: autotune cache {folder} is world-writable or owned by another user; "
             "decisions are not cached"
         )
@@ -391,7 +391,7 @@ def cache_dir() -> Path | None:
 _WARNED: set[str] = set()
 
 
-def _warn_once(message: str) -> None:
+def warn_once(message: str) -> None:
     if message not in _WARNED:
         _WARNED.add(message)
         warnings.warn(message, stacklevel=3)
@@ -420,7 +420,7 @@ class DecisionCache:
                 raise ValueError("no decisions table")
             return entries
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            _warn_once(f"pdlkit: ignoring autotune cache {self.path} ({e}); it will be rewritten")
+            warn_once(f"pdlkit: ignoring autotune cache {self.path} ({e}); it will be rewritten")
             return {}
 
     def get(self, key: str) -> Decision | None:
@@ -447,11 +447,11 @@ class DecisionCache:
                     merged = {**self._read(), **self._entries}
                     if len(merged) > _MAX_ENTRIES:  # the oldest entries go first
                         merged = dict(list(merged.items())[-_MAX_ENTRIES:])
-                    _atomic_write(self.path, {"format": _FORMAT, "host": self._host,
+                    atomic_write(self.path, {"format": _FORMAT, "host": self._host,
                                               "decisions": merged})  # fmt: skip
                     self._entries = merged
             except OSError as e:
-                _warn_once(f"pdlkit: could not write autotune cache {self.path}: {e}")
+                warn_once(f"pdlkit: could not write autotune cache {self.path}: {e}")
 
 
 @contextlib.contextmanager
@@ -464,7 +464,7 @@ def _locked(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _atomic_write(path: Path, data: dict[str, Any]) -> None:
+def atomic_write(path: Path, data: dict[str, Any]) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
     try:
         with os.fdopen(fd, "w") as f:
