@@ -70,9 +70,7 @@ def retrace_prepared(
     place and reads nothing but it (CSE, canonicalization), and its result. A reused trace
     is reused prepared (its graph and a copy of the result), keyed by the pass's name too:
     a second compilation does not run the pass again."""
-    key = _reuse_key(gm, example_inputs)
-    if key is not None and prepare is not None:
-        key = (f"{key[0]}|{prepare.__module__}.{prepare.__qualname__}", key[1])
+    key = _with_pass(_reuse_key(gm, example_inputs), prepare)
     if key is not None:
         with _TRACED_LOCK:
             hit = _TRACED.get(key[0])
@@ -81,14 +79,19 @@ def retrace_prepared(
         if hit is not None and _same_targets(hit[0], key[1]):
             fresh = _in_this_compilation(_copy(hit[1]), _fake_inputs(gm, example_inputs))
             return fresh, copy.copy(hit[2])
-    kept = None if key is None or prepare is None else _kept(gm, example_inputs, key[0], prepare)
+    disk = (
+        None
+        if prepare is None
+        else key or _with_pass(_reuse_key(gm, example_inputs, True), prepare)
+    )
+    kept = None if disk is None or prepare is None else _kept(gm, example_inputs, disk[0], prepare)
     if kept is not None:
         traced, result = kept
     else:
         traced = _trace(gm, example_inputs)
         result = prepare(traced) if prepare is not None else None
-        if key is not None and prepare is not None:
-            trace_store.save(trace_store.store_key(key[0], prepare), traced, result)
+        if disk is not None and prepare is not None:
+            trace_store.save(trace_store.store_key(disk[0], prepare), traced, result, gm)
     if key is not None and not any(n.op == "get_attr" for n in traced.graph.nodes):
         with _TRACED_LOCK:  # the caller's passes edit a copy in place, never this one
             _TRACED[key[0]] = (key[1], traced, result)
@@ -96,6 +99,13 @@ def retrace_prepared(
                 _TRACED.popitem(last=False)
         return _copy(traced), copy.copy(result)
     return traced, result
+
+
+def _with_pass(key: tuple[str, tuple[Any, ...]] | None, prepare: Prepare | None) -> Any:
+    """A reuse key with the prepare pass's name in it (a trace is reused prepared)."""
+    if key is None or prepare is None:
+        return key
+    return (f"{key[0]}|{prepare.__module__}.{prepare.__qualname__}", key[1])
 
 
 def _kept(
@@ -108,7 +118,7 @@ def _kept(
         return None
     out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     outputs = tree_map_only(fx.Node, lambda n: n.meta.get("example_value"), out.args)
-    kept = trace_store.load(trace_store.store_key(key, prepare), mode, outputs)
+    kept = trace_store.load(trace_store.store_key(key, prepare), mode, outputs, gm)
     if kept is not None:
         count("traces_from_disk", "(whole graph)")
     return kept
@@ -150,20 +160,29 @@ _TRACED_MAX = 16
 _TRACED_LOCK = threading.Lock()
 
 
-def _reuse_key(gm: fx.GraphModule, example_inputs: list[Any]) -> tuple[str, tuple[Any, ...]] | None:
+def _reuse_key(
+    gm: fx.GraphModule, example_inputs: list[Any], constants: bool = False
+) -> tuple[str, tuple[Any, ...]] | None:
     """What decides the re-trace of ``gm``: its code and source lines, its inputs' shapes,
     strides, dtypes, devices and requires_grad, and the grad / inference mode; with the
     call targets, compared by identity on a hit. None where a trace is not reused: symbolic
-    shapes (their symbols belong to one compilation), module attributes or submodules (the
-    weights under freezing: objects a key of text does not hold), inputs that are not plain
-    tensors."""
+    shapes (their symbols belong to one compilation), submodules, inputs that are not plain
+    tensors, and module attributes (the weights under freezing: objects a key of text does
+    not hold) unless ``constants``: the key of a trace kept on disk, whose attributes are
+    taken from ``gm`` by name when it is read (pdlkit/trace_store.py), hashes their names
+    and layouts instead."""
     h = hashlib.sha256(str(gm.graph).encode())
     targets = []
     phs = []
     for n in gm.graph.nodes:
-        if n.op in ("get_attr", "call_module"):
+        if n.op == "call_module" or (n.op == "get_attr" and not constants):
             return None
-        if n.op == "placeholder":
+        if n.op == "get_attr":
+            t = trace_store.fetch(gm, str(n.target))
+            if not _static_tensor(t):
+                return None
+            h.update(repr((n.target, t.shape, t.stride(), t.dtype, t.device)).encode())
+        elif n.op == "placeholder":
             phs.append(n.meta.get("example_value"))
         elif n.op == "call_function":
             targets.append(n.target)
@@ -172,13 +191,19 @@ def _reuse_key(gm: fx.GraphModule, example_inputs: list[Any]) -> tuple[str, tupl
         return None
     for v, x in zip(phs, example_inputs, strict=True):
         for t in (v, x):
-            if type(t) not in _PLAIN or t.layout != torch.strided:
-                return None
-            if not all(type(d) is int for d in (*t.shape, *t.stride())):
+            if not _static_tensor(t):
                 return None
             h.update(repr((t.shape, t.stride(), t.dtype, t.device, t.requires_grad)).encode())
     h.update(repr((torch.is_grad_enabled(), torch.is_inference_mode_enabled())).encode())
     return h.hexdigest(), tuple(targets)
+
+
+def _static_tensor(t: Any) -> bool:
+    return (
+        type(t) in _PLAIN
+        and t.layout == torch.strided
+        and all(type(d) is int for d in (*t.shape, *t.stride()))
+    )
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter, FakeTensor)

@@ -9,16 +9,20 @@
             in a new process: nodes, call targets, arguments, fake values, source lines, the
             canonicalization's notes and the prepare pass's result
 
-Only what :func:`retrace.retrace_prepared` keeps in memory is kept here (static shapes, no
-module attributes), and only graphs whose every part has a plain form: ATen / prims / pdlkit
-overloads and ``operator`` functions as targets; numbers, strings, dtypes, devices, layouts,
-memory formats, nodes and lists of them as arguments; dense fake values without gradient. Any
-other graph is simply not kept. The key covers Dynamo's graph and inputs (``_reuse_key``),
-torch's version and the source of the passes that made the trace, so a new torch or pdlkit
-traces afresh. A file is read through :func:`trust.read_private_file` from the private cache
-folder and parsed as data (no pickle, no code); one that does not parse, fails its checksum
-or was written for another key is ignored with one warning, and the trace is made and written
-again. Its values are checked against Dynamo's own outputs before use.
+Kept: graphs of static shapes without submodules whose every part has a plain form: torch.ops
+overloads (read back by looking their names up) and ``operator`` functions as targets;
+numbers, strings, dtypes, devices, layouts, memory formats, nodes and lists of them as
+arguments; dense fake values without gradient. Module attributes (the weights under Inductor's
+freezing, which make_fx reads as ``_tensor_constant<i>``) are kept as the names of Dynamo's
+attributes they are, and taken from the reading compilation's Dynamo graph by those names, so a
+trace never carries weights. Any other graph is simply not kept. The key covers Dynamo's graph
+and inputs (``_reuse_key``; with attributes, their names and layouts), torch's version and the
+source of the passes that made the trace, so a new torch or pdlkit traces afresh.
+
+A file is read through :func:`trust.read_private_file` from the private cache folder and parsed
+as data (no pickle, no code); one that does not parse, fails its checksum or was written for
+another key is ignored with one warning, and the trace is made and written again. Its values
+are checked against Dynamo's own outputs, and its attributes against Dynamo's, before use.
 """
 
 from __future__ import annotations
@@ -43,13 +47,13 @@ from pdlkit.errors import PdlkitError
 from pdlkit.runtime_abi.autotune import atomic_write, cache_dir, warn_once
 
 FORMAT = 1
-_NAMESPACES = ("aten", "prims", "pdlkit")
 _OPERATORS = {f"operator.{n}": getattr(operator, n) for n in ("getitem", "add", "mul", "neg")}
 # the meta kept as data (``val`` and ``tensor_meta`` are made again); ``nn_module_stack``,
 # ``source_fn_stack`` and ``from_node`` hold classes and objects, and are not kept: pdlkit reads
 # none of them, and Inductor's compile of a kept graph hits its own cache (the cache key is
 # the graph's code) or names its kernels without them
 _KEEP = ("stack_trace", "seq_nr", "original_aten", "pdlkit_canonical")
+_NAMED = ("placeholder", "get_attr", "output")  # nodes whose target is a name, not a call
 
 
 class Unkept(PdlkitError):
@@ -89,11 +93,37 @@ def _folder() -> Path | None:
     return None if base is None else base / "traces"
 
 
+def fetch(module: torch.nn.Module, target: str) -> Any:
+    """The attribute a get_attr node's dotted ``target`` names, or None."""
+    obj: Any = module
+    for part in target.split("."):
+        obj = getattr(obj, part, None)
+    return obj
+
+
 # -- encoding -----------------------------------------------------------------------------------
 
 
+def _constants(traced: fx.GraphModule, source: fx.GraphModule | None) -> dict[str, str]:
+    """Each attribute the trace reads (make_fx's ``_tensor_constant<i>``: under freezing, the
+    weights) -> the attribute of Dynamo's graph that is the same tensor, by which a later
+    process finds its own; :class:`Unkept` where one is no such tensor."""
+    names = {str(n.target) for n in traced.graph.nodes if n.op == "get_attr"}
+    if not names:
+        return {}
+    gets = [] if source is None else [n for n in source.graph.nodes if n.op == "get_attr"]
+    theirs = {id(fetch(source, str(n.target))): str(n.target) for n in gets}  # type: ignore[arg-type]
+    out = {}
+    for name in sorted(names):
+        t = fetch(traced, name)
+        if not isinstance(t, torch.Tensor) or id(t) not in theirs:
+            raise Unkept(f"module attribute {name}, not one of Dynamo's graph")
+        out[name] = theirs[id(t)]
+    return out
+
+
 def _target(t: Any) -> str:
-    if isinstance(t, torch._ops.OpOverload) and t.namespace in _NAMESPACES:
+    if isinstance(t, torch._ops.OpOverload):  # any namespace: read back by lookup in torch.ops
         return f"op:{t.namespace}::{t._opname}.{t._overloadname}"
     name = f"operator.{getattr(t, '__name__', '')}"
     if _OPERATORS.get(name) is t:
@@ -146,25 +176,25 @@ def _node(n: fx.Node, storages: dict[int, int], texts: dict[str, int]) -> dict[s
         meta["val"] = _val(n.meta["val"], storages)
     if "tensor_meta" in n.meta:
         meta["tensor_meta"] = True
-    target = n.target if n.op in ("placeholder", "output") else _target(n.target)
+    target = n.target if n.op in _NAMED else _target(n.target)
     return {"op": n.op, "name": n.name, "target": target, "args": _arg(n.args),
             "kwargs": {k: _arg(v) for k, v in n.kwargs.items()}, "meta": meta}  # fmt: skip
 
 
-def encode(traced: fx.GraphModule, result: Any) -> dict[str, Any]:
-    """``traced`` and its prepare result as data; :class:`Unkept` where a part has none."""
-    if any(n.op not in ("placeholder", "call_function", "output") for n in traced.graph.nodes):
-        raise Unkept("module attributes or calls")
+def encode(
+    traced: fx.GraphModule, result: Any, source: fx.GraphModule | None = None
+) -> dict[str, Any]:
+    """``traced`` and its prepare result as data; :class:`Unkept` where a part has none.
+    ``source``: Dynamo's graph, whose attributes the trace's may be (:func:`_constants`)."""
+    if any(n.op == "call_module" for n in traced.graph.nodes):
+        raise Unkept("module calls")
     storages: dict[int, int] = {}
     texts: dict[str, int] = {}
     nodes = [_node(n, storages, texts) for n in traced.graph.nodes]
     if result is not None and not isinstance(result, Counter):
         raise Unkept("a prepare result that is not a Counter")
-    return {
-        "nodes": nodes,
-        "texts": list(texts),
-        "result": None if result is None else dict(result),
-    }
+    return {"nodes": nodes, "texts": list(texts), "attrs": _constants(traced, source),
+            "result": None if result is None else dict(result)}  # fmt: skip
 
 
 # -- decoding -----------------------------------------------------------------------------------
@@ -247,8 +277,11 @@ class _Values:
         return FakeTensor(self.mode, elem, torch.device(device))
 
 
-def decode(data: dict[str, Any], mode: FakeTensorMode) -> tuple[fx.GraphModule, Any]:
-    """:func:`encode`'s data as a graph module whose values are fake tensors of ``mode``."""
+def decode(
+    data: dict[str, Any], mode: FakeTensorMode, source: fx.GraphModule | None = None
+) -> tuple[fx.GraphModule, Any]:
+    """:func:`encode`'s data as a graph module whose values are fake tensors of ``mode`` and
+    whose attributes are ``source``'s tensors of the names kept (Dynamo's graph's now)."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
     from torch.fx._lazy_graph_module import _LazyGraphModule
     from torch.fx.experimental.proxy_tensor import PythonKeyTracer
@@ -259,7 +292,7 @@ def decode(data: dict[str, Any], mode: FakeTensorMode) -> tuple[fx.GraphModule, 
     with unset_fake_temporarily():
         for nd in data["nodes"]:
             op = nd["op"]
-            target = nd["target"] if op in ("placeholder", "output") else _resolve(nd["target"])
+            target = nd["target"] if op in _NAMED else _resolve(nd["target"])
             args = _dearg({"t": nd["args"]["t"]}, env)
             kwargs = {k: _dearg(v, env) for k, v in nd["kwargs"].items()}
             n = graph.create_node(op, target, args, kwargs, name=nd["name"])
@@ -279,8 +312,28 @@ def decode(data: dict[str, Any], mode: FakeTensorMode) -> tuple[fx.GraphModule, 
                     )
             env[n.name] = n
     graph.lint()
+    root = _attributes(graph, data["attrs"], source)
     result = data["result"]
-    return _LazyGraphModule({}, graph, "GraphModule"), None if result is None else Counter(result)
+    return _LazyGraphModule(root, graph, "GraphModule"), None if result is None else Counter(result)
+
+
+def _attributes(graph: fx.Graph, attrs: dict[str, str], source: Any) -> dict[str, Any]:
+    """The kept graph's attributes: ``source``'s tensors named in ``attrs``, each of the
+    layout its get_attr node's value was traced with."""
+    root = {}
+    for n in graph.nodes:
+        if n.op != "get_attr":
+            continue
+        t = None if source is None else fetch(source, attrs.get(str(n.target), ""))
+        v = n.meta.get("val")
+        if (
+            not isinstance(t, torch.Tensor)
+            or not isinstance(v, torch.Tensor)
+            or _spec(t) != _spec(v)
+        ):
+            raise Unreadable(f"attribute {n.target}: not a tensor of Dynamo's graph as kept")
+        root[str(n.target)] = t
+    return root
 
 
 # -- the files ----------------------------------------------------------------------------------
@@ -290,14 +343,17 @@ def _checksum(body: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
-def save(key: str, traced: fx.GraphModule, result: Any) -> bool:
+def save(
+    key: str, traced: fx.GraphModule, result: Any, source: fx.GraphModule | None = None
+) -> bool:
     """Keep ``traced`` (and its prepare result) under ``key``; False where it has no plain
-    form or the cache folder is not usable (nothing is written then)."""
+    form or the cache folder is not usable (nothing is written then). ``source``: Dynamo's
+    graph, where the trace's attributes come from (:func:`_constants`)."""
     folder = _folder()
     if folder is None:
         return False
     try:
-        body = {"format": FORMAT, "key": key, **encode(traced, result)}
+        body = {"format": FORMAT, "key": key, **encode(traced, result, source)}
     except Unkept:
         return False
     try:
@@ -319,10 +375,13 @@ def _prune(folder: Path) -> None:
         old.unlink(missing_ok=True)
 
 
-def load(key: str, mode: FakeTensorMode, outputs: Any) -> tuple[fx.GraphModule, Any] | None:
+def load(
+    key: str, mode: FakeTensorMode, outputs: Any, source: fx.GraphModule | None = None
+) -> tuple[fx.GraphModule, Any] | None:
     """The graph kept under ``key`` with its values in ``mode``, or None (none kept, or one
     that is unusable: said once, and the caller traces and keeps it again). ``outputs``:
-    Dynamo's output values, which the kept graph's must match in shape, stride and dtype."""
+    Dynamo's output values, which the kept graph's must match in shape, stride and dtype;
+    ``source``: Dynamo's graph, whose tensors the kept graph's attributes become."""
     from pdlkit.runtime_abi.trust import TrustError, read_private_file
 
     folder = _folder()
@@ -339,7 +398,7 @@ def load(key: str, mode: FakeTensorMode, outputs: Any) -> tuple[fx.GraphModule, 
             raise Unreadable("checksum or format does not match")
         if data.get("key") != key:
             raise Unreadable("written for another graph")
-        gm, result = decode(data, mode)
+        gm, result = decode(data, mode, source)
         _check_outputs(gm, outputs)
         return gm, result
     except (OSError, TrustError, ValueError, KeyError, TypeError, IndexError, RuntimeError) as e:

@@ -175,3 +175,20 @@ def test_a_kept_trace_anyone_may_write_is_not_read(new_process, tmp_path):
     with pytest.warns(UserWarning, match="world-writable"):
         stats = compile_static(model, x)
     assert len(traces) == 1 and stats["traces_from_disk"] == 0
+
+
+def test_a_frozen_graph_is_kept_without_its_weights_and_reads_the_new_models(new_process, tmp_path):
+    """Under Inductor's freezing the weights are attributes of Dynamo's graph: the kept trace
+    names them, and a later compilation of another model of the same shapes reads that
+    model's weights (its output is checked against that model's own)."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 16)
+    with torch._inductor.config.patch(freezing=True):
+        first = compile_static(MLP().eval(), x)
+        (path,) = _kept_files(tmp_path)
+        assert json.loads(path.read_text())["attrs"]  # the weights, by Dynamo's names
+        traces = new_process()
+        other = MLP().eval()  # new random weights
+        second = compile_static(other, x)
+    assert traces == [] and second["traces_from_disk"] == 1
+    assert second["substitutions"] == first["substitutions"] == 2
