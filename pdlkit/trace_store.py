@@ -45,6 +45,7 @@ from torch.utils._pytree import tree_leaves, tree_map_only
 
 from pdlkit.errors import PdlkitError
 from pdlkit.runtime_abi.autotune import atomic_write, cache_dir, warn_once
+from pdlkit.runtime_abi.trust import TrustError, read_private_file
 
 FORMAT = 1
 _OPERATORS = {f"operator.{n}": getattr(operator, n) for n in ("getitem", "add", "mul", "neg")}
@@ -111,8 +112,10 @@ def _constants(traced: fx.GraphModule, source: fx.GraphModule | None) -> dict[st
     names = {str(n.target) for n in traced.graph.nodes if n.op == "get_attr"}
     if not names:
         return {}
-    gets = [] if source is None else [n for n in source.graph.nodes if n.op == "get_attr"]
-    theirs = {id(fetch(source, str(n.target))): str(n.target) for n in gets}  # type: ignore[arg-type]
+    if source is None:
+        raise Unkept("module attributes, and no Dynamo graph to find them in")
+    gets = [str(n.target) for n in source.graph.nodes if n.op == "get_attr"]
+    theirs = {id(fetch(source, target)): target for target in gets}
     out = {}
     for name in sorted(names):
         t = fetch(traced, name)
@@ -382,8 +385,6 @@ def load(
     that is unusable: said once, and the caller traces and keeps it again). ``outputs``:
     Dynamo's output values, which the kept graph's must match in shape, stride and dtype;
     ``source``: Dynamo's graph, whose tensors the kept graph's attributes become."""
-    from pdlkit.runtime_abi.trust import TrustError, read_private_file
-
     folder = _folder()
     if folder is None:
         return None
@@ -401,7 +402,8 @@ def load(
         gm, result = decode(data, mode, source)
         _check_outputs(gm, outputs)
         return gm, result
-    except (OSError, TrustError, ValueError, KeyError, TypeError, IndexError, RuntimeError) as e:
+    except (OSError, TrustError, ValueError, KeyError, TypeError, IndexError, AttributeError,
+            RuntimeError) as e:  # fmt: skip
         warn_once(f"pdlkit: ignoring the kept trace {path} ({e}); it will be written again")
         return None
 

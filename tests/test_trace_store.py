@@ -107,14 +107,15 @@ def test_the_kept_graph_is_the_traced_one(new_process, tmp_path):
     assert any("pdlkit_canonical" in n.meta for n in kept.graph.nodes)
 
 
+@pytest.mark.parametrize("damage", ["truncated", "not a table"])
 def test_a_corrupted_kept_trace_is_ignored_with_one_warning_and_written_again(
-    new_process, tmp_path
+    new_process, tmp_path, damage
 ):
     torch.manual_seed(0)
     model, x = MLP().eval(), torch.randn(4, 16)
     compile_static(model, x)
     (path,) = _kept_files(tmp_path)
-    path.write_text(path.read_text()[:-40])
+    path.write_text(path.read_text()[:-40] if damage == "truncated" else "[1, 2]")
     traces = new_process()
     with pytest.warns(UserWarning, match=f"ignoring the kept trace {path}"):
         stats = compile_static(model, x)
