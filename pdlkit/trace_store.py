@@ -27,6 +27,7 @@ are checked against Dynamo's own outputs, and its attributes against Dynamo's, b
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import inspect
@@ -373,8 +374,13 @@ MAX_FILES = 128  # kept graphs; the least recently written go first (bert-mini's
 
 
 def _prune(folder: Path) -> None:
-    files = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime)
-    for old in files[: max(0, len(files) - MAX_FILES)]:
+    """The oldest files past MAX_FILES removed; another process pruning at the same time may
+    remove a file first (it is then skipped)."""
+    dated = []
+    for p in folder.glob("*.json"):
+        with contextlib.suppress(FileNotFoundError):
+            dated.append((p.stat().st_mtime, p))
+    for _, old in sorted(dated)[: max(0, len(dated) - MAX_FILES)]:
         old.unlink(missing_ok=True)
 
 
