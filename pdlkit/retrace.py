@@ -294,14 +294,8 @@ def _rebuilder(mode: FakeTensorMode) -> Any:
 
     def convert(t: torch.Tensor) -> torch.Tensor:
         old = t.untyped_storage()
-        key = old._cdata
-        storage = storages.get(key)
-        if storage is None:
-            storage = torch.UntypedStorage(old.nbytes(), device="meta")
-            storages[key] = storage
-        elem = torch.empty(0, dtype=t.dtype, device="meta")
-        elem.set_(storage, t.storage_offset(), t.shape, t.stride())
-        return FakeTensor(mode, elem, t.device)
+        layout = (t.shape, t.stride(), t.storage_offset(), t.dtype)
+        return trace_store.fake_on_meta(mode, storages, old._cdata, old.nbytes(), layout, t.device)
 
     return convert
 

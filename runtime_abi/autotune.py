@@ -448,7 +448,7 @@ class DecisionCache:
                     if len(merged) > _MAX_ENTRIES:  # the oldest entries go first
                         merged = dict(list(merged.items())[-_MAX_ENTRIES:])
                     atomic_write(self.path, {"format": _FORMAT, "host": self._host,
-                                              "decisions": merged})  # fmt: skip
+                                             "decisions": merged})  # fmt: skip
                     self._entries = merged
             except OSError as e:
                 warn_once(f"pdlkit: could not write autotune cache {self.path}: {e}")
