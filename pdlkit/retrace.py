@@ -70,7 +70,10 @@ def retrace_prepared(
     place and reads nothing but it (CSE, canonicalization), and its result. A reused trace
     is reused prepared (its graph and a copy of the result), keyed by the pass's name too:
     a second compilation does not run the pass again."""
-    key = _with_pass(_reuse_key(gm, example_inputs), prepare)
+    # on disk a graph's weights are kept by name (pdlkit/trace_store.py); in memory a trace
+    # would hold the tensors of the model first traced: a frozen graph is not reused there
+    disk = _with_pass(_reuse_key(gm, example_inputs), prepare)
+    key = None if any(n.op == "get_attr" for n in gm.graph.nodes) else disk
     if key is not None:
         with _TRACED_LOCK:
             hit = _TRACED.get(key[0])
@@ -79,18 +82,14 @@ def retrace_prepared(
         if hit is not None and _same_targets(hit[0], key[1]):
             fresh = _in_this_compilation(_copy(hit[1]), _fake_inputs(gm, example_inputs))
             return fresh, copy.copy(hit[2])
-    disk = (
-        None
-        if prepare is None
-        else key or _with_pass(_reuse_key(gm, example_inputs, True), prepare)
-    )
-    kept = None if disk is None or prepare is None else _kept(gm, example_inputs, disk[0], prepare)
+    disk = None if prepare is None else disk  # a prepared trace is what is kept
+    kept = None if disk is None else _kept(gm, example_inputs, disk[0], prepare)
     if kept is not None:
         traced, result = kept
     else:
         traced = _trace(gm, example_inputs)
         result = prepare(traced) if prepare is not None else None
-        if disk is not None and prepare is not None:
+        if disk is not None:
             trace_store.save(trace_store.store_key(disk[0], prepare), traced, result, gm)
     if key is not None and not any(n.op == "get_attr" for n in traced.graph.nodes):
         with _TRACED_LOCK:  # the caller's passes edit a copy in place, never this one
@@ -109,7 +108,7 @@ def _with_pass(key: tuple[str, tuple[Any, ...]] | None, prepare: Prepare | None)
 
 
 def _kept(
-    gm: fx.GraphModule, example_inputs: list[Any], key: str, prepare: Prepare
+    gm: fx.GraphModule, example_inputs: list[Any], key: str, prepare: Prepare | None
 ) -> tuple[fx.GraphModule, Any] | None:
     """The prepared trace a process before this one kept on disk (pdlkit/trace_store.py),
     its values made in this compilation's fake mode; None where there is none."""
@@ -160,22 +159,18 @@ _TRACED_MAX = 16
 _TRACED_LOCK = threading.Lock()
 
 
-def _reuse_key(
-    gm: fx.GraphModule, example_inputs: list[Any], constants: bool = False
-) -> tuple[str, tuple[Any, ...]] | None:
+def _reuse_key(gm: fx.GraphModule, example_inputs: list[Any]) -> tuple[str, tuple[Any, ...]] | None:
     """What decides the re-trace of ``gm``: its code and source lines, its inputs' shapes,
-    strides, dtypes, devices and requires_grad, and the grad / inference mode; with the
-    call targets, compared by identity on a hit. None where a trace is not reused: symbolic
-    shapes (their symbols belong to one compilation), submodules, inputs that are not plain
-    tensors, and module attributes (the weights under freezing: objects a key of text does
-    not hold) unless ``constants``: the key of a trace kept on disk, whose attributes are
-    taken from ``gm`` by name when it is read (pdlkit/trace_store.py), hashes their names
-    and layouts instead."""
+    strides, dtypes, devices and requires_grad, its module attributes' (the weights under
+    freezing) names and layouts, and the grad / inference mode; with the call targets,
+    compared by identity on a hit. None where a trace is not reused: symbolic shapes (their
+    symbols belong to one compilation), submodules, inputs or attributes that are not plain
+    tensors."""
     h = hashlib.sha256(str(gm.graph).encode())
     targets = []
     phs = []
     for n in gm.graph.nodes:
-        if n.op == "call_module" or (n.op == "get_attr" and not constants):
+        if n.op == "call_module":
             return None
         if n.op == "get_attr":
             t = trace_store.fetch(gm, str(n.target))
