@@ -29,7 +29,7 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cuda_decode import _rotation, copy_rate, graph_ms  # noqa: E402
+from cuda_decode import _rotation, copy_rate, graph_ms, weight_copies  # noqa: E402
 from machine import host_header  # noqa: E402
 from pdlkit.kernels.cuda import _triton_splitk as S  # noqa: E402
 
@@ -105,7 +105,7 @@ def tma(
 
 def case_row(name: str, m: int, n: int, k: int, gated: bool, copy_gbs: float) -> dict[str, Any]:
     nbytes = n * k * (2 if gated else 1)
-    copies = max(3, -(-(160 << 20) // nbytes))
+    copies = weight_copies(nbytes, least=3)
     q = torch.randint(-127, 128, (m, k), dtype=torch.int8, device="cuda")
     sa = torch.rand(m, device="cuda") * 0.01
     sb, su = (torch.rand(n, device="cuda") * 0.01 for _ in range(2))

@@ -48,7 +48,7 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cuda_decode import _rotation, copy_rate, graph_ms  # noqa: E402
+from cuda_decode import _rotation, copy_rate, graph_ms, weight_copies  # noqa: E402
 from machine import host_header  # noqa: E402
 from pdlkit.kernels.cuda import _triton_gemm as G  # noqa: E402
 from pdlkit.kernels.cuda import _triton_splitk as S  # noqa: E402
@@ -175,7 +175,7 @@ class Pair:
 
 
 def case_row(name: str, m: int, n: int, k: int, copy_gbs: float) -> dict[str, Any]:
-    copies = max(2, -(-3 * 50 * 2**20 // (n * k)))  # over three times L2's 50 MB together
+    copies = weight_copies(n * k)
     p = Pair(m, n, k, copies)
     runs = p.variants()
     outs = {}
