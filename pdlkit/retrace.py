@@ -235,7 +235,7 @@ def _in_this_compilation(traced: fx.GraphModule, fake: list[Any]) -> fx.GraphMod
     mode = torch._guards.detect_fake_mode(fake) or FakeTensorMode(allow_non_fake_inputs=True)
     metas = [n.meta for n in traced.graph.nodes if "val" in n.meta]
     outside: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
-    if all(_plain_val(m["val"]) for m in metas):
+    if all(trace_store.plain_value(m["val"]) for m in metas):
         convert, outside = _rebuilder(mode), unset_fake_temporarily
     else:
 
@@ -257,27 +257,6 @@ def _in_this_compilation(traced: fx.GraphModule, fake: list[Any]) -> fx.GraphMod
                 again(v) if isinstance(v, torch.Tensor) else tree_map_only(torch.Tensor, again, v)
             )
     return traced
-
-
-def _plain_val(val: Any) -> bool:
-    """Whether every tensor in ``val`` is a dense strided fake tensor of static shape that
-    needs no gradient (no autograd history to make again) and holds no constant or
-    conjugate / negative bit: what :func:`_rebuilder` makes again."""
-    from torch.utils._pytree import tree_leaves
-
-    leaves = (val,) if isinstance(val, torch.Tensor) else tree_leaves(val)
-    return all(
-        type(t) is FakeTensor
-        and t.layout == torch.strided
-        and not t.requires_grad
-        and not t.is_quantized
-        and not t.is_conj()
-        and not t.is_neg()
-        and t.constant is None
-        and all(type(d) is int for d in (*t.shape, *t.stride(), t.storage_offset()))
-        for t in leaves
-        if isinstance(t, torch.Tensor)
-    )
 
 
 def _rebuilder(mode: FakeTensorMode) -> Any:

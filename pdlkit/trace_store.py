@@ -156,11 +156,8 @@ def _val(v: Any, storages: dict[int, int]) -> Any:
     """A fake value as data: tensors as [shape, stride, offset, dtype, device, storage,
     bytes], their storages numbered so that views alias again."""
     if isinstance(v, torch.Tensor):
-        if type(v) is not FakeTensor or v.requires_grad or v.layout != torch.strided:
-            raise Unkept("a value that is not a plain fake tensor")
-        dims = (*v.shape, *v.stride(), v.storage_offset())
-        if not all(type(d) is int for d in dims):
-            raise Unkept("a symbolic shape")
+        if not plain_value(v):
+            raise Unkept("a value that is not a plain fake tensor of static shape")
         s = v.untyped_storage()
         idx = storages.setdefault(s._cdata, len(storages))
         return {"T": [list(v.shape), list(v.stride()), v.storage_offset(), str(v.dtype),
@@ -251,6 +248,25 @@ def _dearg(a: Any, env: dict[str, fx.Node]) -> Any:
     if kind is None or not isinstance(value, kind):
         raise Unreadable(f"argument {a!r}")
     return value
+
+
+def plain_value(val: Any) -> bool:
+    """Whether every tensor in ``val`` is a dense strided fake tensor of static shape that
+    needs no gradient (no autograd history to make again) and holds no constant or
+    conjugate / negative bit: what :func:`fake_on_meta` makes again (and a file keeps)."""
+    leaves = (val,) if isinstance(val, torch.Tensor) else tree_leaves(val)
+    return all(
+        type(t) is FakeTensor
+        and t.layout == torch.strided
+        and not t.requires_grad
+        and not t.is_quantized
+        and not t.is_conj()
+        and not t.is_neg()
+        and t.constant is None
+        and all(type(d) is int for d in (*t.shape, *t.stride(), t.storage_offset()))
+        for t in leaves
+        if isinstance(t, torch.Tensor)
+    )
 
 
 def fake_on_meta(

@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import MLP, compile_static
 
-from pdlkit import retrace
+from pdlkit import retrace, trace_store
 
 
 @pytest.fixture
@@ -107,7 +107,7 @@ def test_values_made_again_in_this_mode_keep_their_layout_and_aliasing(grad):
         x = next(iter(cached.graph.nodes))
         x.meta["val"] = x.meta["val"].fake_mode.from_tensor(torch.randn(4, 4, requires_grad=True))
     vals = [n.meta["val"] for n in cached.graph.nodes if "val" in n.meta]
-    assert all(map(retrace._plain_val, vals)) is not grad  # needing grad: from_tensor
+    assert all(map(trace_store.plain_value, vals)) is not grad  # needing grad: from_tensor
     mode = FakeTensorMode()
     copy = retrace._in_this_compilation(retrace._copy(cached), [mode.from_tensor(torch.ones(1))])
     pairs = [
