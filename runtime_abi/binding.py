@@ -448,7 +448,7 @@ def bind(decl: KernelDecl) -> Any:
         # wrappers add about 16 us per call. Dynamo, AOT and Inductor see the same opaque op.
         _LIB.define(f"{name}{schema}")
         _LIB.impl(name, impl, "CompositeExplicitAutograd")
-        torch.library.register_fake(f"pdlkit::{name}", fake, lib=_LIB)
+        _register_fake(f"pdlkit::{name}", fake)
         if grad:
             register(decl, f"pdlkit::{name}", _LIB)
         _TAKEN.add(name)
@@ -458,6 +458,24 @@ def bind(decl: KernelDecl) -> Any:
         _call_sites_directly(op, direct)
         _BOUND[key] = op
         return op
+
+
+def _register_fake(qualname: str, fake: Callable[..., Any]) -> None:
+    """``torch.library.register_fake(qualname, fake, lib=_LIB)`` without its caller lookup.
+
+    The public call records its caller's ``file:line`` through ``inspect.getframeinfo``,
+    whose ``inspect.getmodule`` walks every module imported since its last walk: 25 ms for
+    each op's first binding in a process that loaded transformers and Inductor's generated
+    code (bert-mini BF16, a second compile in a new process: 51 of pdlkit's 130 ms). The
+    holder below is what the public call registers with; a torch without it (or with another
+    signature) gets the public call."""
+    holder = getattr(torch._library.simple_registry.singleton.find(qualname), "fake_impl", None)
+    try:
+        handle = holder.register(fake, f"{__file__}:bind", lib=_LIB)  # type: ignore[union-attr]
+    except (AttributeError, TypeError):
+        torch.library.register_fake(qualname, fake, lib=_LIB)
+        return
+    _LIB._registration_handles.append(handle)
 
 
 # -- the direct path ------------------------------------------------------------------------------

@@ -487,3 +487,22 @@ def test_a_call_whose_site_is_gone_is_counted():
     st = pdlkit.stats()
     assert st["calls_without_site"] == 1
     assert st["by_kernel"]["linear_relu_addmm"]["calls_without_site"] == 1
+
+
+def test_binding_a_kernel_does_not_walk_the_imported_modules(tmp_path, monkeypatch):
+    """torch.library.register_fake's caller lookup walks sys.modules (25 ms per op in a process
+    with transformers loaded); binding registers the fake function without it."""
+    import inspect
+
+    def walk(*args, **kwargs):
+        raise AssertionError("inspect.getmodule called while binding")
+
+    _, k = folders(tmp_path, _DIRECT_KERNEL.replace("k_direct", "k_no_walk"))
+    decl = KernelRegistry.from_folders([k]).get("k_no_walk")
+    with monkeypatch.context() as m:
+        m.setattr(inspect, "getmodule", walk)
+        op = bind(decl)
+    x, w, b = torch.randn(2, 8), torch.randn(4, 8), torch.randn(4)
+    with torch._subclasses.FakeTensorMode() as mode:  # the fake function is registered
+        out = op(*(mode.from_tensor(t) for t in (x, w, b)), 0)
+    assert (out.shape, out.dtype) == (torch.Size([2, 4]), torch.float32)
