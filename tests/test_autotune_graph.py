@@ -163,6 +163,24 @@ def test_a_small_saving_skips_timing_the_substituted_graph_alone(tmp_path, monke
     assert ["substituted"] not in runs_measured  # only the rounds of both graphs
 
 
+def test_every_whole_graph_timing_counts_the_hosts_launches(tmp_path, monkeypatch):
+    """The glance at the substituted graph and the rounds of all graphs time the calls as the
+    host issues them (on CUDA: launches included, not the GPU's work alone): a glance that
+    saw the GPU alone would judge the sites' saving against a shorter graph than the rounds."""
+    from pdlkit.runtime_abi import autotune
+
+    gpu_time = []
+    real = autotune.measure
+
+    def spied(*args, **kwargs):
+        gpu_time.append(kwargs.get("gpu_time", True))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(autotune, "measure", spied)
+    _guarded(tmp_path, monkeypatch, 300.0)  # a saving the glance cannot rule out
+    assert len(gpu_time) >= 2 and not any(gpu_time)
+
+
 def test_a_large_measured_saving_skips_compiling_inductors_graph(tmp_path, monkeypatch):
     """Sites that saved 600 us of a 1 ms graph: Inductor's whole graph is not compiled (it
     would be most of the first compile's time), and explain says so."""
