@@ -201,3 +201,24 @@ def test_heads_shared_over_torch_threads_give_identical_codes():
         torch.set_num_threads(before)
     assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
     _codes_close(outs[1][0], ref.attention_q(*args))
+
+
+def test_threads_outnumbering_the_heads_give_identical_codes():
+    """A large call shares its heads over all of torch's threads, more threads than heads here
+    (2 heads, 5 threads: one team size with the GEMMs around it, see attention_core.h's
+    attention_threads); the threads without a head change nothing."""
+    g = torch.Generator().manual_seed(5)
+    q, k, v = torch.randn(3, 1, 2, 128, 64, generator=g)  # 2 * 128 * 128 * 64: 2^21 MACs
+    y = F.scaled_dot_product_attention(q, k, v)
+    scale, zp = _calibrated(y)
+    args = (q, k, v, None, 0, 0.0, scale, zp, 0, 255)
+    before = torch.get_num_threads()
+    try:
+        outs = []
+        for threads in (1, 5):
+            torch.set_num_threads(threads)
+            outs.append((KERNEL(*args), MERGED(*args)))
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
+    _codes_close(outs[1][0], ref.attention_q(*args))

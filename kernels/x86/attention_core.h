@@ -576,23 +576,27 @@ static BF16_TARGET int attention(const attn_params* p, const attn_layout* L, cha
   return bad;
 }
 
-/* Threads for this call: torch's OpenMP threads (the library links libgomp.so.1, which torch
- * has loaded, so torch.set_num_threads applies) when built with -fopenmp, the call is large
- * enough and there are several heads; else 1. */
+/* Threads for this call: all of torch's OpenMP threads (the library links libgomp.so.1, which
+ * torch has loaded, so torch.set_num_threads applies) when built with -fopenmp, the call is
+ * large enough and there are several heads; else 1. All of them even with fewer heads (those
+ * past the heads wait at the loop's end): a team smaller than the GEMM's before it made
+ * libgomp shrink and regrow its team at every call, and qkv_attention_q_merged, which runs a
+ * GEMM on every thread and then the attention, batch after batch, took 6-65 ms a call on 8
+ * and 16 threads of a 16-core Xeon with AMX (bert-mini int8, 4 heads), against 0.5 ms on 4
+ * threads and 0.75-1.2 ms on 8 and 16 with one team size (benchmarks/x86_kernel_threads.py). */
 static int attention_threads(const attn_params* p) {
 #if defined(_OPENMP)
   const int64_t heads = p->B * p->H;
   if (heads < 2 || heads * p->Sq * p->Sk * p->D < ATT_PARALLEL_MIN_MACS) return 1;
-  const int t = omp_get_max_threads();
-  return t < heads ? t : (int)heads;
+  return omp_get_max_threads(); /* the GEMMs' team size: see attention_parallel */
 #else
   (void)p;
   return 1;
 #endif
 }
 
-/* The heads shared over `threads` threads, each with its own scratch: thread i uses
- * ws + i * L->total (heads write disjoint slices of the output). */
+/* The heads shared over `threads` threads (some may get none), each with its own scratch:
+ * thread i uses ws + i * L->total (heads write disjoint slices of the output). */
 static BF16_TARGET int attention_parallel(const attn_params* p, const attn_layout* L, char* ws,
                                           int threads) {
 #if defined(_OPENMP)
