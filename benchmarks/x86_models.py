@@ -69,6 +69,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
 from _x86_models_build import (  # x86_profile.py and others use them as x86_models.<name>
@@ -228,24 +229,19 @@ def warm_process(tmp: str) -> str:
     m = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU(), torch.nn.Linear(64, 64))
     x = torch.randn(8, 64)
     out = []
-    before = os.environ.get("PDLKIT_CACHE_DIR")
-    os.environ["PDLKIT_CACHE_DIR"] = tempfile.mkdtemp(prefix="warm-decisions-", dir=tmp)
-    for label, make in (("Inductor", torch.compile), ("pdlkit", pdlkit.optimize)):
-        for freezing in (False, True):
-            torch._dynamo.reset()
-            ic.freezing = freezing
-            with inductor_cache(tempfile.mkdtemp(prefix="warm-", dir=tmp)), torch.no_grad():
-                t = time.perf_counter()
-                make(m.eval())(x)
-                out.append(
-                    f"{label}{' (freezing)' if freezing else ''} {time.perf_counter() - t:.1f} s"
-                )
+    decisions = {"PDLKIT_CACHE_DIR": tempfile.mkdtemp(prefix="warm-decisions-", dir=tmp)}
+    with mock.patch.dict(os.environ, decisions):
+        for label, make in (("Inductor", torch.compile), ("pdlkit", pdlkit.optimize)):
+            for freezing in (False, True):
+                torch._dynamo.reset()
+                ic.freezing = freezing
+                with inductor_cache(tempfile.mkdtemp(prefix="warm-", dir=tmp)), torch.no_grad():
+                    t = time.perf_counter()
+                    make(m.eval())(x)
+                    took = time.perf_counter() - t
+                    out.append(f"{label}{' (freezing)' if freezing else ''} {took:.1f} s")
     ic.freezing = False
     torch._dynamo.reset()
-    if before is None:
-        del os.environ["PDLKIT_CACHE_DIR"]
-    else:
-        os.environ["PDLKIT_CACHE_DIR"] = before
     return "- process warm-up (a small MLP, compiled once each, not in the tables): " + ", ".join(
         out
     )

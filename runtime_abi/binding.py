@@ -469,9 +469,9 @@ def _register_fake(qualname: str, fake: Callable[..., Any]) -> None:
     code (bert-mini BF16, a second compile in a new process: 51 of pdlkit's 130 ms). The
     holder below is what the public call registers with; a torch without it (or with another
     signature) gets the public call."""
-    holder = getattr(torch._library.simple_registry.singleton.find(qualname), "fake_impl", None)
     try:
-        handle = holder.register(fake, f"{__file__}:bind", lib=_LIB)  # type: ignore[union-attr]
+        holder = torch._library.simple_registry.singleton.find(qualname).fake_impl
+        handle = holder.register(fake, f"{__file__}:bind", lib=_LIB)
     except (AttributeError, TypeError):
         torch.library.register_fake(qualname, fake, lib=_LIB)
         return
