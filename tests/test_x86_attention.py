@@ -183,40 +183,26 @@ def test_causal_rectangular_and_large_scratch(sq, sk, d, causal):
     _codes_close(KERNEL(*args), ref.attention_q(*args))
 
 
-def test_heads_shared_over_torch_threads_give_identical_codes():
-    """Large calls split their heads over torch's OpenMP threads (an -fopenmp build): each
-    head is computed alone, so 1 and 2 threads give the same bytes."""
+@pytest.mark.parametrize(
+    "shape, threads",
+    [((2, 4, 64, 64), 2), ((1, 2, 128, 64), 5)],  # both 2^21 MACs (B * H * S * S * D)
+    ids=["heads-over-2-threads", "2-heads-over-5-threads"],
+)
+def test_heads_shared_over_torch_threads_give_identical_codes(shape, threads):
+    """Large calls split their heads over all of torch's OpenMP threads (an -fopenmp build),
+    more threads than heads too (one team size with the GEMMs around it: attention_core.h's
+    attention_threads): each head is computed alone, so 1 and more threads give the same
+    bytes, and threads without a head change nothing."""
     g = torch.Generator().manual_seed(4)
-    q, k, v = torch.randn(3, 2, 4, 64, 64, generator=g)  # 3 * 4 * 64 * 64 * 64: 2^21 MACs
+    q, k, v = torch.randn(3, *shape, generator=g)
     y = F.scaled_dot_product_attention(q, k, v)
     scale, zp = _calibrated(y)
     args = (q, k, v, None, 0, 0.0, scale, zp, 0, 255)
     before = torch.get_num_threads()
     try:
         outs = []
-        for threads in (1, 2):
-            torch.set_num_threads(threads)
-            outs.append((KERNEL(*args), MERGED(*args)))
-    finally:
-        torch.set_num_threads(before)
-    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
-    _codes_close(outs[1][0], ref.attention_q(*args))
-
-
-def test_threads_outnumbering_the_heads_give_identical_codes():
-    """A large call shares its heads over all of torch's threads, more threads than heads here
-    (2 heads, 5 threads: one team size with the GEMMs around it, see attention_core.h's
-    attention_threads); the threads without a head change nothing."""
-    g = torch.Generator().manual_seed(5)
-    q, k, v = torch.randn(3, 1, 2, 128, 64, generator=g)  # 2 * 128 * 128 * 64: 2^21 MACs
-    y = F.scaled_dot_product_attention(q, k, v)
-    scale, zp = _calibrated(y)
-    args = (q, k, v, None, 0, 0.0, scale, zp, 0, 255)
-    before = torch.get_num_threads()
-    try:
-        outs = []
-        for threads in (1, 5):
-            torch.set_num_threads(threads)
+        for n in (1, threads):
+            torch.set_num_threads(n)
             outs.append((KERNEL(*args), MERGED(*args)))
     finally:
         torch.set_num_threads(before)
