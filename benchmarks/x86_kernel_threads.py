@@ -24,9 +24,7 @@ from machine import host_header  # benchmarks/machine.py
 
 def profile(model: Any, x: torch.Tensor, calls: int, top: int) -> list[str]:
     """The model's median ms per call over ``calls``, and its ``top`` ops by self CPU time."""
-    import pdlkit
-
-    fn = pdlkit.optimize(model, autotune="off")
+    fn = xm.maker("pdlkit-off", model)()  # x86_models.py's static-priority configuration
     with torch.no_grad():
         for _ in range(3):
             fn(x)
