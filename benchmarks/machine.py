@@ -85,6 +85,13 @@ def amx() -> list[str]:
     return sorted(f for f in _flags() if f.startswith("amx"))
 
 
+def isa_caps() -> str:
+    """What this run turned off of the CPU's ISA ("" when nothing): pdlkit's
+    PDLKIT_FEATURES_OFF and oneDNN's ONEDNN_MAX_CPU_ISA (torch's int8 and BF16 GEMMs)."""
+    caps = [f"{v}={os.environ[v]}" for v in ("PDLKIT_FEATURES_OFF", "ONEDNN_MAX_CPU_ISA") if os.environ.get(v)]  # fmt: skip
+    return f"; turned off for this run: {', '.join(caps)}" if caps else ""
+
+
 def versions(*names: str) -> str:
     """``name version`` for each installed distribution, ``name -`` for a missing one."""
     from importlib.metadata import PackageNotFoundError, version
@@ -121,7 +128,7 @@ def host_header(threads: int | None = None) -> list[str]:
     return [
         f"- date: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}",
         f"- CPU: {cpu_model()} ({platform.machine()}); nproc {nproc}; ISA flags: {cpu_flags()}",
-        f"- AMX: {'yes (' + ' '.join(has_amx) + ')' if has_amx else 'no'}",
+        f"- AMX: {'yes (' + ' '.join(has_amx) + ')' if has_amx else 'no'}{isa_caps()}",
         f"- threads: {threads if threads is not None else '-'} "
         f"(torch.get_num_threads() {torch.get_num_threads()})",
         f"- GPU: {gpu_name()}",

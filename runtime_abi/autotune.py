@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pdlkit.runtime_abi import capability
 from pdlkit.runtime_abi.cuda_timing import gpu_seconds, issued_seconds
 
 from pdlkit.errors import PdlkitError
@@ -126,6 +127,9 @@ def host_key() -> dict[str, Any]:
         name = name.strip()
         if name in ("model name", "flags", "Features", "CPU part") and name not in key:
             key[name] = " ".join(sorted(value.split())) if name != "model name" else value.strip()
+    off = capability.features_off()
+    if off:  # the same CPU with AMX turned off times other kernels
+        key["features off"] = sorted(off)
     try:
         import triton
 

@@ -8,10 +8,19 @@ are not on (``target="yitian"``).
 from __future__ import annotations
 
 import functools
+import os
 import platform
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from pdlkit.errors import ConfigError
+
+# ISA features this process must not use, whatever the CPU has: ``amx`` (every amx_* feature)
+# or feature names, comma-separated. What a Xeon with AMX runs without it, as a CPU without
+# AMX would (pdlkit's AMX kernels are not eligible, its C kernels keep off the tiles); pair it
+# with oneDNN's own ``ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16`` for torch's side.
+FEATURES_OFF_ENV = "PDLKIT_FEATURES_OFF"
 
 _X86_FLAGS = {
     "avx2": "avx2",
@@ -108,9 +117,28 @@ def _amx_granted() -> bool:
         return False
 
 
+def features_off(raw: str | None = None) -> frozenset[str]:
+    """The features :data:`FEATURES_OFF_ENV` turns off (``raw`` instead of the environment):
+    each entry a feature name, or a family (``amx``: amx_tile, amx_int8, amx_bf16)."""
+    if raw is None:
+        raw = os.environ.get(FEATURES_OFF_ENV, "")
+    known = set(FEATURE_ARCH)
+    off: set[str] = set()
+    for entry in (e.strip().lower() for e in raw.split(",")):
+        hits = {f for f in known if f == entry or f.startswith(entry + "_")} if entry else set()
+        if entry and not hits:
+            raise ConfigError(
+                f"{FEATURES_OFF_ENV}={raw!r}: {entry!r} names no feature; known: amx, "
+                + ", ".join(sorted(known))
+            )
+        off |= hits
+    return frozenset(off)
+
+
 @functools.cache
 def host() -> Target:
-    """The machine this process runs on (CPU features from /proc/cpuinfo, CUDA from torch)."""
+    """The machine this process runs on (CPU features from /proc/cpuinfo, CUDA from torch),
+    less what :data:`FEATURES_OFF_ENV` turns off (read once, at the first call)."""
     arch = platform.machine().lower()
     arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(arch, arch)
     features = cpu_flags(arch)
@@ -120,6 +148,7 @@ def host() -> Target:
     # /proc/cpuinfo lists AMX whenever the CPU has it; Linux must also grant the tile state
     if "amx_tile" in features and not _amx_granted():
         features -= {"amx_tile", "amx_int8", "amx_bf16"}
+    features -= features_off()
     try:
         if torch.cuda.is_available():
             devices.add("cuda")

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
-from pdlkit.runtime_abi.capability import NAMED, cpu_flags, host, resolve
+from pdlkit.runtime_abi import autotune, capability
+from pdlkit.runtime_abi.capability import NAMED, cpu_flags, features_off, host, resolve
+
+import pdlkit
 
 X86 = "processor\t: 0\nflags\t\t: fpu sse avx2 avx512f avx512_vnni avx512_bf16 amx_tile amx_int8\n"
 ARM = "processor\t: 0\nFeatures\t: fp asimd asimddp sve i8mm bf16 sve2 sha3\nCPU part\t: 0xd49\n"
@@ -40,3 +47,65 @@ def test_named_and_dict_targets():
 def test_unknown_target_lists_the_known_ones():
     with pytest.raises(ValueError, match="unknown target 'yitan'; known: host, aarch64, cuda-sm80"):
         resolve("yitan")
+
+
+def test_features_off_takes_feature_names_and_the_amx_family():
+    assert features_off("amx") == {"amx_tile", "amx_int8", "amx_bf16"}
+    assert features_off(" AVX512_BF16, amx_int8 ") == {"avx512_bf16", "amx_int8"}
+    assert features_off("") == frozenset()
+
+
+def test_features_off_with_an_unknown_name_names_the_variable():
+    with pytest.raises(pdlkit.PdlkitError, match="PDLKIT_FEATURES_OFF='amz': 'amz' names no feature; known: amx, amx_bf16"):  # fmt: skip
+        features_off("amz")
+
+
+@pytest.fixture
+def fresh_host(monkeypatch):
+    """host() and the decision key read again (both are cached per process), and again after."""
+
+    def clear():
+        capability.host.cache_clear()
+        autotune.host_key.cache_clear()
+
+    clear()
+    yield monkeypatch
+    monkeypatch.undo()
+    clear()
+
+
+def test_host_leaves_out_the_features_turned_off(fresh_host):
+    fresh_host.setenv("PDLKIT_FEATURES_OFF", "amx,avx512_vnni")
+    assert not {"amx_tile", "amx_int8", "amx_bf16", "avx512_vnni"} & host().features
+
+
+def test_decisions_with_amx_off_are_keyed_apart(fresh_host):
+    mixed = autotune.host_key()
+    assert "features off" not in mixed
+    capability.host.cache_clear()
+    autotune.host_key.cache_clear()
+    fresh_host.setenv("PDLKIT_FEATURES_OFF", "amx")
+    assert autotune.host_key()["features off"] == ["amx_bf16", "amx_int8", "amx_tile"]
+
+
+_TILES = """
+from pdlkit.kernels.x86 import qlinear_vnni
+from pdlkit.runtime_abi.dlopen import opened
+lib = opened(qlinear_vnni.qlinear_q_amx.digest)
+print(int(lib.pdlkit_amx_tiles(0)), int(lib.pdlkit_amx_tiles(1)))
+"""
+
+
+@pytest.mark.skipif(
+    not {"amx_int8", "amx_bf16"} <= host().features, reason="needs amx_int8 and amx_bf16 (lscpu)"
+)
+@pytest.mark.parametrize("off, tiles", [("", "1 1"), ("amx", "0 0"), ("amx_bf16", "0 0")])
+def test_c_kernels_keep_off_the_tiles_when_amx_is_turned_off(off, tiles):
+    """The C libraries ask cpuid, not host(): the variable reaches them too (an "amx_*" name
+    turns every tile family off there)."""
+    env = {**os.environ, "PDLKIT_FEATURES_OFF": off}
+    run = subprocess.run([sys.executable, "-c", _TILES], env=env, capture_output=True, text=True)
+    if "has no attribute 'qlinear_q_amx'" in run.stderr:
+        pytest.skip("the x86 int8 library is not built here (no C compiler)")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == tiles.split()

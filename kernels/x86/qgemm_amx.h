@@ -61,6 +61,7 @@ typedef struct {
 
 #if PDLKIT_X86
 #include <cpuid.h>
+#include <stdlib.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -89,14 +90,23 @@ static int amx_cpu(int bit) {
 
 static int amx_probe(void); /* amx_selftest.h: this library's tile code runs and is right */
 
+/* PDLKIT_FEATURES_OFF (runtime_abi/capability.py, which checks its spelling) names "amx" or an
+ * amx_* feature: this process keeps off the tiles, as on a CPU without AMX. */
+__attribute__((unused)) static int amx_turned_off(void) {
+    const char *s = getenv("PDLKIT_FEATURES_OFF");
+    for (; s != NULL && s[0] != '\0'; s++)
+        if ((s[0] | 32) == 'a' && (s[1] | 32) == 'm' && (s[2] | 32) == 'x') return 1;
+    return 0;
+}
+
 /* 1 once this process may use the AMX tiles (asked once; later calls read the answer): the CPU
  * has them, Linux grants the tile state, and this build's tile code passes its self-test. */
 __attribute__((unused)) static int amx_permitted(void) {
     static int state = -1; /* -1: not asked yet; 0: no; 1: yes */
     int s = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
     if (s >= 0) return s;
-    s = amx_cpu(24) && syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0 &&
-        amx_probe();
+    s = amx_cpu(24) && !amx_turned_off() &&
+        syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0 && amx_probe();
     __atomic_store_n(&state, s, __ATOMIC_RELEASE);
     return s;
 }
