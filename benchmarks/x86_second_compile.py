@@ -1,7 +1,7 @@
 """First compiles, and second compiles with every cache warm: pdlkit against torch.compile,
 alternating, and a cProfile of pdlkit's second compile.
 
-    python benchmarks/x86_second_compile.py gpt2 fp32 --repeats 4 --first 3 [--new-process 3]
+    python benchmarks/x86_second_compile.py gpt2 fp32 --repeats 4 --first 3 [--new-process 3] [--threads 16]
 
 The model and dtype are ``benchmarks/x86_models.py``'s. Each configuration first compiles
 ``--first`` times (cold, alternating, the order swapped each time), each time in a new Inductor
@@ -75,7 +75,8 @@ def report(kind: str, times: dict[str, list[float]]) -> None:
 def in_new_process(args: argparse.Namespace, conf: str, dirs: dict[str, str]) -> float:
     """Seconds of one compile of ``conf`` in a new process of this script (``--child``), over
     ``dirs``' warm folders; the child warms itself first, untimed, as this process did."""
-    cmd = [sys.executable, __file__, args.model, args.dtype, "--child", conf, "--dirs"]
+    cmd = [sys.executable, __file__, args.model, args.dtype, "--threads", str(args.threads)]
+    cmd += ["--child", conf, "--dirs"]
     done = subprocess.run([*cmd, json.dumps(dirs)], capture_output=True, text=True, check=True)
     return float(done.stdout.split("CHILD ")[-1].split()[0])
 
@@ -87,16 +88,17 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=4, help="second compiles of each")
     ap.add_argument("--first", type=int, default=1, help="first compiles of each, fresh folders")
     ap.add_argument("--new-process", type=int, default=0, help="second compiles, a process each")
+    ap.add_argument("--threads", type=int, default=1, help="torch's threads (the model's)")
     ap.add_argument("--child", help=argparse.SUPPRESS)  # in_new_process's: one compile, timed
     ap.add_argument("--dirs", help=argparse.SUPPRESS)
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     import torch._inductor.config as ic
 
     ic.freezing = args.dtype in xm.PT2E
     if not args.child:
-        print("\n".join(host_header(threads=1)))
+        print("\n".join(host_header(threads=args.threads)))
     warm = xm.warm_process(tempfile.mkdtemp(prefix="warm-"))
     model, x = xm.prepare(*xm.build(args.model), args.dtype)
     if args.child:
