@@ -99,10 +99,19 @@ print(int(lib.pdlkit_amx_tiles(0)), int(lib.pdlkit_amx_tiles(1)))
 @pytest.mark.skipif(
     not {"amx_int8", "amx_bf16"} <= host().features, reason="needs amx_int8 and amx_bf16 (lscpu)"
 )
-@pytest.mark.parametrize("off, tiles", [("", "1 1"), ("amx", "0 0"), ("amx_bf16", "0 0")])
+@pytest.mark.parametrize(
+    "off, tiles",
+    [
+        ("", "1 1"),
+        ("amx", "0 0"),
+        ("AMX_TILE", "0 0"),
+        ("amx_bf16", "1 0"),
+        ("avx2, amx_int8", "0 1"),
+    ],
+)
 def test_c_kernels_keep_off_the_tiles_when_amx_is_turned_off(off, tiles):
-    """The C libraries ask cpuid, not host(): the variable reaches them too (an "amx_*" name
-    turns every tile family off there)."""
+    """The C libraries ask cpuid, not host(): the variable reaches them too, family by family
+    (pdlkit_amx_tiles(0): AMX-INT8, (1): AMX-BF16)."""
     env = {**os.environ, "PDLKIT_FEATURES_OFF": off}
     run = subprocess.run([sys.executable, "-c", _TILES], env=env, capture_output=True, text=True)
     if "has no attribute 'qlinear_q_amx'" in run.stderr:

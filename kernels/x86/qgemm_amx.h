@@ -61,6 +61,7 @@ typedef struct {
 
 #if PDLKIT_X86
 #include <cpuid.h>
+#include <ctype.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -90,23 +91,39 @@ static int amx_cpu(int bit) {
 
 static int amx_probe(void); /* amx_selftest.h: this library's tile code runs and is right */
 
-/* PDLKIT_FEATURES_OFF (runtime_abi/capability.py, which checks its spelling) names "amx" or an
- * amx_* feature: this process keeps off the tiles, as on a CPU without AMX. */
-__attribute__((unused)) static int amx_turned_off(void) {
-    const char *s = getenv("PDLKIT_FEATURES_OFF");
-    for (; s != NULL && s[0] != '\0'; s++)
-        if ((s[0] | 32) == 'a' && (s[1] | 32) == 'm' && (s[2] | 32) == 'x') return 1;
-    return 0;
+/* Whether PDLKIT_FEATURES_OFF (runtime_abi/capability.py, which checks its spelling) turns this
+ * family's tiles off, as on a CPU without them: an entry "amx" or "amx_tile" (every family), or
+ * "amx_bf16" (bf16 = 1) / "amx_int8" (bf16 = 0); entries comma-separated, any case. Read once. */
+__attribute__((unused)) static int amx_named_off(const char *s, const char *name) {
+    for (;;) {
+        while (*s == ' ' || *s == ',') s++;
+        if (*s == '\0') return 0;
+        const char *n = name;
+        while (*n != '\0' && tolower((unsigned char)*s) == *n) s++, n++;
+        while (*s == ' ') s++;
+        if (*n == '\0' && (*s == ',' || *s == '\0')) return 1;
+        while (*s != ',' && *s != '\0') s++;
+    }
 }
 
-/* 1 once this process may use the AMX tiles (asked once; later calls read the answer): the CPU
- * has them, Linux grants the tile state, and this build's tile code passes its self-test. */
+__attribute__((unused)) static int amx_turned_off(int bf16) {
+    static int state[2] = {-1, -1}; /* -1: not read yet */
+    int s = __atomic_load_n(&state[bf16], __ATOMIC_ACQUIRE);
+    if (s < 0) {
+        const char *v = getenv("PDLKIT_FEATURES_OFF");
+        s = v != NULL && (amx_named_off(v, "amx") || amx_named_off(v, "amx_tile") ||
+                          amx_named_off(v, bf16 ? "amx_bf16" : "amx_int8"));
+        __atomic_store_n(&state[bf16], s, __ATOMIC_RELEASE);
+    }
+    return s;
+}
+
 __attribute__((unused)) static int amx_permitted(void) {
     static int state = -1; /* -1: not asked yet; 0: no; 1: yes */
     int s = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
     if (s >= 0) return s;
-    s = amx_cpu(24) && !amx_turned_off() &&
-        syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0 && amx_probe();
+    s = amx_cpu(24) && syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0 &&
+        amx_probe();
     __atomic_store_n(&state, s, __ATOMIC_RELEASE);
     return s;
 }
@@ -179,7 +196,7 @@ __attribute__((unused)) static int amx_ready_for(int bf16) { return 1 + 0 * bf16
                      : "memory")
 /* AMX-INT8 (bf16 = 0) or AMX-BF16 (bf16 = 1) may run in this process */
 __attribute__((unused)) static int amx_ready_for(int bf16) {
-    return amx_cpu(bf16 ? 22 : 25) && amx_permitted();
+    return amx_cpu(bf16 ? 22 : 25) && !amx_turned_off(bf16) && amx_permitted();
 }
 #endif
 __attribute__((unused)) static int amx_ready(void) { return amx_ready_for(0); }
