@@ -51,6 +51,8 @@ class Target:
     # A target named for planning (``explain --target cuda-sm90`` on a laptop) says where the
     # model's tensors would live there, so kernel choice is made as if they were on it.
     models_on: str | None = None
+    # what the machine has but this process was told not to use (FEATURES_OFF_ENV)
+    turned_off: frozenset[str] = frozenset()
 
     def matches(self, selector: str) -> bool:
         """True when a manifest's ``targets:`` entry names this target, its arch, a device or a feature."""
@@ -62,7 +64,8 @@ class Target:
 
     def describe(self) -> str:
         feats = ", ".join(sorted(self.features)) or "none"
-        return f"{self.name} ({self.arch}; devices {', '.join(sorted(self.devices))}; features {feats})"
+        off = f"; turned off ({FEATURES_OFF_ENV}): {', '.join(sorted(self.turned_off))}" if self.turned_off else ""  # fmt: skip
+        return f"{self.name} ({self.arch}; devices {', '.join(sorted(self.devices))}; features {feats}{off})"
 
 
 NAMED: dict[str, Target] = {
@@ -148,7 +151,8 @@ def host() -> Target:
     # /proc/cpuinfo lists AMX whenever the CPU has it; Linux must also grant the tile state
     if "amx_tile" in features and not _amx_granted():
         features -= {"amx_tile", "amx_int8", "amx_bf16"}
-    features -= features_off()
+    off = features & features_off()
+    features -= off
     try:
         if torch.cuda.is_available():
             devices.add("cuda")
@@ -156,7 +160,7 @@ def host() -> Target:
             features.update(f"sm_{m}0" for m in range(8, major + 1) if m * 10 <= major * 10 + minor)
     except Exception:  # no usable CUDA runtime: a CPU-only host
         pass
-    return Target("host", arch, frozenset(features), frozenset(devices))
+    return Target("host", arch, frozenset(features), frozenset(devices), turned_off=frozenset(off))
 
 
 def resolve(target: None | str | Mapping[str, Any] | Target) -> Target:

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 from pdlkit.runtime_abi.autograd import needs_backward
-from pdlkit.runtime_abi.capability import FEATURE_ARCH, Target
+from pdlkit.runtime_abi.capability import FEATURE_ARCH, FEATURES_OFF_ENV, Target
 from pdlkit.runtime_abi.kernel import (
     KernelDecl,
     KernelDeclarationError,
@@ -395,6 +395,18 @@ def _for_other_arch(k: KernelDecl, target: Target) -> bool:
     return bool(arches) and target.arch not in arches
 
 
+def _missing_features(k: KernelDecl, target: Target) -> str | None:
+    """Why ``target`` cannot run ``k``'s ISA, or None: what the host lacks, or what
+    :data:`~pdlkit.runtime_abi.capability.FEATURES_OFF_ENV` turned off there."""
+    missing = k.requires - target.features
+    off = sorted(missing & target.turned_off)
+    if off:
+        return f"needs {', '.join(off)}, turned off by {FEATURES_OFF_ENV}"
+    if missing:
+        return f"needs {', '.join(sorted(missing))}, which target {target.name} lacks"
+    return None
+
+
 def _ineligible(k: KernelDecl, args: Sequence[Any], target: Target, pin: str | None) -> str | None:
     if pin is not None and k.name != pin:
         return f"the manifest pins kernel {pin!r}"
@@ -407,9 +419,9 @@ def _ineligible(k: KernelDecl, args: Sequence[Any], target: Target, pin: str | N
         return f"runs on {k.device}, the operands are on {', '.join(sorted(devices))}"
     if k.device not in target.devices:
         return f"runs on {k.device}, target {target.name} has no such device"
-    missing = k.requires - target.features
+    missing = _missing_features(k, target)
     if missing:
-        return f"needs {', '.join(sorted(missing))}, which target {target.name} lacks"
+        return missing
     no_grad = needs_backward(k, args, k.params)
     if no_grad:
         return no_grad

@@ -75,8 +75,14 @@ def fresh_host(monkeypatch):
 
 
 def test_host_leaves_out_the_features_turned_off(fresh_host):
+    had = host().features
+    capability.host.cache_clear()
     fresh_host.setenv("PDLKIT_FEATURES_OFF", "amx,avx512_vnni")
-    assert not {"amx_tile", "amx_int8", "amx_bf16", "avx512_vnni"} & host().features
+    h = host()
+    off = {"amx_tile", "amx_int8", "amx_bf16", "avx512_vnni"}
+    assert not off & h.features and h.turned_off == off & had
+    if h.turned_off:
+        assert "turned off (PDLKIT_FEATURES_OFF): " in h.describe()
 
 
 def test_decisions_with_amx_off_are_keyed_apart(fresh_host):

@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import KERNEL_HEADER, LinRelu, lin_kernel, linear_act_pattern, write
 from pdlkit.runtime_abi.binding import bind
-from pdlkit.runtime_abi.capability import resolve
+from pdlkit.runtime_abi.capability import Target, resolve
 from pdlkit.runtime_abi.registry import KernelLoadError, KernelRegistry
 from torch import Tensor
 
@@ -337,6 +337,16 @@ def test_a_transpose_made_inside_a_dispatch_mode_finds_the_tracked_views_pack():
         other = torch.randn(3, 4)  # not a view of the weight named: keyed by itself
         cache.get("k", pack, other, {}, view_of=w)
         assert len(packs) == 3
+
+
+def test_a_kernel_whose_isa_was_turned_off_says_so():
+    reg = KernelRegistry()
+    reg.add(_decl(name="plain"))
+    reg.add(_decl(name="k_amx", requires=["amx_int8"], priority=9))
+    host = Target("host", "x86_64", frozenset({"avx2"}), turned_off=frozenset({"amx_int8"}))
+    sel = reg.select("sel", [torch.empty(2, 2)], host)
+    assert sel.kernel.name == "plain"
+    assert sel.reasons == ["k_amx: needs amx_int8, turned off by PDLKIT_FEATURES_OFF"]
 
 
 def test_explain_names_the_kernel_passed_over_and_why(tmp_path):
