@@ -127,7 +127,7 @@ def host_key() -> dict[str, Any]:
         name = name.strip()
         if name in ("model name", "flags", "Features", "CPU part") and name not in key:
             key[name] = " ".join(sorted(value.split())) if name != "model name" else value.strip()
-    off = capability.features_off()
+    off = capability.host().turned_off
     if off:  # the same CPU with AMX turned off times other kernels
         key["features off"] = sorted(off)
     try:
@@ -236,6 +236,7 @@ def _sample(
 # cannot catch up, and packing each copy is most of what a site's timing costs
 HOT_SLACK = 2.0
 NOT_TIMED_COLD = "not timed on copies of its weights"
+STOPPED = "stopped: over the budget"  # a candidate over its share of a site's budget
 # calls after the warm-up (below) whose fastest is a candidate's time with its weights in the
 # caches: with two such calls, the dynamic AMX qlinear was excluded at GPT-2's first site as over
 # HOT_SLACK times the fastest where it ran 0.3 ms
@@ -287,15 +288,35 @@ def _prescreen(
         except Exception:  # noqa: BLE001 - measure() calls it again and reports the error
             continue
         if first > share or hot[name] * len(calls) > share:
-            done[name] = Timing(
-                name, max(first, hot.pop(name, 0.0)) * 1e6, "stopped: over the budget"
-            )
+            done[name] = Timing(name, max(first, hot.pop(name, 0.0)) * 1e6, STOPPED)
     best = min(hot.values(), default=0.0)
     for n, t in hot.items():
         if t > HOT_SLACK * best:
             note = f"{NOT_TIMED_COLD}: {t * 1e6:.0f} us with them in the caches, over "
             done[n] = Timing(n, None, note + f"{HOT_SLACK:g}x the fastest's {best * 1e6:.0f} us")
     return done
+
+
+def _first_calls(
+    fn: Callable[[], Any], device: str, share: float, budget: float
+) -> tuple[float, bool]:
+    """A candidate's first call and, unless that one took the whole ``budget``, a warm one:
+    (seconds of the last, whether the candidate is stopped: the first call over ``budget``,
+    or the warm one still over its ``share``). A slow first call alone stops nothing: it
+    carries one-time costs, and on a loaded host a descheduled thread (a 41 us kernel's first
+    call took 15-36 ms on the 2-core Xeon beside two busy processes, was stopped over its
+    3 ms share, and the site kept a subgraph ten times slower)."""
+    warm_up = getattr(fn, "warm_up", None)
+    if warm_up is not None:
+        warm_up()
+    t0 = time.perf_counter()
+    fn()
+    _sync(device)
+    first = time.perf_counter() - t0
+    if first > budget:
+        return first, True
+    second = _sample(fn, device, 1)  # warm: caches, pre-packed weights, lazy init
+    return second, second > share
 
 
 def measure(
@@ -319,8 +340,9 @@ def measure(
     as the host issues them (a whole graph, whose launches are its own cost). Each
     candidate's samples are kept in ``Timing.rounds``, round by round, for a paired
     comparison (matcher/graph_guard.py). A candidate that raises in its warm-up is excluded
-    (its note says why); one whose warm-up call alone takes more than the budget's share is
-    stopped there and timed by that call. A candidate with a ``warm_up`` method (a rotation
+    (its note says why); one whose first call takes the whole budget, or whose warm call
+    still takes more than the budget's share, is stopped there and timed by that call
+    (:func:`_first_calls`). A candidate with a ``warm_up`` method (a rotation
     through copies of its weights, matcher/cold.py) runs it first, untimed, unless
     :func:`_prescreen` decides it on its first copy alone."""
     deadline = time.perf_counter() + budget
@@ -334,17 +356,10 @@ def measure(
             timings[name] = done[name]
             continue
         try:
-            warm_up = getattr(fn, "warm_up", None)
-            if warm_up is not None:
-                warm_up()
-            t0 = time.perf_counter()
-            fn()
-            _sync(device)
-            first = time.perf_counter() - t0
-            if first > share:
-                timings[name].us, timings[name].note = first * 1e6, "stopped: over the budget"
+            second, stopped = _first_calls(fn, device, share, budget)
+            if stopped:
+                timings[name].us, timings[name].note = second * 1e6, STOPPED
                 continue
-            second = _sample(fn, device, 1)  # warm: caches, pre-packed weights, lazy init
         except Excluded as e:
             timings[name].note = str(e)
             continue

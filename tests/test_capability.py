@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from pdlkit.runtime_abi import autotune, capability
 from pdlkit.runtime_abi.capability import NAMED, cpu_flags, features_off, host, resolve
 
@@ -124,3 +125,11 @@ def test_c_kernels_keep_off_the_tiles_when_amx_is_turned_off(off, tiles):
         pytest.skip("the x86 int8 library is not built here (no C compiler)")
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == tiles.split()
+
+
+def test_a_misspelled_feature_stops_optimize_with_the_variable_named(fresh_host):
+    fresh_host.setenv("PDLKIT_FEATURES_OFF", "amz")
+    with pytest.raises(
+        pdlkit.ConfigError, match="PDLKIT_FEATURES_OFF='amz': 'amz' names no feature"
+    ):
+        pdlkit.optimize(torch.nn.Linear(4, 4))
