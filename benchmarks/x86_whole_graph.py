@@ -1,7 +1,7 @@
 """The whole-graph verdict (matcher/graph_guard.py) against an interleaved measurement.
 
     python benchmarks/x86_whole_graph.py [--model bert-mini] [--dtype int8-static] [--rounds 21]
-                                        [--threads 1]
+                                        [--threads 1] [--show-rounds]
 
 In one process, on ``--threads`` threads (default 1), with a fresh decision cache: compiles
 the model as PyTorch's path does (``peer``), with ``pdlkit.optimize(autotune="cached")`` and
@@ -11,6 +11,13 @@ then times the three compiled models in ``--rounds`` rounds of 3 calls each, rou
 prints per configuration the median per call and the median and range of its per-round ratio
 to the peer. The question it answers: does the verdict taken at compile time agree with what
 the model then runs at?
+
+``--show-rounds`` prints, for each whole-graph measurement the check takes while compiling,
+every graph's samples in the order taken, then times the same compiled graphs again right
+there (21 samples of an untimed and a timed call, as the check's are) and prints their medians:
+whether a misreading is a transient of the first calls after compiling, or lasts as long as
+the compile's context (x86_whole_graph_xeon16_bertmini_int8s_t16_84e1e96.md: at 16 threads
+the check read the substituted graph at twice its steady time).
 """
 
 from __future__ import annotations
@@ -52,13 +59,42 @@ def verdicts(folder: Path) -> list[dict[str, Any]]:
     return found
 
 
+def show_rounds() -> None:
+    """Wrap the check's measurement (graph_guard._measure) to print what --show-rounds says."""
+    from pdlkit.matcher import graph_guard
+
+    measure = graph_guard._measure
+
+    def shown(runs: list[tuple[str, Any]], device: str) -> list[Any]:
+        timings = measure(runs, device)
+        for t in timings:
+            us = " ".join(f"{r * 1e6:.0f}" for r in t.rounds)
+            print(f"check, {t.name}: median {t.us or 0:.0f} us; samples in order: {us}")
+        for name, run in runs:
+            again = []
+            for _ in range(21):
+                run()
+                t0 = time.perf_counter()
+                run()
+                again.append(time.perf_counter() - t0)
+            print(
+                f"again inside the compile, {name}: median {statistics.median(again) * 1e6:.0f} us"
+            )
+        return timings
+
+    graph_guard._measure = shown
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="bert-mini")
     ap.add_argument("--dtype", default="int8-static")
     ap.add_argument("--rounds", type=int, default=21)
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
+    ap.add_argument("--show-rounds", action="store_true", help="the check's samples (docstring)")
     a = ap.parse_args()
+    if a.show_rounds:
+        show_rounds()
     folder = Path(tempfile.mkdtemp())
     os.environ["PDLKIT_CACHE_DIR"] = str(folder)
     import torch._inductor.config as ic
