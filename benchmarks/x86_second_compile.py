@@ -15,7 +15,10 @@ a restarted server pays). Printed: each time, the medians, and a cProfile
 garbage collection runs untimed before each compile: without it one lands inside some compiles
 and not others (BERT-base BF16, 1 thread, the 2-core Xeon: pdlkit 1.54-2.14 s, 1.31x the
 peer's median; with it 1.48-1.53 s, 1.04x). The process is warmed first as in
-``x86_models.py`` (``warm_process``), so that neither first compile pays its one-time costs.
+``x86_models.py`` (``warm_process``), so that neither first compile pays its one-time costs;
+``--cold-children`` leaves the new processes unwarmed, so that each pays what a restarted
+server's first compile does (pdlkit's plan, Inductor's imports). Each time counts the wrapper's
+creation too: ``pdlkit.optimize`` loads its plan there (before 2026-11-29 21:30 it was left out).
 """
 
 from __future__ import annotations
@@ -45,17 +48,18 @@ def compile_and_run(
     dirs: dict[str, str],
     prof: cProfile.Profile | None = None,
 ) -> float:
-    """Seconds to compile ``conf`` and run it once, in ``dirs[conf]``'s Inductor cache
+    """Seconds to wrap (``pdlkit.optimize`` / ``torch.compile``), compile ``conf`` and run it
+    once, in ``dirs[conf]``'s Inductor cache
     (``x86_models.inductor_cache``: in-memory caches cleared) and ``dirs['decisions']``' pdlkit
     decision cache, Dynamo reset first; a full garbage collection untimed before it."""
     os.environ["PDLKIT_CACHE_DIR"] = dirs["decisions"]
     torch._dynamo.reset()
     with xm.inductor_cache(dirs[conf]):
         gc.collect()
-        fn = xm.maker(conf, model)()
-        t = time.perf_counter()
+        t = time.perf_counter()  # pdlkit.optimize (its plan) counts: torch.compile's is ~0
         if prof is not None:
             prof.enable()
+        fn = xm.maker(conf, model)()
         with torch.no_grad():
             fn(x)
         if prof is not None:
@@ -74,9 +78,14 @@ def report(kind: str, times: dict[str, list[float]]) -> None:
 
 def in_new_process(args: argparse.Namespace, conf: str, dirs: dict[str, str]) -> float:
     """Seconds of one compile of ``conf`` in a new process of this script (``--child``), over
-    ``dirs``' warm folders; the child warms itself first, untimed, as this process did."""
+    ``dirs``' warm folders; the child warms itself first, untimed, as this process did, unless
+    ``--cold-children``."""
     cmd = [sys.executable, __file__, args.model, args.dtype, "--threads", str(args.threads)]
-    cmd += ["--child", conf, "--dirs"]
+    cmd += (
+        ["--child", conf, "--dirs"]
+        if not args.cold_children
+        else ["--cold-children", "--child", conf, "--dirs"]
+    )
     done = subprocess.run([*cmd, json.dumps(dirs)], capture_output=True, text=True, check=True)
     return float(done.stdout.split("CHILD ")[-1].split()[0])
 
@@ -89,6 +98,11 @@ def main() -> None:
     ap.add_argument("--first", type=int, default=1, help="first compiles of each, fresh folders")
     ap.add_argument("--new-process", type=int, default=0, help="second compiles, a process each")
     ap.add_argument("--threads", type=int, default=1, help="torch's threads (the model's)")
+    ap.add_argument(
+        "--cold-children",
+        action="store_true",
+        help="new processes not warmed: one-time costs count",
+    )
     ap.add_argument("--child", help=argparse.SUPPRESS)  # in_new_process's: one compile, timed
     ap.add_argument("--dirs", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -99,7 +113,8 @@ def main() -> None:
     ic.freezing = args.dtype in xm.PT2E
     if not args.child:
         print("\n".join(host_header(threads=args.threads)))
-    warm = xm.warm_process(tempfile.mkdtemp(prefix="warm-"))
+    cold = args.child and args.cold_children
+    warm = "" if cold else xm.warm_process(tempfile.mkdtemp(prefix="warm-"))
     model, x = xm.prepare(*xm.build(args.model), args.dtype)
     if args.child:
         print(f"CHILD {compile_and_run(model, x, args.child, json.loads(args.dirs)):.4f}")
