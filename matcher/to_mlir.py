@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+from pdlkit.matcher.pdl_checks import register_torch_dialect
 from torch_mlir import ir
-from torch_mlir.dialects import torch as torch_dialect
 from torch_mlir.extras.fx_importer import (
     ContextCache,
     FxImporter,
@@ -31,7 +31,7 @@ class _NameLocations(ContextCache):
 
 def new_context() -> ir.Context:
     ctx = ir.Context()
-    torch_dialect.register_dialect(ctx)
+    register_torch_dialect(ctx)
     return ctx
 
 
