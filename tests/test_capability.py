@@ -86,13 +86,15 @@ def test_host_leaves_out_the_features_turned_off(fresh_host):
         assert "turned off (PDLKIT_FEATURES_OFF): " in h.describe()
 
 
-def test_decisions_with_amx_off_are_keyed_apart(fresh_host):
-    mixed = autotune.host_key()
-    assert "features off" not in mixed
+def test_decisions_with_features_off_are_keyed_apart(fresh_host):
+    assert "features off" not in autotune.host_key()
+    some = sorted(host().features & set(capability.FEATURE_ARCH))  # amx_* where there is AMX
+    if not some:
+        pytest.skip("the host reports none of the ISA features pdlkit names")
     capability.host.cache_clear()
     autotune.host_key.cache_clear()
-    fresh_host.setenv("PDLKIT_FEATURES_OFF", "amx")
-    assert autotune.host_key()["features off"] == ["amx_bf16", "amx_int8", "amx_tile"]
+    fresh_host.setenv("PDLKIT_FEATURES_OFF", some[0])
+    assert autotune.host_key()["features off"] == [some[0]]
 
 
 _TILES = """
