@@ -263,14 +263,15 @@ def _warm(call: Callable[[], Any], device: str, spent: float, share: float) -> N
 
 
 def _prescreen(
-    candidates: Sequence[tuple[str, Callable[[], Any]]], device: str, share: float
+    candidates: Sequence[tuple[str, Callable[[], Any]]], device: str, share: float, budget: float
 ) -> dict[str, Timing]:
     """The rotations among ``candidates`` (copies of their weights, matcher/cold.py) that are
     not timed on their copies, by a first call, a warm-up (:data:`WARM_S`) and
-    :data:`HOT_CALLS` more on the first copy (the model's own weights): those over the
-    budget's ``share`` there, or whose copies would be (stopped, timed by that), and those
-    over :data:`HOT_SLACK` times the fastest (excluded). One that raises is left to
-    :func:`measure`, which says so."""
+    :data:`HOT_CALLS` more on the first copy (the model's own weights; one, after a first
+    call over the ``share``): those whose first call took the whole ``budget``, or whose warm
+    calls are over the budget's ``share`` there, or whose copies would be (stopped, timed by
+    that), as :func:`_first_calls` decides for the others; and those over :data:`HOT_SLACK`
+    times the fastest (excluded). One that raises is left to :func:`measure`, which says so."""
     done: dict[str, Timing] = {}
     hot: dict[str, float] = {}
     for name, fn in candidates:
@@ -282,12 +283,13 @@ def _prescreen(
             calls[0]()
             _sync(device)
             first = time.perf_counter() - t0
-            if first <= share:
+            if first <= budget:  # a slow first call alone stops nothing (_first_calls)
                 _warm(calls[0], device, first, share)
-                hot[name] = min(_sample(calls[0], device, 1) for _ in range(HOT_CALLS))
+                warm = 1 if first > share else HOT_CALLS
+                hot[name] = min(_sample(calls[0], device, 1) for _ in range(warm))
         except Exception:  # noqa: BLE001 - measure() calls it again and reports the error
             continue
-        if first > share or hot[name] * len(calls) > share:
+        if name not in hot or hot[name] * len(calls) > share:
             done[name] = Timing(name, max(first, hot.pop(name, 0.0)) * 1e6, STOPPED)
     best = min(hot.values(), default=0.0)
     for n, t in hot.items():
@@ -350,7 +352,7 @@ def measure(
     timings = {name: Timing(name) for name, _ in candidates}
     live: list[tuple[str, Callable[[], Any], int, int]] = []
     found: dict[str, list[float]] = {}
-    done = _prescreen(candidates, device, share)
+    done = _prescreen(candidates, device, share, budget)
     for name, fn in candidates:
         if name in done:
             timings[name] = done[name]

@@ -205,3 +205,19 @@ def test_a_bucket_chosen_at_run_time_is_timed_on_copies_of_the_weight_too(folder
     at_run_time = {ptr for ptr, _ in ac.SEEN}
     assert compiled > 1 and len(at_run_time) == compiled
     assert {v for _, v in ac.SEEN} == {float(c[0, 0])}
+
+
+def test_a_rotation_whose_first_call_alone_is_slow_is_timed_on_its_copies():
+    """As for a candidate without copies (autotune._first_calls): a first call over the
+    candidate's share (0.1 s here) but within the budget is a one-time cost; a warm call
+    decides."""
+    ran: list[int] = []
+
+    def call(i: int) -> None:
+        ran.append(i)
+        time.sleep(0.15 if len(ran) == 1 else 0.0005)
+
+    slow_start = cold.Rotation([lambda i=i: call(i) for i in range(4)])
+    timed, _ = autotune.measure([("slow start", slow_start), ("other", lambda: None)], "cpu", 0.2)
+    assert timed.note == "" and timed.us is not None and timed.us < 20_000
+    assert set(ran) == {0, 1, 2, 3}
