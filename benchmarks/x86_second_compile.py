@@ -81,11 +81,8 @@ def in_new_process(args: argparse.Namespace, conf: str, dirs: dict[str, str]) ->
     ``dirs``' warm folders; the child warms itself first, untimed, as this process did, unless
     ``--cold-children``."""
     cmd = [sys.executable, __file__, args.model, args.dtype, "--threads", str(args.threads)]
-    cmd += (
-        ["--child", conf, "--dirs"]
-        if not args.cold_children
-        else ["--cold-children", "--child", conf, "--dirs"]
-    )
+    cmd += ["--cold-children"] if args.cold_children else []
+    cmd += ["--child", conf, "--dirs"]
     done = subprocess.run([*cmd, json.dumps(dirs)], capture_output=True, text=True, check=True)
     return float(done.stdout.split("CHILD ")[-1].split()[0])
 

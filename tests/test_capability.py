@@ -62,23 +62,27 @@ def test_features_off_with_an_unknown_name_names_the_variable():
 
 
 @pytest.fixture
-def fresh_host(monkeypatch):
-    """host() and the decision key read again (both are cached per process), and again after."""
+def features_off_env(monkeypatch):
+    """``set(value)``: PDLKIT_FEATURES_OFF set, and host() and the decision key read again
+    (both are cached per process); both read again after the test, without it."""
 
     def clear():
         capability.host.cache_clear()
         autotune.host_key.cache_clear()
 
+    def set_off(value: str) -> None:
+        monkeypatch.setenv("PDLKIT_FEATURES_OFF", value)
+        clear()
+
     clear()
-    yield monkeypatch
+    yield set_off
     monkeypatch.undo()
     clear()
 
 
-def test_host_leaves_out_the_features_turned_off(fresh_host):
+def test_host_leaves_out_the_features_turned_off(features_off_env):
     had = host().features
-    capability.host.cache_clear()
-    fresh_host.setenv("PDLKIT_FEATURES_OFF", "amx,avx512_vnni")
+    features_off_env("amx,avx512_vnni")
     h = host()
     off = {"amx_tile", "amx_int8", "amx_bf16", "avx512_vnni"}
     assert not off & h.features and h.turned_off == off & had
@@ -86,14 +90,12 @@ def test_host_leaves_out_the_features_turned_off(fresh_host):
         assert "turned off (PDLKIT_FEATURES_OFF): " in h.describe()
 
 
-def test_decisions_with_features_off_are_keyed_apart(fresh_host):
+def test_decisions_with_features_off_are_keyed_apart(features_off_env):
     assert "features off" not in autotune.host_key()
     some = sorted(host().features & set(capability.FEATURE_ARCH))  # amx_* where there is AMX
     if not some:
         pytest.skip("the host reports none of the ISA features pdlkit names")
-    capability.host.cache_clear()
-    autotune.host_key.cache_clear()
-    fresh_host.setenv("PDLKIT_FEATURES_OFF", some[0])
+    features_off_env(some[0])
     assert autotune.host_key()["features off"] == [some[0]]
 
 
@@ -129,8 +131,8 @@ def test_c_kernels_keep_off_the_tiles_when_amx_is_turned_off(off, tiles):
     assert run.stdout.split() == tiles.split()
 
 
-def test_a_misspelled_feature_stops_optimize_with_the_variable_named(fresh_host):
-    fresh_host.setenv("PDLKIT_FEATURES_OFF", "amz")
+def test_a_misspelled_feature_stops_optimize_with_the_variable_named(features_off_env):
+    features_off_env("amz")
     with pytest.raises(
         pdlkit.ConfigError, match="PDLKIT_FEATURES_OFF='amz': 'amz' names no feature"
     ):
