@@ -331,6 +331,7 @@ def time_peers(case: Case, x: Inputs, copies: int) -> dict[str, float]:
             return (torch._int_mm(x.q, w.t()).float() * x.xs[:, None] * x.scales[0]).to(torch.bfloat16)  # fmt: skip
 
         row["int_mm_graph_ms"] = graph_ms(_rotation([functools.partial(int_mm, s[0]) for s in x.sets]))  # fmt: skip
+    row.update(stream_floor(case.nbytes, copies))
     n = sum(case.ns) * (2 if case.kind == "gated" else 1)
     xb = torch.randn(case.m, case.k, device="cuda", dtype=torch.bfloat16)
     wb = [torch.randn(n, case.k, device="cuda").to(torch.bfloat16) for _ in range(max(2, copies // 2))]  # fmt: skip
@@ -338,6 +339,52 @@ def time_peers(case: Case, x: Inputs, copies: int) -> dict[str, float]:
     row["bf16_graph_ms"] = graph_ms(_rotation(fns))
     row["bf16_bench_ms"] = bench(_rotating(fns))
     return row
+
+
+@functools.cache
+def _read_kernel() -> Any:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def read_kernel(p, out, n, BLOCK: tl.constexpr, STEPS: tl.constexpr):  # noqa: N803
+        """Sums (so that no load is dropped) program_id's STEPS blocks of ``p``'s n int32."""
+        base = tl.program_id(0).to(tl.int64) * BLOCK * STEPS
+        acc = tl.zeros([BLOCK], dtype=tl.int32)
+        for i in range(STEPS):
+            offs = base + i * BLOCK + tl.arange(0, BLOCK)
+            acc += tl.load(p + offs, mask=offs < n, other=0)
+        tl.store(out + tl.program_id(0), tl.sum(acc, axis=0))
+
+    return read_kernel
+
+
+# (int32 words a block, blocks a program, warps) tried for the stream floor
+READS = [(2048, 1, 4), (2048, 4, 4), (2048, 16, 4), (4096, 4, 8), (4096, 8, 8), (8192, 2, 8)]
+
+
+def stream_floor(nbytes: int, copies: int) -> dict[str, float]:
+    """What any kernel that reads ``nbytes`` once can reach, timed as the GEMMs are (a graph
+    over ``copies`` rotating buffers): the fastest of a few launches of a kernel that only
+    reads them (``read_graph_ms``), and ``torch.Tensor.copy_`` of the same bytes
+    (``copy_graph_ms``: the copy rate at this size, reading and writing them)."""
+    words = nbytes // 4
+    bufs = [torch.randint(-(2**30), 2**30, (words,), dtype=torch.int32, device="cuda")
+            for _ in range(copies)]  # fmt: skip
+    kernel = _read_kernel()
+    best = float("inf")
+    for block, steps, warps in READS:
+        grid = (-(-words // (block * steps)),)
+        out = torch.empty(grid[0], dtype=torch.int32, device="cuda")
+
+        def read(b: torch.Tensor, block: int = block, steps: int = steps, warps: int = warps,
+                 grid: tuple[int] = grid, out: torch.Tensor = out) -> None:  # fmt: skip
+            kernel[grid](b, out, words, BLOCK=block, STEPS=steps, num_warps=warps)
+
+        best = min(best, graph_ms(_rotation([functools.partial(read, b) for b in bufs])))
+    dst = torch.empty_like(bufs[0])
+    copy = graph_ms(_rotation([functools.partial(dst.copy_, b) for b in bufs]))
+    return {"read_graph_ms": best, "copy_graph_ms": copy}
 
 
 def weight_copies(nbytes: int, least: int = 2) -> int:
@@ -355,7 +402,7 @@ def gemm_row(case: Case, sweep: bool, copy_gbs: float) -> dict[str, Any]:
     row.update(time_peers(case, x, copies))
     del x
     for key in [k for k in row if k.endswith("_ms")]:
-        bf16 = 2 if key.startswith("bf16") else 1
+        bf16 = 2 if key.startswith(("bf16", "copy")) else 1  # (a copy reads and writes)
         row[key.replace("_ms", "_of_copy")] = bf16 * case.nbytes / row[key] / 1e6 / copy_gbs
     return row
 
@@ -472,8 +519,15 @@ def table_line(r: dict[str, Any]) -> str:
         f"| {_us(r, 'best_bench_ms')} | {_pct(r, 'best_bench_of_copy')} "
         f"| {_us(r, 'tiled_graph_ms')} | {_us(r, 'int_mm_graph_ms')} | {_us(r, 'bf16_graph_ms')} "
         f"| {_pct(r, 'bf16_graph_of_copy')} | {_us(r, 'bf16_bench_ms')} "
-        f"| {r['bf16_graph_ms'] / r['best_graph_ms']:.2f}x |"
+        f"| {r['bf16_graph_ms'] / r['best_graph_ms']:.2f}x | {_us(r, 'read_graph_ms')} "
+        f"| {_pct(r, 'read_graph_of_copy')} | {_us(r, 'copy_graph_ms')} "
+        f"| {_pct(r, 'copy_graph_of_copy')} | {_floor(r)} |"
     )
+
+
+def _floor(r: dict[str, Any]) -> str:
+    """The GEMM's time against reading its weights alone (the stream floor)."""
+    return f"{r['read_graph_ms'] / r['best_graph_ms']:.0%}" if "read_graph_ms" in r else "-"
 
 
 def markdown(res: dict[str, Any], argv: str) -> str:
@@ -490,13 +544,18 @@ def markdown(res: dict[str, Any], argv: str) -> str:
         "calls over rotating weight copies, per call. do_bench: Triton's (L2 flushed by a "
         "256 MB fill before each call, whose dirty lines are written back during the call). "
         "pick: `pick_split_config` / `pick_grouped_config` as committed; best: the fastest "
-        "config tried (SplitConfig(bm, bn, bk, split_k, warps, stages)).",
+        "config tried (SplitConfig(bm, bn, bk, split_k, warps, stages)). Read floor: the "
+        "fastest of a few launches of a kernel that only reads the case's weight bytes, timed "
+        "as the GEMMs are (what any kernel reading them once can reach); copy of the bytes: "
+        "`copy_` of them (the copy rate at this size); GEMM at the floor's rate: read floor / "
+        "best graph.",
         "",
         "| M | GEMM (N x K) | pick graph us | of copy | best graph us | of copy | best config "
         "| best do_bench us | of copy | tiled graph us | `_int_mm` + rescale graph us "
         "| BF16 graph us | of copy "
-        "| BF16 do_bench us | BF16 / best (graph) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| BF16 do_bench us | BF16 / best (graph) | read floor graph us | of copy "
+        "| copy of the bytes graph us | of copy | GEMM at the floor's rate |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         *[table_line(r) for r in res["rows"]],
     ]
     cost = res.get("launch", {})
