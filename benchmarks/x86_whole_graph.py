@@ -13,8 +13,9 @@ to the peer. The question it answers: does the verdict taken at compile time agr
 the model then runs at?
 
 ``--show-rounds`` prints, for each whole-graph measurement the check takes while compiling,
-every graph's samples in the order taken, then times the same compiled graphs again right
-there (21 samples of an untimed and a timed call, as the check's are) and prints their medians:
+every graph's samples in the order taken, with the same compiled graphs timed right before
+and right after it (21 samples of an untimed and a timed call, as the check's are), and for
+every sample the page faults, involuntary context switches and CPU time of all threads it cost:
 whether a misreading is a transient of the first calls after compiling, or lasts as long as
 the compile's context (x86_whole_graph_xeon16_bertmini_int8s_t16_84e1e96.md: at 16 threads
 the check read the substituted graph at twice its steady time).
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import tempfile
 import time
@@ -59,25 +61,56 @@ def verdicts(folder: Path) -> list[dict[str, Any]]:
     return found
 
 
+def _usage() -> tuple[int, int, float]:
+    """This process's minor page faults, involuntary context switches and CPU seconds (all
+    threads, user and system) so far."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_minflt, r.ru_nivcsw, r.ru_utime + r.ru_stime
+
+
 def show_rounds() -> None:
-    """Wrap the check's measurement (graph_guard._measure) to print what --show-rounds says."""
+    """Wrap the check's measurement (graph_guard._measure) to print what --show-rounds says:
+    each graph timed as the check's samples are right before the check and right after it,
+    the check's own samples in order, and per sample (an untimed and a timed call) the page
+    faults, involuntary context switches and CPU time of all threads it cost."""
     from pdlkit.matcher import graph_guard
     from pdlkit.runtime_abi import autotune
 
-    measure = graph_guard._measure
+    measure, sample = graph_guard._measure, autotune._sample
+    costs: dict[Any, list[tuple[int, int, float]]] = {}  # per graph's call
+
+    def counted(fn: Any, *args: Any, **kwargs: Any) -> float:
+        before = _usage()
+        seconds = sample(fn, *args, **kwargs)
+        faults, switches, cpu = (b - a for a, b in zip(before, _usage(), strict=True))
+        costs.setdefault(fn, []).append((int(faults), int(switches), float(cpu)))
+        return seconds
+
+    def print_samples(label: str, run: Any, values: list[float]) -> None:
+        mine = costs[run][-len(values) :]
+        print(
+            f"{label}: median {statistics.median(values) * 1e6:.0f} us; us / faults / "
+            "involuntary switches / CPU ms a sample, in order: "
+            + " ".join(
+                f"{v * 1e6:.0f}/{f}/{c}/{t * 1e3:.1f}"
+                for v, (f, c, t) in zip(values, mine, strict=True)
+            )
+        )
+
+    def again(runs: list[tuple[str, Any]], device: str, label: str) -> None:
+        for name, run in runs:  # an untimed and a timed call each, as the check's samples
+            values = [autotune._sample(run, device, 1, lead=1, gpu_time=False) for _ in range(21)]
+            print_samples(f"{label}, {name}", run, values)
 
     def shown(runs: list[tuple[str, Any]], device: str) -> list[Any]:
+        again(runs, device, "right before the check")
         timings = measure(runs, device)
         for t in timings:
-            us = " ".join(f"{r * 1e6:.0f}" for r in t.rounds)
-            print(f"check, {t.name}: median {t.us or 0:.0f} us; samples in order: {us}")
-        for name, run in runs:  # an untimed and a timed call each, as the check's samples
-            again = [autotune._sample(run, device, 1, lead=1, gpu_time=False) for _ in range(21)]
-            print(
-                f"again inside the compile, {name}: median {statistics.median(again) * 1e6:.0f} us"
-            )
+            print_samples(f"check, {t.name}", dict(runs)[t.name], t.rounds)
+        again(runs, device, "right after the check")
         return timings
 
+    autotune._sample = counted
     graph_guard._measure = shown
 
 
