@@ -445,3 +445,81 @@ def test_many_rounds_won_with_the_mean_behind_are_not_consistent():
     assert not graph_guard.consistent(ours, theirs)
     ours, theirs = _paired([0.90] * 28 + [1.02] * 14, [1.0] * 42)
     assert graph_guard.consistent(ours, theirs)
+
+
+def _alone(ms: list[float]) -> list:
+    """A measurement of the substituted graph alone (graph_guard._confident's rounds)."""
+    import statistics
+
+    from pdlkit.runtime_abi.autotune import Timing
+
+    return [Timing("substituted", statistics.median(ms) * 1e3, rounds=[v / 1e3 for v in ms])]
+
+
+def _choose_saving(monkeypatch, tmp_path, saved_us: float, measurements: list):
+    """graph_guard.choose with the sites' measured saving ``saved_us`` over measurements given
+    in advance (the first of the substituted graph alone): (verdict, times measured, graphs
+    compiled, the decision)."""
+    from pdlkit.matcher import graph_guard
+
+    monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
+    given, compiled = list(measurements), []
+    monkeypatch.setattr(graph_guard, "_measure", lambda runs, device: given.pop(0))
+    verdict, _, decision = graph_guard.choose(
+        "k", _graph_maker(compiled, "substituted", 0.0), _graph_maker(compiled, "inductor", 0.0),
+        (torch.randn(2),), "cached", saved_us,
+    )  # fmt: skip
+    return verdict, len(measurements) - len(given), compiled, decision
+
+
+# six samples in 21 at twice the others' (a burst of load on the host): a 100% spread
+_BURST = [1.0] * 15 + [2.0] * 6
+
+
+def test_a_burst_in_the_substituted_graphs_rounds_is_looked_at_again(monkeypatch, tmp_path):
+    """A 600 us saving of a 1 ms graph, its first rounds unsteady and its second steady: the
+    saving is trusted, and Inductor's graph is not compiled."""
+    verdict, measured, compiled, _ = _choose_saving(
+        monkeypatch, tmp_path, 600.0, [_alone(_BURST), _alone([1.0] * 21)]
+    )
+    assert (verdict, measured, compiled) == ("substituted", 2, ["substituted"])
+
+
+def test_rounds_unsteady_twice_compile_and_time_inductors_graph(monkeypatch, tmp_path):
+    """Unsteady in both looks: the host is busy, the sites' saving is not trusted (a warning
+    says so), and Inductor's graph is compiled and timed, here the faster in every round of
+    both looks at the two graphs (the first against the sites' saving)."""
+    import pytest
+
+    looks = [_alone(_BURST), _alone(_BURST)] + [_paired([1.1] * 21, [1.0] * 21)] * 2
+    with pytest.warns(UserWarning, match="the host was busy while timing"):
+        verdict, measured, compiled, _ = _choose_saving(monkeypatch, tmp_path, 600.0, looks)
+    assert (verdict, measured, compiled) == ("inductor", 4, ["substituted", "inductor"])
+
+
+def test_inductors_graph_winning_against_the_sites_saving_is_timed_again(monkeypatch, tmp_path):
+    """The sites saved 100 us of a 1 ms graph (not CONFIDENT: both graphs are timed), yet
+    Inductor's graph won every round of a first look; a second look, in which the substituted
+    graph wins every round, decides, and explain shows what the first had read."""
+    looks = [_alone([1.0] * 21), _paired([1.1] * 21, [1.0] * 21), _paired([0.9] * 21, [1.0] * 21)]
+    verdict, measured, _, decision = _choose_saving(monkeypatch, tmp_path, 100.0, looks)
+    assert (verdict, measured) == ("substituted", 3)
+    assert "a second look; the first read substituted 1100 us, inductor 1000 us" in (
+        decision.describe()
+    )
+
+
+def test_inductors_graph_winning_both_looks_runs(monkeypatch, tmp_path):
+    """The same, with the second look as the first: Inductor's graph runs (the fusions an
+    opaque kernel call ends can make it faster whatever the sites saved)."""
+    looks = [_alone([1.0] * 21)] + [_paired([1.1] * 21, [1.0] * 21)] * 2
+    verdict, measured, _, _ = _choose_saving(monkeypatch, tmp_path, 100.0, looks)
+    assert (verdict, measured) == ("inductor", 3)
+
+
+def test_inductors_graph_winning_past_a_small_saving_is_timed_once(monkeypatch, tmp_path):
+    """Sites that saved 10 us of an 1.1 ms graph (under MARGIN of it) do not contradict
+    Inductor's graph winning: the verdict stands after one look at both graphs."""
+    looks = [_alone([1.0] * 21), _paired([1.1] * 21, [1.0] * 21)]
+    verdict, measured, _, _ = _choose_saving(monkeypatch, tmp_path, 10.0, looks)
+    assert (verdict, measured) == ("inductor", 2)
