@@ -91,15 +91,16 @@ class LogicalOp:
 
 
 def source_of(fn: Callable[..., Any]) -> str:
-    """``file:line`` of a function's definition, for messages. Where ``inspect`` cannot read
-    the source back (a file changed or not valid text since it was compiled), the file and
-    line its code object was compiled with; a callable without code, its name."""
+    """``file:line`` of a function's definition, for messages: the file and first line
+    (its first decorator's) its code object was compiled from, as ``inspect.getsourcelines``
+    gives them without reading the file back (about 0.5 ms a kernel there: 30 ms of a new
+    process's plan); a callable without code, its source as ``inspect`` finds it, or its name."""
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    if code is not None:
+        return f"{code.co_filename}:{code.co_firstlineno}"
     try:
         return f"{inspect.getsourcefile(fn)}:{inspect.getsourcelines(fn)[1]}"
     except (OSError, TypeError):
-        code = getattr(inspect.unwrap(fn), "__code__", None)
-        if code is not None:
-            return f"{code.co_filename}:{code.co_firstlineno}"
         return getattr(fn, "__qualname__", repr(fn))
 
 
