@@ -220,7 +220,7 @@ def _confident(
 # substituted graph saves at least MARGIN of its time. A burst of load on the host hits one
 # look and not the next: seen on the 16-core Xeon with AMX, int8-static bert-mini at 16
 # threads, 6 of the substituted graph's 21 samples at twice the others' (a 92% spread: the
-# saving was not trusted and Inductor's graph compiled, 70 s), then Inductor's graph winning
+# saving was not trusted and Inductor's whole graph compiled), then Inductor's graph winning
 # the three-way rounds, 3.15 against 3.43 ms, while the same two graphs timed right after
 # read 3.09 and 2.66 ms (x86_whole_graph_xeon16_bertmini_int8s_t16_ec31252.md). A verdict that holds
 # (the fusions an opaque call ends: int8 bert-mini 1.19x with every site a win) holds twice.
