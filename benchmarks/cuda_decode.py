@@ -364,10 +364,10 @@ READS = [(2048, 1, 4), (2048, 4, 4), (2048, 16, 4), (4096, 4, 8), (4096, 8, 8), 
 
 
 def stream_floor(nbytes: int, copies: int) -> dict[str, float]:
-    """What any kernel that reads ``nbytes`` once can reach, timed as the GEMMs are (a graph
-    over ``copies`` rotating buffers): the fastest of a few launches of a kernel that only
-    reads them (``read_graph_ms``), and ``torch.Tensor.copy_`` of the same bytes
-    (``copy_graph_ms``: the copy rate at this size, reading and writing them)."""
+    """A floor for a kernel that reads ``nbytes`` once, timed as the GEMMs are (a graph over
+    ``copies`` rotating buffers): the fastest of a few launches of a kernel that only reads
+    them (``read_graph_ms``), and ``torch.Tensor.copy_`` of the same bytes (``copy_graph_ms``:
+    the copy rate at this size, reading and writing them)."""
     words = nbytes // 4
     bufs = [torch.randint(-(2**30), 2**30, (words,), dtype=torch.int32, device="cuda")
             for _ in range(copies)]  # fmt: skip
@@ -546,7 +546,7 @@ def markdown(res: dict[str, Any], argv: str) -> str:
         "pick: `pick_split_config` / `pick_grouped_config` as committed; best: the fastest "
         "config tried (SplitConfig(bm, bn, bk, split_k, warps, stages)). Read floor: the "
         "fastest of a few launches of a kernel that only reads the case's weight bytes, timed "
-        "as the GEMMs are (what any kernel reading them once can reach); copy of the bytes: "
+        "as the GEMMs are (about what a kernel reading them once can reach); copy of the bytes: "
         "`copy_` of them (the copy rate at this size); GEMM at the floor's rate: read floor / "
         "best graph.",
         "",
