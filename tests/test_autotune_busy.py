@@ -27,11 +27,14 @@ def _site(rounds):
     return Decision("k", [t, Timing(KEEP, 500.0)])
 
 
-def _cached_or_measured(tmp_path, monkeypatch, rounds):
+def _cached_or_measured(tmp_path, monkeypatch, rounds, *more):
+    """The cached decision and the unsteady count after measuring a site whose looks have
+    these rounds (the last repeats)."""
     monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
     cache = autotune.decision_cache()
     pdlkit.stats(reset=True)
-    choose.cached_or_measured(cache, "site", True, lambda: _site(rounds))
+    looks = [rounds, *more]
+    choose.cached_or_measured(cache, "site", True, lambda: _site(looks.pop(0) if len(looks) > 1 else looks[0]))  # fmt: skip
     return cache.get("site"), pdlkit.stats()["tuning_unsteady"]
 
 
@@ -45,6 +48,12 @@ def test_a_site_decision_timed_on_a_busy_host_is_used_and_not_cached(tmp_path, m
     ``stats()`` counts it."""
     cached, unsteady = _cached_or_measured(tmp_path, monkeypatch, BUSY_ROUNDS)
     assert cached is None and unsteady == 1
+
+
+def test_a_site_timed_in_a_burst_of_load_is_looked_at_again(tmp_path, monkeypatch):
+    """Rounds swinging 1-9x, then steady ones: the second look decides and is cached."""
+    cached, unsteady = _cached_or_measured(tmp_path, monkeypatch, BUSY_ROUNDS, STEADY_ROUNDS)
+    assert cached is not None and cached.choice == "k" and unsteady == 0
 
 
 def test_a_whole_graph_verdict_timed_on_a_busy_host_is_not_cached(tmp_path, monkeypatch):
