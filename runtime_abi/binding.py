@@ -306,10 +306,11 @@ def _enter_of(decl: KernelDecl) -> _Fn:
             return out
         cs.calls += 1
         # The whole output check costs more than dispatch itself, so a site runs it on its
-        # first calls and then every CHECK_EVERY-th (verify=True or PDLKIT_CHECK_EVERY_CALL=1:
-        # on all); every other call compares shapes and dtypes, as the direct path does.
+        # first calls and then every CHECK_EVERY-th, its turn set by its phase (sites.py;
+        # verify=True or PDLKIT_CHECK_EVERY_CALL=1: on all); every other call compares
+        # shapes and dtypes, as the direct path does.
         n = cs.calls
-        if n <= check_first or n % check_every == 0 or cs.verify:
+        if n <= check_first or (n + cs.phase) % check_every == 0 or cs.verify:
             check(decl, cs, kargs, out)
             return out
         try:
@@ -362,7 +363,7 @@ def _direct_of(decl: KernelDecl, enter: _Fn, nargs: int, tensors: _Ints, lists: 
         n = cs.calls + 1
         if (
             n <= check_first
-            or n % check_every == 0
+            or (n + cs.phase) % check_every == 0
             or cs.transposed
             or cs.intercept is not None
             or cs.verify

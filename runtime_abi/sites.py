@@ -64,6 +64,9 @@ class CallSite:
     # every call compares its output with ``expect``, the one (shape, dtype) declared
     static: bool = False
     expect: tuple[torch.Size, torch.dtype] | None = field(default=None, repr=False)
+    # the site's sampled output checks (binding.py) fall on its calls n with
+    # (n + phase) % CHECK_EVERY == 0: a graph's sites take turns (new_site)
+    phase: int = 0
     _expected: dict[tuple[Any, ...], list[tuple[torch.Size, torch.dtype]]] = field(
         default_factory=dict, repr=False
     )
@@ -187,6 +190,10 @@ def new_site(site: CallSite, owner: Any = None, key: int | None = None) -> int:
         owned.append(site.fallback)
         site.fallback = _WeakFallback(site.fallback)
         site.static = owned.static
+        # one phase per site of the graph, so that no call of the graph runs all their
+        # sampled checks at once (int8 bert-mini's 17 sites, 1 thread, the 2-core Xeon:
+        # every 64th call 0.8 ms slower of 5; taking turns, one call in four 0.05-0.09 ms)
+        site.phase = len(owned.ids)
     with _SITES_LOCK:
         sid = next(_SITE_IDS) if key is None else key
         _SITES.pop(sid, None)  # a later site under a key: last in registration order
