@@ -3,7 +3,7 @@
 # and any other carried wheels from .whl/ and torch-mlir from its carry tarball, then runs the
 # parts named (all of tests, abi-check and gemm when none is); logs land in ${OUT:-benchmarks/results}.
 #   here:  pip wheel --no-deps -w .whl . && ../shared/tools/gpu-carry-torch-mlir
-#   there: bash benchmarks/run_gpu.sh [tests [pytest args]] [abi] [gemm [--sweep] [--quick]]
+#   there: bash benchmarks/run_gpu.sh [tests [test files] [pytest args]] [abi] [gemm [--sweep] [--quick]]
 #                                      [decode [--sweep]] [llama [cuda_llama.py args]]
 #                                      [step [cuda_step_kernels.py args]] [attention [cuda_attention.py args]]
 #                                      [growing [cuda_growing_cache.py args]]
@@ -19,6 +19,12 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,
 # installed package
 rm -rf /tmp/t && mkdir -p /tmp/t && cp -r tests benchmarks /tmp/t/
 
+# The GPU suite: about 10 minutes on an H200, more than one device call allows; run it as
+# two calls, e.g. `tests tests/test_cuda.py tests/test_cuda_launch.py tests/test_cuda_timing.py
+# tests/test_cuda_graphs.py` and then `tests` with the other four files
+CUDA_TESTS=(tests/test_cuda.py tests/test_cuda_launch.py tests/test_cuda_timing.py
+  tests/test_cuda_graphs.py tests/test_cuda_fusions.py tests/test_cuda_splitk.py
+  tests/test_cuda_attention.py tests/test_cuda_attention_growing.py)
 parts=() ; declare -A args
 [ $# -eq 0 ] && set -- tests abi gemm
 part=""
@@ -31,10 +37,10 @@ done
 
 for p in "${parts[@]}"; do
   case "$p" in
-    tests) (cd /tmp/t && eval python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py \
-              tests/test_cuda_launch.py tests/test_cuda_timing.py tests/test_cuda_graphs.py tests/test_cuda_fusions.py tests/test_cuda_splitk.py \
-              tests/test_cuda_attention.py tests/test_cuda_attention_growing.py \
-              ${args[tests]}) 2>&1 | tee "$out/cuda_tests.log" | tail -25 ;;
+    tests) files=${CUDA_TESTS[*]}  # test files named after "tests" replace the list
+      [[ "${args[tests]}" == *tests/* ]] && files=""
+      (cd /tmp/t && eval python3 -m pytest -q -p no:cacheprovider $files ${args[tests]}) 2>&1 \
+        | tee "$out/cuda_tests.log" | tail -25 ;;
     abi) (cd /tmp/t && python3 -c "import sys; from pdlkit.cli import main; sys.exit(main())" \
             abi-check /tmp/site/pdlkit/kernels/cuda/gemm.py /tmp/site/pdlkit/kernels/_optin) 2>&1 \
             | tee "$out/cuda_abi_check.log" | tail -4 ;;
