@@ -153,6 +153,11 @@ def main() -> None:
                 for n, us, note, *_ in v["timings"]
             )
             print(f"verdict: {v['choice']} ({times})")
+        # torch._dynamo.reset() before each compile dropped the compiled code of the ones
+        # before it: they compile again on their next call (from the caches, or measuring
+        # again where a busy host left a verdict uncached), here and not in the rounds
+        for f in fns.values():
+            f(x)
         ms: dict[str, list[float]] = {c: [] for c in fns}
         for _ in range(a.rounds):
             for c, f in fns.items():
