@@ -107,8 +107,7 @@ class Tuner:
         self._memo: dict[str, Decision] = {}
         self.cache = autotune.decision_cache()
         self.budget = autotune.budget_s()
-        # the weights a call of the model reads: a site is timed with its weights where the
-        # rest of them leave them (matcher/cold.py)
+        # the weights a call of the model reads (a site is timed where they leave its own: cold.py)
         consts = [self.value(n) for n in gm.graph.nodes if n.op == "get_attr"]
         self.model_bytes = cold.model_bytes([*example_inputs, *consts])
         self.seconds = 0.0  # spent measuring in this compilation
@@ -117,9 +116,8 @@ class Tuner:
         # this is a large share of the substituted graph's time; None once a site's saving
         # is unknown (a pin, a subgraph that could not be timed)
         self.saved_us: float | None = 0.0
-        # False: every site takes a kernel (:meth:`kernels_only`), even where keeping the
-        # subgraph measured faster (the whole-graph check's "kernels only" graph,
-        # matcher/graph_guard.py)
+        # False: every site takes a kernel (:meth:`kernels_only`) even where its subgraph
+        # measured faster: the whole-graph check's "kernels only" graph (graph_guard.py)
         self.keep = True
         # whether that graph would differ from this one at some site (worth compiling)
         self.kernels_differ = False
@@ -326,13 +324,15 @@ class Tuner:
 
 def kernels_only(decision: Decision, order: Sequence[str]) -> Decision:
     """A site's choice in the kernels-only graph: the kernel of highest priority (``order``)
-    within :data:`autotune.KERNELS_TIE` of the fastest kernel, even where the subgraph measured
-    faster; ``decision`` as it is where no kernel was timed.
+    within :data:`autotune.KERNELS_TIE` of the fastest kernel (of all that ran, where a busy
+    host made the timings untrusted), even where the subgraph measured faster; ``decision``
+    as it is where no kernel was timed.
 
         before: timings amx 417 us, onednn 334 us, subgraph 330 us -> keep the subgraph
         after:  kernels only -> onednn (amx is 25% slower: no tie)"""
     timings = [t for t in decision.timings if t.name != KEEP]
-    best = autotune.fastest(timings, order, tie=autotune.KERNELS_TIE)
+    tie = autotune.KERNELS_TIE if autotune.trusted(decision) else float("inf")
+    best = autotune.fastest(timings, order, tie=tie)
     if best == KEEP or best == decision.choice:
         return decision
     return Decision(best, decision.timings, "kernels only")

@@ -36,6 +36,17 @@ def test_a_site_that_kept_its_subgraph_takes_a_kernel():
     assert other.choice == "amx" and other.source == "kernels only"
 
 
+def test_timings_a_busy_host_made_untrusted_leave_the_kernel_to_priority():
+    """onednn measured twice as fast as amx, in rounds swinging 1-9x (a busy host): in the
+    kernels-only graph that is no ranking, and the kernel of higher priority runs."""
+    busy = [1.0e-4, 4.0e-4, 1.0e-4, 9.0e-4, 1.1e-4, 5.0e-4]
+    timings = [Timing("amx", 200.0, rounds=busy), Timing("onednn", 100.0), Timing(KEEP, 90.0)]
+    d = Decision(fastest(timings, ORDER), timings)
+    assert choose.kernels_only(d, ORDER).choice == "amx"
+    steady = [Timing("amx", 200.0), Timing("onednn", 100.0), Timing(KEEP, 90.0)]
+    assert choose.kernels_only(Decision(KEEP, steady), ORDER).choice == "onednn"
+
+
 def test_a_site_without_a_timed_kernel_is_left_as_it_is():
     d = Decision(KEEP, [Timing("amx", None, "declined"), Timing(KEEP, 90.0)])
     assert choose.kernels_only(d, ORDER) is d
