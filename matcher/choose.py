@@ -271,14 +271,14 @@ class Tuner:
         return decision
 
     def _account(self, decision: Decision) -> None:
-        """Add a site's saving to :attr:`saved_us` (a lower bound when the subgraph's time
-        is its library calls alone)."""
+        """Add a site's saving to :attr:`saved_us`: against a proxy's lower bound (its library
+        calls alone), unknown (None) from a pin or from timings a busy host made untrusted."""
         if decision.choice == KEEP or self.saved_us is None:
             return
-        # a proxy's time is an estimate: count the saving against its lower bound
         t = {x.name: x.us if x.low is None else x.low for x in decision.timings}
         keep, ours = t.get(KEEP), t.get(decision.choice)
-        if decision.source == "pinned" or keep is None or ours is None:
+        known = decision.source != "pinned" and autotune.trusted(decision)
+        if not known or keep is None or ours is None:
             self.saved_us = None
         else:
             self.saved_us += max(keep - ours, 0.0)
