@@ -24,8 +24,7 @@ subgraph's time (the proxy; ``benchmarks/x86_subgraph_proxy.py`` compares it wit
 subgraph per site). With ``PDLKIT_AUTOTUNE_SUBGRAPH=compile``, or on CUDA, the subgraph is
 compiled by Inductor and timed instead (`benchmarks/x86_models.py` compares these choices
 with whole-model timings). The sites' savings counted for the whole-graph check take the
-lower bound where the subgraph's time is the proxy's.
-Timings and choices are cached per host (:mod:`pdlkit.runtime_abi.autotune`).
+lower bound where the subgraph's time is the proxy's; timings and choices are cached per host.
 """
 
 from __future__ import annotations
@@ -112,9 +111,8 @@ class Tuner:
         self.model_bytes = cold.model_bytes([*example_inputs, *consts])
         self.seconds = 0.0  # spent measuring in this compilation
         # what the substituted sites save against their subgraphs, by their timings: the
-        # whole-graph check (matcher/graph_guard.py) skips compiling Inductor's graph when
-        # this is a large share of the substituted graph's time; None once a site's saving
-        # is unknown (a pin, a subgraph that could not be timed)
+        # whole-graph check skips compiling Inductor's graph when this is a large share of the
+        # substituted graph's time; None once a site's saving is unknown (:meth:`_account`)
         self.saved_us: float | None = 0.0
         # False: every site takes a kernel (:meth:`kernels_only`) even where its subgraph
         # measured faster: the whole-graph check's "kernels only" graph (graph_guard.py)
@@ -243,7 +241,8 @@ class Tuner:
         where: str,
         pin: str | None = None,
     ) -> Decision:
-        """The fastest of ``cands`` and ``subgraph`` (``args``: FX nodes and constants).
+        """The fastest of ``cands`` and ``subgraph`` (``args``: FX nodes and constants); where
+        a busy host made the timings untrusted, the kernel of highest priority that ran.
 
         ``subgraph`` is a callable ``(*args)`` with ``compile(args)`` for Inductor's code
         (``runtime_abi.fallback.ReplacedSubgraph``). A pinned kernel keeps its site; the timings
@@ -265,6 +264,7 @@ class Tuner:
             decision = Decision(pin, decision.timings, "pinned")
         else:
             other = kernels_only(decision, [k.name for k in cands])
+            decision = decision if autotune.trusted(decision) else other  # no ranking
             self.kernels_differ |= other.choice != decision.choice
             decision = decision if self.keep else other
         self._account(decision)

@@ -118,3 +118,23 @@ def test_a_saving_timed_on_a_busy_host_counts_as_unknown():
     assert tuner.saved_us == pytest.approx(400.0, rel=0.02)
     tuner._account(_site(BUSY_ROUNDS))
     assert tuner.saved_us is None
+
+
+def test_a_site_timed_on_a_busy_host_goes_by_priority(folders, monkeypatch):
+    """A site's timings in rounds swinging 1-9x rank nothing: fast_chain "measured" three
+    times faster than near_chain, yet near_chain, of higher priority, runs (with the same
+    timings steady, fast_chain runs)."""
+    from autotune_chain import FAST, calls, run
+    from test_autotune_kernels_only import NEAR
+
+    def measured(rounds):
+        timings = [Timing("fast_chain", 100.0, rounds=rounds), Timing("near_chain", 300.0),
+                   Timing(KEEP, 5000.0)]  # fmt: skip
+        return lambda *a: (Decision("fast_chain", timings), 0.0)
+
+    p, k = folders(FAST, NEAR)
+    monkeypatch.setattr(autotune, "BUSY", 0.5)  # the fixture trusts any spread
+    monkeypatch.setattr(choose, "cached_or_measured", measured(BUSY_ROUNDS))
+    assert calls(run(p, k, "full"), "near_chain") == 1
+    monkeypatch.setattr(choose, "cached_or_measured", measured(STEADY_ROUNDS))
+    assert calls(run(p, k, "full"), "fast_chain") == 1
