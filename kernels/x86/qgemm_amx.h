@@ -91,9 +91,8 @@ static int amx_cpu(int bit) {
 
 static int amx_probe(void); /* amx_selftest.h: this library's tile code runs and is right */
 
-/* Whether PDLKIT_FEATURES_OFF (runtime_abi/capability.py, which checks its spelling) turns this
- * family's tiles off, as on a CPU without them: an entry "amx" or "amx_tile" (every family), or
- * "amx_bf16" (bf16 = 1) / "amx_int8" (bf16 = 0); entries comma-separated, any case. Read once. */
+/* Whether the comma-separated list s has the entry name (given in lower case; the list's entries
+ * in any case, with spaces around them). */
 __attribute__((unused)) static int amx_named_off(const char *s, const char *name) {
     for (;;) {
         while (*s == ' ' || *s == ',') s++;
@@ -106,6 +105,9 @@ __attribute__((unused)) static int amx_named_off(const char *s, const char *name
     }
 }
 
+/* Whether PDLKIT_FEATURES_OFF (runtime_abi/capability.py, which checks its spelling) turns this
+ * family's tiles off, as on a CPU without them: an entry "amx" or "amx_tile" (every family), or
+ * "amx_bf16" (bf16 = 1) / "amx_int8" (bf16 = 0). Read once. */
 __attribute__((unused)) static int amx_turned_off(int bf16) {
     static int state[2] = {-1, -1}; /* -1: not read yet */
     int s = __atomic_load_n(&state[bf16], __ATOMIC_ACQUIRE);
@@ -118,6 +120,8 @@ __attribute__((unused)) static int amx_turned_off(int bf16) {
     return s;
 }
 
+/* 1 once this process may use the AMX tiles (asked once; later calls read the answer): the CPU
+ * has them, Linux grants the tile state, and this build's tile code passes its self-test. */
 __attribute__((unused)) static int amx_permitted(void) {
     static int state = -1; /* -1: not asked yet; 0: no; 1: yes */
     int s = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
