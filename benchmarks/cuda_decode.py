@@ -402,8 +402,8 @@ def gemm_row(case: Case, sweep: bool, copy_gbs: float) -> dict[str, Any]:
     row.update(time_peers(case, x, copies))
     del x
     for key in [k for k in row if k.endswith("_ms")]:
-        bf16 = 2 if key.startswith(("bf16", "copy")) else 1  # (a copy reads and writes)
-        row[key.replace("_ms", "_of_copy")] = bf16 * case.nbytes / row[key] / 1e6 / copy_gbs
+        moved = 2 if key.startswith(("bf16", "copy")) else 1  # BF16 weights; a copy writes too
+        row[key.replace("_ms", "_of_copy")] = moved * case.nbytes / row[key] / 1e6 / copy_gbs
     return row
 
 
