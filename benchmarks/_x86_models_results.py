@@ -229,7 +229,9 @@ def render(cases: list[Case], args: argparse.Namespace, header: list[str], secs:
             "## Kernels pdlkit substituted",
             "",
             "`pdlkit.stats()` after the compile: substitutions per kernel, and its tuning "
-            "counters (hits, misses, time measuring; what won per site) in round 1.",
+            "counters (hits, misses, time measuring; what won per site) in round 1; in "
+            "brackets, the whole-graph verdict pdlkit's first compile cached (which graph "
+            "runs, and each graph's time in the check: matcher/graph_guard.py).",
             "",
             *kernel_rows(cases),
             "",

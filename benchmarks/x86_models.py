@@ -58,6 +58,7 @@ import contextlib
 import copy
 import gc
 import inspect
+import json
 import os
 import shutil
 import statistics
@@ -131,6 +132,45 @@ def tuning_counters(stats: dict[str, Any], chosen: bool = True) -> str:
     return (text or "none") + (f" (chosen: {won_text})" if chosen and won_text else "")
 
 
+def verdicts(folder: Path) -> list[dict[str, Any]]:
+    """The whole-graph decisions (matcher/graph_guard.py) in a decision cache folder."""
+    from pdlkit.matcher.graph_guard import INDUCTOR, KERNELS, SUBSTITUTED
+
+    found: list[dict[str, Any]] = []
+
+    def walk(o: Any) -> None:
+        if isinstance(o, dict):
+            names = [t[0] for t in o.get("timings", []) if isinstance(t, list) and t]
+            if "choice" in o and any(n in (SUBSTITUTED, KERNELS, INDUCTOR) for n in names):
+                found.append(o)
+            for v in o.values():
+                walk(v)
+        elif isinstance(o, list):
+            for v in o:
+                walk(v)
+
+    for p in folder.rglob("*.json"):
+        try:
+            walk(json.loads(p.read_text()))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def verdict_text(folder: Path) -> str:
+    """``verdict: <the graph that runs> (each graph's time)`` per whole-graph verdict cached
+    in ``folder``; a graph whose verdict a busy host left uncached, or that was not timed
+    (training, in-place ops, dynamic shapes: graph_guard.timeable), leaves none."""
+    texts = []
+    for v in verdicts(folder):
+        times = ", ".join(
+            f"{n} {us / 1e3:.2f} ms" if us is not None else f"{n} ({note})"
+            for n, us, note, *_ in v["timings"]
+        )
+        texts.append(f"verdict: {v['choice']} ({times})")
+    return "; ".join(texts) or "verdict: none cached"
+
+
 def compile_once(
     conf: str, c: Conf, make: Callable[[], Any], x: torch.Tensor, attempt: str
 ) -> tuple[Any, Any]:
@@ -151,6 +191,8 @@ def compile_once(
     if conf.startswith("pdlkit"):
         s = pdlkit.stats()
         c.tuning.append(tuning_counters(s, chosen=attempt == "first"))
+        if conf == "pdlkit" and attempt == "first":  # what the whole-graph check read
+            c.tuning[-1] += f" [{verdict_text(Path(os.environ['PDLKIT_CACHE_DIR']))}]"
         by = {k: v.get("substitutions", 0) for k, v in s.get("by_kernel", {}).items()}
         c.kernels = ", ".join(f"{k} {n}" for k, n in sorted(by.items()) if n) or "none"
     return fn, out

@@ -24,7 +24,6 @@ the check read the substituted graph at twice its steady time).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import statistics
@@ -34,31 +33,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
-GRAPHS = ("substituted", "kernels only", "inductor")
-
-
-def verdicts(folder: Path) -> list[dict[str, Any]]:
-    """The whole-graph decisions in a decision cache folder."""
-    found: list[dict[str, Any]] = []
-
-    def walk(o: Any) -> None:
-        if isinstance(o, dict):
-            names = [t[0] for t in o.get("timings", []) if isinstance(t, list) and t]
-            if "choice" in o and any(n in GRAPHS for n in names):
-                found.append(o)
-            for v in o.values():
-                walk(v)
-        elif isinstance(o, list):
-            for v in o:
-                walk(v)
-
-    for p in folder.rglob("*.json"):
-        try:
-            walk(json.loads(p.read_text()))
-        except (OSError, ValueError):
-            continue
-    return found
 
 
 def _usage() -> tuple[int, int, float]:
@@ -147,12 +121,7 @@ def main() -> None:
             subs = pdlkit.stats()["substitutions"] if conf != "peer" else 0
             print(f"{conf}: compile {time.perf_counter() - t0:.1f} s, {subs} substitutions")
             fns[conf] = f
-        for v in verdicts(folder):
-            times = ", ".join(
-                f"{n} {us / 1e3:.2f} ms" if us is not None else f"{n} ({note})"
-                for n, us, note, *_ in v["timings"]
-            )
-            print(f"verdict: {v['choice']} ({times})")
+        print(xm.verdict_text(folder))
         # torch._dynamo.reset() before each compile dropped the compiled code of the ones
         # before it: they compile again on their next call (from the caches, or measuring
         # again where a busy host left a verdict uncached), here and not in the rounds
