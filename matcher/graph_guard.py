@@ -204,9 +204,10 @@ def _confident(
     )
     if glance.us is None or saved_us < GLANCE_SHARE * CONFIDENT * glance.us:
         return False, []
-    timings = _measure([(SUBSTITUTED, run)], device)
+    alone = [(SUBSTITUTED, run)]
+    timings = _measure(alone, device, _clear_of(saved_us))
     if _saves_enough(saved_us, timings[0]) and not autotune.steady(timings[0]):
-        timings = _measure([(SUBSTITUTED, run)], device)  # a second look (SECOND_LOOK)
+        timings = _measure(alone, device, _clear_of(saved_us))  # a second look (SECOND_LOOK)
     confident = _saves_enough(saved_us, timings[0])
     if confident and not autotune.steady(timings[0]):  # the sites' timings are suspect too
         confident = False
@@ -304,12 +305,70 @@ BUDGETS = 5
 LEAD, LEAD_BELOW_S = 1, 0.020
 
 
-def _measure(runs: list[tuple[str, Callable[[], Any]]], device: str) -> list[Timing]:
-    """The graphs' rounds; on CUDA as the host issues their calls, launches included: a
-    site's GPU time alone (runtime_abi/cuda_timing.py) leaves the host's cost to this check."""
+# A verdict settled before SAMPLES rounds: after at least EARLY rounds, one graph was the faster
+# in every round against each other kind (a graph with substitutions against Inductor's, or
+# Inductor's against each with substitutions), by at least DECISIVE of the slower's median. A
+# graph no faster than the other wins EARLY paired rounds in a row with probability 2^-EARLY
+# (0.8%, under SIGN_LEVEL), and the lead is twice the verdict's MARGIN; close calls still take
+# every round. The rounds of a large graph are most of its check: BERT-base 1x128 FP32 on the
+# AMD EPYC, three graphs at 230-270 ms a call, 10 s of rounds within the budget, its
+# substituted graph 15% ahead of Inductor's.
+EARLY, DECISIVE = 7, 2 * autotune.MARGIN
+
+
+def _decisive(found: dict[str, list[float]]) -> bool:
+    """Whether the rounds so far settle the verdict (see :data:`EARLY`). Without Inductor's
+    graph (the sites' saving was confident: it is beaten), graphs with substitutions are
+    settled after EARLY rounds: a wrong pick among them costs their difference, not a loss
+    to Inductor's code."""
+    theirs = found.get(INDUCTOR, [])
+    ours = [v for n, v in found.items() if n != INDUCTOR]
+    if INDUCTOR not in found:
+        return len(ours) > 1 and min(map(len, ours)) >= EARLY
+    if len(theirs) < EARLY or not all(ours):
+        return False
+
+    def leads(a: list[float], b: list[float]) -> bool:  # a faster in every round, decisively
+        pairs = list(zip(a, b, strict=False))
+        ahead = statistics.median(a) <= statistics.median(b) * (1 - DECISIVE)
+        return ahead and all(x < y for x, y in pairs)
+
+    best = min(ours, key=statistics.median)
+    return leads(best, theirs) or all(leads(theirs, v) for v in ours)
+
+
+def _clear_of(saved_us: float) -> Callable[[dict[str, list[float]]], bool]:
+    """For the substituted graph's rounds alone (:func:`_confident`): settled after EARLY
+    steady rounds whose median puts the sites' saving DECISIVE clear of CONFIDENT's line."""
+
+    def settled(found: dict[str, list[float]]) -> bool:
+        (rounds,) = found.values()
+        if len(rounds) < EARLY or not autotune.steady(Timing(SUBSTITUTED, rounds=rounds)):
+            return False
+        share = saved_us / (statistics.median(rounds) * 1e6)
+        return abs(share - CONFIDENT) >= DECISIVE * CONFIDENT
+
+    return settled
+
+
+def _measure(
+    runs: list[tuple[str, Callable[[], Any]]],
+    device: str,
+    settled: Callable[[dict[str, list[float]]], bool] = _decisive,
+) -> list[Timing]:
+    """The graphs' rounds, ended early where ``settled`` says (:data:`EARLY`); on CUDA as
+    the host issues their calls, launches included: a site's GPU time alone
+    (runtime_abi/cuda_timing.py) leaves the host's cost to this check."""
     budget = BUDGETS * autotune.budget_s()
     return autotune.measure(
-        runs, device, budget, samples=SAMPLES, lead=LEAD, lead_below=LEAD_BELOW_S, gpu_time=False
+        runs,
+        device,
+        budget,
+        samples=SAMPLES,
+        lead=LEAD,
+        lead_below=LEAD_BELOW_S,
+        gpu_time=False,
+        settled=settled,
     )
 
 

@@ -330,6 +330,7 @@ def measure(
     lead: int = 0,
     lead_below: float = math.inf,
     gpu_time: bool = True,
+    settled: Callable[[dict[str, list[float]]], bool] | None = None,
 ) -> list[Timing]:
     """Median time per call of each candidate, sampled round-robin within ``budget`` seconds.
 
@@ -341,7 +342,9 @@ def measure(
     ``gpu_time``: on CUDA, time the GPU work alone (a site: see :func:`_sample`), or the calls
     as the host issues them (a whole graph, whose launches are its own cost). Each
     candidate's samples are kept in ``Timing.rounds``, round by round, for a paired
-    comparison (matcher/graph_guard.py). A candidate that raises in its warm-up is excluded
+    comparison (matcher/graph_guard.py); ``settled``, given each one's samples after every
+    round, may end the rounds early (graph_guard's decisive lead). A candidate that raises in
+    its warm-up is excluded
     (its note says why); one whose first call takes the whole budget, or whose warm call
     still takes more than the budget's share, is stopped there and timed by that call
     (:func:`_first_calls`). A candidate with a ``warm_up`` method (a rotation
@@ -377,6 +380,8 @@ def measure(
             break
         for name, fn, reps, led in live if i % 2 == 0 else live[::-1]:
             found[name].append(_sample(fn, device, reps, led, gpu_time))
+        if settled is not None and settled(found):
+            break
     for name, values in found.items():
         timings[name].us = statistics.median(values) * 1e6
         timings[name].rounds = values

@@ -153,9 +153,9 @@ def test_a_small_saving_skips_timing_the_substituted_graph_alone(tmp_path, monke
     runs_measured = []
     real = graph_guard._measure
 
-    def counted(runs, device):
+    def counted(runs, device, *settled):
         runs_measured.append([name for name, _ in runs])
-        return real(runs, device)
+        return real(runs, device, *settled)
 
     monkeypatch.setattr(graph_guard, "_measure", counted)
     verdict, compiled, _ = _guarded(tmp_path, monkeypatch, 10.0)
@@ -406,7 +406,7 @@ def _choose_with(monkeypatch, tmp_path, measurements: list) -> tuple[str, int]:
 
     monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
     given = list(measurements)  # no saving given: the substituted graph is not timed alone
-    monkeypatch.setattr(graph_guard, "_measure", lambda runs, device: given.pop(0))
+    monkeypatch.setattr(graph_guard, "_measure", lambda runs, device, *settled: given.pop(0))
     verdict, _, _ = graph_guard.choose(
         "k", lambda: lambda *a: None, lambda: lambda *a: None, (torch.randn(2),), "cached"
     )
@@ -464,7 +464,7 @@ def _choose_saving(monkeypatch, tmp_path, saved_us: float, measurements: list):
 
     monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
     given, compiled = list(measurements), []
-    monkeypatch.setattr(graph_guard, "_measure", lambda runs, device: given.pop(0))
+    monkeypatch.setattr(graph_guard, "_measure", lambda runs, device, *settled: given.pop(0))
     verdict, _, decision = graph_guard.choose(
         "k", _graph_maker(compiled, "substituted", 0.0), _graph_maker(compiled, "inductor", 0.0),
         (torch.randn(2),), "cached", saved_us,
@@ -523,3 +523,96 @@ def test_inductors_graph_winning_past_a_small_saving_is_timed_once(monkeypatch, 
     looks = [_alone([1.0] * 21), _paired([1.1] * 21, [1.0] * 21)]
     verdict, measured, _, _ = _choose_saving(monkeypatch, tmp_path, 10.0, looks)
     assert (verdict, measured) == ("inductor", 2)
+
+
+def _rounds_of(tmp_path, monkeypatch, substituted_s, inductor_s):
+    """graph_guard.choose over two sleeping graphs: the verdict and each graph's rounds."""
+    from pdlkit.matcher import graph_guard
+
+    monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
+    verdict, _, decision = graph_guard.choose(
+        "k",
+        _graph_maker([], "substituted", substituted_s),
+        _graph_maker([], "inductor", inductor_s),
+        (torch.randn(2),),
+        "cached",
+    )
+    return verdict, [len(t.rounds) for t in decision.timings]
+
+
+def test_a_decisive_lead_ends_the_rounds_early(tmp_path, monkeypatch):
+    """A substituted graph at half of Inductor's time, faster in every round: its verdict is
+    settled after EARLY rounds, not SAMPLES (the rounds are most of a large graph's check)."""
+    from pdlkit.matcher import graph_guard
+
+    verdict, rounds = _rounds_of(tmp_path, monkeypatch, 0.001, 0.002)
+    assert verdict == graph_guard.SUBSTITUTED
+    assert rounds == [graph_guard.EARLY] * 2
+
+
+def test_inductors_decisive_lead_ends_the_rounds_early_too(tmp_path, monkeypatch):
+    from pdlkit.matcher import graph_guard
+
+    verdict, rounds = _rounds_of(tmp_path, monkeypatch, 0.002, 0.001)
+    assert verdict == graph_guard.INDUCTOR
+    assert rounds == [graph_guard.EARLY] * 2
+
+
+def test_only_a_lead_won_in_every_round_by_twice_the_margin_is_decisive():
+    """graph_guard._decisive on given rounds (seconds): a lead under DECISIVE, one round lost,
+    or fewer than EARLY rounds leave the verdict to all its rounds."""
+    from pdlkit.matcher.graph_guard import EARLY, INDUCTOR, _decisive
+
+    theirs = [1.0] * EARLY
+    assert _decisive({"substituted": [0.9] * EARLY, INDUCTOR: theirs})
+    assert not _decisive({"substituted": [0.95] * EARLY, INDUCTOR: theirs})  # 5% < 6%
+    assert not _decisive({"substituted": [0.9] * (EARLY - 1) + [1.1], INDUCTOR: theirs})
+    assert not _decisive({"substituted": [0.9] * (EARLY - 1), INDUCTOR: theirs[1:]})
+    # Inductor's graph settles it only against every graph with substitutions
+    both = {"substituted": [1.2] * EARLY, "kernels only": [0.97] * EARLY, INDUCTOR: theirs}
+    assert not _decisive(both)
+    assert _decisive({**both, "kernels only": [1.1] * EARLY})
+
+
+def test_without_inductors_graph_the_graphs_with_substitutions_take_early_rounds(
+    tmp_path, monkeypatch
+):
+    """A saving that skips Inductor's compile, and a kernels-only graph as fast as the
+    substituted one: the graph alone and the two together take EARLY rounds each, not
+    SAMPLES (neither choice can lose to Inductor's code)."""
+    from pdlkit.matcher import graph_guard
+
+    from pdlkit.runtime_abi import autotune
+
+    monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(autotune, "STEADY", float("inf"))  # a sleep's jitter is not the subject
+    measured = []
+    real = graph_guard._measure
+
+    def counted(runs, device, *settled):
+        timings = real(runs, device, *settled)
+        measured.append({t.name: len(t.rounds) for t in timings})
+        return timings
+
+    monkeypatch.setattr(graph_guard, "_measure", counted)
+    graph = _graph_maker([], "x", 0.001)
+    verdict, _, _ = graph_guard.choose(
+        "k", graph, _graph_maker([], "i", 0.003), (torch.randn(2),), "cached", 900.0, graph
+    )
+    assert verdict in (graph_guard.SUBSTITUTED, graph_guard.KERNELS)
+    early = graph_guard.EARLY
+    assert measured == [{"substituted": early}, {"substituted": early, "kernels only": early}]
+
+
+def test_the_graph_alone_settles_once_steady_and_clear_of_the_confident_line():
+    """graph_guard._clear_of: EARLY steady rounds whose median puts the saving at least
+    DECISIVE of CONFIDENT away from it, either side (1 ms rounds, CONFIDENT 15%)."""
+    from pdlkit.matcher.graph_guard import EARLY, _clear_of
+
+    steady = [0.001] * EARLY
+    assert _clear_of(600.0)({"substituted": steady})  # 60%: clearly confident
+    assert _clear_of(50.0)({"substituted": steady})  # 5%: clearly not
+    assert not _clear_of(150.0)({"substituted": steady})  # on the line: all the rounds
+    assert not _clear_of(600.0)({"substituted": steady[1:]})
+    unsteady = [0.001, 0.002] * EARLY
+    assert not _clear_of(600.0)({"substituted": unsteady})
