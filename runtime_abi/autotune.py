@@ -344,10 +344,9 @@ def measure(
     candidate's samples are kept in ``Timing.rounds``, round by round, for a paired
     comparison (matcher/graph_guard.py); ``settled``, given each one's samples after every
     round, may end the rounds early (graph_guard's decisive lead). A candidate that raises in
-    its warm-up is excluded
-    (its note says why); one whose first call takes the whole budget, or whose warm call
-    still takes more than the budget's share, is stopped there and timed by that call
-    (:func:`_first_calls`). A candidate with a ``warm_up`` method (a rotation
+    its warm-up is excluded (its note says why); one whose first call takes the whole budget,
+    or whose warm call still takes more than the budget's share, is stopped there and timed
+    by that call (:func:`_first_calls`). A candidate with a ``warm_up`` method (a rotation
     through copies of its weights, matcher/cold.py) runs it first, untimed, unless
     :func:`_prescreen` decides it on its first copy alone."""
     deadline = time.perf_counter() + budget

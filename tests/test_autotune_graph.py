@@ -581,7 +581,6 @@ def test_without_inductors_graph_the_graphs_with_substitutions_take_early_rounds
     substituted one: the graph alone and the two together take EARLY rounds each, not
     SAMPLES (neither choice can lose to Inductor's code)."""
     from pdlkit.matcher import graph_guard
-
     from pdlkit.runtime_abi import autotune
 
     monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
