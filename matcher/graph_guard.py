@@ -320,13 +320,16 @@ def _decisive(found: dict[str, list[float]]) -> bool:
     """Whether the rounds so far settle the verdict (see :data:`EARLY`). Without Inductor's
     graph (the sites' saving was confident: it is beaten), graphs with substitutions are
     settled after EARLY rounds: a wrong pick among them costs their difference, not a loss
-    to Inductor's code."""
-    theirs = found.get(INDUCTOR, [])
-    ours = [v for n, v in found.items() if n != INDUCTOR]
-    if INDUCTOR not in found:
-        return len(ours) > 1 and min(map(len, ours)) >= EARLY
-    if len(theirs) < EARLY or not all(ours):
+    to Inductor's code. Every graph's rounds must be steady (``autotune.steady``): a verdict
+    read from unsteady rounds is not cached (``autotune.trusted``), and more rounds steady it."""
+    if not found or min(map(len, found.values())) < EARLY:
         return False
+    if not all(autotune.steady(Timing(n, rounds=v)) for n, v in found.items()):
+        return False
+    theirs = found.get(INDUCTOR)
+    ours = [v for n, v in found.items() if n != INDUCTOR]
+    if theirs is None:
+        return len(ours) > 1
 
     def leads(a: list[float], b: list[float]) -> bool:  # a faster in every round, decisively
         pairs = list(zip(a, b, strict=False))

@@ -526,10 +526,13 @@ def test_inductors_graph_winning_past_a_small_saving_is_timed_once(monkeypatch, 
 
 
 def _rounds_of(tmp_path, monkeypatch, substituted_s, inductor_s):
-    """graph_guard.choose over two sleeping graphs: the verdict and each graph's rounds."""
+    """graph_guard.choose over two sleeping graphs: the verdict and each graph's rounds (a
+    sleep's jitter on a busy host is not the subject: any spread counts as steady)."""
     from pdlkit.matcher import graph_guard
+    from pdlkit.runtime_abi import autotune
 
     monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(autotune, "STEADY", float("inf"))
     verdict, _, decision = graph_guard.choose(
         "k",
         _graph_maker([], "substituted", substituted_s),
@@ -572,6 +575,17 @@ def test_only_a_lead_won_in_every_round_by_twice_the_margin_is_decisive():
     both = {"substituted": [1.2] * EARLY, "kernels only": [0.97] * EARLY, INDUCTOR: theirs}
     assert not _decisive(both)
     assert _decisive({**both, "kernels only": [1.1] * EARLY})
+
+
+def test_a_lead_in_unsteady_rounds_is_not_decisive():
+    """A lead won in every round, but over rounds that spread more than autotune.STEADY: more
+    rounds, as a verdict from unsteady rounds would not be cached (the next compile would
+    measure again)."""
+    from pdlkit.matcher.graph_guard import EARLY, INDUCTOR, _decisive
+
+    unsteady = [0.5, 0.9] * EARLY
+    assert not _decisive({"substituted": unsteady, INDUCTOR: [1.0] * 2 * EARLY})
+    assert not _decisive({"substituted": [0.5] * EARLY, "kernels only": unsteady[:EARLY]})
 
 
 def test_without_inductors_graph_the_graphs_with_substitutions_take_early_rounds(
