@@ -408,6 +408,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--control", action="store_true", help="also the peer compiled again: the same-code ratio"
     )
+    ap.add_argument(
+        "--show-rounds",
+        action="store_true",
+        help="print the whole-graph check's samples as x86_whole_graph.py --show-rounds does",
+    )
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     args.models = (args.models or ("bert-mini" if args.quick else ",".join(MODELS))).split(",")
@@ -438,6 +443,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     header = [*host_header(args.threads), warm_process(tmp)]
     print("\n".join(header), flush=True)
+    if args.show_rounds:  # after the warm-up: the models' checks only
+        import x86_whole_graph  # benchmarks/x86_whole_graph.py
+
+        x86_whole_graph.show_rounds()
     start = time.perf_counter()
     cases: list[Case] = []
     for name in args.models:

@@ -15,7 +15,8 @@ the model then runs at?
 ``--show-rounds`` prints, for each whole-graph measurement the check takes while compiling,
 every graph's samples in the order taken, with the same compiled graphs timed right before
 and right after it (21 samples of an untimed and a timed call, as the check's are), and for
-every sample the page faults, involuntary context switches and CPU time of all threads it cost:
+every sample the page faults, involuntary context switches and CPU time of all threads it cost,
+and per graph the CPU time other processes on the host spent over its samples (/proc/stat):
 whether a misreading is a transient of the first calls after compiling, or lasts as long as
 the compile's context (x86_whole_graph_xeon16_bertmini_int8s_t16_84e1e96.md: at 16 threads
 the check read the substituted graph at twice its steady time).
@@ -35,11 +36,22 @@ from typing import Any
 import torch
 
 
-def _usage() -> tuple[int, int, float]:
+def _host_busy_s() -> float:
+    """CPU seconds every process on the host has spent so far (user, nice, system, irq,
+    softirq and steal: /proc/stat's first line at USER_HZ 100; 0 where it is missing)."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return 0.0
+    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[:8])
+    return (user + nice + system + irq + softirq + steal) / 100
+
+
+def _usage() -> tuple[int, int, float, float]:
     """This process's minor page faults, involuntary context switches and CPU seconds (all
-    threads, user and system) so far."""
+    threads, user and system) so far, and the host's busy CPU seconds (:func:`_host_busy_s`)."""
     r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_minflt, r.ru_nivcsw, r.ru_utime + r.ru_stime
+    return r.ru_minflt, r.ru_nivcsw, r.ru_utime + r.ru_stime, _host_busy_s()
 
 
 def show_rounds() -> None:
@@ -51,23 +63,25 @@ def show_rounds() -> None:
     from pdlkit.runtime_abi import autotune
 
     measure, sample = graph_guard._measure, autotune._sample
-    costs: dict[Any, list[tuple[int, int, float]]] = {}  # per graph's call
+    costs: dict[Any, list[tuple[int, int, float, float]]] = {}  # per graph's call
 
     def counted(fn: Any, *args: Any, **kwargs: Any) -> float:
         before = _usage()
         seconds = sample(fn, *args, **kwargs)
-        faults, switches, cpu = (b - a for a, b in zip(before, _usage(), strict=True))
-        costs.setdefault(fn, []).append((int(faults), int(switches), float(cpu)))
+        faults, switches, cpu, host = (b - a for a, b in zip(before, _usage(), strict=True))
+        costs.setdefault(fn, []).append((int(faults), int(switches), cpu, host - cpu))
         return seconds
 
     def print_samples(label: str, run: Any, values: list[float]) -> None:
         mine = costs[run][-len(values) :]
+        others = sum(o for *_, o in mine)  # the host's busy CPU time outside this process
         print(
-            f"{label}: median {statistics.median(values) * 1e6:.0f} us; us / faults / "
+            f"{label}: median {statistics.median(values) * 1e6:.0f} us; other processes' CPU "
+            f"{others * 1e3:.0f} ms over {sum(values) * 2e3:.0f} ms of samples; us / faults / "
             "involuntary switches / CPU ms a sample, in order: "
             + " ".join(
                 f"{v * 1e6:.0f}/{f}/{c}/{t * 1e3:.1f}"
-                for v, (f, c, t) in zip(values, mine, strict=True)
+                for v, (f, c, t, _) in zip(values, mine, strict=True)
             )
         )
 
@@ -76,9 +90,9 @@ def show_rounds() -> None:
             values = [autotune._sample(run, device, 1, lead=1, gpu_time=False) for _ in range(21)]
             print_samples(f"{label}, {name}", run, values)
 
-    def shown(runs: list[tuple[str, Any]], device: str) -> list[Any]:
+    def shown(runs: list[tuple[str, Any]], device: str, *settled: Any) -> list[Any]:
         again(runs, device, "right before the check")
-        timings = measure(runs, device)
+        timings = measure(runs, device, *settled)
         for t in timings:
             print_samples(f"check, {t.name}", dict(runs)[t.name], t.rounds)
         again(runs, device, "right after the check")
