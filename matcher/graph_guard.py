@@ -63,7 +63,8 @@ _WRITING_OPERATORS = frozenset(
 
 def _writes(n: fx.Node) -> bool:
     """Whether ``n`` may write in place: a mutable schema, an in-place method or function
-    (named with a trailing "_", as ``add_``), or one of Python's in-place operators."""
+    (named with a trailing "_", as ``add_``; of the special methods, the in-place operators'
+    and item assignment's), or one of Python's in-place operators."""
     if n.op not in ("call_function", "call_method"):
         return False
     if n.target in (torch._C._set_grad_enabled, torch.Tensor.__setitem__):
@@ -71,8 +72,10 @@ def _writes(n: fx.Node) -> bool:
     if getattr(n.target, "__module__", None) == "_operator":
         return n.target in _WRITING_OPERATORS
     schema = getattr(n.target, "_schema", None)
-    name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
-    return (schema is not None and schema.is_mutable) or str(name).endswith("_")
+    name = str(n.target if isinstance(n.target, str) else getattr(n.target, "__name__", ""))
+    if name.startswith("__") and name.endswith("__"):  # a special method: "__eq__" returns
+        return getattr(operator, name.strip("_"), None) in _WRITING_OPERATORS  # "__iand__"
+    return (schema is not None and schema.is_mutable) or name.endswith("_")
 
 
 def graph_key(gm: fx.GraphModule, example_inputs: Sequence[Any], kernels: Sequence[str]) -> str:

@@ -357,6 +357,24 @@ def test_a_graph_that_combines_masks_with_and_is_timed_and_one_with_iand_is_not(
     assert not graph_guard.timeable(graph_of(operator.iand), masks)
 
 
+def test_a_graph_that_compares_with_a_special_method_is_timed_and_one_with_iand_is_not():
+    """``call_method __eq__`` (transformers 5.17's GPT-2 and Llama masks under Dynamo on torch
+    2.11) returns a new value, though its name ends with "_"; ``__iand__`` writes."""
+    from pdlkit.matcher import graph_guard
+
+    def graph_of(method):
+        g = torch.fx.Graph()
+        a, b = g.placeholder("a"), g.placeholder("b")
+        g.output(g.call_method(method, (a, b)))
+        return torch.fx.GraphModule(torch.nn.Module(), g)
+
+    masks = [torch.ones(2, dtype=torch.bool), torch.zeros(2, dtype=torch.bool)]
+    for method in ("__eq__", "__and__", "__getitem__"):
+        assert graph_guard.timeable(graph_of(method), masks), method
+    for method in ("__iand__", "__setitem__", "add_"):
+        assert not graph_guard.timeable(graph_of(method), masks), method
+
+
 def test_parameters_that_require_grad_under_no_grad_do_not_stop_the_whole_graph_check():
     """Dynamo lifts a module's parameters to graph inputs (torch 2.13), and they require grad;
     under no_grad the graph is an inference graph all the same, and is timed. With grad mode
