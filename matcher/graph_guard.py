@@ -36,19 +36,28 @@ KERNELS = "kernels only"  # a kernel at every site, near ties by priority (choos
 
 def timeable(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> bool:
     """Whether running ``gm`` again on its example inputs is invisible to the caller, and
-    its shapes are static. (With dynamic shapes each site chooses per shape bucket at run
-    time instead; compiling both graphs would also add both compilers' shape guards to the
-    frame, and with them recompilations.)"""
+    its shapes are static (see :func:`untimeable`)."""
+    return not untimeable(gm, example_inputs)
+
+
+def untimeable(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> str:
+    """Why ``gm`` is not timed as a whole ("" when it is): a training graph, dynamic shapes
+    (each site then chooses per shape bucket at run time; compiling both graphs would also
+    add both compilers' shape guards to the frame, and with them recompilations), or a node
+    that may write in place (running the graph again would be seen)."""
     if grad_inputs(example_inputs):  # a training graph (not parameters under no_grad)
-        return False
+        return "a training graph (inputs need gradients)"
     for n in gm.graph.nodes:
         if n.op == "placeholder":
             v = n.meta.get("example_value", n.meta.get("val"))
             if isinstance(v, torch.SymInt) or (
                 isinstance(v, torch.Tensor) and not all(type(d) is int for d in v.shape)
             ):
-                return False
-    return not any(_writes(n) for n in gm.graph.nodes)
+                return f"dynamic shapes (input {n.name})"
+    writer = next((n for n in gm.graph.nodes if _writes(n)), None)
+    if writer is not None:
+        return f"node {writer.name} ({_target_name(writer)}) may write in place"
+    return ""
 
 
 # Python's in-place operators (``x &= m`` traces to ``operator.iand``) and item assignment;
@@ -72,10 +81,14 @@ def _writes(n: fx.Node) -> bool:
     if getattr(n.target, "__module__", None) == "_operator":
         return n.target in _WRITING_OPERATORS
     schema = getattr(n.target, "_schema", None)
-    name = str(n.target if isinstance(n.target, str) else getattr(n.target, "__name__", ""))
+    name = _target_name(n)
     if name.startswith("__") and name.endswith("__"):  # a special method: "__eq__" returns
         return getattr(operator, name.strip("_"), None) in _WRITING_OPERATORS  # "__iand__"
     return (schema is not None and schema.is_mutable) or name.endswith("_")
+
+
+def _target_name(n: fx.Node) -> str:
+    return str(n.target if isinstance(n.target, str) else getattr(n.target, "__name__", ""))
 
 
 def graph_key(gm: fx.GraphModule, example_inputs: Sequence[Any], kernels: Sequence[str]) -> str:

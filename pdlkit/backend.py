@@ -299,6 +299,7 @@ class PdlkitBackend:
                 codegen=opts.default_codegen,
                 keep_sites=known != graph_guard.KERNELS,
             )
+        whole_graph.note_unmeasured(report, key, opts, plan, example_inputs, gm)
         if report.skipped and not self.explain_only:
             self.session.warn_once(
                 f"pdlkit: graph {index} left to Inductor: {report.skipped}", key="skipped"

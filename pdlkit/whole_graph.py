@@ -34,12 +34,34 @@ Rerun = Callable[[], tuple[fx.GraphModule, GraphReport]]
 def measured(opts: Options, plan: Plan, example_inputs: list[Any], gm: fx.GraphModule) -> bool:
     """Whether the whole graph is measured (matcher/graph_guard.py): autotune on, this host,
     no kernel pins (pins decide, unmeasured), a graph that can run again unseen."""
+    return checked(opts, plan) and graph_guard.timeable(gm, example_inputs)
+
+
+def checked(opts: Options, plan: Plan) -> bool:
+    """Whether this compilation's graphs are measured where they can run again unseen."""
     return (
         resolve_mode(opts.autotune) != "off"
         and plan.target.name == "host"
         and not any(p.kernel for p in plan.patterns.patterns)
-        and graph_guard.timeable(gm, example_inputs)
     )
+
+
+def note_unmeasured(
+    report: GraphReport,
+    key: str,
+    opts: Options,
+    plan: Plan,
+    example_inputs: list[Any],
+    gm: fx.GraphModule,
+) -> None:
+    """For explain: why a substituted graph that the check would measure is not (no verdict
+    ``key``), in ``report.whole_graph``, e.g. "not measured: node eq (__eq__) may write in
+    place"."""
+    if key or not report.substitutions or not checked(opts, plan):
+        return
+    why = graph_guard.untimeable(gm, example_inputs)
+    if why:
+        report.whole_graph = f"not measured: {why}"
 
 
 def verdict_key(

@@ -375,6 +375,26 @@ def test_a_graph_that_compares_with_a_special_method_is_timed_and_one_with_iand_
         assert not graph_guard.timeable(graph_of(method), masks), method
 
 
+def test_explain_says_why_a_graph_that_writes_in_place_is_not_measured_whole(folders):
+    """A graph the whole-graph check cannot run again unseen keeps its sites' choices; explain
+    names the node that stopped the check (transformers 5.17's masks on torch 2.11 went
+    unchecked for weeks, seen only as a missing verdict)."""
+    p, k = folders(FAST)
+
+    class WritingChain(torch.nn.Module):
+        def forward(self, a, b, c, buf):
+            buf.add_(1)
+            return (a @ b) @ c
+
+    report = pdlkit.explain(
+        WritingChain(), *inputs(), torch.zeros(2), patterns=p, kernels=k, autotune="cached"
+    )
+    (graph,) = report.graphs
+    assert [s.kernel for s in graph.substitutions] == ["fast_chain"]
+    assert re.fullmatch(r"not measured: node \w+ \(add_\) may write in place", graph.whole_graph)
+    assert f"whole graph: {graph.whole_graph}" in str(report)
+
+
 def test_parameters_that_require_grad_under_no_grad_do_not_stop_the_whole_graph_check():
     """Dynamo lifts a module's parameters to graph inputs (torch 2.13), and they require grad;
     under no_grad the graph is an inference graph all the same, and is timed. With grad mode
