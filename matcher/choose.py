@@ -44,7 +44,7 @@ from pdlkit.matcher import cold, lowered
 from pdlkit.matcher.canonicalize import weight_views
 from pdlkit.runtime_abi import autotune, triton_binding
 from pdlkit.runtime_abi.autotune import KEEP, Decision, Excluded, Timing
-from pdlkit.runtime_abi.binding import bind, needs_guard
+from pdlkit.runtime_abi.binding import bind, needs_guard, past_first_checks
 from pdlkit.runtime_abi.binding_stats import count, uncounted
 from pdlkit.runtime_abi.kernel import KernelDecl
 from pdlkit.runtime_abi.outputs import fresh
@@ -341,17 +341,16 @@ def kernels_only(decision: Decision, order: Sequence[str]) -> Decision:
 def timing_site(
     k: KernelDecl, where: str, transposed: tuple[int, ...] = (), guard: bool = True
 ) -> tuple[Any, int]:
-    """``k``'s bound op and a call site of its own for timing calls: a declined call raises
-    :class:`Excluded` instead of running the subgraph. Free it with ``drop_site``. ``guard``:
-    as the compiled site's (``needs_guard``; guarded, a native GEMM's call took 12 us more)."""
+    """``k``'s bound op and a call site of its own for timing calls (past its first checks):
+    a declined call raises :class:`Excluded` instead of running the subgraph. Free it with
+    ``drop_site``. ``guard``: as the compiled site's (``needs_guard``; 12 us a native GEMM)."""
 
     def declined(*_: Any) -> Any:
         raise Excluded("declined the call (KernelUnsupported)")
 
-    site = CallSite(
-        k, f"autotune at {where}", where, "", declined, transposed=transposed, static=True,
-        guard=guard,
-    )  # fmt: skip
+    site = CallSite(k, f"autotune at {where}", where, "", declined, transposed=transposed)
+    site.static, site.guard = True, guard
+    past_first_checks(site)
     return bind(k), new_site(site)
 
 

@@ -26,6 +26,7 @@ from pdlkit.matcher.report import GraphReport
 from pdlkit.plan import Options, Plan
 from pdlkit.runtime_abi import autotune
 from pdlkit.runtime_abi.autotune import Decision, resolve_mode
+from pdlkit.runtime_abi.binding import DeferredChecks
 from pdlkit.runtime_abi.binding_stats import count
 
 Rerun = Callable[[], tuple[fx.GraphModule, GraphReport]]
@@ -118,25 +119,31 @@ def faster_graph(
 
     kernels = [s.kernel for s in report.substitutions]
     other: list[GraphReport] = []
+    deferred = DeferredChecks()  # timed as the model runs them, past their first checks
+
+    def substituted(traced: fx.GraphModule) -> Callable[..., Any]:
+        fn = inductor_options.compile_substituted(traced, example_inputs, patches)
+        deferred.add(traced)
+        return cast(Callable[..., Any], fn)
 
     def kernels_only() -> Callable[..., Any]:
         assert rerun is not None
         traced_k, report_k = rerun()
         other.append(report_k)
-        return cast(
-            Callable[..., Any],
-            inductor_options.compile_substituted(traced_k, example_inputs, patches),
-        )
+        return substituted(traced_k)
 
-    verdict, fn, decision = graph_guard.choose(
-        graph_guard.graph_key(gm, example_inputs, kernels),
-        lambda: inductor_options.compile_substituted(traced, example_inputs, patches),
-        lambda: compile_fx(gm, example_inputs, config_patches=dict(opts.config_patches())),
-        example_inputs,
-        resolve_mode(opts.autotune),
-        report.sites_saved_us,
-        kernels_only if rerun is not None else None,
-    )
+    try:
+        verdict, fn, decision = graph_guard.choose(
+            graph_guard.graph_key(gm, example_inputs, kernels),
+            lambda: substituted(traced),
+            lambda: compile_fx(gm, example_inputs, config_patches=dict(opts.config_patches())),
+            example_inputs,
+            resolve_mode(opts.autotune),
+            report.sites_saved_us,
+            kernels_only if rerun is not None else None,
+        )
+    finally:
+        deferred.restore()
     report.whole_graph = decision.describe()
     if verdict != graph_guard.SUBSTITUTED:
         for k in kernels:

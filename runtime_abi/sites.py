@@ -210,6 +210,12 @@ def new_site(site: CallSite, owner: Any = None, key: int | None = None) -> int:
     return sid
 
 
+def owned(owner: Any) -> list[CallSite]:
+    """The call sites registered with ``owner`` (:func:`new_site`), in registration order."""
+    mine = owner.__dict__.get(_OWNED) if hasattr(owner, "__dict__") else None
+    return [cs for _, cs in mine.ids] if mine is not None else []
+
+
 def site(sid: int) -> CallSite | None:
     return _SITES.get(sid)
 
