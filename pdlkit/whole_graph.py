@@ -121,21 +121,21 @@ def faster_graph(
     other: list[GraphReport] = []
     deferred = DeferredChecks()  # timed as the model runs them, past their first checks
 
-    def substituted(traced: fx.GraphModule) -> Callable[..., Any]:
-        fn = inductor_options.compile_substituted(traced, example_inputs, patches)
-        deferred.add(traced)
+    def compiled(graph: fx.GraphModule) -> Callable[..., Any]:  # a graph with substitutions
+        fn = inductor_options.compile_substituted(graph, example_inputs, patches)
+        deferred.add(graph)
         return cast(Callable[..., Any], fn)
 
     def kernels_only() -> Callable[..., Any]:
         assert rerun is not None
         traced_k, report_k = rerun()
         other.append(report_k)
-        return substituted(traced_k)
+        return compiled(traced_k)
 
     try:
         verdict, fn, decision = graph_guard.choose(
             graph_guard.graph_key(gm, example_inputs, kernels),
-            lambda: substituted(traced),
+            lambda: compiled(traced),
             lambda: compile_fx(gm, example_inputs, config_patches=dict(opts.config_patches())),
             example_inputs,
             resolve_mode(opts.autotune),
