@@ -374,6 +374,15 @@ def test_a_graph_that_writes_in_place_is_not_run_again_to_time_it():
     assert graph_guard.timeable(torch.fx.symbolic_trace(lambda x: x * 2), [torch.randn(2)])
 
 
+def _masks_graph(op: str, target) -> tuple[torch.fx.GraphModule, list[torch.Tensor]]:
+    """A graph of one ``op`` node (``call_function`` / ``call_method``) over two masks."""
+    g = torch.fx.Graph()
+    a, b = g.placeholder("a"), g.placeholder("b")
+    g.output(g.create_node(op, target, (a, b)))
+    masks = [torch.ones(2, dtype=torch.bool), torch.zeros(2, dtype=torch.bool)]
+    return torch.fx.GraphModule(torch.nn.Module(), g), masks
+
+
 def test_a_graph_that_combines_masks_with_and_is_timed_and_one_with_iand_is_not():
     """``operator.and_`` (``a & b``, as transformers' GPT-2 and Llama build their attention
     masks) returns a new value, though its name ends with "_"; ``operator.iand`` writes."""
@@ -381,16 +390,9 @@ def test_a_graph_that_combines_masks_with_and_is_timed_and_one_with_iand_is_not(
 
     from pdlkit.matcher import graph_guard
 
-    def graph_of(op):
-        g = torch.fx.Graph()
-        a, b = g.placeholder("a"), g.placeholder("b")
-        g.output(g.call_function(op, (a, b)))
-        return torch.fx.GraphModule(torch.nn.Module(), g)
-
-    masks = [torch.ones(2, dtype=torch.bool), torch.zeros(2, dtype=torch.bool)]
-    assert graph_guard.timeable(graph_of(operator.and_), masks)
-    assert graph_guard.timeable(graph_of(operator.or_), masks)
-    assert not graph_guard.timeable(graph_of(operator.iand), masks)
+    assert graph_guard.timeable(*_masks_graph("call_function", operator.and_))
+    assert graph_guard.timeable(*_masks_graph("call_function", operator.or_))
+    assert not graph_guard.timeable(*_masks_graph("call_function", operator.iand))
 
 
 def test_a_graph_that_compares_with_a_special_method_is_timed_and_one_with_iand_is_not():
@@ -398,17 +400,10 @@ def test_a_graph_that_compares_with_a_special_method_is_timed_and_one_with_iand_
     2.11) returns a new value, though its name ends with "_"; ``__iand__`` writes."""
     from pdlkit.matcher import graph_guard
 
-    def graph_of(method):
-        g = torch.fx.Graph()
-        a, b = g.placeholder("a"), g.placeholder("b")
-        g.output(g.call_method(method, (a, b)))
-        return torch.fx.GraphModule(torch.nn.Module(), g)
-
-    masks = [torch.ones(2, dtype=torch.bool), torch.zeros(2, dtype=torch.bool)]
     for method in ("__eq__", "__and__", "__getitem__"):
-        assert graph_guard.timeable(graph_of(method), masks), method
+        assert graph_guard.timeable(*_masks_graph("call_method", method)), method
     for method in ("__iand__", "__setitem__", "add_"):
-        assert not graph_guard.timeable(graph_of(method), masks), method
+        assert not graph_guard.timeable(*_masks_graph("call_method", method)), method
 
 
 def test_explain_says_why_a_graph_that_writes_in_place_is_not_measured_whole(folders):
