@@ -192,7 +192,10 @@ def compile_once(
         s = pdlkit.stats()
         c.tuning.append(tuning_counters(s, chosen=attempt == "first"))
         if conf == "pdlkit" and attempt == "first":  # what the whole-graph check read
-            c.tuning[-1] += f" [{verdict_text(Path(os.environ['PDLKIT_CACHE_DIR']))}]"
+            text = verdict_text(Path(os.environ["PDLKIT_CACHE_DIR"]))
+            if s.get("graphs_not_measured"):  # graph_guard.untimeable: explain says why
+                text += f"; {s['graphs_not_measured']} graph(s) not measured"
+            c.tuning[-1] += f" [{text}]"
         by = {k: v.get("substitutions", 0) for k, v in s.get("by_kernel", {}).items()}
         c.kernels = ", ".join(f"{k} {n}" for k, n in sorted(by.items()) if n) or "none"
     return fn, out

@@ -299,7 +299,9 @@ class PdlkitBackend:
                 codegen=opts.default_codegen,
                 keep_sites=known != graph_guard.KERNELS,
             )
-        whole_graph.note_unmeasured(report, key, opts, plan, example_inputs, gm)
+        whole_graph.note_unmeasured(
+            report, key, opts, plan, example_inputs, gm, counted=not self.explain_only
+        )
         if report.skipped and not self.explain_only:
             self.session.warn_once(
                 f"pdlkit: graph {index} left to Inductor: {report.skipped}", key="skipped"

@@ -54,15 +54,19 @@ def note_unmeasured(
     plan: Plan,
     example_inputs: list[Any],
     gm: fx.GraphModule,
+    counted: bool,
 ) -> None:
-    """For explain: why a substituted graph that the check would measure is not (no verdict
-    ``key``), in ``report.whole_graph``, e.g. "not measured: node eq (__eq__) may write in
-    place"."""
+    """Why a substituted graph that the check would measure is not (no verdict ``key``), for
+    explain in ``report.whole_graph``, e.g. "not measured: node eq (__eq__) may write in
+    place"; and, where ``counted`` (a compilation, not explain), in ``stats()`` as
+    ``graphs_not_measured``."""
     if key or not report.substitutions or not checked(opts, plan):
         return
     why = graph_guard.untimeable(gm, example_inputs)
     if why:
         report.whole_graph = f"not measured: {why}"
+        if counted:
+            count("graphs_not_measured", "(whole graph)")
 
 
 def verdict_key(

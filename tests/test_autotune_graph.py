@@ -424,6 +424,12 @@ def test_explain_says_why_a_graph_that_writes_in_place_is_not_measured_whole(fol
     assert [s.kernel for s in graph.substitutions] == ["fast_chain"]
     assert re.fullmatch(r"not measured: node \w+ \(add_\) may write in place", graph.whole_graph)
     assert f"whole graph: {graph.whole_graph}" in str(report)
+    pdlkit.stats(reset=True)
+    torch._dynamo.reset()
+    with torch.no_grad():  # compiled, the graph is counted: stats() shows it too
+        fast = pdlkit.optimize(WritingChain(), patterns=p, kernels=k, autotune="cached")
+        fast(*inputs(), torch.zeros(2))
+    assert pdlkit.stats()["graphs_not_measured"] == 1
 
 
 def test_parameters_that_require_grad_under_no_grad_do_not_stop_the_whole_graph_check():
