@@ -48,7 +48,10 @@ Reported per row: median latency per call over all windows, pdlkit / peer as the
 per-window ratios (target <= 1.02), accuracy of the second compile's first output against the
 same model run eagerly (max abs error, cosine), compile costs: pdlkit's first compile / the
 peer's first compile (target <= 1.3x) and pdlkit's second compile / the peer's second compile
-(target <= 1.05x), medians over rounds; the kernels pdlkit substituted (``pdlkit.stats()``).
+(target <= 1.05x), medians over rounds; the kernels pdlkit substituted (``pdlkit.stats()``),
+with the whole-graph verdict pdlkit's first compile cached (and how many graphs it could not
+time: ``stats()["graphs_not_measured"]``). ``--show-rounds`` prints the check's samples as
+``x86_whole_graph.py --show-rounds`` does, inside this sequence of compiles.
 """
 
 from __future__ import annotations
