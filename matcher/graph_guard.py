@@ -336,8 +336,9 @@ def _decisive(found: dict[str, list[float]]) -> bool:
     """Whether the rounds so far settle the verdict (see :data:`EARLY`). Without Inductor's
     graph in the rounds (the sites' saving was confident, or it did not compile: it cannot
     be chosen), graphs with substitutions are settled after EARLY rounds: a wrong pick among
-    them costs their difference, not a loss to Inductor's code. Every graph's rounds must be steady (``autotune.steady``): a verdict
-    read from unsteady rounds is not cached (``autotune.trusted``), and more rounds steady it."""
+    them costs their difference, not a loss to Inductor's code. Every graph's rounds must be
+    steady (``autotune.steady``): a verdict read from unsteady rounds is not cached
+    (``autotune.trusted``), and more rounds steady it."""
     if not found or min(map(len, found.values())) < EARLY:
         return False
     if not all(autotune.steady(Timing(n, rounds=v)) for n, v in found.items()):
