@@ -146,21 +146,31 @@ def _guarded(tmp_path, monkeypatch, saved_us):
     return verdict, compiled, decision
 
 
+def _recorded_measures(monkeypatch):
+    """graph_guard._measure, recording each call's timings as it returned them (a copy of
+    the list: graph_guard.choose adds its failed and skipped graphs to it)."""
+    from pdlkit.matcher import graph_guard
+
+    calls = []
+    real = graph_guard._measure
+
+    def recorded(runs, device, *settled):
+        timings = real(runs, device, *settled)
+        calls.append(list(timings))
+        return timings
+
+    monkeypatch.setattr(graph_guard, "_measure", recorded)
+    return calls
+
+
 def test_a_small_saving_skips_timing_the_substituted_graph_alone(tmp_path, monkeypatch):
     """Sites that saved 10 us of a 1 ms graph cannot reach CONFIDENT: after a glance the graph
     is not given its own full rounds, which the timing of both graphs repeats anyway."""
-    from pdlkit.matcher import graph_guard
 
-    runs_measured = []
-    real = graph_guard._measure
-
-    def counted(runs, device, *settled):
-        runs_measured.append([name for name, _ in runs])
-        return real(runs, device, *settled)
-
-    monkeypatch.setattr(graph_guard, "_measure", counted)
+    measured = _recorded_measures(monkeypatch)
     verdict, compiled, _ = _guarded(tmp_path, monkeypatch, 10.0)
     assert compiled == ["substituted", "inductor"]
+    runs_measured = [[t.name for t in timings] for timings in measured]
     assert ["substituted"] not in runs_measured  # only the rounds of both graphs
 
 
@@ -674,22 +684,15 @@ def test_without_inductors_graph_the_graphs_with_substitutions_take_early_rounds
 
     monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(autotune, "STEADY", float("inf"))  # a sleep's jitter is not the subject
-    measured = []
-    real = graph_guard._measure
-
-    def counted(runs, device, *settled):
-        timings = real(runs, device, *settled)
-        measured.append({t.name: len(t.rounds) for t in timings})
-        return timings
-
-    monkeypatch.setattr(graph_guard, "_measure", counted)
+    measured = _recorded_measures(monkeypatch)
     graph = _graph_maker([], "x", 0.001)
     verdict, _, _ = graph_guard.choose(
         "k", graph, _graph_maker([], "i", 0.003), (torch.randn(2),), "cached", 900.0, graph
     )
     assert verdict in (graph_guard.SUBSTITUTED, graph_guard.KERNELS)
     early = graph_guard.EARLY
-    assert measured == [{"substituted": early}, {"substituted": early, "kernels only": early}]
+    rounds = [{t.name: len(t.rounds) for t in timings} for timings in measured]
+    assert rounds == [{"substituted": early}, {"substituted": early, "kernels only": early}]
 
 
 def test_the_graph_alone_settles_once_steady_and_clear_of_the_confident_line():
