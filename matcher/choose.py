@@ -21,11 +21,10 @@ GEMM on a packed weight under freezing), the rest of its ops eagerly. Those call
 lower bound of Inductor's time and the eager run about an upper one: a kernel slower than the
 upper bound loses, one faster than the lower bound wins, and in between the eager run is the
 subgraph's time (the proxy; ``benchmarks/x86_subgraph_proxy.py`` compares it with the compiled
-subgraph per site). With ``PDLKIT_AUTOTUNE_SUBGRAPH=compile``, or on CUDA, the subgraph is
-compiled by Inductor and timed instead (`benchmarks/x86_models.py` compares these choices
-with whole-model timings). The sites' savings counted for the whole-graph check take the
-lower bound where the subgraph's time is the proxy's; timings and choices are cached per host.
-"""
+subgraph per site). With ``PDLKIT_AUTOTUNE_SUBGRAPH=compile``, or on CUDA, Inductor compiles
+the subgraph and it is timed (`benchmarks/x86_models.py` compares these choices with whole
+models). The sites' savings for the whole-graph check take the lower bound where the subgraph's
+time is the proxy's. Timings and choices are cached per host."""
 
 from __future__ import annotations
 
@@ -121,6 +120,7 @@ class Tuner:
         self.kernels_differ = False
         # some site was timed on a busy host (autotune.trusted): cache no whole-graph verdict
         self.unsteady = False
+        self.used: dict[str, str] = {}  # decision key -> choice, of every site (record_memo.py)
 
     # real arguments ---------------------------------------------------------------------------
     def value(self, node: fx.Node) -> Any:
@@ -257,6 +257,7 @@ class Tuner:
             self.seconds += spent
             self.unsteady |= not autotune.trusted(decision)
         self._memo[key] = decision
+        self.used[key] = decision.choice
         names = {k.name for k in cands}
         if decision.choice != KEEP and decision.choice not in names:
             decision = Decision(cands[0].name, decision.timings, "static")  # a stale entry

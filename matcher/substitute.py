@@ -28,12 +28,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch.fx as fx
+from pdlkit.matcher import record_memo
 from pdlkit.matcher.choose import Tuner
 from pdlkit.matcher.fx_rewrite import rewrite_fx as replay
 from pdlkit.matcher.match import MatchSession, root_ops
 from pdlkit.matcher.match_context import MatchContext, batches, match_context
 from pdlkit.matcher.patterns import Pattern, PatternSet
 from pdlkit.matcher.pick import RegistryChoice
+from pdlkit.matcher.record_memo import Memo
 from pdlkit.matcher.records import Record, SubstitutionError
 from pdlkit.matcher.report import GraphReport
 from pdlkit.matcher.why import pattern_why, walk_candidates
@@ -63,6 +65,7 @@ def substitute(
     why: Sequence[str] = (),
     near_misses: bool = True,
     tuner: Tuner | None = None,
+    memo: Memo | None = None,
 ) -> Outcome:
     """Rewrite every subgraph of ``gm`` that a pattern matches into a kernel call, in place.
 
@@ -71,16 +74,60 @@ def substitute(
 
         before: linear = aten.linear(x, w, b); gelu = aten.gelu(linear); return (gelu,)
         after:  linear_gelu = pdlkit.linear_gelu_numba(x, w, b, 'none', 1); return (linear_gelu,)
+
+    ``memo``: where this graph's records were kept by an earlier compilation with the same
+    plan (matcher/record_memo.py): replayed without matching if they fit, else kept there.
     """
     report = GraphReport(index=index, nodes=len(gm.graph.nodes))
-    mc = match_context(patterns)
     for p in patterns.patterns:
         if not p.active_on(target):
             report.silent[p.name] = "disabled" if not p.enabled else f"not for target {target.name}"
+    digest = record_memo.graph_digest(gm) if memo is not None else ""
+    t0 = time.perf_counter()
+    s = _recalled(memo, gm, digest, patterns, registry, target, report, tuner)
+    recalled = s is not None
+    if s is None:
+        s = _matched(gm, patterns, registry, target, report, tuner, why, near_misses)
+    t2 = time.perf_counter()
+    if s.errors:
+        raise SubstitutionError("\n".join(dict.fromkeys(s.errors)))
+    report.near_misses = s.near
+    report.kept = s.kept
+    subs = replay(gm, s, verify) if rewrite_fx and s.records else []
+    report.substitutions = subs
+    if memo is not None and subs and not recalled:
+        _keep(memo, digest, s, report.silent, tuner)
+    t3 = time.perf_counter()
+    if subs:
+        gm.recompile()  # FX's Python codegen, as after any FX pass; reported on its own
+    imported = report.timings.get("mlir_import", 0.0)
+    report.timings.update(
+        mlir_import=imported,
+        pdl_apply=t2 - t0 - imported if not recalled else 0.0,
+        recalled=t2 - t0 if recalled else 0.0,
+        fx_rewrite=t3 - t2,
+        fx_codegen=time.perf_counter() - t3,
+    )
+    return Outcome(gm, report, s.records)
+
+
+def _matched(
+    gm: fx.GraphModule,
+    patterns: PatternSet,
+    registry: KernelRegistry,
+    target: Target,
+    report: GraphReport,
+    tuner: Tuner | None,
+    why: Sequence[str],
+    near_misses: bool,
+) -> MatchSession:
+    """The graph imported into MLIR and the patterns applied: the session holding the
+    records (``report``: silent patterns, ``--why`` walks, the import's time)."""
+    mc = match_context(patterns)
     with patterns.lock:
         t0 = time.perf_counter()
         imported = mc.importer.import_graph(gm)
-        t1 = time.perf_counter()
+        report.timings["mlir_import"] = time.perf_counter() - t0
         s = MatchSession(gm, imported.inputs, RegistryChoice(gm, registry, target, tuner), target)
         s.why = frozenset(why)
         s.collect_near = near_misses
@@ -99,23 +146,42 @@ def substitute(
                 )
         finally:
             mc.session = None
-        t2 = time.perf_counter()
-    if s.errors:
-        raise SubstitutionError("\n".join(dict.fromkeys(s.errors)))
-    report.near_misses = s.near
-    report.kept = s.kept
-    subs = replay(gm, s, verify) if rewrite_fx and s.records else []
-    report.substitutions = subs
-    t3 = time.perf_counter()
-    if subs:
-        gm.recompile()  # FX's Python codegen, as after any FX pass; reported on its own
-    report.timings.update(
-        mlir_import=t1 - t0,
-        pdl_apply=t2 - t1,
-        fx_rewrite=t3 - t2,
-        fx_codegen=time.perf_counter() - t3,
-    )
-    return Outcome(gm, report, s.records)
+    return s
+
+
+def _recalled(
+    memo: Memo | None,
+    gm: fx.GraphModule,
+    digest: str,
+    patterns: PatternSet,
+    registry: KernelRegistry,
+    target: Target,
+    report: GraphReport,
+    tuner: Tuner | None,
+) -> MatchSession | None:
+    """The records ``memo`` kept for this graph, replayable; None where there are none or
+    they do not fit (said once: they are matched and kept again)."""
+    body = memo.recall() if memo is not None else None
+    if memo is None or body is None:
+        return None
+    silent = dict(report.silent)
+    try:
+        return record_memo.recall(body, gm, digest, patterns, registry, target, report, tuner)
+    except record_memo.Stale:  # a site's decision changed since: matched again, no warning
+        return None
+    except (record_memo.Unplain, KeyError, TypeError, ValueError, IndexError) as e:
+        report.silent = silent
+        memo.ignore(e)
+        return None
+
+
+def _keep(
+    memo: Memo, digest: str, s: MatchSession, silent: dict[str, str], tuner: Tuner | None
+) -> None:
+    try:
+        memo.keep(record_memo.encode(digest, s, silent, tuner))
+    except record_memo.Unplain:  # not what a later matching is sure to produce: not kept
+        pass
 
 
 def _walk(p: Pattern, func: ir.Operation, mc: MatchContext, s: MatchSession) -> list[Any]:

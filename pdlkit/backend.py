@@ -57,6 +57,7 @@ def run_pass(
     autotune: str | None = "off",
     codegen: str = "inductor",
     keep_sites: bool = True,
+    verdict_key: str = "",
 ) -> tuple[fx.GraphModule, GraphReport]:
     """Re-trace ``gm`` and substitute; returns the rewritten pre-dispatch graph and a report.
 
@@ -64,12 +65,16 @@ def run_pass(
     whether kernels are chosen by measurement (matcher/choose.py) or by static priority;
     ``keep_sites=False``: every measured site takes a kernel, even where its subgraph
     measured faster, near ties going by priority (matcher/choose.py's ``kernels_only``:
-    pdlkit/whole_graph.py's kernels-only graph)."""
+    pdlkit/whole_graph.py's kernels-only graph); ``verdict_key``: the whole-graph verdict's
+    (pdlkit/whole_graph.py), under which the match records are kept for a later compilation
+    of this graph to replay (pdlkit/match_store.py; not when explaining)."""
+    from pdlkit import match_store
     from pdlkit.matcher.canonicalize import canonicalize, restore
     from pdlkit.matcher.cse import eliminate_common_subexpressions
     from pdlkit.matcher.html_report import node_infos
     from pdlkit.matcher.substitute import substitute
     from pdlkit.runtime_abi.autograd import grad_inputs, training_graph
+    from pdlkit.runtime_abi.autotune import resolve_mode
 
     autocast = ambient_autocast(example_inputs)
     if autocast:
@@ -99,8 +104,12 @@ def run_pass(
     kw: dict[str, Any] = dict(
         verify=verify, index=index, rewrite_fx=rewrite_fx, why=why, near_misses=near_misses
     )
+    explaining = keep_text or why or near_misses or not rewrite_fx
+    memo = None if explaining else match_store.memo(verdict_key, keep_sites, resolve_mode(autotune))
     with training_graph(traced, grads):
-        outcome = substitute(traced, plan.patterns, plan.registry, plan.target, **kw, tuner=tuner)
+        outcome = substitute(
+            traced, plan.patterns, plan.registry, plan.target, **kw, tuner=tuner, memo=memo
+        )
     report = outcome.report
     if rewrite_fx:
         restore(outcome.graph)  # inexact canonical spellings no kernel claimed
@@ -298,6 +307,7 @@ class PdlkitBackend:
                 autotune=opts.autotune,
                 codegen=opts.default_codegen,
                 keep_sites=known != graph_guard.KERNELS,
+                verdict_key=key,
             )
         whole_graph.note_unmeasured(
             report, key, opts, plan, example_inputs, gm, counted=not self.explain_only
@@ -326,7 +336,7 @@ class PdlkitBackend:
                 with self.session.compiling():
                     return run_pass(
                         gm, example_inputs, plan, verify=opts.verify, autotune=opts.autotune,
-                        keep_sites=False,
+                        keep_sites=False, near_misses=False, verdict_key=key,
                     )  # fmt: skip
 
             again = rerun if report.kernels_differ else None

@@ -27,11 +27,9 @@ are checked against Dynamo's own outputs, and its attributes against Dynamo's, b
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import inspect
-import json
 import operator
 from collections import Counter
 from collections.abc import Callable
@@ -45,8 +43,7 @@ from torch.fx.passes.shape_prop import _extract_tensor_metadata
 from torch.utils._pytree import tree_leaves, tree_map_only
 
 from pdlkit.errors import PdlkitError
-from pdlkit.runtime_abi.autotune import atomic_write, cache_dir, warn_once
-from pdlkit.runtime_abi.trust import TrustError, read_private_file
+from pdlkit.kept_json import KeptJson, Unreadable
 
 FORMAT = 1
 _OPERATORS = {f"operator.{n}": getattr(operator, n) for n in ("getitem", "add", "mul", "neg")}
@@ -88,11 +85,6 @@ def store_key(reuse_key: str, prepare: Callable[..., Any] | None = None) -> str:
     the modules that trace and of the ``prepare`` pass (a change to any traces afresh)."""
     text = f"{reuse_key}|{_code_digest()}|{_source(prepare) if prepare else ''}"
     return hashlib.sha256(text.encode()).hexdigest()[:32]
-
-
-def _folder() -> Path | None:
-    base = cache_dir()
-    return None if base is None else base / "traces"
 
 
 def fetch(module: torch.nn.Module, target: str) -> Any:
@@ -199,10 +191,6 @@ def encode(
 
 
 # -- decoding -----------------------------------------------------------------------------------
-
-
-class Unreadable(PdlkitError, ValueError):
-    """A kept file that cannot be what :func:`encode` wrote for this key."""
 
 
 def _resolve(name: Any) -> Any:
@@ -372,8 +360,8 @@ def _attributes(graph: fx.Graph, attrs: dict[str, str], source: Any) -> dict[str
 # -- the files ----------------------------------------------------------------------------------
 
 
-def _checksum(body: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+MAX_FILES = 128  # kept graphs; the least recently written go first (bert-mini's: 117 KB)
+FILES = KeptJson("traces", FORMAT, MAX_FILES, "kept trace")
 
 
 def save(
@@ -382,35 +370,11 @@ def save(
     """Keep ``traced`` (and its prepare result) under ``key``; False where it has no plain
     form or the cache folder is not usable (nothing is written then). ``source``: Dynamo's
     graph, where the trace's attributes come from (:func:`_constants`)."""
-    folder = _folder()
-    if folder is None:
-        return False
     try:
-        body = {"format": FORMAT, "key": key, **encode(traced, result, source)}
+        body = encode(traced, result, source)
     except Unkept:
         return False
-    try:
-        folder.mkdir(mode=0o700, exist_ok=True)
-        atomic_write(folder / f"{key}.json", {**body, "sha256": _checksum(body)})
-        _prune(folder)
-    except OSError as e:
-        warn_once(f"pdlkit: could not keep a re-traced graph in {folder}: {e}")
-        return False
-    return True
-
-
-MAX_FILES = 128  # kept graphs; the least recently written go first (bert-mini's: 117 KB)
-
-
-def _prune(folder: Path) -> None:
-    """The oldest files past MAX_FILES removed; another process pruning at the same time may
-    remove a file first (it is then skipped)."""
-    dated = []
-    for p in folder.glob("*.json"):
-        with contextlib.suppress(FileNotFoundError):
-            dated.append((p.stat().st_mtime, p))
-    for _, old in sorted(dated)[: max(0, len(dated) - MAX_FILES)]:
-        old.unlink(missing_ok=True)
+    return FILES.write(key, body)
 
 
 def load(
@@ -420,26 +384,15 @@ def load(
     that is unusable: said once, and the caller traces and keeps it again). ``outputs``:
     Dynamo's output values, which the kept graph's must match in shape, stride and dtype;
     ``source``: Dynamo's graph, whose tensors the kept graph's attributes become."""
-    folder = _folder()
-    if folder is None:
+    data = FILES.read(key)
+    if data is None:
         return None
-    path = folder / f"{key}.json"
     try:
-        raw = read_private_file(path)
-        if raw is None:
-            return None
-        data = json.loads(raw)
-        body = {k: v for k, v in data.items() if k != "sha256"}
-        if data.get("sha256") != _checksum(body) or data.get("format") != FORMAT:
-            raise Unreadable("checksum or format does not match")
-        if data.get("key") != key:
-            raise Unreadable("written for another graph")
         gm, result = decode(data, mode, source)
         _check_outputs(gm, outputs)
         return gm, result
-    except (OSError, TrustError, ValueError, KeyError, TypeError, IndexError, AttributeError,
-            RuntimeError) as e:  # fmt: skip
-        warn_once(f"pdlkit: ignoring the kept trace {path} ({e}); it will be written again")
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError, RuntimeError) as e:
+        FILES.ignore(key, e)
         return None
 
 

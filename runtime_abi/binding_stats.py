@@ -36,6 +36,7 @@ _TOTALS = (
     # graph, a lost site: the whole output check on every call, no fallback)
     "calls_without_site",
     "traces_from_disk",  # re-traces read from disk (pdlkit/trace_store.py), not made again
+    "matches_from_disk",  # graphs whose match records were read back, not matched again
 )
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import MLP, compile_static
 
-from pdlkit import retrace, trace_store
+from pdlkit import kept_json, retrace, trace_store
 from pdlkit.backend import prepare
 
 
@@ -137,7 +137,7 @@ def test_a_kept_trace_whose_outputs_are_not_dynamos_is_not_used(new_process, tmp
     out = next(n for n in body["nodes"] if n["op"] == "output")
     last = next(n for n in body["nodes"] if n["name"] == out["args"]["t"][0]["t"][0]["n"])
     last["meta"]["val"]["T"][0][0] += 1  # one more row than Dynamo's output
-    path.write_text(json.dumps({**body, "sha256": trace_store._checksum(body)}))
+    path.write_text(json.dumps({**body, "sha256": kept_json._checksum(body)}))
     traces = new_process()
     with pytest.warns(UserWarning, match="its outputs are not Dynamo's"):
         stats = compile_static(model, x)
@@ -156,7 +156,7 @@ def test_a_graph_with_a_part_that_has_no_plain_form_is_not_kept(tmp_path, monkey
 
 def test_at_most_max_files_are_kept_the_oldest_going_first(tmp_path, monkeypatch):
     monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(trace_store, "MAX_FILES", 2)
+    monkeypatch.setattr(trace_store.FILES, "max_files", 2)
     gm, inputs = _dynamo_graph(MLP().eval(), torch.randn(4, 16))
     traced = retrace._trace(gm, inputs)
     result = prepare(traced)
