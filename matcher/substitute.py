@@ -88,7 +88,7 @@ def substitute(
     recalled = s is not None
     if s is None:
         s = _matched(gm, patterns, registry, target, report, tuner, why, near_misses)
-    t2 = time.perf_counter()
+    t1 = time.perf_counter()
     if s.errors:
         raise SubstitutionError("\n".join(dict.fromkeys(s.errors)))
     report.near_misses = s.near
@@ -97,16 +97,16 @@ def substitute(
     report.substitutions = subs
     if memo is not None and subs and not recalled:
         _keep(memo, digest, s, report.silent, tuner)
-    t3 = time.perf_counter()
+    t2 = time.perf_counter()
     if subs:
         gm.recompile()  # FX's Python codegen, as after any FX pass; reported on its own
     imported = report.timings.get("mlir_import", 0.0)
     report.timings.update(
         mlir_import=imported,
-        pdl_apply=t2 - t0 - imported if not recalled else 0.0,
-        recalled=t2 - t0 if recalled else 0.0,
-        fx_rewrite=t3 - t2,
-        fx_codegen=time.perf_counter() - t3,
+        pdl_apply=t1 - t0 - imported if not recalled else 0.0,
+        recalled=t1 - t0 if recalled else 0.0,
+        fx_rewrite=t2 - t1,
+        fx_codegen=time.perf_counter() - t2,
     )
     return Outcome(gm, report, s.records)
 
