@@ -163,6 +163,8 @@ def _unrecord(r: dict[str, Any], s: MatchSession, by_name: dict[str, Any], regis
     kernel = registry.get(name)
     if kernel is None or (kernel.version, kernel.digest) != (version, digest):
         raise Unplain(f"kernel {name} v{version} is not this plan's")
+    if not registry.offers(kernel):  # e.g. not capture-safe, where CUDA graphs capture
+        raise Stale(f"kernel {name} is not offered here")
     return Record(
         pattern=by_name[r["pattern"]],
         op=str(r["op"]),

@@ -318,6 +318,11 @@ class KernelRegistry:
         found = [k for (n, _), k in self.kernels.items() if n == name]
         return max(found, key=lambda k: k.version) if found else None
 
+    def offers(self, k: KernelDecl) -> bool:
+        """Whether ``k`` is one of this registry's kernels that it may choose (matcher/record_memo.py
+        asks it of a kept record's kernel: a restricted view refuses some)."""
+        return self.kernels.get((k.name, k.version)) is k
+
     def names(self) -> list[str]:
         return sorted({n for n, _ in self.kernels})
 
@@ -384,6 +389,9 @@ class Restricted:
             elif not (kept and self._ranked_only):
                 reasons.append(f"{k.name}: {why}")
         return kept, reasons
+
+    def offers(self, k: KernelDecl) -> bool:
+        return self._refuse(k) is None and bool(self._registry.offers(k))
 
     select = KernelRegistry.select
 

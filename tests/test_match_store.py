@@ -6,6 +6,7 @@ wins the whole-graph check by an order of magnitude (so the verdict is "substitu
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import warnings
 
@@ -15,6 +16,7 @@ from autotune_chain import FAST, Chain, calls, inputs, run
 from pdlkit.matcher import record_memo
 from pdlkit.matcher.to_mlir import GraphImporter
 from pdlkit.runtime_abi import autotune
+from pdlkit.runtime_abi.registry import Restricted
 
 from pdlkit import kept_json, match_store
 from pdlkit.backend import run_pass
@@ -52,9 +54,12 @@ def test_a_second_compilation_replays_the_kept_records_instead_of_matching(
     assert calls(second, "fast_chain") == 1 and second["tuning_hits"] == 1
 
 
-def _pass(p, k, key: str):
-    """Dynamo's graph of the chain through run_pass with ``key`` as its verdict key."""
+def _pass(p, k, key: str, refuse=None):
+    """Dynamo's graph of the chain through run_pass with ``key`` as its verdict key (and a
+    registry that offers only the kernels ``refuse`` finds nothing against)."""
     plan = load_plan(Options(patterns=p, kernels=k))
+    if refuse is not None:
+        plan = dataclasses.replace(plan, registry=Restricted(plan.registry, refuse))
     got = []
 
     def backend(gm, example_inputs):
@@ -83,6 +88,17 @@ def test_replayed_records_make_the_graph_matching_made(folders, imports):
         for s in before.substitutions
     ]
     assert after.silent == before.silent
+
+
+def test_a_kept_record_whose_kernel_this_compilation_may_not_use_is_not_replayed(folders, imports):
+    """Where CUDA graphs capture the graph only capture-safe kernels are offered (a restricted
+    registry): a record kept without that restriction is matched again, not replayed."""
+    p, k = folders(FAST)
+    _pass(p, k, "restricted")
+    imports.clear()
+    traced, report = _pass(p, k, "restricted", refuse=lambda kernel: "not capture-safe")
+    assert len(imports) == 1 and report.substitutions == []
+    assert "pdlkit.fast_chain" not in traced.code
 
 
 @pytest.mark.parametrize("damage", ["truncated", "another graph", "another kernel"])
