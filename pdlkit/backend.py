@@ -16,6 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from functools import partial
 from typing import Any, cast
 
 import torch
@@ -74,7 +75,6 @@ def run_pass(
     from pdlkit.matcher.html_report import node_infos
     from pdlkit.matcher.substitute import substitute
     from pdlkit.runtime_abi.autograd import grad_inputs, training_graph
-    from pdlkit.runtime_abi.autotune import resolve_mode
 
     autocast = ambient_autocast(example_inputs)
     if autocast:
@@ -104,8 +104,8 @@ def run_pass(
     kw: dict[str, Any] = dict(
         verify=verify, index=index, rewrite_fx=rewrite_fx, why=why, near_misses=near_misses
     )
-    explaining = keep_text or why or near_misses or not rewrite_fx
-    memo = None if explaining else match_store.memo(verdict_key, keep_sites, resolve_mode(autotune))
+    plain = rewrite_fx and not (keep_text or why or near_misses)  # a compilation, not explain
+    memo = match_store.memo(verdict_key, keep_sites, autotune) if plain else None
     with training_graph(traced, grads):
         outcome = substitute(
             traced, plan.patterns, plan.registry, plan.target, **kw, tuner=tuner, memo=memo
@@ -117,17 +117,24 @@ def run_pass(
     for sub, enabled in grad_mode_regions(traced):  # torch.no_grad() regions: a graph each
         _merge(report, _substitute_region(sub, enabled, plan, kw))
     report.timings = {"retrace": t1 - t0, "canonicalize": t_canon, **report.timings}
-    if tuner is not None:
-        report.sites_saved_us, report.kernels_differ = tuner.saved_us, tuner.kernels_differ
-        report.sites_unsteady = tuner.unsteady
-    if tuner is not None and tuner.seconds:  # measured inside the PDL application
-        report.timings["pdl_apply"] -= tuner.seconds
-        report.timings["autotune"] = tuner.seconds
+    _note_tuning(report, tuner)
     if keep_text:
         report.graph_before = before
         report.fx_nodes = nodes
         report.graph_after = outcome.graph.print_readable(print_output=False)
     return outcome.graph, report
+
+
+def _note_tuning(report: GraphReport, tuner: Any) -> None:
+    """The measured choice's totals on the report (the whole-graph check reads them), and its
+    time apart from the PDL application's, inside which it measured."""
+    if tuner is None:
+        return
+    report.sites_saved_us, report.kernels_differ = tuner.saved_us, tuner.kernels_differ
+    report.sites_unsteady = tuner.unsteady
+    if tuner.seconds:
+        report.timings["pdl_apply"] -= tuner.seconds
+        report.timings["autotune"] = tuner.seconds
 
 
 def prepare(traced: fx.GraphModule) -> Counter[str]:
@@ -331,14 +338,7 @@ class PdlkitBackend:
         if report.substitutions and inductor_options.static_inputs_matter(capture, example_inputs):
             inductor_options.keep_dynamo_inputs(gm, traced)  # weights, a KV cache: static
         if report.substitutions and key and known is None:
-
-            def rerun() -> tuple[fx.GraphModule, GraphReport]:  # a kernel at every site
-                with self.session.compiling():
-                    return run_pass(
-                        gm, example_inputs, plan, verify=opts.verify, autotune=opts.autotune,
-                        keep_sites=False, near_misses=False, verdict_key=key,
-                    )  # fmt: skip
-
+            rerun = partial(self._kernels_only, gm, example_inputs, plan, opts, key)
             again = rerun if report.kernels_differ else None
             args = (gm, traced, example_inputs, report, opts, patches, key, again)
             return whole_graph.faster_graph(*args)
@@ -348,6 +348,17 @@ class PdlkitBackend:
             Callable[..., Any],
             inductor_options.compile_substituted(chosen, example_inputs, patches),
         )
+
+    def _kernels_only(
+        self, gm: fx.GraphModule, example_inputs: list[Any], plan: Plan, opts: Options, key: str
+    ) -> tuple[fx.GraphModule, GraphReport]:
+        """The pass again with a kernel at every site: the whole-graph check's kernels-only
+        graph (pdlkit/whole_graph.py), its records kept apart (``keep_sites=False``)."""
+        with self.session.compiling():
+            return run_pass(
+                gm, example_inputs, plan, verify=opts.verify, autotune=opts.autotune,
+                keep_sites=False, near_misses=False, verdict_key=key,
+            )  # fmt: skip
 
     def _without_matcher(
         self,

@@ -60,12 +60,14 @@ class DiskMemo:
         FILES.ignore(self.key, why)
 
 
-def memo(verdict_key: str, keep_sites: bool, mode: str) -> DiskMemo | None:
-    """Where a compilation with the resolved autotune ``mode`` finds and keeps its records;
-    None where it keeps none: no verdict key, a mode other than ``"cached"`` (``"full"``
-    measures every site again, ``"off"`` measures none), no usable decision cache."""
+def memo(verdict_key: str, keep_sites: bool, mode: str | None) -> DiskMemo | None:
+    """Where a compilation with autotune ``mode`` (None: ``PDLKIT_AUTOTUNE``'s) finds and keeps
+    its records; None where it keeps none: no verdict key, a mode other than ``"cached"``
+    (``"full"`` measures every site again, ``"off"`` none), no usable decision cache."""
+    if not verdict_key or autotune.resolve_mode(mode) != "cached":
+        return None
     host = autotune.decision_cache().path
-    if not verdict_key or mode != "cached" or host is None:
+    if host is None:
         return None
     text = f"{verdict_key}|{keep_sites}|{host.name}|{_code_digest()}"
     return DiskMemo(hashlib.sha256(text.encode()).hexdigest()[:32])
