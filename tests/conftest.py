@@ -75,6 +75,20 @@ def refused(path: Path, message: str) -> None:
         load_patterns([path])
 
 
+def counted_calls(monkeypatch: Any, owner: Any, name: str) -> list[tuple[Any, ...]]:
+    """``owner.name`` (a function or method) wrapped for the test: each call's positional
+    arguments are appended to the list returned, and the call goes on as before."""
+    seen: list[tuple[Any, ...]] = []
+    real = getattr(owner, name)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        seen.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, counted)
+    return seen
+
+
 def write(folder: Path, name: str, text: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / name

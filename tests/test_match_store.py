@@ -13,6 +13,7 @@ import warnings
 import pytest
 import torch
 from autotune_chain import FAST, Chain, calls, inputs, run
+from conftest import counted_calls
 from pdlkit.matcher import record_memo
 from pdlkit.matcher.to_mlir import GraphImporter
 from pdlkit.runtime_abi import autotune
@@ -26,15 +27,7 @@ from pdlkit.plan import Options, load_plan
 @pytest.fixture
 def imports(monkeypatch) -> list[object]:
     """The graphs imported into MLIR (matched) from now on."""
-    seen: list[object] = []
-    real = GraphImporter.import_graph
-
-    def counted(self, gm):
-        seen.append(gm)
-        return real(self, gm)
-
-    monkeypatch.setattr(GraphImporter, "import_graph", counted)
-    return seen
+    return counted_calls(monkeypatch, GraphImporter, "import_graph")
 
 
 def _kept(folders_root) -> list:

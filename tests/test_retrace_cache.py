@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import MLP, compile_static
+from conftest import MLP, compile_static, counted_calls
 
 from pdlkit import retrace, trace_store
 
@@ -14,15 +14,7 @@ def traces(monkeypatch, tmp_path):
     """Counts the traces pdlkit makes (the cache starts empty, in memory and on disk)."""
     monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(retrace, "_TRACED", type(retrace._TRACED)())
-    calls = []
-    real = retrace._trace
-
-    def counted(gm, example_inputs):
-        calls.append(gm)
-        return real(gm, example_inputs)
-
-    monkeypatch.setattr(retrace, "_trace", counted)
-    return calls
+    return counted_calls(monkeypatch, retrace, "_trace")
 
 
 def _compile_and_check(model: torch.nn.Module, x: torch.Tensor) -> int:

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 import torch
-from conftest import MLP, compile_static
+from conftest import MLP, compile_static, counted_calls
 
 from pdlkit import kept_json, retrace, trace_store
 from pdlkit.backend import prepare
@@ -20,14 +20,7 @@ def new_process(monkeypatch, tmp_path):
     in memory (as a restart would) and counts the traces made from then on."""
     monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(retrace, "_TRACED", type(retrace._TRACED)())
-    calls: list[object] = []
-    real = retrace._trace
-
-    def counted(gm, example_inputs):
-        calls.append(gm)
-        return real(gm, example_inputs)
-
-    monkeypatch.setattr(retrace, "_trace", counted)
+    calls = counted_calls(monkeypatch, retrace, "_trace")
 
     def restart() -> list[object]:
         retrace._TRACED.clear()
