@@ -13,7 +13,11 @@ the same plan replays them instead of matching again (pdlkit/match_store.py keep
 Only what matching would produce again is kept: no record with per-bucket dispatch (dynamic
 dimensions), none where a site was timed on a busy host (``Tuner.unsteady``: the next compile
 measures again), nothing for explain (near misses, ``--why``). A body that names a pattern or
-kernel the plan lacks, a kernel of another version or a node the graph lacks is not used.
+kernel the plan lacks, a kernel of another version or a node the graph lacks is not used (said
+once, and kept again). Nor is one whose sites the decision cache now decides otherwise (each
+site's decision key and choice are kept; ``autotune="full"`` may have measured one again) or
+whose kernel this compilation's registry does not offer (:class:`Stale`: matched again, no
+warning).
 """
 
 from __future__ import annotations
