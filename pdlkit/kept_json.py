@@ -6,7 +6,7 @@ One home for what the re-traced graphs (pdlkit/trace_store.py) and the match rec
 each file, reading through :func:`trust.read_private_file` (data only: no pickle, no code),
 and pruning the oldest files past a limit.
 
-    files = KeptJson("traces", format=1, max_files=128)
+    files = KeptJson("traces", version=1, max_files=128, what="kept trace")
     files.write(key, {"nodes": [...]})   # False where the folder is not usable
     files.read(key)                      # the body, or None: none kept, or unusable (said once)
 """
@@ -35,8 +35,8 @@ def _checksum(body: dict[str, Any]) -> str:
 class KeptJson:
     """The files of one kind (``name``), each a JSON object under its key."""
 
-    def __init__(self, name: str, format: int, max_files: int, what: str):
-        self.name, self.format, self.max_files = name, format, max_files
+    def __init__(self, name: str, version: int, max_files: int, what: str):
+        self.name, self.version, self.max_files = name, version, max_files
         self.what = what  # in warnings: "kept trace", "kept match records"
 
     def folder(self) -> Path | None:
@@ -48,7 +48,7 @@ class KeptJson:
         folder = self.folder()
         if folder is None:
             return False
-        body = {"format": self.format, "key": key, **body}
+        body = {"format": self.version, "key": key, **body}
         try:
             folder.mkdir(mode=0o700, exist_ok=True)
             atomic_write(folder / f"{key}.json", {**body, "sha256": _checksum(body)})
@@ -70,7 +70,7 @@ class KeptJson:
                 return None
             data = json.loads(raw)
             body = {k: v for k, v in data.items() if k != "sha256"}
-            if data.get("sha256") != _checksum(body) or data.get("format") != self.format:
+            if data.get("sha256") != _checksum(body) or data.get("format") != self.version:
                 raise Unreadable("checksum or format does not match")
             if data.get("key") != key:
                 raise Unreadable("written for another key")
