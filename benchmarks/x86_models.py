@@ -419,7 +419,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="print the whole-graph check's samples as x86_whole_graph.py --show-rounds does",
     )
-    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument(
+        "--out", type=Path, default=RESULTS, help="the results file (a folder: x86_models.md in it)"
+    )
     args = ap.parse_args(argv)
     args.models = (args.models or ("bert-mini" if args.quick else ",".join(MODELS))).split(",")
     args.dtypes = args.dtypes.split(",")
@@ -466,6 +468,8 @@ def main(argv: list[str] | None = None) -> int:
         for dtype in args.dtypes:
             cases.append(run_case(name, dtype, (copy.deepcopy(base[0]), base[1]), args, tmp))
     text = render(cases, args, header, time.perf_counter() - start)
+    if args.out.is_dir():  # e.g. run's $OUT: a folder passed as --out lost a run's file
+        args.out = args.out / RESULTS.name
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     print("\n" + text + f"\nwritten to {args.out}")
