@@ -102,7 +102,7 @@ class Tuner:
         phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self._inputs = dict(zip(phs, example_inputs, strict=False))
         self._values: dict[fx.Node, Any] = {}
-        self._memo: dict[str, Decision] = {}
+        self.decided: dict[str, Decision] = {}  # site key -> decision (also record_memo.py's)
         self.cache = autotune.decision_cache()
         self.budget = autotune.budget_s()
         # the weights a call of the model reads (a site is timed where they leave its own: cold.py)
@@ -120,7 +120,6 @@ class Tuner:
         self.kernels_differ = False
         # some site was timed on a busy host (autotune.trusted): cache no whole-graph verdict
         self.unsteady = False
-        self.used: dict[str, str] = {}  # decision key -> choice, of every site (record_memo.py)
 
     # real arguments ---------------------------------------------------------------------------
     def value(self, node: fx.Node) -> Any:
@@ -248,7 +247,7 @@ class Tuner:
         (``runtime_abi.fallback.ReplacedSubgraph``). A pinned kernel keeps its site; the timings
         say whether another candidate was faster."""
         key = self.key(op, cands, args, sl)
-        decision = self._memo.get(key)
+        decision = self.decided.get(key)
         if decision is None:
             decision, spent = cached_or_measured(
                 self.cache, key, self.mode == "cached",
@@ -256,8 +255,7 @@ class Tuner:
             )  # fmt: skip
             self.seconds += spent
             self.unsteady |= not autotune.trusted(decision)
-        self._memo[key] = decision
-        self.used[key] = decision.choice
+        self.decided[key] = decision
         names = {k.name for k in cands}
         if decision.choice != KEEP and decision.choice not in names:
             decision = Decision(cands[0].name, decision.timings, "static")  # a stale entry

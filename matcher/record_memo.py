@@ -66,7 +66,8 @@ def encode(digest: str, s: MatchSession, silent: dict[str, str], tuner: Any) -> 
     """What ``recall`` needs to replay ``s``; :class:`Unplain` where it cannot be kept."""
     if tuner is not None and tuner.unsteady:
         raise Unplain("a site was timed on a busy host")
-    tuned = None if tuner is None else [tuner.saved_us, tuner.kernels_differ, tuner.used]
+    decided = {} if tuner is None else {k: d.choice for k, d in tuner.decided.items()}
+    tuned = None if tuner is None else [tuner.saved_us, tuner.kernels_differ, decided]
     kept = [_from_cache(k) for k in s.kept]
     return {"graph": digest, "records": [_record(r) for r in s.records], "kept": kept,
             "silent": silent, "tuner": tuned}  # fmt: skip
@@ -140,8 +141,7 @@ def recall(
     s.kept = [str(k) for k in body["kept"]]
     report.silent.update({str(k): str(v) for k, v in body["silent"].items()})
     if tuner is not None and body["tuner"] is not None:
-        tuner.saved_us, tuner.kernels_differ, used = body["tuner"]
-        tuner.used.update(used)
+        tuner.saved_us, tuner.kernels_differ, _ = body["tuner"]  # read by the whole-graph check
     _count_hits(s, tuner)
     count("matches_from_disk", "(whole graph)")
     return s

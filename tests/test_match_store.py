@@ -159,7 +159,7 @@ def test_records_of_a_site_the_decision_cache_now_decides_otherwise_are_not_repl
 
 class _Tuner:
     unsteady = False
-    saved_us, kernels_differ, used = 10.0, False, {"site": "fast_chain"}
+    saved_us, kernels_differ, decided = 10.0, False, {"site": autotune.Decision("fast_chain")}
 
 
 def test_records_a_later_matching_might_not_make_again_are_not_kept(folders):
