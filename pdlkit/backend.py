@@ -28,7 +28,7 @@ from pdlkit.matcher import graph_guard
 from pdlkit.matcher.report import GraphReport, Report
 from pdlkit.optimized import remember, unwrap
 from pdlkit.plan import Options, Plan, kernels_in_use, load_plan, options_in, plan_stamp
-from pdlkit.retrace import ambient_autocast, grad_mode_regions, retrace, retrace_prepared
+from pdlkit.retrace import ambient_autocast, mode_regions, retrace, retrace_prepared
 from pdlkit.runtime_abi.binding_stats import count
 from pdlkit.runtime_abi.capability import host
 from pdlkit.session import CompileSession
@@ -114,7 +114,7 @@ def run_pass(
     if rewrite_fx:
         restore(outcome.graph)  # inexact canonical spellings no kernel claimed
     report.canonicalized = dict(canonical)
-    for sub, enabled in grad_mode_regions(traced):  # torch.no_grad() regions: a graph each
+    for sub, enabled in mode_regions(traced, bool(grads)):  # no_grad() regions: a graph each
         _merge(report, _substitute_region(sub, enabled, plan, kw))
     report.timings = {"retrace": t1 - t0, "canonicalize": t_canon, **report.timings}
     _note_tuning(report, tuner)
@@ -151,8 +151,8 @@ def prepare(traced: fx.GraphModule) -> Counter[str]:
 def _substitute_region(
     sub: fx.GraphModule, grad_enabled: bool, plan: Plan, kw: dict[str, Any]
 ) -> GraphReport:
-    """Substitute inside one grad-mode region: its ops are plain ATen ops run in that
-    mode, so every kernel is as valid there as outside. Under ``torch.no_grad()`` no input
+    """Substitute inside one region (``retrace.mode_regions``): its ops are plain ATen ops
+    run in that grad mode, so every kernel is as valid there as outside. Under ``torch.no_grad()`` no input
     needs a gradient; under ``torch.enable_grad()`` every input may. Kernels are chosen by
     static priority (measurement times sites of the outer graph)."""
     from pdlkit.matcher.canonicalize import restore

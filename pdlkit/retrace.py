@@ -325,19 +325,26 @@ def _wrap_mode_regions(traced: fx.GraphModule) -> fx.GraphModule:
     return traced
 
 
-def grad_mode_regions(gm: fx.GraphModule) -> list[tuple[fx.GraphModule, bool]]:
-    """Each ``torch.no_grad()`` / ``torch.enable_grad()`` region of a re-traced graph as
-    ``(submodule, grad enabled)``, nested ones too. Regions inside ``torch.autocast(...)``
-    are left out: their ops run in the autocast dtype, which no kernel call there would."""
+def mode_regions(gm: fx.GraphModule, grad_enabled: bool) -> list[tuple[fx.GraphModule, bool]]:
+    """Each region of a re-traced graph whose ops run as plain ATen ops, nested ones too, as
+    ``(submodule, grad enabled)``: ``torch.no_grad()`` / ``torch.enable_grad()`` regions, and
+    ``torch.autocast(..., enabled=False)`` regions (``grad_enabled``: the enclosing graph's
+    mode), whose ops run in their own dtypes as outside any autocast (transformers' rotary
+    embeddings compute their frequencies in one). Regions with autocast on are left out:
+    their ops run in the autocast dtype, which no kernel call there would."""
     out = []
     for n in gm.graph.nodes:
-        if (
-            n.op == "call_function"
-            and n.target is torch.ops.higher_order.wrap_with_set_grad_enabled
-        ):
-            sub = getattr(gm, str(cast(fx.Node, n.args[1]).target))
-            out.append((sub, bool(n.args[0])))
-            out.extend(grad_mode_regions(sub))
+        if n.op != "call_function":
+            continue
+        if n.target is torch.ops.higher_order.wrap_with_set_grad_enabled:
+            sub, enabled = n.args[1], bool(n.args[0])
+        elif n.target is torch.ops.higher_order.wrap_with_autocast and n.args[2] is False:
+            sub, enabled = n.args[4], grad_enabled
+        else:
+            continue
+        region = getattr(gm, str(cast(fx.Node, sub).target))
+        out.append((region, enabled))
+        out.extend(mode_regions(region, enabled))
     return out
 
 

@@ -179,10 +179,76 @@ def test_fused_kernels_decline_an_empty_activation():
             call()
 
 
+# -- the rotary embedding's frequencies (kernels/cuda/rope.py) ----------------------------------
+
+
+def matmul_rope(self, x, position_ids):
+    """LlamaRotaryEmbedding.forward as transformers up to 5.17 computed it (5.24 multiplies):
+    the frequencies as a matmul of the expanded inverse frequencies and the positions, in
+    float32 inside ``torch.autocast(..., enabled=False)``."""
+    inv = self.inv_freq[None, :, None].expand(position_ids.shape[0], -1, 1).float()
+    pos = position_ids[:, None, :].float()
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        freqs = (inv @ pos).transpose(1, 2)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos() * self.attention_scaling, emb.sin() * self.attention_scaling
+    return cos.to(x.dtype), sin.to(x.dtype)
+
+
+@pytest.fixture
+def older_rope(monkeypatch):
+    pytest.importorskip("transformers", reason="pip install transformers")
+    from transformers.models.llama import modeling_llama
+
+    monkeypatch.setattr(modeling_llama.LlamaRotaryEmbedding, "forward", matmul_rope)
+
+
+@pytest.mark.parametrize("row", ["prefill", "decode"])
+def test_rope_frequencies_by_matmul_become_one_multiply(older_rope, row):
+    kernels = _layer_kernels("tiny", row)
+    want = {k: 2 * n for k, n in (PER_LAYER if row == "prefill" else DECODE).items()}
+    assert {k: kernels.count(k) for k in set(kernels)} == {**want, "matmul_outer_pointwise": 1}
+
+
+class _Outer(torch.nn.Module):
+    def forward(self, a, b, c, d):
+        top = a @ b  # inner dimension 1, outside any region: matched
+        with torch.autocast("cpu", enabled=False):
+            off = (a * 2) @ b  # inside a region with autocast off: matched
+            inner2 = c @ d  # inner dimension 2
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            on = (a * 3) @ b  # autocast on: runs in bfloat16, not matched
+        return top, off, inner2, on
+
+
+def test_matmul_outer_only_where_the_inner_dimension_is_one_and_autocast_is_off():
+    a, b = torch.randn(2, 8, 1), torch.randn(2, 1, 5)
+    c, d = torch.randn(2, 8, 2), torch.randn(2, 2, 5)
+    with torch.no_grad():
+        report = pdlkit.explain(_Outer(), a, b, c, d, target="cuda-sm90", autotune="off")
+    assert sorted(s.kernel for s in report.substitutions) == ["matmul_outer_pointwise"] * 2
+    lines = sorted(s.user_line.rsplit(":", 1)[-1] for s in report.substitutions)
+    first = _Outer.forward.__code__.co_firstlineno
+    assert lines == [str(first + 1), str(first + 3)]  # top and off
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_the_multiply_equals_the_matmul_bit_for_bit(dtype):
+    from pdlkit.kernels.cuda import rope
+
+    g = torch.Generator().manual_seed(0)
+    for (b, m), (b2, n) in [((1, 64), (1, 2048)), ((2, 8), (2, 5)), ((1, 8), (3, 5))]:
+        a = torch.randn(b, m, 1, generator=g).to(dtype) * 100
+        w = torch.randn(b2, 1, n, generator=g).to(dtype)
+        assert torch.equal(rope.matmul_outer_pointwise.fn(a, w), torch.matmul(a, w))
+    with pytest.raises(pdlkit.KernelUnsupported, match=r"\[\.\.\., M, 1\]"):
+        rope.matmul_outer_pointwise.fn(torch.randn(2, 8, 2), torch.randn(2, 2, 5))
+
+
 _INTERPRETED = textwrap.dedent(
     """
     import json, sys, torch, pdlkit
-    sys.path.insert(0, "benchmarks")
+    sys.path.insert(0, "benchmarks"); sys.path.insert(0, "tests")
     from pdlkit.kernels.cuda import fused as F
     torch.manual_seed(0)
     out = {}
@@ -223,7 +289,11 @@ _INTERPRETED = textwrap.dedent(
     import cuda_llama as L
     from pdlkit.quantization import quantize
     target = {"name": "cpu-triton-interpreter", "devices": ["cpu", "cuda"]}
-    for row in ("prefill", "decode"):
+    from transformers.models.llama import modeling_llama
+    from test_cuda_fusions import matmul_rope
+    newer_rope = modeling_llama.LlamaRotaryEmbedding.forward
+    for row in ("prefill", "decode", "decode, matmul rope"):
+        modeling_llama.LlamaRotaryEmbedding.forward = matmul_rope if "rope" in row else newer_rope
         model = L.build_model("tiny", "cpu").float()
         ids = torch.randint(0, L.VOCAB, (2, 8 if row == "prefill" else 1))
         qm = quantize(model, (ids,), scheme="int8-dynamic-per-token")
@@ -276,12 +346,13 @@ def test_quantization_inside_the_residual_gemm_matches_the_two_ops_in_interprete
         assert got["err"] <= 1e-5 * got["scale"]  # the same codes and scales: float rounding only
 
 
-@pytest.mark.parametrize("row", ["prefill", "decode"])
+@pytest.mark.parametrize("row", ["prefill", "decode", "decode, matmul rope"])
 def test_float32_llama_end_to_end_in_interpreter(interpreted, row):
     got = interpreted[row]
     assert got["err"] < 1e-3 * got["scale"]
-    want = PER_LAYER if row == "prefill" else DECODE
-    assert got["calls"] == {k: 2 * n for k, n in want.items()}
+    want = {k: 2 * n for k, n in (PER_LAYER if row == "prefill" else DECODE).items()}
+    rope = {"matmul_outer_pointwise": 1} if "rope" in row else {}
+    assert got["calls"] == {**want, **rope}
 
 
 # -- on the GPU ---------------------------------------------------------------------------------
@@ -335,3 +406,27 @@ def test_gpu_quantization_inside_the_residual_gemm_in_bfloat16(m, k):
     want = F.quant_int8_linear_residual_ref(*args)
     assert torch.equal(got, two)  # bit for bit: same codes, scales, sums and epilogue
     torch.testing.assert_close(got.float(), want.float(), rtol=1e-2, atol=2e-2)
+
+
+@needs_gpu
+@pytest.mark.parametrize("row", ["prefill", "decode"])
+def test_gpu_rope_frequencies_by_matmul_are_fused_and_equal(older_rope, row):
+    # the graph Inductor compiles has no matmul for them (no cuBLAS call): the multiply is
+    # in Inductor's own kernels, and the output equals the uncompiled model's
+    from pdlkit.quantization import quantize
+    from torch._inductor.utils import run_and_get_code
+
+    L = _cuda_llama()
+    torch.manual_seed(0)
+    model = L.build_model("tiny", "cuda").to(torch.bfloat16)
+    ids = torch.randint(0, L.VOCAB, (24, 16 if row == "prefill" else 1), device="cuda")
+    q = quantize(model, (ids,), scheme="int8-dynamic-per-token")
+    runner = L.Prefill(q) if row == "prefill" else L.DecodeStep(q, L.make_kv(q, 24, 8, "cuda"))
+    with torch.no_grad():
+        want = runner(ids)
+        pdlkit.stats(reset=True)
+        got, code = run_and_get_code(pdlkit.optimize(runner, autotune="off"), ids)
+    torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+    assert pdlkit.stats()["by_kernel"]["matmul_outer_pointwise"]["substitutions"] == 1
+    text = "\n".join(code)
+    assert "extern_kernels.bmm" not in text and "torch.ops.pdlkit" not in text

@@ -103,6 +103,28 @@ def int_mm(a: Tensor, b: Tensor) -> Tensor:
     return torch._int_mm(a, b)
 
 
+def _outer_examples(dtype: torch.dtype) -> list[tuple]:
+    g = torch.Generator().manual_seed(0)
+    return [
+        (torch.randn(b, m, 1, generator=g).to(dtype), torch.randn(b, 1, n, generator=g).to(dtype))
+        for b, m, n in [(1, 64, 1), (1, 64, 2048), (2, 8, 5), (3, 1, 7)]
+    ]
+
+
+def _outer_meta(a: Tensor, b: Tensor) -> Tensor:
+    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    return a.new_empty((*batch, a.shape[-2], b.shape[-1]))
+
+
+@pdlkit.op(meta=_outer_meta, examples=_outer_examples)
+def matmul_outer(a: Tensor, b: Tensor) -> Tensor:
+    """A matmul of inner dimension 1 (``a`` [..., M, 1], ``b`` [..., 1, N], batch dims
+    broadcast): each batch's outer product of a column and a row. transformers' rotary
+    embeddings (Llama's up to 5.17) compute their frequencies this way: inverse frequencies
+    @ positions."""
+    return torch.matmul(a, b)
+
+
 def _qd():  # quantized_decomposed ops are registered by torchao's PT2E module
     import torchao.quantization.pt2e  # noqa: F401
 
