@@ -39,6 +39,50 @@ def _cuda_llama():
     return mod
 
 
+# the rotary embedding in one form or the other, whichever transformers is installed
+
+
+def multiply_rope(self, x, position_ids):
+    """LlamaRotaryEmbedding.forward as transformers 5.24 computes it: the frequencies as a
+    broadcast multiply (the tests pin one form or the other: the GPU machine has 5.17)."""
+    freqs = position_ids[..., None].float() * self.inv_freq.float()
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos() * self.attention_scaling, emb.sin() * self.attention_scaling
+    return cos.to(x.dtype), sin.to(x.dtype)
+
+
+def matmul_rope(self, x, position_ids):
+    """LlamaRotaryEmbedding.forward as transformers up to 5.17 computed it (5.24 multiplies):
+    the frequencies as a matmul of the expanded inverse frequencies and the positions, in
+    float32 inside ``torch.autocast(..., enabled=False)``."""
+    inv = self.inv_freq[None, :, None].expand(position_ids.shape[0], -1, 1).float()
+    pos = position_ids[:, None, :].float()
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        freqs = (inv @ pos).transpose(1, 2)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos() * self.attention_scaling, emb.sin() * self.attention_scaling
+    return cos.to(x.dtype), sin.to(x.dtype)
+
+
+def _rope(monkeypatch, forward) -> None:
+    try:
+        from transformers.models.llama import modeling_llama
+    except ImportError:
+        return  # the tests that build a Llama skip without transformers
+    monkeypatch.setattr(modeling_llama.LlamaRotaryEmbedding, "forward", forward)
+
+
+@pytest.fixture(autouse=True)
+def newer_rope(monkeypatch):
+    _rope(monkeypatch, multiply_rope)
+
+
+@pytest.fixture
+def older_rope(monkeypatch, newer_rope):
+    pytest.importorskip("transformers", reason="pip install transformers")
+    _rope(monkeypatch, matmul_rope)
+
+
 def _layer_kernels(
     config: str, row: str, dtype: torch.dtype = torch.bfloat16, patterns: str | None = None
 ) -> list[str]:
@@ -182,27 +226,6 @@ def test_fused_kernels_decline_an_empty_activation():
 # -- the rotary embedding's frequencies (kernels/cuda/rope.py) ----------------------------------
 
 
-def matmul_rope(self, x, position_ids):
-    """LlamaRotaryEmbedding.forward as transformers up to 5.17 computed it (5.24 multiplies):
-    the frequencies as a matmul of the expanded inverse frequencies and the positions, in
-    float32 inside ``torch.autocast(..., enabled=False)``."""
-    inv = self.inv_freq[None, :, None].expand(position_ids.shape[0], -1, 1).float()
-    pos = position_ids[:, None, :].float()
-    with torch.autocast(device_type=x.device.type, enabled=False):
-        freqs = (inv @ pos).transpose(1, 2)
-        emb = torch.cat((freqs, freqs), dim=-1)
-        cos, sin = emb.cos() * self.attention_scaling, emb.sin() * self.attention_scaling
-    return cos.to(x.dtype), sin.to(x.dtype)
-
-
-@pytest.fixture
-def older_rope(monkeypatch):
-    pytest.importorskip("transformers", reason="pip install transformers")
-    from transformers.models.llama import modeling_llama
-
-    monkeypatch.setattr(modeling_llama.LlamaRotaryEmbedding, "forward", matmul_rope)
-
-
 @pytest.mark.parametrize("row", ["prefill", "decode"])
 def test_rope_frequencies_by_matmul_become_one_multiply(older_rope, row):
     kernels = _layer_kernels("tiny", row)
@@ -290,10 +313,10 @@ _INTERPRETED = textwrap.dedent(
     from pdlkit.quantization import quantize
     target = {"name": "cpu-triton-interpreter", "devices": ["cpu", "cuda"]}
     from transformers.models.llama import modeling_llama
-    from test_cuda_fusions import matmul_rope
-    newer_rope = modeling_llama.LlamaRotaryEmbedding.forward
+    from test_cuda_fusions import matmul_rope, multiply_rope
     for row in ("prefill", "decode", "decode, matmul rope"):
-        modeling_llama.LlamaRotaryEmbedding.forward = matmul_rope if "rope" in row else newer_rope
+        rope = matmul_rope if "rope" in row else multiply_rope
+        modeling_llama.LlamaRotaryEmbedding.forward = rope
         model = L.build_model("tiny", "cpu").float()
         ids = torch.randint(0, L.VOCAB, (2, 8 if row == "prefill" else 1))
         qm = quantize(model, (ids,), scheme="int8-dynamic-per-token")
@@ -426,7 +449,8 @@ def test_gpu_rope_frequencies_by_matmul_are_fused_and_equal(older_rope, row):
         want = runner(ids)
         pdlkit.stats(reset=True)
         got, code = run_and_get_code(pdlkit.optimize(runner, autotune="off"), ids)
-    torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+    err = (got.float() - want.float()).norm() / want.float().norm()
+    assert err < 1e-2  # int8 codes one step apart here and there, as the fused kernels round
     assert pdlkit.stats()["by_kernel"]["matmul_outer_pointwise"]["substitutions"] == 1
     text = "\n".join(code)
     assert "extern_kernels.bmm" not in text and "torch.ops.pdlkit" not in text
