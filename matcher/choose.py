@@ -97,8 +97,7 @@ class Tuner:
     """The measured choice for one compilation (see the module docstring)."""
 
     def __init__(self, mode: str, gm: fx.GraphModule, example_inputs: Sequence[Any]):
-        self.mode = mode
-        self.gm = gm
+        self.mode, self.gm = mode, gm
         phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self._inputs = dict(zip(phs, example_inputs, strict=False))
         self._values: dict[fx.Node, Any] = {}
@@ -116,8 +115,9 @@ class Tuner:
         # False: every site takes a kernel (:meth:`kernels_only`) even where its subgraph
         # measured faster: the whole-graph check's "kernels only" graph (graph_guard.py)
         self.keep = True
-        # whether that graph would differ from this one at some site (worth compiling)
-        self.kernels_differ = False
+        # whether that graph would differ from this one at some site (worth compiling); whether
+        # static priority's would differ from both (a kernels-only choice not a site's first)
+        self.kernels_differ = self.static_differs = False
         # some site was timed on a busy host (autotune.trusted): cache no whole-graph verdict
         self.unsteady = False
 
@@ -265,6 +265,7 @@ class Tuner:
             other = kernels_only(decision, [k.name for k in cands])
             decision = decision if autotune.trusted(decision) else other  # no ranking
             self.kernels_differ |= other.choice != decision.choice
+            self.static_differs |= other.choice not in (KEEP, cands[0].name)
             decision = decision if self.keep else other
         self._account(decision)
         return decision

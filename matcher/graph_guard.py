@@ -32,6 +32,7 @@ from pdlkit.runtime_abi.binding_stats import uncounted
 
 SUBSTITUTED, INDUCTOR = "substituted", "inductor"
 KERNELS = "kernels only"  # a kernel at every site, near ties by priority (choose.kernels_only)
+STATIC = "static priority"  # each site's first kernel, as autotune="off" chooses
 
 
 def timeable(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> bool:
@@ -114,9 +115,10 @@ def plan_key(gm: fx.GraphModule, example_inputs: Sequence[Any], plan: str) -> st
 def known_verdict(key: str) -> str | None:
     """A cached verdict that decides before matching (see :func:`plan_key`): INDUCTOR (a
     second compilation then skips the re-trace and matching, and costs what Inductor's own
-    does) or KERNELS (matched with a kernel at every site); else None."""
+    does), KERNELS (matched with a kernel at every site) or STATIC (matched as
+    ``autotune="off"`` matches); else None."""
     decision = autotune.decision_cache().get(key)
-    if decision is None or decision.choice not in (INDUCTOR, KERNELS):
+    if decision is None or decision.choice not in (INDUCTOR, KERNELS, STATIC):
         return None
     return decision.choice
 
@@ -133,6 +135,7 @@ def choose(
     mode: str,
     saved_us: float | None = None,
     kernels_only: Callable[[], Callable[..., Any]] | None = None,
+    static: Callable[[], Callable[..., Any]] | None = None,
 ) -> tuple[str, Callable[..., Any], Decision]:
     """Compile and time both graphs (``substituted`` / ``inductor`` compile one each), or
     read the verdict from the decision cache; return the verdict and the faster graph's code.
@@ -154,10 +157,16 @@ def choose(
     priority (matcher/choose.py's ``kernels_only``), timed as a third candidate
     (:data:`KERNELS`): sites timed one by one do not add up (seen on a Xeon with AMX: int8
     bert-mini with six sites kept ran 1.07x PyTorch's int8 path, with every site's kernel
-    0.89x)."""
+    0.89x).
+
+    ``static``: where it differs from both, static priority's graph (:data:`STATIC`): sites
+    timed alone at many threads misrank kernels (16-core Xeon, Llama BF16, 16 threads: oneDNN
+    ahead of AMX at 2 of 4 sites; kernels only 0.983x Inductor's, AMX everywhere 0.94x)."""
     makers = {SUBSTITUTED: substituted}
     if kernels_only is not None:
         makers[KERNELS] = kernels_only
+    if static is not None:
+        makers[STATIC] = static
     makers[INDUCTOR] = inductor
     cache = autotune.decision_cache()
     decision = cache.get(key) if mode == "cached" else None
@@ -172,11 +181,11 @@ def choose(
         if confident:
             note = f"not compiled: the sites save {saved_us:.0f} us, over {CONFIDENT:.0%}"
             skipped.append(Timing(INDUCTOR, None, note))
-            if kernels_only is None:
+            if kernels_only is None and static is None:
                 decision = Decision(SUBSTITUTED, [*timings, *skipped])
                 cache.put(key, decision)
                 return SUBSTITUTED, ours, decision
-        # confident: Inductor's graph is beaten, yet the kernels-only graph may beat this one
+        # confident: Inductor's graph is beaten, yet the kernels-only or static graph may not be
         others = {
             n: m
             for n, m in makers.items()

@@ -67,7 +67,8 @@ def encode(digest: str, s: MatchSession, silent: dict[str, str], tuner: Any) -> 
     if tuner is not None and tuner.unsteady:
         raise Unplain("a site was timed on a busy host")
     decided = {} if tuner is None else {k: d.choice for k, d in tuner.decided.items()}
-    tuned = None if tuner is None else [tuner.saved_us, tuner.kernels_differ, decided]
+    flags = [] if tuner is None else [tuner.saved_us, tuner.kernels_differ, tuner.static_differs]
+    tuned = None if tuner is None else [*flags, decided]
     kept = [_from_cache(k) for k in s.kept]
     return {"graph": digest, "records": [_record(r) for r in s.records], "kept": kept,
             "silent": silent, "tuner": tuned}  # fmt: skip
@@ -141,7 +142,7 @@ def recall(
     s.kept = [str(k) for k in body["kept"]]
     report.silent.update({str(k): str(v) for k, v in body["silent"].items()})
     if tuner is not None and body["tuner"] is not None:
-        tuner.saved_us, tuner.kernels_differ, _ = body["tuner"]  # read by the whole-graph check
+        tuner.saved_us, tuner.kernels_differ, tuner.static_differs, _ = body["tuner"]
     _count_hits(s, tuner)
     count("matches_from_disk", "(whole graph)")
     return s
@@ -156,7 +157,7 @@ def _still_decided(tuned: list[Any] | None, tuner: Any) -> None:
         return
     if tuner is None:
         raise Stale("kept with measurement")
-    for key, choice in dict(tuned[2]).items():
+    for key, choice in dict(tuned[-1]).items():
         now = tuner.cache.get(key)
         if now is None or now.choice != choice:
             raise Stale(f"decision {key} changed")

@@ -71,6 +71,7 @@ class GraphReport:
     whole_graph: str = ""  # the substituted graph against Inductor's, timed (graph_guard.py)
     sites_saved_us: float | None = None  # the substituted sites' measured saving (choose.py)
     kernels_differ: bool = False  # a kernel at every site would change some site (choose.py)
+    static_differs: bool = False  # static priority's graph differs from both (choose.py)
     sites_unsteady: bool = False  # some site was timed on a busy host (choose.py)
     skipped: str = ""  # why the whole graph was left alone
     canonicalized: dict[str, int] = field(default_factory=dict)  # canonicalize rule -> count

@@ -131,6 +131,7 @@ def _note_tuning(report: GraphReport, tuner: Any) -> None:
     if tuner is None:
         return
     report.sites_saved_us, report.kernels_differ = tuner.saved_us, tuner.kernels_differ
+    report.static_differs = tuner.static_differs
     report.sites_unsteady = tuner.unsteady
     if tuner.seconds:
         report.timings["pdl_apply"] -= tuner.seconds
@@ -311,7 +312,7 @@ class PdlkitBackend:
                 keep_text=self.explain_only,
                 why=self.why,
                 near_misses=self.explain_only or self.on_report is not None,
-                autotune=opts.autotune,
+                autotune="off" if known == graph_guard.STATIC else opts.autotune,
                 codegen=opts.default_codegen,
                 keep_sites=known != graph_guard.KERNELS,
                 verdict_key=key,
@@ -338,10 +339,8 @@ class PdlkitBackend:
         if report.substitutions and inductor_options.static_inputs_matter(capture, example_inputs):
             inductor_options.keep_dynamo_inputs(gm, traced)  # weights, a KV cache: static
         if report.substitutions and key and known is None:
-            rerun = partial(self._kernels_only, gm, example_inputs, plan, opts, key)
-            again = rerun if report.kernels_differ else None
-            args = (gm, traced, example_inputs, report, opts, patches, key, again)
-            return whole_graph.faster_graph(*args)
+            args = (gm, traced, example_inputs, report, opts, patches, key)
+            return self._faster_graph(plan, *args)
         if not report.substitutions:
             whole_graph.nothing_substituted(key, known, report)
         return cast(
@@ -349,15 +348,45 @@ class PdlkitBackend:
             inductor_options.compile_substituted(chosen, example_inputs, patches),
         )
 
-    def _kernels_only(
-        self, gm: fx.GraphModule, example_inputs: list[Any], plan: Plan, opts: Options, key: str
+    def _faster_graph(
+        self,
+        plan: Plan,
+        gm: fx.GraphModule,
+        traced: fx.GraphModule,
+        example_inputs: list[Any],
+        report: GraphReport,
+        opts: Options,
+        patches: dict[str, Any],
+        key: str,
+    ) -> Callable[..., Any]:
+        """The whole-graph check (pdlkit/whole_graph.py) of the substituted graph, with the
+        kernels-only graph and static priority's among its candidates where they differ."""
+        rerun = partial(self._rerun, gm, example_inputs, plan, opts, key)
+        reruns: dict[str, whole_graph.Rerun] = {}
+        if report.kernels_differ:
+            reruns[graph_guard.KERNELS] = partial(rerun, False)
+        if report.static_differs:
+            reruns[graph_guard.STATIC] = partial(rerun, True)
+        args = (gm, traced, example_inputs, report, opts, patches, key, reruns)
+        return whole_graph.faster_graph(*args)
+
+    def _rerun(
+        self,
+        gm: fx.GraphModule,
+        example_inputs: list[Any],
+        plan: Plan,
+        opts: Options,
+        key: str,
+        static: bool,
     ) -> tuple[fx.GraphModule, GraphReport]:
-        """The pass again with a kernel at every site: the whole-graph check's kernels-only
-        graph (pdlkit/whole_graph.py), its records kept apart (``keep_sites=False``)."""
+        """The pass again for the whole-graph check (pdlkit/whole_graph.py): with a kernel at
+        every site (the kernels-only graph, its records kept apart: ``keep_sites=False``), or
+        ``static``: as ``autotune="off"`` matches (nothing measured, no records)."""
         with self.session.compiling():
             return run_pass(
-                gm, example_inputs, plan, verify=opts.verify, autotune=opts.autotune,
-                keep_sites=False, near_misses=False, verdict_key=key,
+                gm, example_inputs, plan, verify=opts.verify,
+                autotune="off" if static else opts.autotune, keep_sites=False, near_misses=False,
+                verdict_key="" if static else key,
             )  # fmt: skip
 
     def _without_matcher(

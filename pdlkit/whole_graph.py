@@ -1,13 +1,16 @@
-"""The compiled graph, chosen as a whole: substituted, a kernel at every site, or Inductor's.
+"""The compiled graph, chosen as a whole: substituted, a kernel at every site, static
+priority's, or Inductor's.
 
     before: run_pass chose each site's implementation on its own timings; the substituted
             graph was compiled as it came out
     after:  the substituted graph is timed against Inductor's code for Dynamo's graph (and,
             where some sites kept their subgraph, against the graph with a kernel at every
-            site); the fastest runs. The verdict is cached per host: a graph Inductor won is
+            site, and where that one is not static priority's, against that one too); the
+            fastest runs. The verdict is cached per host: a graph Inductor won is
             compiled by Inductor alone the next time, with no re-trace and no matching (so is
             a graph in which nothing was substituted); a graph the kernels-only variant won is
-            matched with ``keep_sites=False`` directly.
+            matched with ``keep_sites=False`` directly, static priority's as
+            ``autotune="off"`` matches.
 
 The timing itself, its shortcuts and the cache keys are in :mod:`pdlkit.matcher.graph_guard`;
 this module connects them to a compilation (``pdlkit.backend.PdlkitBackend``).
@@ -79,7 +82,7 @@ def verdict_key(
 
 
 def known(key: str, opts: Options) -> str | None:
-    """The cached verdict that decides before matching: INDUCTOR or KERNELS; else None."""
+    """The cached verdict that decides before matching: INDUCTOR, KERNELS or STATIC; else None."""
     if not key or resolve_mode(opts.autotune) != "cached":
         return None
     return graph_guard.known_verdict(key)
@@ -113,16 +116,17 @@ def faster_graph(
     opts: Options,
     patches: dict[str, Any],
     key: str,
-    rerun: Rerun | None = None,
+    reruns: dict[str, Rerun] | None = None,
 ) -> Callable[..., Any]:
     """The substituted graph's code, unless another whole graph measured faster: Inductor's
-    code for Dynamo's graph (the substitutions are counted as undone), or, with ``rerun``
-    (the pass again with a kernel at every site), that graph's. All are compiled with the
-    compilation's Inductor options (``patches``: CUDA graphs on all sides or none)."""
+    code for Dynamo's graph (the substitutions are counted as undone), or one of ``reruns``
+    (the pass again: graph_guard.KERNELS, a kernel at every site; graph_guard.STATIC, static
+    priority's choices). All are compiled with the compilation's Inductor options
+    (``patches``: CUDA graphs on all sides or none)."""
     from torch._inductor.compile_fx import compile_fx
 
     kernels = [s.kernel for s in report.substitutions]
-    other: list[GraphReport] = []
+    other: dict[str, GraphReport] = {}
     deferred = DeferredChecks()  # timed as the model runs them, past their first checks
 
     def compiled(graph: fx.GraphModule) -> Callable[..., Any]:  # a graph with substitutions
@@ -130,11 +134,16 @@ def faster_graph(
         deferred.add(graph)
         return cast(Callable[..., Any], fn)
 
-    def kernels_only() -> Callable[..., Any]:
-        assert rerun is not None
-        traced_k, report_k = rerun()
-        other.append(report_k)
-        return compiled(traced_k)
+    def again(name: str) -> Callable[[], Callable[..., Any]] | None:
+        rerun = (reruns or {}).get(name)
+        if rerun is None:
+            return None
+
+        def make() -> Callable[..., Any]:
+            traced_again, other[name] = rerun()
+            return compiled(traced_again)
+
+        return make
 
     try:
         verdict, fn, decision = graph_guard.choose(
@@ -144,7 +153,8 @@ def faster_graph(
             example_inputs,
             resolve_mode(opts.autotune),
             report.sites_saved_us,
-            kernels_only if rerun is not None else None,
+            again(graph_guard.KERNELS),
+            again(graph_guard.STATIC),
         )
     finally:
         deferred.restore()
@@ -152,8 +162,8 @@ def faster_graph(
     if verdict != graph_guard.SUBSTITUTED:
         for k in kernels:
             count("substitutions_undone", k)
-    if verdict == graph_guard.KERNELS and other:
-        for sub in other[0].substitutions:
+    if verdict in other:
+        for sub in other[verdict].substitutions:
             count("substitutions", sub.kernel)
     trusted = autotune.trusted(decision) and not report.sites_unsteady  # not on a busy host
     if key and verdict != graph_guard.SUBSTITUTED and trusted:

@@ -1,6 +1,7 @@
 """The whole-graph check's kernels-only graph (matcher/choose.py's ``kernels_only``): a kernel
 at every site, near ties going to the kernel of higher priority, compiled wherever it differs
-from the substituted graph."""
+from the substituted graph; and static priority's graph, compiled wherever it differs from
+both."""
 
 from __future__ import annotations
 
@@ -52,6 +53,21 @@ def test_a_site_without_a_timed_kernel_is_left_as_it_is():
     assert choose.kernels_only(d, ORDER) is d
 
 
+def _fixed(us: dict[str, float]):
+    """choose.decide with fixed timings in place of the measurement."""
+
+    def timed(runs, *_):
+        timings = [Timing(n, us[n]) for n, _ in runs] + [Timing(KEEP, 1000.0)]
+        return Decision(fastest(timings, [n for n, _ in runs]), timings)
+
+    return timed
+
+
+def _timed_graphs(p) -> list[list[str]]:
+    entries = json.loads(next((p.parent / "cache").glob("**/host-*.json")).read_text())
+    return [[t[0] for t in d["timings"]] for d in entries["decisions"].values()]
+
+
 NEAR = """
 @pdlkit.kernel(op="chain", meta=meta, priority=10)
 def near_chain(a: Tensor, wb: Tensor, wc: Tensor) -> Tensor:
@@ -63,18 +79,40 @@ def test_a_site_on_a_near_tie_compiles_and_can_run_the_kernels_only_graph(folder
     """The site measures fast_chain 5% faster than near_chain, of higher priority: it takes
     fast_chain, and the whole-graph check also times the graph with near_chain; when that
     graph is the fastest it runs."""
-
-    def timed(runs, *_):  # fixed timings in place of the measurement
-        us = {"near_chain": 105.0, "fast_chain": 100.0}
-        timings = [Timing(n, us[n]) for n, _ in runs] + [Timing(KEEP, 1000.0)]
-        return Decision(fastest(timings, [n for n, _ in runs]), timings)
-
-    monkeypatch.setattr(choose, "decide", timed)
+    monkeypatch.setattr(choose, "decide", _fixed({"near_chain": 105.0, "fast_chain": 100.0}))
     monkeypatch.setattr(graph_guard, "CONFIDENT", float("inf"))  # compile every candidate
     monkeypatch.setattr(graph_guard, "_faster", lambda timings: graph_guard.KERNELS)
     p, k = folders(FAST, NEAR)
     st = run(p, k, "cached")
     assert calls(st, "near_chain") == 1 and calls(st, "fast_chain") == 0
-    entries = json.loads(next((p.parent / "cache").glob("**/host-*.json")).read_text())
-    timed_graphs = [[t[0] for t in d["timings"]] for d in entries["decisions"].values()]
-    assert ["substituted", "kernels only", "inductor"] in timed_graphs
+    assert ["substituted", "kernels only", "inductor"] in _timed_graphs(p)
+
+
+def test_a_site_whose_first_kernel_measured_far_slower_times_static_prioritys_graph(
+    folders, monkeypatch
+):
+    """The site measures fast_chain 30% faster than near_chain, of higher priority: both the
+    substituted and the kernels-only graph take fast_chain, and the whole-graph check times
+    the graph static priority gives (near_chain) as well; when that graph is the fastest it
+    runs, and the next compilation matches as autotune="off" does, measuring nothing."""
+    monkeypatch.setattr(choose, "decide", _fixed({"near_chain": 130.0, "fast_chain": 100.0}))
+    monkeypatch.setattr(graph_guard, "CONFIDENT", float("inf"))  # compile every candidate
+    monkeypatch.setattr(graph_guard, "_faster", lambda timings: graph_guard.STATIC)
+    p, k = folders(FAST, NEAR)
+    st = run(p, k, "cached")
+    assert calls(st, "near_chain") == 1 and calls(st, "fast_chain") == 0
+    assert ["substituted", "static priority", "inductor"] in _timed_graphs(p)
+    again = run(p, k, "cached")
+    assert calls(again, "near_chain") == 1 and again["substitutions"] == 1
+    assert again["tuning_hits"] == again["tuning_misses"] == 0  # matched as "off" matches
+
+
+def test_where_static_priority_chose_as_measured_no_fourth_graph_is_compiled(folders, monkeypatch):
+    """near_chain, of higher priority, measured fastest: static priority's graph is the
+    substituted one, and only that and Inductor's are timed."""
+    monkeypatch.setattr(choose, "decide", _fixed({"near_chain": 100.0, "fast_chain": 130.0}))
+    monkeypatch.setattr(graph_guard, "CONFIDENT", float("inf"))
+    p, k = folders(FAST, NEAR)
+    run(p, k, "cached")
+    assert ["substituted", "inductor"] in _timed_graphs(p)
+    assert all("static priority" not in graphs for graphs in _timed_graphs(p))

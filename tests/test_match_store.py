@@ -159,7 +159,8 @@ def test_records_of_a_site_the_decision_cache_now_decides_otherwise_are_not_repl
 
 class _Tuner:
     unsteady = False
-    saved_us, kernels_differ, decided = 10.0, False, {"site": autotune.Decision("fast_chain")}
+    saved_us, kernels_differ, static_differs = 10.0, False, True
+    decided = {"site": autotune.Decision("fast_chain")}
 
 
 def test_records_a_later_matching_might_not_make_again_are_not_kept(folders):
@@ -175,6 +176,7 @@ def test_records_a_later_matching_might_not_make_again_are_not_kept(folders):
     assert record_memo.encode("d", s, {}, _Tuner())["tuner"] == [
         10.0,
         False,
+        True,
         {"site": "fast_chain"},
     ]
 
