@@ -339,36 +339,15 @@ class PdlkitBackend:
         if report.substitutions and inductor_options.static_inputs_matter(capture, example_inputs):
             inductor_options.keep_dynamo_inputs(gm, traced)  # weights, a KV cache: static
         if report.substitutions and key and known is None:
-            args = (gm, traced, example_inputs, report, opts, patches, key)
-            return self._faster_graph(plan, *args)
+            rerun = partial(self._rerun, gm, example_inputs, plan, opts, key)
+            args = (gm, traced, example_inputs, report, opts, patches, key, rerun)
+            return whole_graph.faster_graph(*args)
         if not report.substitutions:
             whole_graph.nothing_substituted(key, known, report)
         return cast(
             Callable[..., Any],
             inductor_options.compile_substituted(chosen, example_inputs, patches),
         )
-
-    def _faster_graph(
-        self,
-        plan: Plan,
-        gm: fx.GraphModule,
-        traced: fx.GraphModule,
-        example_inputs: list[Any],
-        report: GraphReport,
-        opts: Options,
-        patches: dict[str, Any],
-        key: str,
-    ) -> Callable[..., Any]:
-        """The whole-graph check (pdlkit/whole_graph.py) of the substituted graph, with the
-        kernels-only graph and static priority's among its candidates where they differ."""
-        rerun = partial(self._rerun, gm, example_inputs, plan, opts, key)
-        reruns: dict[str, whole_graph.Rerun] = {}
-        if report.kernels_differ:
-            reruns[graph_guard.KERNELS] = partial(rerun, False)
-        if report.static_differs:
-            reruns[graph_guard.STATIC] = partial(rerun, True)
-        args = (gm, traced, example_inputs, report, opts, patches, key, reruns)
-        return whole_graph.faster_graph(*args)
 
     def _rerun(
         self,

@@ -32,7 +32,8 @@ from pdlkit.runtime_abi.autotune import Decision, resolve_mode
 from pdlkit.runtime_abi.binding import DeferredChecks
 from pdlkit.runtime_abi.binding_stats import count
 
-Rerun = Callable[[], tuple[fx.GraphModule, GraphReport]]
+# the pass again for the check: a kernel at every site, or (True) as autotune="off" matches
+Rerun = Callable[[bool], tuple[fx.GraphModule, GraphReport]]
 
 
 def measured(opts: Options, plan: Plan, example_inputs: list[Any], gm: fx.GraphModule) -> bool:
@@ -116,13 +117,13 @@ def faster_graph(
     opts: Options,
     patches: dict[str, Any],
     key: str,
-    reruns: dict[str, Rerun] | None = None,
+    rerun: Rerun | None = None,
 ) -> Callable[..., Any]:
     """The substituted graph's code, unless another whole graph measured faster: Inductor's
-    code for Dynamo's graph (the substitutions are counted as undone), or one of ``reruns``
-    (the pass again: graph_guard.KERNELS, a kernel at every site; graph_guard.STATIC, static
-    priority's choices). All are compiled with the compilation's Inductor options
-    (``patches``: CUDA graphs on all sides or none)."""
+    code for Dynamo's graph (the substitutions are counted as undone), or, with ``rerun``,
+    the graph with a kernel at every site (graph_guard.KERNELS) and static priority's
+    (graph_guard.STATIC) where the report says they differ. All are compiled with the
+    compilation's Inductor options (``patches``: CUDA graphs on all sides or none)."""
     from torch._inductor.compile_fx import compile_fx
 
     kernels = [s.kernel for s in report.substitutions]
@@ -134,13 +135,14 @@ def faster_graph(
         deferred.add(graph)
         return cast(Callable[..., Any], fn)
 
-    def again(name: str) -> Callable[[], Callable[..., Any]] | None:
-        rerun = (reruns or {}).get(name)
-        if rerun is None:
+    def again(static: bool, differs: bool) -> Callable[[], Callable[..., Any]] | None:
+        if rerun is None or not differs:
             return None
+        name = graph_guard.STATIC if static else graph_guard.KERNELS
 
         def make() -> Callable[..., Any]:
-            traced_again, other[name] = rerun()
+            assert rerun is not None
+            traced_again, other[name] = rerun(static)
             return compiled(traced_again)
 
         return make
@@ -153,8 +155,8 @@ def faster_graph(
             example_inputs,
             resolve_mode(opts.autotune),
             report.sites_saved_us,
-            again(graph_guard.KERNELS),
-            again(graph_guard.STATIC),
+            again(False, report.kernels_differ),
+            again(True, report.static_differs),
         )
     finally:
         deferred.restore()

@@ -75,15 +75,23 @@ def near_chain(a: Tensor, wb: Tensor, wc: Tensor) -> Tensor:
 """
 
 
+def _compiled(folders, monkeypatch, near_us: float, verdict: str | None):
+    """The chain compiled with near_chain (priority 10) timed at ``near_us`` against
+    fast_chain's 100 us, every candidate graph compiled, and ``verdict`` the check's (None:
+    as measured): (patterns, kernels, stats)."""
+    monkeypatch.setattr(choose, "decide", _fixed({"near_chain": near_us, "fast_chain": 100.0}))
+    monkeypatch.setattr(graph_guard, "CONFIDENT", float("inf"))
+    if verdict is not None:
+        monkeypatch.setattr(graph_guard, "_faster", lambda timings: verdict)
+    p, k = folders(FAST, NEAR)
+    return p, k, run(p, k, "cached")
+
+
 def test_a_site_on_a_near_tie_compiles_and_can_run_the_kernels_only_graph(folders, monkeypatch):
     """The site measures fast_chain 5% faster than near_chain, of higher priority: it takes
     fast_chain, and the whole-graph check also times the graph with near_chain; when that
     graph is the fastest it runs."""
-    monkeypatch.setattr(choose, "decide", _fixed({"near_chain": 105.0, "fast_chain": 100.0}))
-    monkeypatch.setattr(graph_guard, "CONFIDENT", float("inf"))  # compile every candidate
-    monkeypatch.setattr(graph_guard, "_faster", lambda timings: graph_guard.KERNELS)
-    p, k = folders(FAST, NEAR)
-    st = run(p, k, "cached")
+    p, k, st = _compiled(folders, monkeypatch, 105.0, graph_guard.KERNELS)
     assert calls(st, "near_chain") == 1 and calls(st, "fast_chain") == 0
     assert ["substituted", "kernels only", "inductor"] in _timed_graphs(p)
 
@@ -95,11 +103,7 @@ def test_a_site_whose_first_kernel_measured_far_slower_times_static_prioritys_gr
     substituted and the kernels-only graph take fast_chain, and the whole-graph check times
     the graph static priority gives (near_chain) as well; when that graph is the fastest it
     runs, and the next compilation matches as autotune="off" does, measuring nothing."""
-    monkeypatch.setattr(choose, "decide", _fixed({"near_chain": 130.0, "fast_chain": 100.0}))
-    monkeypatch.setattr(graph_guard, "CONFIDENT", float("inf"))  # compile every candidate
-    monkeypatch.setattr(graph_guard, "_faster", lambda timings: graph_guard.STATIC)
-    p, k = folders(FAST, NEAR)
-    st = run(p, k, "cached")
+    p, k, st = _compiled(folders, monkeypatch, 130.0, graph_guard.STATIC)
     assert calls(st, "near_chain") == 1 and calls(st, "fast_chain") == 0
     assert ["substituted", "static priority", "inductor"] in _timed_graphs(p)
     again = run(p, k, "cached")
@@ -110,9 +114,6 @@ def test_a_site_whose_first_kernel_measured_far_slower_times_static_prioritys_gr
 def test_where_static_priority_chose_as_measured_no_fourth_graph_is_compiled(folders, monkeypatch):
     """near_chain, of higher priority, measured fastest: static priority's graph is the
     substituted one, and only that and Inductor's are timed."""
-    monkeypatch.setattr(choose, "decide", _fixed({"near_chain": 100.0, "fast_chain": 130.0}))
-    monkeypatch.setattr(graph_guard, "CONFIDENT", float("inf"))
-    p, k = folders(FAST, NEAR)
-    run(p, k, "cached")
+    p, _, _ = _compiled(folders, monkeypatch, 100.0 / 1.3, None)
     assert ["substituted", "inductor"] in _timed_graphs(p)
     assert all("static priority" not in graphs for graphs in _timed_graphs(p))
