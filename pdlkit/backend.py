@@ -114,7 +114,7 @@ def run_pass(
     if rewrite_fx:
         restore(outcome.graph)  # inexact canonical spellings no kernel claimed
     report.canonicalized = dict(canonical)
-    for sub, enabled in mode_regions(traced, bool(grads)):  # no_grad() regions: a graph each
+    for sub, enabled in mode_regions(traced, bool(grads)):  # a graph each, static priority
         _merge(report, _substitute_region(sub, enabled, plan, kw))
     report.timings = {"retrace": t1 - t0, "canonicalize": t_canon, **report.timings}
     _note_tuning(report, tuner)
@@ -153,8 +153,8 @@ def _substitute_region(
     sub: fx.GraphModule, grad_enabled: bool, plan: Plan, kw: dict[str, Any]
 ) -> GraphReport:
     """Substitute inside one region (``retrace.mode_regions``): its ops are plain ATen ops
-    run in that grad mode, so every kernel is as valid there as outside. Under ``torch.no_grad()`` no input
-    needs a gradient; under ``torch.enable_grad()`` every input may. Kernels are chosen by
+    run in that grad mode, so every kernel is as valid there as outside. Under
+    ``torch.no_grad()`` no input needs a gradient; under ``torch.enable_grad()`` every input may. Kernels are chosen by
     static priority (measurement times sites of the outer graph)."""
     from pdlkit.matcher.canonicalize import restore
     from pdlkit.matcher.substitute import substitute

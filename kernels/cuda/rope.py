@@ -9,7 +9,9 @@ a matmul of inner dimension 1 (``matmul_outer``, ``patterns/cuda/rope.pdl.mlir``
             sin and rotates Q and K
 
 The products are the ones the matmul computes (one per output, nothing summed), so the
-numbers are equal. Newer transformers multiply instead; there the pattern finds nothing.
+numbers are equal. Newer transformers multiply instead; there the pattern finds nothing. The
+matmul sits in an ``autocast(enabled=False)`` region, whose sites take static priority (not
+measured: a multiply that Inductor fuses against a library call and two copies).
 """
 
 from __future__ import annotations
