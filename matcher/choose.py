@@ -256,8 +256,7 @@ class Tuner:
             self.seconds += spent
             self.unsteady |= not autotune.trusted(decision)
         self.decided[key] = decision
-        names = {k.name for k in cands}
-        if decision.choice != KEEP and decision.choice not in names:
+        if decision.choice != KEEP and decision.choice not in {k.name for k in cands}:
             decision = Decision(cands[0].name, decision.timings, "static")  # a stale entry
         if pin is not None:
             decision = Decision(pin, decision.timings, "pinned")
@@ -265,7 +264,8 @@ class Tuner:
             other = kernels_only(decision, [k.name for k in cands])
             decision = decision if autotune.trusted(decision) else other  # no ranking
             self.kernels_differ |= other.choice != decision.choice
-            self.static_differs |= other.choice not in (KEEP, cands[0].name)
+            top, ran = cands[0].name, {t.name for t in decision.timings if t.ran()}
+            self.static_differs |= top in ran and other.choice not in (KEEP, top)
             decision = decision if self.keep else other
         self._account(decision)
         return decision

@@ -168,6 +168,10 @@ class Timing:
     # from the cache has none)
     rounds: list[float] = field(default_factory=list, repr=False, compare=False)
 
+    def ran(self) -> bool:
+        """Timed to the end: neither excluded nor stopped over the site's budget."""
+        return self.us is not None and not self.note.startswith("stopped")
+
     def describe(self) -> str:
         t = f"{self.us:.1f} us" if self.us is not None else "excluded"
         return f"{self.name} {t}" + (f" ({self.note})" if self.note else "")
@@ -566,7 +570,7 @@ def fastest(timings: Sequence[Timing], order: Sequence[str], tie: float = MARGIN
     timed = [
         (t.us, order.index(t.name) if t.name in order else len(order), t.name)
         for t in timings
-        if t.name != KEEP and t.us is not None and not t.note.startswith("stopped")
+        if t.name != KEEP and t.ran() and t.us is not None
     ]
     if not timed:
         return KEEP

@@ -53,11 +53,12 @@ def test_a_site_without_a_timed_kernel_is_left_as_it_is():
     assert choose.kernels_only(d, ORDER) is d
 
 
-def _fixed(us: dict[str, float]):
-    """choose.decide with fixed timings in place of the measurement."""
+def _fixed(us: dict[str, float | None]):
+    """choose.decide with fixed timings in place of the measurement (None: excluded)."""
 
     def timed(runs, *_):
-        timings = [Timing(n, us[n]) for n, _ in runs] + [Timing(KEEP, 1000.0)]
+        timings = [Timing(n, us[n], "" if us[n] else "raised") for n, _ in runs]
+        timings.append(Timing(KEEP, 1000.0))
         return Decision(fastest(timings, [n for n, _ in runs]), timings)
 
     return timed
@@ -116,4 +117,18 @@ def test_where_static_priority_chose_as_measured_no_fourth_graph_is_compiled(fol
     substituted one, and only that and Inductor's are timed."""
     p, _, _ = _compiled(folders, monkeypatch, 100.0 / 1.3, None)
     assert ["substituted", "inductor"] in _timed_graphs(p)
+    assert all("static priority" not in graphs for graphs in _timed_graphs(p))
+
+
+def test_a_first_kernel_excluded_from_its_sites_timing_makes_no_static_graph(folders, monkeypatch):
+    """boom_chain, of the highest priority, raised while its site was timed: static
+    priority's graph would run it, so it is not a candidate."""
+    from test_autotune import RAISES
+
+    us = {"boom_chain": None, "near_chain": 130.0, "fast_chain": 100.0}
+    monkeypatch.setattr(choose, "decide", _fixed(us))
+    monkeypatch.setattr(graph_guard, "CONFIDENT", float("inf"))
+    p, k = folders(RAISES, FAST, NEAR)
+    st = run(p, k, "cached")
+    assert calls(st, "fast_chain") == 1 and calls(st, "boom_chain") == 0
     assert all("static priority" not in graphs for graphs in _timed_graphs(p))
