@@ -8,7 +8,8 @@
             host's decisions file and the matcher's source; a later compilation replays them
 
 Only graphs the whole-graph check measures have a verdict key, so only they are kept, and only
-with ``autotune="cached"``. The records hold each site's decision key and choice, and are
+with ``autotune="cached"``, or as ``"off"`` matches where static priority's graph won that
+check (the backend matches so under that verdict; no other compilation has both). The records hold each site's decision key and choice, and are
 replayed only while the decision cache still says the same (``autotune="full"`` in another
 process may have measured a site again). A file that does not parse or fit is ignored with
 one warning and rewritten.
@@ -62,12 +63,14 @@ class DiskMemo:
 
 def memo(verdict_key: str, keep_sites: bool, mode: str | None) -> DiskMemo | None:
     """Where a compilation with autotune ``mode`` (None: ``PDLKIT_AUTOTUNE``'s) finds and keeps
-    its records; None where it keeps none: no verdict key, a mode other than ``"cached"``
-    (``"full"`` measures every site again, ``"off"`` none), no usable decision cache."""
-    if not verdict_key or autotune.resolve_mode(mode) != "cached":
+    its records; None where it keeps none: no verdict key, ``"full"`` (it measures every site
+    again), no usable decision cache. With a verdict key, ``"off"`` is static priority's
+    graph under that verdict (graph_guard.STATIC)."""
+    mode = autotune.resolve_mode(mode)
+    if not verdict_key or mode == "full":
         return None
     host = autotune.decision_cache().path
     if host is None:
         return None
-    text = f"{verdict_key}|{keep_sites}|{host.name}|{_code_digest()}"
+    text = f"{verdict_key}|{keep_sites}|{mode}|{host.name}|{_code_digest()}"
     return DiskMemo(hashlib.sha256(text.encode()).hexdigest()[:32])

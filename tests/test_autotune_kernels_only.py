@@ -110,6 +110,8 @@ def test_a_site_whose_first_kernel_measured_far_slower_times_static_prioritys_gr
     again = run(p, k, "cached")
     assert calls(again, "near_chain") == 1 and again["substitutions"] == 1
     assert again["tuning_hits"] == again["tuning_misses"] == 0  # matched as "off" matches
+    third = run(p, k, "cached")  # the second kept its match records: replayed
+    assert calls(third, "near_chain") == 1 and third["matches_from_disk"] == 1
 
 
 def test_where_static_priority_chose_as_measured_no_fourth_graph_is_compiled(folders, monkeypatch):

@@ -181,9 +181,11 @@ def test_records_a_later_matching_might_not_make_again_are_not_kept(folders):
     ]
 
 
-def test_no_records_are_kept_without_a_verdict_key_or_with_autotune_off():
+def test_no_records_are_kept_without_a_verdict_key_or_with_full():
     assert match_store.memo("", True, "cached") is None
-    assert match_store.memo("key", True, "off") is None
+    assert match_store.memo("", True, "off") is None  # autotune="off" as a user asks for it
     a, b = match_store.memo("key", True, "cached"), match_store.memo("key", False, "cached")
     assert a is not None and b is not None and a.key != b.key  # kernels-only: its own records
+    static = match_store.memo("key", True, "off")  # static priority's graph won the check
+    assert static is not None and static.key not in (a.key, b.key)
     assert match_store.memo("key", True, "full") is None  # measures every site again
