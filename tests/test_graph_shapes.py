@@ -207,18 +207,19 @@ def k_lin_relu(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
 
 
 class Regions(torch.nn.Module):
-    """linear -> relu, then linear -> relu inside a torch.no_grad() or torch.autocast region."""
+    """linear -> relu, then linear -> relu inside a torch.no_grad() or torch.autocast region
+    (``enabled=False``: one with autocast off)."""
 
-    def __init__(self, autocast: bool):
+    def __init__(self, autocast: bool, enabled: bool = True):
         super().__init__()
         self.fc1 = torch.nn.Linear(16, 32)
         self.fc2 = torch.nn.Linear(32, 16)
-        self.autocast = autocast
+        self.autocast, self.enabled = autocast, enabled
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = torch.relu(self.fc1(x))
         if self.autocast:
-            with torch.autocast("cpu", dtype=torch.bfloat16):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.enabled):
                 g = torch.relu(self.fc2(h))
         else:
             with torch.no_grad():
@@ -231,10 +232,10 @@ def lin_relu_folders(tmp_path):
     return make_folders(tmp_path, LIN_RELU_KERNEL, op="lin_relu", act="relu")
 
 
-def _regions(autocast: bool) -> tuple[Regions, torch.Tensor]:
+def _regions(autocast: bool, enabled: bool = True) -> tuple[Regions, torch.Tensor]:
     """A Regions model (seed 0) and an input [4, 16]; the kernel counters reset."""
     torch.manual_seed(0)
-    model, x = Regions(autocast), torch.randn(4, 16)
+    model, x = Regions(autocast, enabled), torch.randn(4, 16)
     pdlkit.stats(reset=True)
     return model, x
 
@@ -267,6 +268,20 @@ def test_autocast_region_compiles_to_eager_numbers_with_the_outside_substituted(
     assert _calls() == 1
     subs = pdlkit.explain(model, x, patterns=p, kernels=k).graphs[0].substitutions
     assert [s.root for s in subs] == ["relu"]  # relu_1, in the region, is left to Inductor
+
+
+def test_autocast_off_region_compiles_to_eager_numbers_with_both_sites_substituted(
+    lin_relu_folders,
+):
+    # inside torch.autocast(..., enabled=False) ops run in their own dtypes, as outside it
+    model, x = _regions(autocast=True, enabled=False)
+    model.eval()
+    p, k = lin_relu_folders
+    with torch.no_grad():
+        y = pdlkit.optimize(model, patterns=p, kernels=k)(x)
+        want = model(x)
+    torch.testing.assert_close(y, want)
+    assert _calls() == 2  # outside the region and inside it
 
 
 def test_kernel_without_backward_serves_the_no_grad_region_of_a_training_graph(
