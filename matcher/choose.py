@@ -396,7 +396,7 @@ def _subgraph_time(
     ``PDLKIT_AUTOTUNE_SUBGRAPH=compile``, or on CUDA, a kernel between the bounds is compared
     with the subgraph compiled by Inductor, with its weights as constants under freezing
     (compiled once: timed on the first of ``reals`` alone where it has constants)."""
-    times = [t.us for t in kernels if t.us is not None and not t.note.startswith("stopped")]
+    times = [t.us for t in kernels if t.ran() and t.us is not None]
     best = min(times, default=None)
     freezing = bool(torch._inductor.config.freezing)
     constants = frozen if freezing else ()
