@@ -154,8 +154,8 @@ def _substitute_region(
 ) -> GraphReport:
     """Substitute inside one region (``retrace.mode_regions``): its ops are plain ATen ops
     run in that grad mode, so every kernel is as valid there as outside. Under
-    ``torch.no_grad()`` no input needs a gradient; under ``torch.enable_grad()`` every input may. Kernels are chosen by
-    static priority (measurement times sites of the outer graph)."""
+    ``torch.no_grad()`` no input needs a gradient; under ``torch.enable_grad()`` every input
+    may. Kernels are chosen by static priority (measurement times sites of the outer graph)."""
     from pdlkit.matcher.canonicalize import restore
     from pdlkit.matcher.substitute import substitute
     from pdlkit.runtime_abi.autograd import training_graph
@@ -359,13 +359,14 @@ class PdlkitBackend:
         static: bool,
     ) -> tuple[fx.GraphModule, GraphReport]:
         """The pass again for the whole-graph check (pdlkit/whole_graph.py): with a kernel at
-        every site (the kernels-only graph, its records kept apart: ``keep_sites=False``), or
-        ``static``: as ``autotune="off"`` matches (nothing measured, no records)."""
+        every site (the kernels-only graph), or ``static``: as ``autotune="off"`` matches
+        (nothing measured). Its records are kept under the arguments a later compilation
+        under that graph's verdict passes (``__call__``), which then replays them."""
         with self.session.compiling():
             return run_pass(
                 gm, example_inputs, plan, verify=opts.verify,
-                autotune="off" if static else opts.autotune, keep_sites=False, near_misses=False,
-                verdict_key="" if static else key,
+                autotune="off" if static else opts.autotune, keep_sites=static,
+                near_misses=False, verdict_key=key,
             )  # fmt: skip
 
     def _without_matcher(

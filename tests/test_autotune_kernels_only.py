@@ -103,14 +103,15 @@ def test_a_site_whose_first_kernel_measured_far_slower_times_static_prioritys_gr
     """The site measures fast_chain 30% faster than near_chain, of higher priority: both the
     substituted and the kernels-only graph take fast_chain, and the whole-graph check times
     the graph static priority gives (near_chain) as well; when that graph is the fastest it
-    runs, and the next compilation matches as autotune="off" does, measuring nothing."""
+    runs, and the next compilation replays its match records as autotune="off" made them."""
     p, k, st = _compiled(folders, monkeypatch, 130.0, graph_guard.STATIC)
     assert calls(st, "near_chain") == 1 and calls(st, "fast_chain") == 0
     assert ["substituted", "static priority", "inductor"] in _timed_graphs(p)
     again = run(p, k, "cached")
     assert calls(again, "near_chain") == 1 and again["substitutions"] == 1
     assert again["tuning_hits"] == again["tuning_misses"] == 0  # matched as "off" matches
-    third = run(p, k, "cached")  # the second kept its match records: replayed
+    assert again["matches_from_disk"] == 1  # the check's static rerun kept its records
+    third = run(p, k, "cached")
     assert calls(third, "near_chain") == 1 and third["matches_from_disk"] == 1
 
 
