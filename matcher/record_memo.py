@@ -66,9 +66,10 @@ def encode(digest: str, s: MatchSession, silent: dict[str, str], tuner: Any) -> 
     """What ``recall`` needs to replay ``s``; :class:`Unplain` where it cannot be kept."""
     if tuner is not None and tuner.unsteady:
         raise Unplain("a site was timed on a busy host")
-    decided = {} if tuner is None else {k: d.choice for k, d in tuner.decided.items()}
-    flags = [] if tuner is None else [tuner.saved_us, tuner.kernels_differ, tuner.static_differs]
-    tuned = None if tuner is None else [*flags, decided]
+    tuned = None
+    if tuner is not None:
+        decided = {k: d.choice for k, d in tuner.decided.items()}
+        tuned = [tuner.saved_us, tuner.kernels_differ, tuner.static_differs, decided]
     kept = [_from_cache(k) for k in s.kept]
     return {"graph": digest, "records": [_record(r) for r in s.records], "kept": kept,
             "silent": silent, "tuner": tuned}  # fmt: skip
