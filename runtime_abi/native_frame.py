@@ -203,6 +203,8 @@ class CpuCall:
             if dt in _COMPLEX and (u.is_conj() or u.is_neg()):  # lazy bits C would not see
                 raise KernelUnsupported(f"{self.spec.name}: an input has a pending conj/neg bit")
             meta = (u.shape, u.stride(), dt)
+            if u is not t:  # packed bytes of one size come from weights of several shapes
+                meta += (t.shape, t.dtype)  # the logical weight's, which meta() reads
             s.ptrs[j] = u.data_ptr()
             s.vers[j] = t._version if u is t else 0
         same = meta == s.metas[j]

@@ -31,7 +31,11 @@ static int32_t prepack(pdlkit_prepack_frame* f) {
   if (w->ndim != 2 || !pdlkit_dtype_is(w->dtype, kDLFloat, 32))
     return pdlkit_error(f->error, f->error_size, PDLKIT_INVALID_ARGUMENT, "w: [N, K] float32");
   int64_t n = w->shape[0], k = w->shape[1];
+#ifdef PAD /* room for N rounded up to panels of 8 columns, as the shipped GEMMs pad theirs */
+  size_t bytes = sizeof(hdr) + (size_t)((n + 7) / 8 * 8 * k) * 4;
+#else
   size_t bytes = sizeof(hdr) + (size_t)(n * k) * 4;
+#endif
   if (!f->packed) { f->packed_size = bytes; return PDLKIT_OK; }
   if ((uintptr_t)f->packed % 64) return pdlkit_error(f->error, f->error_size, PDLKIT_INTERNAL, "unaligned");
   hdr* h = (hdr*)f->packed;
@@ -143,6 +147,21 @@ def test_optional_bias_and_prepacked_weight(tmp_path):
     st = pdlkit.stats()
     assert (st["prepack_misses"], st["prepack_hits"]) == (2, 1)  # bias=None: another key
     torch.library.opcheck(op, (x, w, None, 0))
+
+
+def test_weights_packed_to_the_same_size_keep_their_own_output_shapes(tmp_path):
+    """Packed bytes of one size (3 and 8 columns, padded to 8) from weights of different
+    shapes: each call gets its own weight's output. The CPU call plans were keyed by the
+    packed bytes' shape, so the second weight's calls took the first's output shape (seen with
+    linear_bf16's 64-column panels at a small GQA Llama's k_proj after its q_proj: a
+    KernelCallError from the output check)."""
+    (k,) = load_kernel_file(build(tmp_path, "padded_linear", "-DPAD"))
+    x, wide, narrow = torch.randn(5, 7), torch.randn(8, 7), torch.randn(3, 7)
+    pw, pn = k.prepack(wide, {}), k.prepack(narrow, {})
+    assert pw.data.shape == pn.data.shape
+    torch.testing.assert_close(k(x, pw, None), F.linear(x, wide))
+    torch.testing.assert_close(k(x, pn, None), F.linear(x, narrow))
+    torch.testing.assert_close(k(x, pw, None), F.linear(x, wide))
 
 
 def test_a_library_with_abi_10_structs_still_loads(tmp_path):

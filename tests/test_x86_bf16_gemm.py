@@ -161,6 +161,33 @@ def test_bf16_model_runs_the_fused_kernels():
     torch.testing.assert_close(out.float(), ref.float(), rtol=0.02, atol=0.02)
 
 
+class Qkv(torch.nn.Module):
+    """A GQA attention's projections at small sizes: 64 and 32 columns from one input, the
+    same packed bytes in 64-column panels."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q = torch.nn.Linear(64, 64, bias=False)
+        self.k = torch.nn.Linear(64, 32, bias=False)
+
+    def forward(self, x):
+        return self.q(x).sum(-1) + self.k(x).sum(-1)
+
+
+def test_weights_of_one_packed_size_but_different_widths_each_get_their_own_output():
+    # static priority puts linear_bf16 at both sites; the second used to get the first's
+    # output shape and fail the output check (KernelCallError at k)
+    torch.manual_seed(0)
+    model = Qkv().eval().to(torch.bfloat16)
+    x = torch.randn(4, 1, 64).bfloat16()
+    pdlkit.stats(reset=True)
+    with torch.no_grad():
+        ref = model(x)
+        out = pdlkit.optimize(model, autotune="off")(x)
+    assert pdlkit.stats()["by_kernel"][on_this_host("linear_bf16")]["kernel_calls"] == 2
+    torch.testing.assert_close(out.float(), ref.float(), rtol=0.02, atol=0.05)
+
+
 def test_load_c_library_falls_back_to_the_plain_build_and_checks_the_struct(tmp_path, monkeypatch):
     from pdlkit.runtime_abi.native_build import load_c_library
 
