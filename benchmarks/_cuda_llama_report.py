@@ -118,10 +118,11 @@ def markdown(res: dict[str, Any]) -> str:
                 continue
             lines.append(_row_line(row, path, r, base))
     subs = [
-        f"- {row}: {p['pdlkit_int8']['kernels']}; runner calls {p['pdlkit_int8']['runner_calls']}"
-        f"; undone by the whole-graph timing {p['pdlkit_int8'].get('undone', '-')}"
+        f"- {row}, {path}: {p[path]['kernels']}; runner calls {p[path]['runner_calls']}"
+        f"; undone by the whole-graph timing {p[path].get('undone', '-')}"
         for row, p in res["rows"].items()
-        if "kernels" in p.get("pdlkit_int8", {})
+        for path in ("pdlkit_int8", "pdlkit_bf16")
+        if "kernels" in p.get(path, {})
     ]
     if subs:
         lines += ["", "pdlkit's substitutions (kernel: sites) and calls through its runner:", ""]

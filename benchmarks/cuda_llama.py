@@ -18,7 +18,9 @@ intermediate 14336), random weights (std 0.02), BF16. Rows:
 
 Paths: BF16 eager (the reference), BF16 Inductor (``torch.compile``), torchao's
 ``Int8DynamicActivationInt8WeightConfig`` + Inductor (where torchao imports), pdlkit int8
-(``quantize(..., "int8-dynamic-per-token")`` + ``pdlkit.optimize``). Each compiled path is
+(``quantize(..., "int8-dynamic-per-token")`` + ``pdlkit.optimize``), and ``pdlkit_bf16``:
+the BF16 model through ``pdlkit.optimize`` unquantized (what pdlkit does to a model nobody
+quantized: its decode attention, where measured faster; never slower than BF16 Inductor). Each compiled path is
 timed as compiled and as a CUDA graph of its compiled call (captured after warm-up;
 ``graph ms``; a path whose capture fails says why), medians of ``triton.testing.do_bench``.
 Also: compile time (first call), cosine of the last hidden state against BF16 eager, and for
@@ -63,6 +65,7 @@ PATHS = [
     "pdlkit_int8",
     "torchao_int8",
     "pdlkit_int8_static_launch",
+    "pdlkit_bf16",
 ]
 # pdlkit asking for Inductor's static launcher for its Triton kernels through the config key:
 # the same as pdlkit_int8 since importing pdlkit's backend turns the launcher on (the environment
@@ -195,7 +198,7 @@ def compile_path(
     Inductor's CUDA graphs (pdlkit passes the mode to Inductor, pdlkit/inductor_options.py)."""
     if path == "bf16_eager":
         return runner
-    if path.startswith("pdlkit_int8"):
+    if path.startswith("pdlkit"):
         import pdlkit
 
         target = INTERPRETER_TARGET if device == "cpu" else None
@@ -417,7 +420,7 @@ def measure_path(
 
     with torch.no_grad():
         t0 = time.perf_counter()
-        if path == "pdlkit_int8":
+        if path in ("pdlkit_int8", "pdlkit_bf16"):
             pdlkit_stats_during(r, first)
         else:
             first()
@@ -555,7 +558,9 @@ def main() -> None:
     print(res["device"], {k: res[k] for k in ("torch", "triton", "transformers", "torchao")})
     model = build_model(a.config, a.device)
     ids = torch.randint(0, VOCAB, (1, 16), device=a.device)
-    models: dict[str, Any] = {"bf16_eager": model, "bf16_inductor": model}
+    # pdlkit_bf16: the same BF16 model through pdlkit (its decode attention, nothing quantized):
+    # the rule that pdlkit never makes a model slower than Inductor, for a model not quantized
+    models: dict[str, Any] = {"bf16_eager": model, "bf16_inductor": model, "pdlkit_bf16": model}
     models.update(quantized_copies(model, ids, a.paths))
     models = {k: v for k, v in models.items() if k == "bf16_eager" or k in a.paths}
     head = torch.randn(VOCAB, CONFIGS[a.config]["hidden_size"], device=a.device)
