@@ -202,9 +202,9 @@ class CpuCall:
             dt = u.dtype
             if dt in _COMPLEX and (u.is_conj() or u.is_neg()):  # lazy bits C would not see
                 raise KernelUnsupported(f"{self.spec.name}: an input has a pending conj/neg bit")
-            meta = (u.shape, u.stride(), dt)
-            if u is not t:  # packed bytes of one size come from weights of several shapes
-                meta += (t.shape, t.dtype)  # the logical weight's, which meta() reads
+            # packed bytes of one size come from weights of several shapes: a packed weight's
+            # logical shape (which meta() reads) is part of the plan's key too
+            meta = (u.shape, u.stride(), dt, (t.shape, t.dtype) if u is not t else None)
             s.ptrs[j] = u.data_ptr()
             s.vers[j] = t._version if u is t else 0
         same = meta == s.metas[j]
