@@ -9,15 +9,15 @@
             the sites' own timings already say the substituted graph is much faster
             (:data:`CONFIDENT`), Inductor's graph is not compiled.
 
-Only inference graphs that change nothing are timed (no input needs a gradient, no op writes
-in place): running one a few more times has no effect a caller could see.
+Only inference graphs whose runs a caller cannot see are timed (no input needs a gradient;
+inputs written in place, as a decode step writes its KV cache, are copies): running one a few
+more times has no effect a caller could see (:mod:`pdlkit.matcher.graph_writes`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import operator
 import statistics
 import warnings
 from collections.abc import Callable, Sequence
@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+from pdlkit.matcher import graph_writes
 from pdlkit.runtime_abi import autotune
 from pdlkit.runtime_abi.autograd import grad_inputs
 from pdlkit.runtime_abi.autotune import Decision, Timing
@@ -44,8 +45,9 @@ def timeable(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> bool:
 def untimeable(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> str:
     """Why ``gm`` is not timed as a whole ("" when it is): a training graph, dynamic shapes
     (each site then chooses per shape bucket at run time; compiling both graphs would also
-    add both compilers' shape guards to the frame, and with them recompilations), or a node
-    that may write in place (running the graph again would be seen)."""
+    add both compilers' shape guards to the frame, and with them recompilations), or an
+    in-place write a caller would see though the inputs it writes are copied
+    (:mod:`pdlkit.matcher.graph_writes`: a decode step's KV cache is written on a copy)."""
     if grad_inputs(example_inputs):  # a training graph (not parameters under no_grad)
         return "a training graph (inputs need gradients)"
     for n in gm.graph.nodes:
@@ -55,41 +57,7 @@ def untimeable(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> str:
                 isinstance(v, torch.Tensor) and not all(type(d) is int for d in v.shape)
             ):
                 return f"dynamic shapes (input {n.name})"
-    writer = next((n for n in gm.graph.nodes if _writes(n)), None)
-    if writer is not None:
-        return f"node {writer.name} ({_target_name(writer)}) may write in place"
-    return ""
-
-
-# Python's in-place operators (``x &= m`` traces to ``operator.iand``) and item assignment;
-# ``operator.and_`` / ``or_`` / ``not_`` end with "_" but return a new value (transformers'
-# GPT-2 and Llama build their attention masks with ``&``)
-_WRITING_OPERATORS = frozenset(
-    getattr(operator, n)
-    for n in "iadd iand iconcat ifloordiv ilshift imatmul imod imul ior ipow irshift isub "
-    "itruediv ixor setitem delitem".split()
-)
-
-
-def _writes(n: fx.Node) -> bool:
-    """Whether ``n`` may write in place: a mutable schema, an in-place method or function
-    (named with a trailing "_", as ``add_``; of the special methods, the in-place operators'
-    and item assignment's), or one of Python's in-place operators."""
-    if n.op not in ("call_function", "call_method"):
-        return False
-    if n.target in (torch._C._set_grad_enabled, torch.Tensor.__setitem__):
-        return True
-    if getattr(n.target, "__module__", None) == "_operator":
-        return n.target in _WRITING_OPERATORS
-    schema = getattr(n.target, "_schema", None)
-    name = _target_name(n)
-    if name.startswith("__") and name.endswith("__"):  # a special method: "__eq__" returns
-        return getattr(operator, name.strip("_"), None) in _WRITING_OPERATORS  # "__iand__"
-    return (schema is not None and schema.is_mutable) or name.endswith("_")
-
-
-def _target_name(n: fx.Node) -> str:
-    return str(n.target if isinstance(n.target, str) else getattr(n.target, "__name__", ""))
+    return graph_writes.unseen_writes(gm, example_inputs)
 
 
 def graph_key(gm: fx.GraphModule, example_inputs: Sequence[Any], kernels: Sequence[str]) -> str:
@@ -136,6 +104,7 @@ def choose(
     saved_us: float | None = None,
     kernels_only: Callable[[], Callable[..., Any]] | None = None,
     static: Callable[[], Callable[..., Any]] | None = None,
+    written: Sequence[int] = (),
 ) -> tuple[str, Callable[..., Any], Decision]:
     """Compile and time both graphs (``substituted`` / ``inductor`` compile one each), or
     read the verdict from the decision cache; return the verdict and the faster graph's code.
@@ -161,7 +130,11 @@ def choose(
 
     ``static``: where it differs from both, static priority's graph (:data:`STATIC`): sites
     timed alone at many threads misrank kernels (16-core Xeon, Llama BF16, 16 threads: oneDNN
-    ahead of AMX at 2 of 4 sites; kernels only 0.983x Inductor's, AMX everywhere 0.94x)."""
+    ahead of AMX at 2 of 4 sites; kernels only 0.983x Inductor's, AMX everywhere 0.94x).
+
+    ``written``: positions of example inputs the graph writes in place (a KV cache): every
+    graph runs on one copy of those (graph_writes.scratch_inputs), the caller's stay as they
+    were."""
     makers = {SUBSTITUTED: substituted}
     if kernels_only is not None:
         makers[KERNELS] = kernels_only
@@ -173,7 +146,7 @@ def choose(
     if decision is not None and decision.choice in makers:
         return decision.choice, makers[decision.choice](), decision
     ours = substituted()
-    tensors = list(example_inputs)
+    tensors = graph_writes.scratch_inputs(example_inputs, written)
     device = autotune.device_of(tensors)
     with torch.no_grad(), uncounted():
         confident, timings = _confident(lambda: ours(*tensors), device, saved_us)

@@ -24,7 +24,7 @@ from typing import Any, cast
 import torch.fx as fx
 
 from pdlkit import inductor_options
-from pdlkit.matcher import graph_guard
+from pdlkit.matcher import graph_guard, graph_writes
 from pdlkit.matcher.report import GraphReport
 from pdlkit.plan import Options, Plan
 from pdlkit.runtime_abi import autotune
@@ -157,6 +157,7 @@ def faster_graph(
             report.sites_saved_us,
             again(False, report.kernels_differ),
             again(True, report.static_differs),
+            graph_writes.written_inputs(gm),
         )
     finally:
         deferred.restore()
