@@ -336,8 +336,10 @@ class PdlkitBackend:
             return traced if report.substitutions else gm
         # Nothing substituted: Dynamo's own graph, so the result is exactly Inductor's.
         chosen = traced if report.substitutions else gm
-        if report.substitutions and inductor_options.static_inputs_matter(capture, example_inputs):
-            inductor_options.keep_dynamo_inputs(gm, traced)  # weights, a KV cache: static
+        if report.substitutions and inductor_options.dynamo_inputs_matter(
+            capture, gm, example_inputs
+        ):  # weights, a KV cache: static; symbols: found again by their sources
+            inductor_options.keep_dynamo_inputs(gm, traced)
         if report.substitutions and key and known is None:
             rerun = partial(self._rerun, gm, example_inputs, plan, opts, key)
             args = (gm, traced, example_inputs, report, opts, patches, key, rerun)

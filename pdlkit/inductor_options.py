@@ -130,11 +130,30 @@ def capture_safe(registry: Any, why: str) -> Any:
     return Restricted(registry, refuse, ranked_only=True)
 
 
-def static_inputs_matter(capture: str, example_inputs: Sequence[Any]) -> bool:
-    """Whether Inductor acts on which inputs are static (:func:`keep_dynamo_inputs`): the
-    graph is captured in CUDA graphs, or it has GPU tensors, whose alignment Inductor checks
-    on every call unless they are static (CPU tensors it never checks)."""
-    return bool(capture) or _on_gpu(example_inputs)
+def dynamo_inputs_matter(capture: str, gm: Any, example_inputs: Sequence[Any]) -> bool:
+    """Whether Inductor acts on what Dynamo recorded about the graph's inputs
+    (:func:`keep_dynamo_inputs`): which are static, where the graph is captured in CUDA graphs
+    or has GPU tensors (whose alignment Inductor checks on every call unless they are static;
+    CPU tensors it never checks); and their sources, by which AOT autograd finds Dynamo's
+    symbols again where Dynamo's graph has any (dynamic shapes, and the Python floats
+    ``dynamic=True`` lifts to 0-d tensors read with ``.item()``: without their sources the
+    read fails, "aten._local_scalar_dense"). A CPU graph of static shapes without CUDA graphs
+    is left as the re-trace gives it."""
+    return bool(capture) or _on_gpu(example_inputs) or _symbolic(gm)
+
+
+def _symbolic(gm: Any) -> bool:
+    """Whether a placeholder of Dynamo's graph is symbolic: a SymInt or SymFloat, a tensor
+    with a symbolic size, or a 0-d tensor whose value Dynamo holds as a symbol."""
+    for n in gm.graph.find_nodes(op="placeholder"):
+        v = n.meta.get("example_value")
+        if isinstance(v, torch.SymInt | torch.SymFloat):
+            return True
+        if isinstance(v, torch.Tensor) and (
+            not all(type(d) is int for d in v.shape) or getattr(v, "item_memo", None) is not None
+        ):
+            return True
+    return False
 
 
 def _on_gpu(example_inputs: Sequence[Any]) -> bool:

@@ -19,7 +19,7 @@ import copy
 import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import torch
@@ -125,7 +125,6 @@ def _kept(
 
 def _trace(gm: fx.GraphModule, example_inputs: list[Any]) -> fx.GraphModule:
     import torch.fx.traceback as fx_traceback
-    from torch.fx.experimental.proxy_tensor import make_fx
 
     fake = _fake_inputs(gm, example_inputs)
 
@@ -140,7 +139,7 @@ def _trace(gm: fx.GraphModule, example_inputs: list[Any]) -> fx.GraphModule:
         if mode is not None:
             mode.allow_non_fake_inputs = True
         with fx_traceback.preserve_node_meta():
-            traced = make_fx(run, pre_dispatch=True, tracing_mode="fake")(*fake)
+            traced = _make_fx(run, mode, fake)
         if not any(n.target in _mode_calls() for n in traced.graph.nodes):
             return traced
         _propagate_in_modes(traced)
@@ -148,6 +147,56 @@ def _trace(gm: fx.GraphModule, example_inputs: list[Any]) -> fx.GraphModule:
         if mode is not None:
             mode.allow_non_fake_inputs = allow
     return _wrap_mode_regions(traced)
+
+
+def _make_fx(run: Callable[..., Any], mode: Any, fake: list[Any]) -> fx.GraphModule:
+    """``run`` traced to pre-dispatch ATen on ``fake`` in ``mode`` (the compilation's fake
+    mode), as AOTAutograd traces: the inputs made fake in ``mode`` first, as make_fx's
+    ``tracing_mode="fake"`` makes them, but with what Dynamo memoized on them kept
+    (:func:`_in_mode`), then traced in that mode. (make_fx's own conversion lost the symbolic
+    value of each Python float that ``dynamic=True`` lifts to a 0-d tensor: ``.item()`` on it
+    then failed, "Backend compiler failed with aten._local_scalar_dense", and Dynamo split
+    the graph at every such float.)"""
+    from torch._dispatch.python import enable_python_dispatcher
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    if mode is None:
+        return make_fx(run, pre_dispatch=True, tracing_mode="fake")(*fake)
+    tensors = iter(range(len(fake)))  # make_fx names its fake inputs' sources by tensor count
+    inputs = [_in_mode(x, mode, tensors) for x in fake]
+    with mode, enable_python_dispatcher():
+        return make_fx(run, pre_dispatch=True)(*inputs)
+
+
+def _in_mode(x: Any, mode: FakeTensorMode, tensors: Iterator[int]) -> Any:
+    """``x`` as make_fx's fake mode makes it: a tensor as a fake tensor of ``mode`` (Dynamo's
+    values belong to a fake mode of its own, the backend's to another with the same shape
+    environment), its ``.item()`` symbol kept; an opaque object (a process group, a device
+    mesh, a registered opaque type) as its fake object; anything else as it is."""
+    from torch._dynamo.source import ConstantSource
+    from torch._library.fake_class_registry import maybe_to_fake_obj
+
+    if isinstance(x, FakeTensor) and x.fake_mode is mode:
+        return x
+    if isinstance(x, torch.Tensor):
+        y = mode.from_tensor(x, source=ConstantSource(f"input{next(tensors)}"))
+        if isinstance(x, FakeTensor) and x.item_memo is not None:
+            y.item_memo = x.item_memo
+        return y
+    if isinstance(x, torch.ScriptObject) or _opaque(x, value=False):
+        return x if _opaque(x, value=True) else maybe_to_fake_obj(mode, x)
+    return x
+
+
+def _opaque(x: Any, value: bool) -> bool:
+    """Whether ``x`` is an opaque object (``value``: of an opaque value type, which make_fx
+    passes as it is); False on a torch without opaque objects."""
+    try:
+        from torch._library import opaque_object as oo
+    except ImportError:
+        return False
+    fn = getattr(oo, "is_opaque_value_type" if value else "is_opaque_value", None)
+    return bool(fn(type(x) if value else x)) if fn is not None else False
 
 
 # Re-traced graphs by what decides them (_reuse_key, and the prepare pass's name), the least

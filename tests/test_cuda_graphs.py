@@ -220,16 +220,23 @@ def test_static_launch_turned_off_in_the_environment_stays_off():
 
 def test_gpu_inputs_get_their_static_marks_without_cuda_graphs():
     # Inductor checks the alignment of every GPU input on each call unless it is static; a
-    # CPU graph without CUDA graphs is left as Dynamo's re-trace gives it
+    # CPU graph of static shapes without CUDA graphs is left as Dynamo's re-trace gives it,
+    # one with symbols gets their sources (dynamic shapes, lifted floats)
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from pdlkit.inductor_options import static_inputs_matter
+    from pdlkit.inductor_options import dynamo_inputs_matter
 
+    static = torch.fx.symbolic_trace(lambda x: x * 2)
     with FakeTensorMode(allow_non_fake_inputs=True):
         on_gpu = [torch.empty(4, device="cuda"), 3]
-    assert static_inputs_matter("", on_gpu)
-    assert not static_inputs_matter("", [torch.empty(4), 3])
-    assert static_inputs_matter("captured", [torch.empty(4)])
+    assert dynamo_inputs_matter("", static, on_gpu)
+    assert not dynamo_inputs_matter("", static, [torch.empty(4), 3])
+    assert dynamo_inputs_matter("captured", static, [torch.empty(4)])
+    sym = []
+    torch.compile(lambda x: x * 2, backend=lambda gm, ex: sym.append(gm) or gm, dynamic=True)(
+        torch.randn(4)
+    )
+    assert dynamo_inputs_matter("", sym[0], [torch.empty(4)])
 
 
 # -- on the GPU ---------------------------------------------------------------------------------
