@@ -8,7 +8,10 @@ The model is ``transformers.LlamaModel`` with 2 decoder layers at the config's s
 weights, as ``cuda_llama.py`` builds it; ``tinyllama``: TinyLlama-1.1B's hidden 2048,
 intermediate 5632, 32 heads over 4 KV heads); the step is ``cuda_llama.DecodeStep``: one token
 for each of B sequences over a static KV cache of ``--ctx`` tokens, written in place at
-position ctx. Configurations, each with a KV cache and a decision cache of its own:
+position ctx (``--dynamic``: compiled with ``dynamic=True``, as a server whose batch and
+cache lengths vary ends up compiling; the whole-graph check does not time such graphs, and
+each site chooses per shape bucket at run time). Configurations, each with a KV cache and a
+decision cache of its own:
 ``inductor`` (``torch.compile``), ``pdlkit`` (``pdlkit.optimize``, autotune "cached": the
 whole-graph check times this graph on a copy of the cache it writes) and ``pdlkit-off``
 (static priority, ``autotune="off"``). Timed in rounds, the configurations round-robin, each a
@@ -43,13 +46,13 @@ CONFS = ["inductor", "pdlkit", "pdlkit-off"]
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
-def compiled(conf: str, step: torch.nn.Module, tmp: str) -> Any:
+def compiled(conf: str, step: torch.nn.Module, tmp: str, dynamic: bool) -> Any:
     import pdlkit
 
     os.environ["PDLKIT_CACHE_DIR"] = os.path.join(tmp, conf)  # a decision cache of its own
     if conf == "inductor":
-        return torch.compile(step, dynamic=False)
-    return pdlkit.optimize(step, dynamic=False, autotune="off" if conf == "pdlkit-off" else None)
+        return torch.compile(step, dynamic=dynamic)
+    return pdlkit.optimize(step, dynamic=dynamic, autotune="off" if conf == "pdlkit-off" else None)
 
 
 def run_case(config: str, dtype: str, batch: int, args: argparse.Namespace, tmp: str) -> dict:
@@ -71,7 +74,7 @@ def run_case(config: str, dtype: str, batch: int, args: argparse.Namespace, tmp:
         for conf in CONFS:
             torch._dynamo.reset()
             pdlkit.stats(reset=True)
-            fn = compiled(conf, step(), tmp)
+            fn = compiled(conf, step(), tmp, args.dynamic)
             with inductor_cache(os.path.join(tmp, f"inductor-{conf}-{dtype}-{batch}")):
                 t0 = time.perf_counter()
                 out = fn(ids)  # compiles, in an Inductor cache folder of its own
@@ -119,6 +122,9 @@ def main() -> None:
     ap.add_argument("--dtypes", nargs="*", default=["bf16", "fp32"], choices=sorted(DTYPES))
     ap.add_argument("--batches", nargs="*", type=int, default=[1, 8])
     ap.add_argument("--ctx", type=int, default=128)
+    ap.add_argument(
+        "--dynamic", action="store_true", help="compile with dynamic=True (shapes symbolic)"
+    )
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--calls", type=int, default=10)
