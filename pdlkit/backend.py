@@ -329,9 +329,30 @@ class PdlkitBackend:
             self.on_report(report, plan)
         if self.explain_only:
             return gm.forward
+        used.update(sub.kernel for sub in report.substitutions)
+        how = (opts, plan, patches, key, known, capture)
+        fn = self._compiled(gm, traced, example_inputs, report, *how)
+        # counted once compiled: a compile Dynamo restarts (AOT autograd raises to make a float
+        # that dynamic=True lifted a constant) counts its substitutions once
         for sub in report.substitutions:
             count("substitutions", sub.kernel)
-            used.add(sub.kernel)
+        return fn
+
+    def _compiled(
+        self,
+        gm: fx.GraphModule,
+        traced: fx.GraphModule,
+        example_inputs: list[Any],
+        report: GraphReport,
+        opts: Options,
+        plan: Plan,
+        patches: dict[str, Any],
+        key: str,
+        known: str | None,
+        capture: str,
+    ) -> Callable[..., Any]:
+        """The code that runs: the substituted graph's (or Dynamo's, with nothing
+        substituted), with Inductor or eagerly, through the whole-graph check where it runs."""
         if opts.default_codegen == "eager":
             return traced if report.substitutions else gm
         # Nothing substituted: Dynamo's own graph, so the result is exactly Inductor's.
