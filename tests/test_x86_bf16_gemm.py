@@ -145,15 +145,20 @@ class Mlp(torch.nn.Module):
         return self.down(F.gelu(self.up(x)))
 
 
-def test_bf16_model_runs_the_fused_kernels():
+def _bf16_run(module: type[torch.nn.Module], shape: tuple[int, ...], **opts):
+    """The BF16 ``module``'s eager and pdlkit outputs on a random input, and pdlkit's stats."""
     torch.manual_seed(0)
-    model = Mlp().eval().to(torch.bfloat16)
-    x = torch.randn(4, 10, 64).bfloat16()
+    model = module().eval().to(torch.bfloat16)
+    x = torch.randn(*shape).bfloat16()
     pdlkit.stats(reset=True)
     with torch.no_grad():
         ref = model(x)
-        out = pdlkit.optimize(model)(x)
-    st = pdlkit.stats()
+        out = pdlkit.optimize(model, **opts)(x)
+    return ref, out, pdlkit.stats()
+
+
+def test_bf16_model_runs_the_fused_kernels():
+    ref, out, st = _bf16_run(Mlp, (4, 10, 64))
     assert st["by_kernel"][on_this_host("linear_gelu_bf16")]["kernel_calls"] == 1
     assert st["by_kernel"][on_this_host("linear_bf16")]["kernel_calls"] == 1
     assert st["fallbacks"] == 0
@@ -177,14 +182,8 @@ class Qkv(torch.nn.Module):
 def test_weights_of_one_packed_size_but_different_widths_each_get_their_own_output():
     # static priority puts linear_bf16 at both sites; the second used to get the first's
     # output shape and fail the output check (KernelCallError at k)
-    torch.manual_seed(0)
-    model = Qkv().eval().to(torch.bfloat16)
-    x = torch.randn(4, 1, 64).bfloat16()
-    pdlkit.stats(reset=True)
-    with torch.no_grad():
-        ref = model(x)
-        out = pdlkit.optimize(model, autotune="off")(x)
-    assert pdlkit.stats()["by_kernel"][on_this_host("linear_bf16")]["kernel_calls"] == 2
+    ref, out, st = _bf16_run(Qkv, (4, 1, 64), autotune="off")
+    assert st["by_kernel"][on_this_host("linear_bf16")]["kernel_calls"] == 2
     torch.testing.assert_close(out.float(), ref.float(), rtol=0.02, atol=0.05)
 
 
