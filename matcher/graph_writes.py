@@ -122,19 +122,23 @@ def unseen_writes(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> str:
     size = 0
     for i in at:
         x = example_inputs[i]
-        if not isinstance(x, torch.Tensor):
-            return f"input {places[i].name} is written in place and is not a tensor"
+        if type(x) not in (torch.Tensor, torch.nn.Parameter):  # a copy keeps no subclass
+            return f"input {places[i].name} is written in place and is not a plain tensor"
         shared = [t for t in tensors if t is not x and _storage(t) == _storage(x)]
         if shared:
             return f"input {places[i].name} is written in place and shares memory with another"
-        size += x.untyped_storage().nbytes()
+        size += x.numel() * x.element_size()
     if size > SCRATCH_MAX_BYTES:
         return f"inputs written in place ({size / 2**20:.0f} MB) too large to copy for timing"
     return ""
 
 
 def _storage(t: torch.Tensor) -> int:
-    return t.untyped_storage().data_ptr()
+    """The address of ``t``'s storage; its identity for a tensor without one (a subclass)."""
+    try:
+        return int(t.untyped_storage().data_ptr())
+    except (RuntimeError, NotImplementedError, TypeError):
+        return id(t)
 
 
 def scratch_inputs(example_inputs: Sequence[Any], written: Sequence[int]) -> list[Any]:

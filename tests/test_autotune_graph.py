@@ -404,6 +404,20 @@ def test_a_graph_that_writes_its_input_is_timed_on_a_copy_of_it():
     assert torch.equal(args[1], torch.zeros(3))  # the caller's cache as it was
 
 
+def test_a_graph_that_writes_a_tensor_subclass_input_is_not_run_again():
+    # a copy would be a plain tensor (a DTensor's shards would not be copied as one)
+    from pdlkit.matcher import graph_guard
+
+    class Sub(torch.Tensor):
+        pass
+
+    gm = torch.fx.symbolic_trace(lambda x, cache: cache.add_(1) + x)
+    args = [torch.randn(2), torch.zeros(2).as_subclass(Sub)]
+    assert graph_guard.untimeable(gm, args) == (
+        "input cache is written in place and is not a plain tensor"
+    )
+
+
 def test_a_decode_like_graph_is_measured_whole_and_writes_the_callers_cache_once(folders):
     """The whole-graph check runs the graphs several times on a copy of the cache they
     write; the caller's cache is written by its own call alone."""
