@@ -32,7 +32,7 @@ from pdlkit.runtime_abi.binding_stats import count
 from pdlkit.runtime_abi.kernel import KernelDecl, KernelUnsupported
 from pdlkit.runtime_abi.outputs import KernelCallError, check, recheck
 from pdlkit.runtime_abi.prepack import CACHE as PREPACK
-from pdlkit.runtime_abi.prepack import attrs_key_of, storage_of
+from pdlkit.runtime_abi.prepack import attrs_key_of, storage_of, version_of
 from pdlkit.runtime_abi.sites import _SITES, CallSite, site, transpose_args
 from pdlkit.runtime_abi.verify import strict
 
@@ -165,11 +165,13 @@ def _memo(w: torch.Tensor, others: tuple[torch.Tensor, ...], packed: Any) -> Any
     where the direct path could not recognize them (views, tensors without a storage)."""
     tensors = (w, *others)
     storages = [storage_of(t) for t in tensors]
-    if any(t._base is not None for t in tensors) or any(s is None for s in storages):
+    if any(t._base is not None or t.is_inference() for t in tensors) or any(
+        s is None for s in storages
+    ):  # (an inference tensor's version the direct path could not compare)
         return None
     try:
         refs = [
-            (weakref.ref(t), t._version, weakref.ref(s))
+            (weakref.ref(t), version_of(t), weakref.ref(s))
             for t, s in zip(tensors, storages, strict=True)
         ]
         return (*refs[0], weakref.ref(packed), tuple(refs[1:]))
@@ -234,7 +236,7 @@ def _same(
     from, at the same versions, over the same storages."""
     for (ref, version, storage), i in zip(memo, at, strict=True):
         t = args[i]
-        if ref() is not t or t._version != version or storage() is not t.untyped_storage():
+        if ref() is not t or version_of(t) != version or storage() is not t.untyped_storage():
             return False
     return True
 

@@ -35,6 +35,7 @@ from pdlkit.runtime_abi.native_abi import (
     UNSUPPORTED,
 )
 from pdlkit.runtime_abi.native_desc import _Spec
+from pdlkit.runtime_abi.prepack import version_of
 
 Shape = tuple[int, ...]
 _COMPLEX = frozenset(d for d in vars(torch).values() if isinstance(d, torch.dtype) and d.is_complex)
@@ -190,6 +191,8 @@ class CpuCall:
         last = s.objs[j]
         if last is not _dead and last() is not t:
             s.volatile[j] = True  # another object per call: not referenced any more
+        if t is not None and type(t) is not PackedWeight and t.is_inference():  # no version:
+            s.volatile[j] = True  # looked at on every call, as the activations are
         s.objs[j] = _dead if s.volatile[j] else _absent if t is None else weakref.ref(t)
         if t is None:  # an absent optional tensor
             s.ptrs[j] = 0
@@ -206,7 +209,7 @@ class CpuCall:
             # logical shape (which meta() reads) is part of the plan's key too
             meta = (u.shape, u.stride(), dt, (t.shape, t.dtype) if u is not t else None)
             s.ptrs[j] = u.data_ptr()
-            s.vers[j] = t._version if u is t else 0
+            s.vers[j] = version_of(t) if u is t else 0
         same = meta == s.metas[j]
         s.metas[j] = meta
         return same

@@ -96,6 +96,17 @@ def storage_of(t: torch.Tensor) -> Any:
         return None
 
 
+def version_of(t: torch.Tensor) -> int:
+    """``t._version``; -1 for an inference tensor (made under ``torch.inference_mode()``),
+    which keeps no version counter (reading it raises): what the caches keyed by it see of an
+    inference tensor is its identity, storage and data pointer; a write in place into it,
+    possible only in inference mode, is not seen."""
+    try:
+        return t._version
+    except RuntimeError:  # "Inference tensors do not track version counter"
+        return -1
+
+
 def _storage_refs(tensors: tuple[torch.Tensor, ...]) -> tuple[Any, ...]:
     refs = []
     for t in tensors:
@@ -118,8 +129,8 @@ def _identity(t: torch.Tensor) -> tuple[Any, Any, int]:
     packs once like the parameter would."""
     base = t._base
     if base is None:
-        return t, None, t._version
-    return base, (t.shape, t.stride(), t.storage_offset()), t._version
+        return t, None, version_of(t)
+    return base, (t.shape, t.stride(), t.storage_offset()), version_of(t)
 
 
 def _identity_of_view(t: torch.Tensor, of: torch.Tensor | None) -> tuple[Any, Any, int]:
@@ -132,7 +143,7 @@ def _identity_of_view(t: torch.Tensor, of: torch.Tensor | None) -> tuple[Any, An
     if of is None or t._base is not None or storage_of(t) is not storage_of(of):
         return _identity(t)
     base = of._base if of._base is not None else of
-    return base, (t.shape, t.stride(), t.storage_offset()), base._version
+    return base, (t.shape, t.stride(), t.storage_offset()), version_of(base)
 
 
 class PrepackCache:

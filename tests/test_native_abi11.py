@@ -164,6 +164,20 @@ def test_weights_packed_to_the_same_size_keep_their_own_output_shapes(tmp_path):
     torch.testing.assert_close(k(x, pw, None), F.linear(x, wide))
 
 
+def test_calls_under_inference_mode_run(tmp_path):
+    """Tensors made under ``torch.inference_mode()`` keep no version counter (reading it
+    raises): a bound op's calls, whose activations and weights are such tensors, still run
+    (they failed with "Inference tensors do not track version counter")."""
+    (k,) = load_kernel_file(build(tmp_path, "inference_linear"))
+    op = bind(k)
+    with torch.inference_mode():
+        x, w = torch.randn(5, 7), torch.randn(3, 7)
+        for _ in range(3):  # the first call packs, the later ones find the site's plan
+            torch.testing.assert_close(op(x, w, None, 0), F.linear(x, w))
+        x2 = torch.randn(5, 7)  # another activation, the same constant weight
+        torch.testing.assert_close(op(x2, w, None, 0), F.linear(x2, w))
+
+
 def test_a_library_with_abi_10_structs_still_loads(tmp_path):
     """struct_size at the 1.0 layout: the 1.1 fields read as zero (no optional, no prepack)."""
     (k,) = load_kernel_file(build(tmp_path, "old_linear", "-DOLD"))

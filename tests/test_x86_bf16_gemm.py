@@ -187,6 +187,14 @@ def test_weights_of_one_packed_size_but_different_widths_each_get_their_own_outp
     torch.testing.assert_close(out.float(), ref.float(), rtol=0.02, atol=0.05)
 
 
+def test_a_bf16_model_runs_under_inference_mode():
+    # activations made under torch.inference_mode() have no version counter to read
+    with torch.inference_mode():
+        ref, out, st = _bf16_run(Qkv, (4, 1, 64))
+    assert st["by_kernel"][on_this_host("linear_bf16")]["kernel_calls"] == 2
+    torch.testing.assert_close(out.float(), ref.float(), rtol=0.02, atol=0.05)
+
+
 def test_load_c_library_falls_back_to_the_plain_build_and_checks_the_struct(tmp_path, monkeypatch):
     from pdlkit.runtime_abi.native_build import load_c_library
 

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from pdlkit.kernels.x86._native_gemm import int32_exact_k
 from pdlkit.runtime_abi.dtypes import quantized_dtype
+from pdlkit.runtime_abi.prepack import version_of
 from torch import Tensor
 
 import pdlkit
@@ -66,9 +67,9 @@ def _check_operands(x_zp: int | Tensor, w_scale: Tensor, w_zp: Tensor, bias: Ten
         and hit[0]() is w_scale
         and hit[1]() is w_zp
         and hit[2]() is bias
-        and hit[3] == w_scale._version
-        and hit[4] == w_zp._version
-        and (bias is None or hit[5] == bias._version)
+        and hit[3] == version_of(w_scale)
+        and hit[4] == version_of(w_zp)
+        and (bias is None or hit[5] == version_of(bias))
     ):
         return
     if bool(w_zp.any()):
@@ -79,7 +80,7 @@ def _check_operands(x_zp: int | Tensor, w_scale: Tensor, w_zp: Tensor, bias: Ten
         _CHECKED.clear()
     _CHECKED[id(w_scale)] = (
         weakref.ref(w_scale), weakref.ref(w_zp), _NONE if bias is None else weakref.ref(bias),
-        w_scale._version, w_zp._version, None if bias is None else bias._version,
+        version_of(w_scale), version_of(w_zp), None if bias is None else version_of(bias),
     )  # fmt: skip
 
 
