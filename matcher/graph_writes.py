@@ -108,14 +108,17 @@ def written_inputs(gm: fx.GraphModule) -> list[int]:
     return [i for i, p in enumerate(places) if p in roots]
 
 
-def unseen_writes(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> str:
+def unseen_writes(gm: fx.GraphModule, example_inputs: Sequence[Any], captured: bool = False) -> str:
     """Why running ``gm`` again, its written inputs copied, could still be seen ("" when it
     could not): a write into a module constant or an untraceable target, a written input
-    that shares memory with another input (copies would undo the sharing), or copies over
-    :data:`SCRATCH_MAX_BYTES`."""
+    that shares memory with another input (copies would undo the sharing), copies over
+    :data:`SCRATCH_MAX_BYTES`, or (``captured``) a compilation captured in CUDA graphs, whose
+    written inputs (a static KV cache) keep the address they are captured with."""
     roots, why = _written_roots(gm)
     if why or not roots:
         return why
+    if captured:
+        return "inputs written in place under CUDA graphs (a copy would move a static input)"
     places = [n for n in gm.graph.nodes if n.op == "placeholder"]
     at = [i for i, p in enumerate(places) if p in roots]
     tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]

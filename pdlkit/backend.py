@@ -297,7 +297,7 @@ class PdlkitBackend:
                 return self._without_matcher(e, gm, example_inputs, opts, patches)
             raise
         opts, plan, capture = self._for_this_graph(gm, example_inputs, opts, plan, patches)
-        key = whole_graph.verdict_key(opts, plan, example_inputs, gm, self._stamp)
+        key = whole_graph.verdict_key(opts, plan, example_inputs, gm, self._stamp, bool(capture))
         known = whole_graph.known(key, opts) if not self.explain_only else None
         if known == graph_guard.INDUCTOR and self.on_report is None:
             return whole_graph.compile_inductor(gm, example_inputs, patches)
@@ -318,7 +318,7 @@ class PdlkitBackend:
                 verdict_key=key,
             )
         whole_graph.note_unmeasured(
-            report, key, opts, plan, example_inputs, gm, counted=not self.explain_only
+            report, key, opts, plan, example_inputs, gm, not self.explain_only, bool(capture)
         )
         if report.skipped and not self.explain_only:
             self.session.warn_once(

@@ -36,10 +36,13 @@ from pdlkit.runtime_abi.binding_stats import count
 Rerun = Callable[[bool], tuple[fx.GraphModule, GraphReport]]
 
 
-def measured(opts: Options, plan: Plan, example_inputs: list[Any], gm: fx.GraphModule) -> bool:
+def measured(
+    opts: Options, plan: Plan, example_inputs: list[Any], gm: fx.GraphModule, captured: bool
+) -> bool:
     """Whether the whole graph is measured (matcher/graph_guard.py): autotune on, this host,
-    no kernel pins (pins decide, unmeasured), a graph that can run again unseen."""
-    return checked(opts, plan) and graph_guard.timeable(gm, example_inputs)
+    no kernel pins (pins decide, unmeasured), a graph that can run again unseen (``captured``:
+    the compilation is captured in CUDA graphs)."""
+    return checked(opts, plan) and graph_guard.timeable(gm, example_inputs, captured)
 
 
 def checked(opts: Options, plan: Plan) -> bool:
@@ -59,6 +62,7 @@ def note_unmeasured(
     example_inputs: list[Any],
     gm: fx.GraphModule,
     counted: bool,
+    captured: bool = False,
 ) -> None:
     """Why a substituted graph that the check would measure is not (no verdict ``key``), for
     explain in ``report.whole_graph``, e.g. "not measured: node eq (__eq__) may write in
@@ -66,7 +70,7 @@ def note_unmeasured(
     ``graphs_not_measured``."""
     if key or not report.substitutions or not checked(opts, plan):
         return
-    why = graph_guard.untimeable(gm, example_inputs)
+    why = graph_guard.untimeable(gm, example_inputs, captured)
     if why:
         report.whole_graph = f"not measured: {why}"
         if counted:
@@ -74,10 +78,15 @@ def note_unmeasured(
 
 
 def verdict_key(
-    opts: Options, plan: Plan, example_inputs: list[Any], gm: fx.GraphModule, stamp: Any
+    opts: Options,
+    plan: Plan,
+    example_inputs: list[Any],
+    gm: fx.GraphModule,
+    stamp: Any,
+    captured: bool = False,
 ) -> str:
     """The whole-graph verdict's key before matching ("" where the graph is not measured)."""
-    if not measured(opts, plan, example_inputs, gm):
+    if not measured(opts, plan, example_inputs, gm, captured):
         return ""
     return graph_guard.plan_key(gm, example_inputs, repr((stamp, opts)))
 

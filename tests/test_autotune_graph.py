@@ -406,6 +406,9 @@ def test_a_graph_that_writes_its_input_is_timed_on_a_copy_of_it():
     assert scratch[0] is args[0] and scratch[1] is not args[1]
     gm(*scratch)
     assert torch.equal(args[1], torch.zeros(3))  # the caller's cache as it was
+    # captured in CUDA graphs, a static cache keeps its address: no copy, no timing
+    assert "under CUDA graphs" in graph_guard.untimeable(gm, args, captured=True)
+    assert graph_guard.timeable(torch.fx.symbolic_trace(lambda x: x * 2), args[:1], True)
 
 
 def test_a_graph_that_writes_a_tensor_subclass_input_is_not_run_again():
