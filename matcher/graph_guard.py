@@ -136,12 +136,7 @@ def choose(
     ``written``: positions of example inputs the graph writes in place (a KV cache): every
     graph runs on one copy of those (graph_writes.scratch_inputs), the caller's stay as they
     were."""
-    makers = {SUBSTITUTED: substituted}
-    if kernels_only is not None:
-        makers[KERNELS] = kernels_only
-    if static is not None:
-        makers[STATIC] = static
-    makers[INDUCTOR] = inductor
+    makers = _makers(substituted, inductor, kernels_only, static)
     cache = autotune.decision_cache()
     decision = cache.get(key) if mode == "cached" else None
     if decision is not None and decision.choice in makers:
@@ -180,6 +175,17 @@ def choose(
     if autotune.trusted(decision):  # a busy host's verdict holds for this compilation only
         cache.put(key, decision)
     return decision.choice, fns[decision.choice], decision
+
+
+_Make = Callable[[], Callable[..., Any]]
+
+
+def _makers(
+    substituted: _Make, inductor: _Make, kernels_only: _Make | None, static: _Make | None
+) -> dict[str, _Make]:
+    """The candidates' compiles by name, in the order they are timed (None: no candidate)."""
+    named = {SUBSTITUTED: substituted, KERNELS: kernels_only, STATIC: static, INDUCTOR: inductor}
+    return {n: m for n, m in named.items() if m is not None}
 
 
 # a first look at the substituted graph's time (round-robin samples of it alone) before its
