@@ -191,9 +191,10 @@ class CpuCall:
         last = s.objs[j]
         if last is not _dead and last() is not t:
             s.volatile[j] = True  # another object per call: not referenced any more
-        if t is not None and type(t) is not PackedWeight and t.is_inference():  # no version:
-            s.volatile[j] = True  # looked at on every call, as the activations are
-        s.objs[j] = _dead if s.volatile[j] else _absent if t is None else weakref.ref(t)
+        elif not s.volatile[j] and t is not None and type(t) is not PackedWeight:
+            s.volatile[j] = t.is_inference()  # no version: looked at on every call
+        volatile = s.volatile[j]
+        s.objs[j] = _dead if volatile else _absent if t is None else weakref.ref(t)
         if t is None:  # an absent optional tensor
             s.ptrs[j] = 0
             meta = None
@@ -209,7 +210,8 @@ class CpuCall:
             # logical shape (which meta() reads) is part of the plan's key too
             meta = (u.shape, u.stride(), dt, (t.shape, t.dtype) if u is not t else None)
             s.ptrs[j] = u.data_ptr()
-            s.vers[j] = version_of(t) if u is t else 0
+            # a version is compared only for a constant (``__call__``), never a volatile one
+            s.vers[j] = version_of(t) if u is t and not volatile else 0
         same = meta == s.metas[j]
         s.metas[j] = meta
         return same
