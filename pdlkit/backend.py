@@ -330,8 +330,9 @@ class PdlkitBackend:
         if self.explain_only:
             return gm.forward
         used.update(sub.kernel for sub in report.substitutions)
-        how = (opts, plan, patches, key, known, capture)
-        fn = self._compiled(gm, traced, example_inputs, report, *how)
+        fn = self._compiled(
+            gm, traced, example_inputs, report, opts, plan, patches, key, known, capture
+        )
         # counted once compiled: a compile Dynamo restarts (AOT autograd raises to make a float
         # that dynamic=True lifted a constant) counts its substitutions once
         for sub in report.substitutions:

@@ -11,8 +11,8 @@ Only graphs the whole-graph check measures have a verdict key, so only they are 
 with ``autotune="cached"``, or as ``"off"`` matches for static priority's graph under that
 verdict (graph_guard.STATIC; no other compilation has both). The records hold each site's
 decision key and choice, and are replayed only while the decision cache still says the same
-(``autotune="full"`` in another process may have measured a site again). A file that does not parse or fit is ignored with
-one warning and rewritten.
+(``autotune="full"`` in another process may have measured a site again). A file that does
+not parse or fit is ignored with one warning and rewritten.
 """
 
 from __future__ import annotations
