@@ -9,9 +9,9 @@ weights, as ``cuda_llama.py`` builds it; ``tinyllama``: TinyLlama-1.1B's hidden 
 intermediate 5632, 32 heads over 4 KV heads); the step is ``cuda_llama.DecodeStep``: one token
 for each of B sequences over a static KV cache of ``--ctx`` tokens, written in place at
 position ctx (``--dynamic``: compiled with ``dynamic=True``, as a server whose batch and
-cache lengths vary ends up compiling; the whole-graph check does not time such graphs, and
-each site chooses per shape bucket at run time). Configurations, each with a KV cache and a
-decision cache of its own:
+cache lengths vary ends up compiling; each site, and the whole-graph check, chooses per shape
+bucket at the bucket's first call: matcher/graph_buckets.py). Configurations, each with a KV
+cache and a decision cache of its own:
 ``inductor`` (``torch.compile``), ``pdlkit`` (``pdlkit.optimize``, autotune "cached": the
 whole-graph check times this graph on a copy of the cache it writes) and ``pdlkit-off``
 (static priority, ``autotune="off"``). Timed in rounds, the configurations round-robin, each a
@@ -84,7 +84,9 @@ def run_case(config: str, dtype: str, batch: int, args: argparse.Namespace, tmp:
             if conf == "pdlkit":  # the sites that ran a kernel in the first call
                 r["subs"] = {k: v["kernel_calls"] for k, v in st["by_kernel"].items()
                              if v.get("kernel_calls")}  # fmt: skip
+                undone = st.get("substitutions_undone") or st.get("buckets_to_inductor")
                 r["check"] = "not measured" if st.get("graphs_not_measured") else "measured"
+                r["check"] += ", Inductor's graph runs" if undone else ""
             fns[conf] = fn
         for _ in range(2):  # warm-up
             for fn in fns.values():

@@ -37,27 +37,19 @@ STATIC = "static priority"  # each site's first kernel, as autotune="off" choose
 
 
 def timeable(gm: fx.GraphModule, example_inputs: Sequence[Any], captured: bool = False) -> bool:
-    """Whether running ``gm`` again on its example inputs is invisible to the caller, and
-    its shapes are static (see :func:`untimeable`)."""
+    """Whether running ``gm`` again on its example inputs is invisible to the caller (see
+    :func:`untimeable`)."""
     return not untimeable(gm, example_inputs, captured)
 
 
 def untimeable(gm: fx.GraphModule, example_inputs: Sequence[Any], captured: bool = False) -> str:
-    """Why ``gm`` is not timed as a whole ("" when it is): a training graph, dynamic shapes
-    (each site then chooses per shape bucket at run time; compiling both graphs would also
-    add both compilers' shape guards to the frame, and with them recompilations), or an
-    in-place write a caller would see though the inputs it writes are copied
+    """Why ``gm`` is not timed as a whole ("" when it is): a training graph, or an in-place
+    write a caller would see though the inputs it writes are copied
     (:mod:`pdlkit.matcher.graph_writes`: a decode step's KV cache is written on a copy, but
-    not in a compilation ``captured`` in CUDA graphs)."""
+    not in a compilation ``captured`` in CUDA graphs). A graph with dynamic shapes is timed
+    per shape bucket (:mod:`pdlkit.matcher.graph_buckets`)."""
     if grad_inputs(example_inputs):  # a training graph (not parameters under no_grad)
         return "a training graph (inputs need gradients)"
-    for n in gm.graph.nodes:
-        if n.op == "placeholder":
-            v = n.meta.get("example_value", n.meta.get("val"))
-            if isinstance(v, torch.SymInt) or (
-                isinstance(v, torch.Tensor) and not all(type(d) is int for d in v.shape)
-            ):
-                return f"dynamic shapes (input {n.name})"
     return graph_writes.unseen_writes(gm, example_inputs, captured)
 
 

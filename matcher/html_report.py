@@ -60,11 +60,13 @@ _GEMMS = {"aten.linear", "aten.mm", "aten.addmm", "aten.bmm", "aten.matmul", "at
 
 
 def _int(x: Any) -> int:
+    hint = getattr(getattr(x, "node", None), "hint", None)
+    if hint is not None:  # a symbolic size: int() of it would add a guard on its value
+        return int(hint)
     try:
         return int(x)
-    except Exception:  # an unbacked symbolic size: use its hint where there is one
-        hint = getattr(getattr(x, "node", None), "hint", None)
-        return int(hint) if hint is not None else 0
+    except Exception:  # an unbacked symbolic size without a hint
+        return 0
 
 
 def _numel(v: Any) -> int:

@@ -362,6 +362,9 @@ class PdlkitBackend:
             capture, gm, example_inputs
         ):  # weights, a KV cache: static; symbols: found again by their sources
             inductor_options.keep_dynamo_inputs(gm, traced)
+        dynamic = whole_graph.measured_per_bucket(opts, plan, example_inputs, gm, bool(capture))
+        if report.substitutions and dynamic:
+            return whole_graph.per_bucket(gm, traced, example_inputs, report, opts, patches)
         if report.substitutions and key and known is None:
             rerun = partial(self._rerun, gm, example_inputs, plan, opts, key)
             args = (gm, traced, example_inputs, report, opts, patches, key, rerun)

@@ -24,7 +24,7 @@ from typing import Any, cast
 import torch.fx as fx
 
 from pdlkit import inductor_options
-from pdlkit.matcher import graph_guard, graph_writes
+from pdlkit.matcher import graph_buckets, graph_guard, graph_writes
 from pdlkit.matcher.report import GraphReport
 from pdlkit.plan import Options, Plan
 from pdlkit.runtime_abi import autotune
@@ -43,6 +43,16 @@ def measured(
     no kernel pins (pins decide, unmeasured), a graph that can run again unseen (``captured``:
     the compilation is captured in CUDA graphs)."""
     return checked(opts, plan) and graph_guard.timeable(gm, example_inputs, captured)
+
+
+def measured_per_bucket(
+    opts: Options, plan: Plan, example_inputs: list[Any], gm: fx.GraphModule, captured: bool
+) -> bool:
+    """Whether the whole graph is measured per shape bucket (:func:`per_bucket`): as
+    :func:`measured`, for a graph with dynamic shapes."""
+    return bool(graph_buckets.dynamic_dims(gm)) and measured(
+        opts, plan, example_inputs, gm, captured
+    )
 
 
 def checked(opts: Options, plan: Plan) -> bool:
@@ -85,8 +95,9 @@ def verdict_key(
     stamp: Any,
     captured: bool = False,
 ) -> str:
-    """The whole-graph verdict's key before matching ("" where the graph is not measured)."""
-    if not measured(opts, plan, example_inputs, gm, captured):
+    """The whole-graph verdict's key before matching ("" where the graph is not measured, or
+    is measured per shape bucket: :func:`per_bucket`)."""
+    if graph_buckets.dynamic_dims(gm) or not measured(opts, plan, example_inputs, gm, captured):
         return ""
     return graph_guard.plan_key(gm, example_inputs, repr((stamp, opts)))
 
@@ -181,3 +192,44 @@ def faster_graph(
     if key and verdict != graph_guard.SUBSTITUTED and trusted:
         graph_guard.remember(key, Decision(verdict, [], "measured"))
     return cast(Callable[..., Any], fn)
+
+
+def per_bucket(
+    gm: fx.GraphModule,
+    traced: fx.GraphModule,
+    example_inputs: list[Any],
+    report: GraphReport,
+    opts: Options,
+    patches: dict[str, Any],
+) -> Callable[..., Any]:
+    """The code of a substituted graph with dynamic shapes: it and Inductor's code for
+    Dynamo's graph, both compiled for every shape, the faster run per shape bucket
+    (matcher/graph_buckets.py); the example inputs' bucket is timed now."""
+    from torch._inductor.compile_fx import compile_fx
+
+    ours = inductor_options.compile_substituted(traced, example_inputs, patches)
+    theirs = compile_fx(gm, example_inputs, config_patches=dict(opts.config_patches()))
+    dims = graph_buckets.dynamic_dims(gm)
+    kernels = [s.kernel for s in report.substitutions]
+
+    def deferred(timed: Callable[[], graph_buckets.Timed]) -> graph_buckets.Timed:
+        checks = DeferredChecks()  # timed as the model runs them, past their first checks
+        checks.add(traced)
+        try:
+            return timed()
+        finally:
+            checks.restore()
+
+    graphs = graph_buckets.BucketedGraphs(
+        dims,
+        ours,
+        theirs,
+        graph_buckets.bucket_key(gm, example_inputs, kernels, dims),
+        resolve_mode(opts.autotune),
+        graph_writes.written_inputs(gm),
+        deferred,
+    )
+    graphs.choose([graph_buckets.hinted(x) for x in example_inputs])
+    ((b, decision),) = graphs.decisions.items()
+    report.whole_graph = f"per shape bucket; buckets {list(b)}: {decision.describe()}"
+    return graphs

@@ -30,6 +30,8 @@ _TOTALS = (
     "tuning_unsteady",  # decisions timed on a busy host (autotune.trusted): used, not cached
     "substitutions_undone",  # in graphs whose Inductor-only code measured faster as a whole
     "graphs_left_to_inductor",  # compiled by Inductor alone: a cached verdict, no matching
+    # shape buckets of graphs with dynamic shapes that run Inductor's code for the whole graph
+    "buckets_to_inductor",
     # substituted graphs the whole-graph check could not time (explain says why)
     "graphs_not_measured",
     # kernel calls whose site id found no site (a direct torch.ops.pdlkit call; in a compiled

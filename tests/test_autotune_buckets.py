@@ -1,0 +1,121 @@
+"""The whole-graph check of a graph compiled with dynamic shapes (matcher/graph_buckets.py):
+the substituted graph and Inductor's code for the whole graph are both compiled once, and
+each shape bucket runs the one timed faster on its first call; no recompilation.
+
+The subject is autotune_chain.py's matmul chain, its rows dynamic.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from autotune_chain import FAST, N, calls
+from autotune_chain import Chain as autotune_chain_model
+
+import pdlkit
+
+
+def _inputs(rows: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The chain's inputs with ``rows`` rows (not N: Dynamo would take the two sizes for one)."""
+    g = torch.Generator().manual_seed(rows)
+    return (torch.randn(rows, 1, generator=g), torch.randn(1, N, generator=g),
+            torch.randn(N, N, generator=g))  # fmt: skip
+
+
+def _run_rows(fast, rows: list[int]) -> dict:
+    """Call ``fast`` with each row count, checking each result; stats() afterwards."""
+    with torch.no_grad():
+        for n in rows:
+            args = _inputs(n)
+            torch.testing.assert_close(
+                fast(*args), autotune_chain_model()(*args), rtol=1e-4, atol=1e-3
+            )
+    return pdlkit.stats()
+
+
+def _compiled(p, k):
+    pdlkit.stats(reset=True)
+    torch._dynamo.reset()
+    return pdlkit.optimize(
+        autotune_chain_model(), patterns=p, kernels=k, autotune="cached", dynamic=True
+    )
+
+
+def _bucket_decisions(p) -> list[tuple[str, list[str]]]:
+    """(key, candidates timed) of each per-bucket whole-graph verdict in the cache."""
+    entries = json.loads(next((p.parent / "cache").glob("**/host-*.json")).read_text())
+    return [
+        (key, [t[0] for t in d["timings"]])
+        for key, d in entries["decisions"].items()
+        if "inductor" in [t[0] for t in d["timings"]]
+    ]
+
+
+def test_each_shape_bucket_of_a_dynamic_graph_gets_its_own_whole_graph_verdict(folders):
+    from torch._dynamo.utils import counters
+
+    p, k = folders(FAST)
+    counters.clear()
+    st = _run_rows(_compiled(p, k), [200, 300, 100, 150])  # buckets 256, 512, 128, 256
+    assert counters["stats"]["unique_graphs"] == 1  # one compile for every shape
+    assert st["graphs_not_measured"] == 0
+    timed = _bucket_decisions(p)
+    assert len(timed) == 3 and all(names == ["substituted", "inductor"] for _, names in timed)
+    assert calls(st, "fast_chain") == 4  # the kernel won every bucket: each call ran it
+
+
+def test_a_bucket_inductors_graph_won_runs_inductors_code(folders, monkeypatch):
+    from pdlkit.matcher import graph_guard
+
+    p, k = folders(FAST)
+    monkeypatch.setattr(graph_guard, "_faster", lambda timings: graph_guard.INDUCTOR)
+    st = _run_rows(_compiled(p, k), [200, 300, 150])
+    assert st["buckets_to_inductor"] == 2
+    assert calls(st, "fast_chain") == 0  # the timing's calls are not the model's
+
+
+def test_a_second_process_reads_each_buckets_verdict_from_the_cache(folders, monkeypatch):
+    from pdlkit.matcher import graph_guard
+
+    p, k = folders(FAST)
+    _run_rows(_compiled(p, k), [200, 300])
+    timed = []
+    choose = graph_guard.choose
+
+    def recording(key, *args, **kw):
+        verdict, fn, decision = choose(key, *args, **kw)
+        timed.append(decision.choice)
+        return verdict, fn, decision
+
+    monkeypatch.setattr(graph_guard, "choose", recording)
+    monkeypatch.setattr(graph_guard, "_measure", lambda *a, **kw: pytest.fail("timed again"))
+    st = _run_rows(_compiled(p, k), [200, 300])
+    assert timed == ["substituted", "substituted"] and calls(st, "fast_chain") == 2
+
+
+def test_a_dynamic_graph_that_writes_its_input_writes_the_callers_tensor_once(folders):
+    p, k = folders(FAST)
+
+    class WritingChain(torch.nn.Module):
+        def forward(self, a, b, c, cache):
+            cache.add_(1)
+            return (a @ b) @ c
+
+    pdlkit.stats(reset=True)
+    torch._dynamo.reset()
+    fast = pdlkit.optimize(WritingChain(), patterns=p, kernels=k, autotune="cached", dynamic=True)
+    with torch.no_grad():
+        for n in (200, 100):
+            cache = torch.zeros(n)
+            fast(*_inputs(n), cache)
+            assert torch.equal(cache, torch.ones(n))
+    assert len(_bucket_decisions(p)) == 2
+
+
+def test_the_bucket_of_a_dynamic_dim_and_of_a_symbolic_int():
+    from pdlkit.matcher import graph_buckets
+
+    dims = ((0, None), (1, 0))
+    assert graph_buckets.buckets([5, torch.empty(200, 3)], dims) == (8, 256)
