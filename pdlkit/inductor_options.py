@@ -37,6 +37,8 @@ from typing import Any
 
 import torch
 
+from pdlkit.matcher.graph_buckets import dynamic_dims
+
 CAPTURE_TRAIT = "graph_capture_safe"
 STATIC_LAUNCH_ENV = "TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS"
 
@@ -143,15 +145,14 @@ def dynamo_inputs_matter(capture: str, gm: Any, example_inputs: Sequence[Any]) -
 
 
 def _symbolic(gm: Any) -> bool:
-    """Whether a placeholder of Dynamo's graph is symbolic: a SymInt or SymFloat, a tensor
-    with a symbolic size, or a 0-d tensor whose value Dynamo holds as a symbol."""
+    """Whether a placeholder of Dynamo's graph is symbolic: a dynamic dim or symbolic int
+    (graph_buckets.dynamic_dims), a SymFloat, or a 0-d tensor whose value Dynamo holds as a
+    symbol."""
+    if dynamic_dims(gm):
+        return True
     for n in gm.graph.find_nodes(op="placeholder"):
         v = n.meta.get("example_value")
-        if isinstance(v, torch.SymInt | torch.SymFloat):
-            return True
-        if isinstance(v, torch.Tensor) and (
-            not all(type(d) is int for d in v.shape) or getattr(v, "item_memo", None) is not None
-        ):
+        if isinstance(v, torch.SymFloat) or getattr(v, "item_memo", None) is not None:
             return True
     return False
 
