@@ -34,8 +34,9 @@ import cuda_llama as L  # noqa: E402  the model, its int8 copy, the cosine
 
 def first_calls(fn: Any, ids: dict[int, torch.Tensor], refs: dict[int, torch.Tensor]) -> dict:
     """Compile (the first call) and call at every length: seconds, graphs, verdicts, cosine."""
-    import pdlkit
     from torch._dynamo.utils import counters
+
+    import pdlkit
 
     counters.clear()
     pdlkit.stats(reset=True)
@@ -118,8 +119,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=11)
     ap.add_argument("--out", default="benchmarks/results")
     a = ap.parse_args()
-    import pdlkit
     from machine import host_header
+
+    import pdlkit
 
     machine = "\n".join(host_header())
     print(machine)
