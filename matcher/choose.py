@@ -113,13 +113,14 @@ class Tuner:
         # substituted graph's time; None once a site's saving is unknown (:meth:`_account`)
         self.saved_us: float | None = 0.0
         # False: every site takes a kernel (:meth:`kernels_only`) even where its subgraph
-        # measured faster: the whole-graph check's "kernels only" graph (graph_guard.py)
+        # measured faster (the whole-graph check's "kernels only" graph: graph_guard.py)
         self.keep = True
         # whether that graph would differ from this one at some site (worth compiling); whether
         # static priority's would differ from both (a kernels-only choice not a site's first)
         self.kernels_differ = self.static_differs = False
         # some site was timed on a busy host (autotune.trusted): cache no whole-graph verdict
         self.unsteady = False
+        self.per_bucket = False  # the graph is checked whole per shape bucket (graph_buckets.py)
 
     # real arguments ---------------------------------------------------------------------------
     def value(self, node: fx.Node) -> Any:

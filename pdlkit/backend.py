@@ -59,6 +59,7 @@ def run_pass(
     codegen: str = "inductor",
     keep_sites: bool = True,
     verdict_key: str = "",
+    per_bucket: bool = False,
 ) -> tuple[fx.GraphModule, GraphReport]:
     """Re-trace ``gm`` and substitute; returns the rewritten pre-dispatch graph and a report.
 
@@ -68,7 +69,8 @@ def run_pass(
     measured faster, near ties going by priority (matcher/choose.py's ``kernels_only``:
     pdlkit/whole_graph.py's kernels-only graph); ``verdict_key``: the whole-graph verdict's
     (pdlkit/whole_graph.py), under which the match records are kept for a later compilation
-    of this graph to replay (pdlkit/match_store.py; not when explaining)."""
+    to replay (pdlkit/match_store.py; not when explaining); ``per_bucket``: the graph is
+    checked whole per shape bucket."""
     from pdlkit import match_store
     from pdlkit.matcher.canonicalize import canonicalize, restore
     from pdlkit.matcher.cse import eliminate_common_subexpressions
@@ -78,10 +80,8 @@ def run_pass(
 
     autocast = ambient_autocast(example_inputs)
     if autocast:
-        why_not = (
-            f"compiled under {autocast}, whose ops run in its dtype, which no kernel call would"
-        )
-        return gm, GraphReport(index=index, nodes=len(gm.graph.nodes), skipped=why_not)
+        note = f"compiled under {autocast}, whose ops run in its dtype, which no kernel call would"
+        return gm, GraphReport(index=index, nodes=len(gm.graph.nodes), skipped=note)
     t0 = time.perf_counter()
     if keep_text:  # the graph as it was before canonicalization too
         traced = retrace(gm, example_inputs)
@@ -100,7 +100,7 @@ def run_pass(
     grads = grad_inputs(example_inputs)
     tuner = _tuner(autotune, traced, example_inputs, plan, bool(grads), codegen)
     if tuner is not None:
-        tuner.keep = keep_sites
+        tuner.keep, tuner.per_bucket = keep_sites, per_bucket
     kw: dict[str, Any] = dict(
         verify=verify, index=index, rewrite_fx=rewrite_fx, why=why, near_misses=near_misses
     )
@@ -301,6 +301,7 @@ class PdlkitBackend:
         known = whole_graph.known(key, opts) if not self.explain_only else None
         if known == graph_guard.INDUCTOR and self.on_report is None:
             return whole_graph.compile_inductor(gm, example_inputs, patches)
+        per_bucket = whole_graph.measured_per_bucket(opts, plan, example_inputs, gm, bool(capture))
         used = kernels_in_use(opts, self._stamp[1])  # the folders' stamp, taken above
         with self.session.compiling() as index:  # the sites made here are the session's
             traced, report = run_pass(
@@ -316,6 +317,7 @@ class PdlkitBackend:
                 codegen=opts.default_codegen,
                 keep_sites=known != graph_guard.KERNELS,
                 verdict_key=key,
+                per_bucket=per_bucket,
             )
         whole_graph.note_unmeasured(
             report, key, opts, plan, example_inputs, gm, not self.explain_only, bool(capture)
@@ -331,8 +333,9 @@ class PdlkitBackend:
             return gm.forward
         used.update(sub.kernel for sub in report.substitutions)
         fn = self._compiled(
-            gm, traced, example_inputs, report, opts, plan, patches, key, known, capture
-        )
+            gm, traced, example_inputs, report, opts, plan, patches, key, known, capture,
+            per_bucket,
+        )  # fmt: skip
         # counted once compiled: a compile Dynamo restarts (AOT autograd raises to make a float
         # that dynamic=True lifted a constant) counts its substitutions once
         for sub in report.substitutions:
@@ -351,6 +354,7 @@ class PdlkitBackend:
         key: str,
         known: str | None,
         capture: str,
+        per_bucket: bool,
     ) -> Callable[..., Any]:
         """The code that runs: the substituted graph's (or Dynamo's, with nothing
         substituted), with Inductor or eagerly, through the whole-graph check where it runs."""
@@ -362,8 +366,7 @@ class PdlkitBackend:
             capture, gm, example_inputs
         ):  # weights, a KV cache: static; symbols: found again by their sources
             inductor_options.keep_dynamo_inputs(gm, traced)
-        dynamic = whole_graph.measured_per_bucket(opts, plan, example_inputs, gm, bool(capture))
-        if report.substitutions and dynamic:
+        if report.substitutions and per_bucket:
             return whole_graph.per_bucket(gm, traced, example_inputs, report, opts, patches)
         if report.substitutions and key and known is None:
             rerun = partial(self._rerun, gm, example_inputs, plan, opts, key)

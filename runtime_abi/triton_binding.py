@@ -105,6 +105,20 @@ def launch(kernel: Any) -> Any:
     return torch.library.wrap_triton(kernel)
 
 
+def size_hint(n: Any) -> int:
+    """A size as a traced body's choices read it (tiles, which kernel path): where the graph
+    has dynamic shapes, the symbolic size's value in this compilation, as Inductor's own
+    templates choose their configs, so that the choice adds no guard on the size. Each such
+    guard is a recompilation of the model's frame as the size crosses it (an int8 Llama-2
+    prefill on an H200, compiled with ``dynamic=True``: four graphs for four prompt lengths,
+    the tile and split-K choices by M), and past Dynamo's recompile limit the frame runs
+    eagerly. The body stays correct for every size (its grid and masks follow the symbolic
+    size; only the choice is fixed): never allocate by a hint. A plain int is returned as it
+    is; a symbol without a hint (data-dependent) is guarded on, as before."""
+    hint = getattr(getattr(n, "node", None), "hint", None)
+    return int(hint) if hint is not None else int(n)
+
+
 def compile_apart(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> Any:
     """Inductor's code for ``gm``, compiled outside the tracing context of a compilation in
     progress (pdlkit times sites while Dynamo compiles the model): nothing of this compile may

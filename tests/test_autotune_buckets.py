@@ -119,3 +119,46 @@ def test_the_bucket_of_a_dynamic_dim_and_of_a_symbolic_int():
 
     dims = ((0, None), (1, 0))
     assert graph_buckets.buckets([5, torch.empty(200, 3)], dims) == (8, 256)
+
+
+def _intercepts(monkeypatch, folders, traced: bool) -> list[str]:
+    """The intercepts (type names) of the chain's call sites, compiled with dynamic shapes,
+    the chain's kernel taken for one that Inductor launches (``traced``) or not."""
+    from pdlkit.runtime_abi import triton_binding
+
+    from pdlkit.optimized import session_of
+
+    monkeypatch.setattr(triton_binding, "traced", lambda decl: traced)
+    p, k = folders(FAST)
+    fast = _compiled(p, k)
+    _run_rows(fast, [200, 100])
+    return [type(cs.intercept).__name__ for cs in session_of(fast).sites()]
+
+
+def test_a_kernel_inductor_launches_takes_no_per_bucket_site_choice(folders, monkeypatch):
+    """In a graph checked whole per bucket, the site of a kernel Inductor launches is not
+    intercepted per call (that would make it an opaque call through pdlkit's runner): the
+    graph's verdict per bucket decides between it and Inductor's code."""
+    assert _intercepts(monkeypatch, folders, traced=True) == ["NoneType"]
+
+
+def test_a_kernel_pdlkit_runs_keeps_its_per_bucket_site_choice(folders, monkeypatch):
+    assert _intercepts(monkeypatch, folders, traced=False) == ["BucketChoice"]
+
+
+def test_a_traced_kernels_choice_by_size_hint_adds_no_guard():
+    """A traced kernel body that picks tiles or a kernel path by M reads M's hint (as
+    Inductor's templates do): a comparison of the symbol itself is a guard, and each guard a
+    recompilation of the model's frame as M crosses it."""
+    from pdlkit.runtime_abi.triton_binding import size_hint
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
+
+    env = ShapeEnv()
+    m = env.create_symintnode(
+        env.create_symbol(300, ConstantSource("m"), DimDynamic.DYNAMIC), hint=300
+    )
+    assert size_hint(m) == 300 and size_hint(7) == 7
+    assert not env.guards
+    assert not bool(m <= 64)  # the symbol compared: a guard
+    assert len(env.guards) == 1

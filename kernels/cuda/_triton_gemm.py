@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 from pdlkit.kernels.cuda._common import INTERPRET
-from pdlkit.runtime_abi.triton_binding import launch
+from pdlkit.runtime_abi.triton_binding import launch, size_hint
 
 # activation name (the act= of gemm()) -> the kernels' ACT code
 ACTS = {"none": 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
@@ -60,10 +60,12 @@ def pick_config(m: int, n: int, k: int, is_int: bool, gated: bool = False) -> Co
     """Tile shapes measured on an H100 (benchmarks/cuda_gemm.py); tiny ones for the interpreter.
 
     128 x 256 tiles run fastest (1,050-1,130 TOP/s int8) once there are enough of them to
-    fill every SM; smaller problems take smaller tiles so that no SM idles.
+    fill every SM; smaller problems take smaller tiles so that no SM idles. A symbolic M
+    (dynamic shapes) chooses by its hint, adding no guard (triton_binding.size_hint).
     """
     if INTERPRET:
         return Config(16, 16, 32, 1, 1, 2)
+    m = size_hint(m)
     bk = 128 if is_int else 64
     if gated:  # two accumulators per tile: the pair is a 128 x 256 tile in all but name
         return Config(128, 128, bk, 8, 3)

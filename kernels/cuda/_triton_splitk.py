@@ -43,7 +43,7 @@ import triton
 import triton.language as tl
 from pdlkit.kernels.cuda._common import INTERPRET
 from pdlkit.kernels.cuda._triton_gemm import _RNE, _sms, quotient
-from pdlkit.runtime_abi.triton_binding import launch
+from pdlkit.runtime_abi.triton_binding import launch, size_hint
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ def pick_split_config(m: int, n: int, k: int, gated: bool, sms: int = 132) -> Sp
     there are too few tiles to occupy an eighth of the SMs."""
     if INTERPRET:
         return SplitConfig(16, 16, 32, 2 if k >= 64 else 1, 1, 1)
-    bm, bn = _tile(m, n, gated)
+    bm, bn = _tile(size_hint(m), n, gated)  # a symbolic M by its hint: no guard on it
     tiles = triton.cdiv(n, bn) * triton.cdiv(m, bm)
     split = 1
     while tiles * split < sms // 8 and k // (256 * split * 2) >= 4:
@@ -112,6 +112,7 @@ def pick_grouped_config(m: int, ns: list[int], k: int) -> SplitConfig:
     (Llama-3's 6144 columns: 9.8-9.9 us against 10.3-10.4 with four, two sweeps)."""
     if INTERPRET:
         return SplitConfig(16, 16, 32, 1, 1, 1)
+    m = size_hint(m)  # a symbolic M by its hint: no guard on it
     cfg = _config(*_tile(m, sum(ns), False), 1, False)
     if m > 64 or cfg.bm != 64:
         return cfg

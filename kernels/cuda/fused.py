@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from pdlkit.kernels.cuda._common import _CAPTURED, INTERPRET, _dtype, _triton, one_per_row
 from pdlkit.quantization.int8_dynamic import quantize_per_token
-from pdlkit.runtime_abi.triton_binding import launched_by_inductor
+from pdlkit.runtime_abi.triton_binding import launched_by_inductor, size_hint
 from torch import Tensor
 
 import pdlkit
@@ -210,7 +210,7 @@ def int8_linear_residual_triton(
     res, out = _residual_io(residual, m, n, dtype)
     q2 = q if q.stride(-1) == 1 else q.contiguous()
     sa, sw = one_per_row(x_scale, m), w_scale.to(torch.float32).contiguous()
-    if m <= _STREAM_ROWS:
+    if size_hint(m) <= _STREAM_ROWS:  # a symbolic M by its hint: no guard on it
         _splitk().splitk(q2, sa, w, sw, out, residual=res)
     else:
         _triton().gemm(q2, w, out, a_scale=sa, b_scale=sw, residual=res)
@@ -347,7 +347,7 @@ def int8_linear3_triton(
     sa = one_per_row(x_scale, m)
     ws, ss = [w0, w1, w2], [s.to(torch.float32).contiguous() for s in (s0, s1, s2)]
     outs = [torch.empty((m, w.shape[0]), dtype=dt, device=q.device) for w in ws]
-    if m <= _STREAM_ROWS:
+    if size_hint(m) <= _STREAM_ROWS:  # a symbolic M by its hint: no guard on it
         _fused().grouped_splitk(q2, sa, ws, ss, outs)
     else:
         for w, s, o in zip(ws, ss, outs, strict=True):

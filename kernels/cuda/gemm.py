@@ -37,7 +37,7 @@ from typing import Any, cast
 import torch
 from pdlkit.kernels.cuda._common import _CAPTURED, _ON, _dtype, _triton, one_per_row
 from pdlkit.runtime_abi.dtypes import quantized_dtype
-from pdlkit.runtime_abi.triton_binding import launched_by_inductor
+from pdlkit.runtime_abi.triton_binding import launched_by_inductor, size_hint
 from torch import Tensor
 
 import pdlkit
@@ -100,7 +100,7 @@ def int8_linear_triton(
     up to 64 rows the weight-streaming split-K kernel (faster at every Llama shape measured,
     1 and 64 rows on an H100: benchmarks/results/cuda_decode.md), tiles above."""
     m = q.shape[0]
-    if m <= _STREAM_ROWS:
+    if size_hint(m) <= _STREAM_ROWS:  # a symbolic M by its hint: no guard on it
         return int8_linear_splitk.fn(q, x_scale, w, w_scale, bias, dtype)
     out = torch.empty((m, w.shape[0]), dtype=_dtype(dtype), device=q.device)
     return _triton().gemm(
@@ -123,7 +123,7 @@ def int8_linear_cublas(
     q: Tensor, x_scale: Tensor, w: Tensor, w_scale: Tensor, bias: Tensor | None, dtype: int
 ) -> Tensor:
     """``torch._int_mm`` (cuBLASLt) and the rescale as separate torch ops: the peer to beat."""
-    if q.shape[0] <= 16 or q.shape[1] % 8 or w.shape[0] % 8:
+    if size_hint(q.shape[0]) <= 16 or q.shape[1] % 8 or w.shape[0] % 8:
         raise pdlkit.KernelUnsupported("cuBLASLt int8 needs M > 16 and K, N multiples of 8")
     y = torch._int_mm(q, w.t()).to(torch.float32) * x_scale * w_scale
     if bias is not None:
@@ -160,7 +160,7 @@ def int8_gated_silu_triton(
     """silu(q @ wg.T * x_scale * sg) * (q @ wu.T * x_scale * su), one pass over q; up to 64
     rows the split-K kernel streams both weights (as in int8_linear_triton)."""
     m = q.shape[0]
-    if m <= _STREAM_ROWS:
+    if size_hint(m) <= _STREAM_ROWS:  # a symbolic M by its hint: no guard on it
         return int8_gated_silu_splitk.fn(q, x_scale, wg, sg, wu, su, dtype, shape)
     out = _gated_out(q, wg, wu, m, dtype)
     _triton().gated(
@@ -193,7 +193,7 @@ def _splitk() -> Any:
 
 def _decode_rows(q: Tensor) -> int:
     m = q.shape[0]
-    if m > _DECODE_ROWS:
+    if size_hint(m) > _DECODE_ROWS:
         raise pdlkit.KernelUnsupported(
             f"{m} rows: the split-K kernels take {_DECODE_ROWS} or fewer"
         )
