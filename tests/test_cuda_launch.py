@@ -164,7 +164,7 @@ class _Traced(Exception):
     """Raised by the compiler below once it has the graph: nothing runs it."""
 
 
-def _aot_forward(op, args, sid):
+def _aot_forward(op, args, sid, dynamic=False):
     from torch._functorch.aot_autograd import aot_function
 
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
@@ -182,7 +182,7 @@ def _aot_forward(op, args, sid):
     # length): AOT then assumes all of them, which changes nothing checked here
     logging.getLogger("torch._higher_order_ops.triton_kernel_wrap").setLevel(logging.ERROR)
     with pytest.raises(_Traced):
-        aot_function(call, fw_compiler=keep)(*tensors)
+        aot_function(call, fw_compiler=keep, dynamic=dynamic)(*tensors)
     return graphs[0]
 
 
@@ -241,3 +241,19 @@ def test_a_decode_gemm_launch_passes_only_the_tensors_it_reads():
     (launch,) = [n for n in gm.graph.nodes if "triton_kernel_wrapper" in str(n.target)]
     passed = sorted(k for k, v in launch.kwargs["kwargs"].items() if isinstance(v, torch.fx.Node))
     assert passed == ["a_ptr", "a_scale_ptr", "b_ptr", "b_scale_ptr", "c_ptr"]
+
+
+@pytest.mark.parametrize(
+    "name,m", [("int8_linear_triton", 100), ("int8_linear_triton", 8), ("int8_linear_splitk", 8)]
+)
+def test_a_cuda_kernel_traced_with_dynamic_rows_adds_no_guard_on_them(name, m):
+    """The kernels pick tiles and paths by M's hint (triton_binding.size_hint): traced for
+    dynamic shapes they leave no guard on M, so a model compiled once serves every row count
+    (with guards on M's tile and path thresholds a Llama prefill recompiled at each length)."""
+    op, sid = _site(_cuda_kernel(name))
+    gm = _aot_forward(op, _int8_args(m), sid, dynamic=True)
+    q = next(n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder")
+    rows = q.shape[0].node.expr
+    guards = [g.expr for g in q.shape[0].node.shape_env.guards]
+    assert isinstance(q.shape[0], torch.SymInt) and guards  # K and N, dynamic here, are guarded
+    assert [g for g in guards if rows in g.free_symbols] == []

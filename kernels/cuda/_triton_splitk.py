@@ -96,7 +96,8 @@ def pick_split_config(m: int, n: int, k: int, gated: bool, sms: int = 132) -> Sp
     there are too few tiles to occupy an eighth of the SMs."""
     if INTERPRET:
         return SplitConfig(16, 16, 32, 2 if k >= 64 else 1, 1, 1)
-    bm, bn = _tile(size_hint(m), n, gated)  # a symbolic M by its hint: no guard on it
+    m = size_hint(m)  # a symbolic M by its hint: no guard on it
+    bm, bn = _tile(m, n, gated)
     tiles = triton.cdiv(n, bn) * triton.cdiv(m, bm)
     split = 1
     while tiles * split < sms // 8 and k // (256 * split * 2) >= 4:
