@@ -24,6 +24,7 @@ from pdlkit.matcher import graph_guard, graph_writes
 from pdlkit.runtime_abi import autotune
 from pdlkit.runtime_abi.autotune import Decision
 from pdlkit.runtime_abi.binding_stats import count, uncounted
+from pdlkit.runtime_abi.triton_binding import size_hint
 
 # (position among the graph's inputs, dim of that tensor; None: the input is a symbolic int)
 Dims = tuple[tuple[int, int | None], ...]
@@ -53,10 +54,10 @@ def _size(x: Any, d: int | None) -> int:
 
 
 def hinted(x: Any) -> Any:
-    """A symbolic int's value in this compilation (its hint); anything else as it is. The
-    compilation's example inputs hold Dynamo's symbols for its symbolic ints: compiled code
-    run on one, or ``int()`` of one, adds a guard that specializes the frame to that value."""
-    return x.node.hint if isinstance(x, torch.SymInt) else x
+    """A symbolic int's value in this compilation (triton_binding.size_hint); anything else
+    as it is. The compilation's example inputs hold Dynamo's symbols for its symbolic ints:
+    compiled code run on one, or ``int()`` of one, adds a guard that specializes the frame."""
+    return size_hint(x) if isinstance(x, torch.SymInt) else x
 
 
 class BucketedGraphs:

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pdlkit.runtime_abi.triton_binding import size_hint
+
 if TYPE_CHECKING:  # report.py imports this module (Report.to_html)
     from pdlkit.matcher.report import GraphReport, Report
 
@@ -60,11 +62,10 @@ _GEMMS = {"aten.linear", "aten.mm", "aten.addmm", "aten.bmm", "aten.matmul", "at
 
 
 def _int(x: Any) -> int:
-    hint = getattr(getattr(x, "node", None), "hint", None)
-    if hint is not None:  # a symbolic size: int() of it would add a guard on its value
-        return int(hint)
+    """A size for the FLOP count: a symbolic one by its hint (no guard on it), 0 where a
+    data-dependent one has none."""
     try:
-        return int(x)
+        return size_hint(x)
     except Exception:  # an unbacked symbolic size without a hint
         return 0
 
