@@ -118,9 +118,8 @@ class Tuner:
         # whether that graph would differ from this one at some site (worth compiling); whether
         # static priority's would differ from both (a kernels-only choice not a site's first)
         self.kernels_differ = self.static_differs = False
-        # a site timed on a busy host (autotune.trusted): cache no whole-graph verdict; the
-        # graph is checked whole per shape bucket (graph_buckets.py: see pick.py)
-        self.unsteady = self.per_bucket = False
+        self.unsteady = False  # a site timed on a busy host (autotune.trusted): cache no verdict
+        self.per_bucket = False  # the graph is checked whole per shape bucket (see pick.py)
 
     # real arguments ---------------------------------------------------------------------------
     def value(self, node: fx.Node) -> Any:
