@@ -25,10 +25,17 @@ import torch.fx as fx
 from pdlkit import config, distributed, inductor_options, whole_graph
 from pdlkit.errors import ConfigError
 from pdlkit.matcher import graph_guard
+from pdlkit.matcher.canonicalize import canonicalize, restore
+from pdlkit.matcher.choose import Tuner
+from pdlkit.matcher.cse import eliminate_common_subexpressions
+from pdlkit.matcher.html_report import node_infos
 from pdlkit.matcher.report import GraphReport, Report
 from pdlkit.optimized import remember, unwrap
+from pdlkit.optional import MissingDependency
 from pdlkit.plan import Options, Plan, kernels_in_use, load_plan, options_in, plan_stamp
 from pdlkit.retrace import ambient_autocast, mode_regions, retrace, retrace_prepared
+from pdlkit.runtime_abi.autograd import grad_inputs, training_graph
+from pdlkit.runtime_abi.autotune import resolve_mode
 from pdlkit.runtime_abi.binding_stats import count
 from pdlkit.runtime_abi.capability import host
 from pdlkit.session import CompileSession
@@ -72,11 +79,7 @@ def run_pass(
     to replay (pdlkit/match_store.py; not when explaining); ``per_bucket``: the graph is
     checked whole per shape bucket."""
     from pdlkit import match_store
-    from pdlkit.matcher.canonicalize import canonicalize, restore
-    from pdlkit.matcher.cse import eliminate_common_subexpressions
-    from pdlkit.matcher.html_report import node_infos
     from pdlkit.matcher.substitute import substitute
-    from pdlkit.runtime_abi.autograd import grad_inputs, training_graph
 
     autocast = ambient_autocast(example_inputs)
     if autocast:
@@ -142,8 +145,6 @@ def prepare(traced: fx.GraphModule) -> Counter[str]:
     """What every re-traced graph goes through before matching: common subexpressions merged,
     then canonical spellings (matcher/canonicalize.py); how often each rule applied. It
     reads nothing but the graph: a reused trace is reused prepared (``retrace_prepared``)."""
-    from pdlkit.matcher.canonicalize import canonicalize
-    from pdlkit.matcher.cse import eliminate_common_subexpressions
 
     eliminate_common_subexpressions(traced)
     return canonicalize(traced)
@@ -156,9 +157,7 @@ def _substitute_region(
     run in that grad mode, so every kernel is as valid there as outside. Under
     ``torch.no_grad()`` no input needs a gradient; under ``torch.enable_grad()`` every input
     may. Kernels are chosen by static priority (measurement times sites of the outer graph)."""
-    from pdlkit.matcher.canonicalize import restore
     from pdlkit.matcher.substitute import substitute
-    from pdlkit.runtime_abi.autograd import training_graph
 
     canonical = prepare(sub)
     n_inputs = sum(1 for n in sub.graph.nodes if n.op == "placeholder")
@@ -198,12 +197,10 @@ def _tuner(
     ``autotune="off"``, for a target other than this host (nothing can be timed), for a
     graph that needs gradients (forward timings would not say which is faster to train), and
     with eager code generation (the comparison is with Inductor's code)."""
-    from pdlkit.runtime_abi.autotune import resolve_mode
 
     mode = resolve_mode(mode)
     if mode == "off" or plan.target.name != "host" or training or codegen != "inductor":
         return None
-    from pdlkit.matcher.choose import Tuner
 
     return Tuner(mode, traced, example_inputs)
 
@@ -279,7 +276,6 @@ class PdlkitBackend:
         mode: str | None = None,
         options: Mapping[str, Any] | None = None,
     ) -> Callable[..., Any]:
-        from pdlkit.optional import MissingDependency
 
         if distributed.has_subclass_inputs(gm, example_inputs):  # DTensor: local tensors
             return distributed.compile_desugared(
@@ -501,7 +497,6 @@ def optimize(
     kernels not declared ``graph_capture_safe`` are not used (``explain`` says so).
     """
     backend = PdlkitBackend(**options_in(locals()))
-    from pdlkit.optional import MissingDependency
 
     try:
         backend.plan(backend.options)  # bad files fail here, not at the first call
@@ -543,7 +538,6 @@ def explain(
     ``report.format(verbose=True)`` adds every pattern, kernel and silent pattern.
     """
     model, opts = unwrap(model, options_in(locals()))
-    from pdlkit.optional import MissingDependency
 
     backend = PdlkitBackend(explain_only=True, why=(why,) if isinstance(why, str) else tuple(why))
     backend.options = opts

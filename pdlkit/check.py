@@ -7,6 +7,12 @@ from pathlib import Path
 from typing import Any
 
 from pdlkit import config
+from pdlkit.matcher.op_calls import call_problems
+from pdlkit.matcher.patterns import PatternError, load_patterns, name_clashes
+from pdlkit.matcher.pdll import INSTALL_HINT, find_mlir_pdll
+from pdlkit.optional import MissingDependency, require_matcher
+from pdlkit.runtime_abi.native_build import cache_dir
+from pdlkit.runtime_abi.walk import load_paths
 
 
 def check_paths(
@@ -18,10 +24,6 @@ def check_paths(
     lint and abi-check share (:func:`pdlkit.runtime_abi.walk.load_paths`), then the pattern
     files it leaves over, loaded one source at a time.
     """
-    from pdlkit.matcher.patterns import name_clashes
-    from pdlkit.runtime_abi.native_build import cache_dir
-    from pdlkit.runtime_abi.walk import load_paths
-
     problems: list[str] = []
     notes: list[str] = []  # what could not be checked here, and why
     for env_paths in (config.pattern_paths, config.kernel_paths, cache_dir):
@@ -52,10 +54,6 @@ def check_paths(
 
 def _pattern_sets(files: list[Path], problems: list[str], notes: list[str]) -> list[Any]:
     """Each manifest, then each pattern file no manifest listed, loaded on its own."""
-    from pdlkit.matcher.patterns import PatternError, load_patterns
-    from pdlkit.matcher.pdll import INSTALL_HINT, find_mlir_pdll
-    from pdlkit.optional import MissingDependency, require_matcher
-
     try:
         require_matcher()
     except MissingDependency as e:
@@ -83,8 +81,6 @@ def _pattern_sets(files: list[Path], problems: list[str], notes: list[str]) -> l
 def _call_problems(pat: Any, registry: Any, notes: list[str]) -> list[str]:
     """A pattern's pdlkit_call against the op it names: declared, its arguments fit, and some
     kernel implements it (an op with no kernel yet is a note: its matches are near misses)."""
-    from pdlkit.matcher.op_calls import call_problems
-
     out = [f"{where}: {msg}" for where, msg in call_problems(pat, registry.op_table)]
     ops = registry.ops()
     for op in pat.calls:

@@ -25,8 +25,16 @@ from typing import Any
 
 from pdlkit import config, inductor_options
 from pdlkit.errors import ConfigError
+from pdlkit.matcher.op_calls import call_problems
+from pdlkit.matcher.patterns import PatternError, load_patterns
 from pdlkit.matcher.report import PatternInfo
+from pdlkit.optional import require_matcher
+from pdlkit.runtime_abi.autotune import resolve_mode as autotune_mode
 from pdlkit.runtime_abi.capability import Target, resolve
+from pdlkit.runtime_abi.prepack import CACHE
+from pdlkit.runtime_abi.registry import KernelLoadError, KernelRegistry
+from pdlkit.runtime_abi.trust import ALLOW_ENV, TrustError, check_writable
+from pdlkit.runtime_abi.verify import resolve_mode
 
 _CODEGENS = ("inductor", "eager")
 
@@ -48,11 +56,7 @@ class Options:
             raise ValueError(
                 f"default_codegen must be one of {_CODEGENS}, got {self.default_codegen!r}"
             )
-        from pdlkit.runtime_abi.verify import resolve_mode
-
         resolve_mode(self.verify)  # a bad value fails here, not at the first compile
-        from pdlkit.runtime_abi.autotune import resolve_mode as autotune_mode
-
         autotune_mode(self.autotune)
         inductor_options.check_mode(self.mode)
 
@@ -106,11 +110,6 @@ _PATTERN_CACHE: dict[str, Any] = {}
 
 def load_plan(opts: Options) -> Plan:
     """Load (or reuse, when no file changed) the pattern set and kernel registry."""
-    from pdlkit.matcher.patterns import PatternError, load_patterns
-    from pdlkit.optional import require_matcher
-    from pdlkit.runtime_abi.registry import KernelLoadError, KernelRegistry
-    from pdlkit.runtime_abi.trust import TrustError, check_writable
-
     require_matcher()  # MissingDependency: the backend degrades to Inductor, saying why
     target = resolve(opts.target)
     try:
@@ -150,8 +149,6 @@ def plan_stamp(opts: Options) -> str | None:
     would read the same bytes under the same permissions; None: the paths are not valid
     (load to get the error). A backend reuses its last plan while this is unchanged
     (``PdlkitBackend.plan``); nothing reuses a plan across backends or processes."""
-    from pdlkit.runtime_abi.trust import ALLOW_ENV
-
     try:
         paths = config.pattern_paths(opts.patterns) + config.kernel_paths(opts.kernels)
     except config.PathError:
@@ -229,8 +226,6 @@ def kernels_in_use(opts: Options, fingerprint: str) -> set[str]:
     which the backend took for this compilation), the kernels used before lose their packed
     weights: the next compilation is the one that matters, and a graph from before packs
     again."""
-    from pdlkit.runtime_abi.prepack import CACHE
-
     paths = config.pattern_paths(opts.patterns) + config.kernel_paths(opts.kernels)
     folders = "|".join(map(str, paths))
     with _PLAN_LOCK:
@@ -247,8 +242,6 @@ def kernels_in_use(opts: Options, fingerprint: str) -> set[str]:
 def _check_calls(patterns: Any, registry: Any) -> None:
     """Each pattern's ``pdlkit_call`` against the logical op it names (argument count and
     constant kinds), at load: a ConfigError naming file:line:col, not a near miss later."""
-    from pdlkit.matcher.op_calls import call_problems
-
     problems = [f"{w}: {m}" for p in patterns for w, m in call_problems(p, registry.op_table)]
     if problems:
         raise ConfigError("\n".join(problems))
