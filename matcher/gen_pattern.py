@@ -40,8 +40,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pdlkit.matcher.canonicalize import canonicalize
+from pdlkit.matcher.cse import eliminate_common_subexpressions
+from pdlkit.matcher.patterns import load_patterns
 from pdlkit.matcher.pdl_checks import CONSTANT_OPS as _CONSTANT_OPS
+from pdlkit.runtime_abi.capability import host
 from pdlkit.runtime_abi.dtypes import short_name
+from pdlkit.runtime_abi.kernel import declare
+from pdlkit.runtime_abi.registry import KernelRegistry
 
 from pdlkit.errors import PdlkitError
 
@@ -59,8 +65,6 @@ def trace(fn: Callable[..., Any], example_inputs: Sequence[Any]) -> torch.fx.Gra
     (``matcher/canonicalize.py``: ``mm`` / ``addmm`` / ``matmul`` with a weight operand
     become ``linear``, ``view`` becomes ``reshape``, ...). The canonicalization rules that
     applied are in ``gm.meta["pdlkit_canonical"]``."""
-    from pdlkit.matcher.canonicalize import canonicalize
-    from pdlkit.matcher.cse import eliminate_common_subexpressions
     from torch.fx.experimental.proxy_tensor import make_fx
 
     with torch.no_grad():
@@ -436,7 +440,6 @@ def pattern_from_function(
 def _probe(t: _Traced, op: str) -> Any:
     """A kernel declaration for ``op`` with ``fn``'s parameters (typed from the examples)
     and ``fn`` as its meta function: enough for the matcher to substitute, never run."""
-    from pdlkit.runtime_abi.kernel import declare
 
     def probe(*args: Any) -> Any:
         raise AssertionError("gen-pattern's probe kernel is never called")
@@ -463,10 +466,7 @@ def _check_matches_itself(t: _Traced, text: str, name: str, op: str) -> None:
     that it names what the pass will meet (a failure is pdlkit's bug, and says so)."""
     import tempfile
 
-    from pdlkit.matcher.patterns import load_patterns
     from pdlkit.matcher.substitute import substitute
-    from pdlkit.runtime_abi.capability import host
-    from pdlkit.runtime_abi.registry import KernelRegistry
 
     gm = trace(t.fn, [t.scalars.get(p, x) for p, x in zip(t.params, t.example_inputs, strict=True)])
     registry = KernelRegistry()
