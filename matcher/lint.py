@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from pdlkit.matcher.manifest import entry_file, yaml_with_lines
+from pdlkit.matcher.op_calls import call_problems
 from pdlkit.matcher.patterns import (
     Pattern,
     PatternError,
@@ -44,6 +45,8 @@ from pdlkit.matcher.patterns import (
     read_pdl_module,
     selected_twice,
 )
+from pdlkit.runtime_abi.capability import NAMED, host
+from pdlkit.runtime_abi.walk import load_paths
 
 from pdlkit import config
 
@@ -254,8 +257,6 @@ def _kernels(
 ) -> tuple[Any, list[Path]]:
     """The registry of the kernels and ops under ``paths`` and the configured kernel folders
     (one walk, :func:`pdlkit.runtime_abi.walk.load_paths`), and the paths that hold patterns."""
-    from pdlkit.runtime_abi.walk import load_paths
-
     walked = load_paths([p for p in paths if p.exists()], kernels)
     for p in paths:
         if not p.exists():
@@ -270,8 +271,6 @@ def _kernels(
 
 def _call_findings(pat: Pattern, ops: Any) -> list[Finding]:
     """``op-call``: a pdlkit_call whose arguments the op it names does not take."""
-    from pdlkit.matcher.op_calls import call_problems
-
     out = []
     for where, message in call_problems(pat, ops):
         line = int(where.rsplit(":", 2)[1])
@@ -345,8 +344,6 @@ def _pair_findings(same_root: list[Pattern], shapes: dict[str, Shape]) -> list[F
 
 def _share_a_target(a: Pattern, b: Pattern) -> bool:
     """Both can be active on one machine: the host or one of the named targets."""
-    from pdlkit.runtime_abi.capability import NAMED, host
-
     return any(a.active_on(t) and b.active_on(t) for t in [host(), *NAMED.values()])
 
 
