@@ -20,8 +20,13 @@ from typing import Any
 
 import torch
 from pdlkit.matcher.gen_pattern import GenPatternError, pattern_from_function
+from pdlkit.matcher.op_calls import text_problems
 from pdlkit.runtime_abi.dtypes import DTYPES, dtype_named
 from pdlkit.runtime_abi.ops import LogicalOp, OpTable
+from pdlkit.runtime_abi.registry import KernelLoadError, KernelRegistry
+
+from pdlkit import config
+from pdlkit.targets import TargetError, load_target
 
 # -- the reference stored beside the pattern ----------------------------------------------------
 
@@ -92,10 +97,6 @@ def _check_against_op(text: str, path: Path, op: str, given: LogicalOp | None) -
     """Where op ``op`` is declared (the op file the function came from, else the configured
     kernel folders; "" where it is not); a :class:`GenPatternError` naming the pattern's line
     and the op's when the generated ``pdlkit_call`` does not fit it (count and kinds)."""
-    from pdlkit.matcher.op_calls import text_problems
-    from pdlkit.runtime_abi.registry import KernelLoadError, KernelRegistry
-
-    from pdlkit import config
 
     table = OpTable()
     if given is not None and given.name == op:
@@ -119,7 +120,6 @@ def _check_against_op(text: str, path: Path, op: str, given: LogicalOp | None) -
 
 def load_function(spec: str) -> Callable[..., Any]:
     """``package.module:function`` (the current directory first) or ``file.py:function``."""
-    from pdlkit.targets import TargetError, load_target
 
     try:
         fn, where = load_target(spec)

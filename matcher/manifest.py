@@ -16,6 +16,8 @@ from typing import Any
 import yaml
 from pdlkit.matcher.pattern_file import Pattern, PatternError, check_utf8, parse_pdl_file
 
+from pdlkit.config import SHIPPED, shipped_patterns
+
 MANIFEST_VERSION = 1
 ENTRY_KEYS = {"file", "pattern", "enabled", "benefit", "targets", "kernel", "tolerance", "timeout"}
 MAX_YAML_DEPTH = 32  # a manifest nests 4 deep
@@ -142,7 +144,6 @@ def entry_file(manifest: Path, line: int, name: str) -> Path:
     """The pattern file an entry names, resolved; refused unless inside the manifest's folder
     or inside pdlkit's shipped pattern folder (whose target-neutral files, ``pt2e/``, the
     per-target manifests select; any manifest may name them as ``@shipped/pt2e/...``)."""
-    from pdlkit.config import SHIPPED, shipped_patterns
 
     folder = manifest.resolve().parent
     shipped = shipped_patterns().resolve()

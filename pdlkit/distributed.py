@@ -52,6 +52,7 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from pdlkit import config
 from pdlkit.errors import ConfigError
+from pdlkit.runtime_abi.registry import Restricted
 
 TIMEOUT_ENV = "PDLKIT_DIST_TIMEOUT"
 _COLLECTIVE_NAMESPACES = frozenset(
@@ -495,7 +496,6 @@ _STALE = (
 def without_prepack(registry: Any) -> Any:
     """``registry`` offering only kernels that pre-pack nothing; the others are passed over
     with the reason (near misses in ``explain``)."""
-    from pdlkit.runtime_abi.registry import Restricted
 
     return Restricted(
         registry, lambda k: f"pre-packs its weight, and {_STALE}" if k.prepack else None

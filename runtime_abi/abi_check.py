@@ -19,6 +19,7 @@ from pdlkit.runtime_abi.binding import _as_list, _meta_of, bind
 from pdlkit.runtime_abi.capability import Target, host
 from pdlkit.runtime_abi.kernel import KernelDecl, KernelUnsupported
 from pdlkit.runtime_abi.ops import LogicalOp
+from pdlkit.runtime_abi.walk import load_paths
 
 # (rtol, atol): GEMM-sized accumulations in fp32 differ in the last bits between BLAS paths
 _TOL = {
@@ -165,7 +166,6 @@ def _compare(
 def check_paths(paths: Sequence[Path], target: Target | None = None) -> list[Row]:
     """abi-check every kernel file under ``paths``; ops come from those files and from the
     configured kernel folders (:func:`pdlkit.runtime_abi.walk.load_paths`)."""
-    from pdlkit.runtime_abi.walk import load_paths
 
     walked = load_paths(paths)
     rows = [Row(f.name, "declaration", "FAIL", msg) for f, msg in walked.problems]
