@@ -46,11 +46,9 @@ def dynamic_dims(gm: fx.GraphModule) -> Dims:
 
 def buckets(args: Sequence[Any], dims: Dims) -> tuple[int, ...]:
     """The bucket (autotune.bucket) of each dynamic dim's size in this call."""
-    return tuple(autotune.bucket(_size(args[i], d)) for i, d in dims)
-
-
-def _size(x: Any, d: int | None) -> int:
-    return int(hinted(x if d is None else x.shape[d]))
+    return tuple(
+        autotune.bucket(size_hint(args[i] if d is None else args[i].shape[d])) for i, d in dims
+    )
 
 
 def hinted(x: Any) -> Any:
