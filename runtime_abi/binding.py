@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 from pdlkit.runtime_abi import binding_stats, outputs, sites, triton_binding
+from pdlkit.runtime_abi.autograd import register, training
 from pdlkit.runtime_abi.binding_stats import count
 from pdlkit.runtime_abi.kernel import KernelDecl, KernelUnsupported
 from pdlkit.runtime_abi.outputs import KernelCallError, check, recheck
@@ -456,7 +457,6 @@ def bind(decl: KernelDecl) -> Any:
     before the change keeps calling the code it was compiled with; unchanged code (the same
     file bytes, wherever loaded from) reuses its op.
     """
-    from pdlkit.runtime_abi.autograd import register, training
 
     grad = decl.backward is not None and training()  # inference ops skip autograd
     key = (decl.name, decl.version, decl.op, decl.schema, decl.digest, grad)

@@ -45,6 +45,8 @@ from typing import Any
 
 from pdlkit.runtime_abi.dlopen import open_library
 from pdlkit.runtime_abi.native_abi import HEADER
+from pdlkit.runtime_abi.native_load import load_native_library
+from pdlkit.runtime_abi.registry import KernelLoadError
 from pdlkit.runtime_abi.trust import (
     TrustError,
     check_pin,
@@ -325,8 +327,6 @@ def load_c_library(
     once, naming ``what``, and returns None (the file then declares nothing)."""
     import warnings
 
-    from pdlkit.runtime_abi.registry import KernelLoadError
-
     try:
         built = _build_preferring(source, arch, extra)
         lib = open_library(built.path, built.data, built.digest)
@@ -349,8 +349,6 @@ def build_and_load(
     tried first, and the plain command where they fail. Without a working compiler it warns
     once, naming ``what``, and declares nothing, so the rest of the registry stays usable."""
     import warnings
-
-    from pdlkit.runtime_abi.native_load import load_native_library
 
     try:
         lib = _build_preferring(source, arch, extra)

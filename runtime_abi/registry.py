@@ -48,7 +48,9 @@ from pdlkit.runtime_abi.trust import (
     read_pins,
 )
 
+from pdlkit.config import PathError
 from pdlkit.errors import KernelDependencyMissing, KernelLoadError
+from pdlkit.optional import MissingDependency, missing_module
 
 
 @dataclass
@@ -108,7 +110,6 @@ def _bind_known(kernels: tuple[KernelDecl, ...]) -> tuple[KernelDecl, ...]:
 def _load_error(path: Path, e: BaseException) -> KernelLoadError:
     """What running kernel file ``path`` raised, as a ``file:line:`` error. A plain error in
     the kernel's own code keeps its traceback as the cause; the others say all there is."""
-    from pdlkit.config import PathError
 
     err: KernelLoadError
     frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == str(path)]
@@ -136,7 +137,6 @@ def _missing_dependency(e: BaseException) -> str | None:
     """Why an optional package the kernel file imports is missing, if that is what ``e`` is."""
     if not isinstance(e, ImportError):
         return None
-    from pdlkit.optional import MissingDependency, missing_module
 
     top = missing_module(e)
     return None if top is None else str(MissingDependency(top, "its kernels"))
