@@ -162,3 +162,44 @@ def test_a_traced_kernels_choice_by_size_hint_adds_no_guard():
     assert not env.guards
     assert not bool(m <= 64)  # the symbol compared: a guard
     assert len(env.guards) == 1
+
+
+def test_a_llama_with_dynamic_shapes_is_checked_per_bucket_without_recompiling(
+    tmp_path, monkeypatch
+):
+    """A tiny transformers Llama compiled with ``dynamic=True`` and called at two batch and
+    sequence sizes: correct each time, a whole-graph verdict for each bucket, and no more
+    Dynamo graphs than Inductor alone compiles."""
+    from pdlkit.matcher import graph_guard
+    from test_dynamic_floats import _tiny_llama
+    from torch._dynamo.utils import counters
+
+    from pdlkit import whole_graph
+
+    monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
+    # a kernel at every site (at these sizes each site's subgraph measures faster, and
+    # nothing would be substituted to check)
+    monkeypatch.setattr(whole_graph, "known", lambda key, opts: graph_guard.KERNELS)
+    model = _tiny_llama()
+    shapes = [(2, 5), (3, 9)]
+    graphs = {}
+    for backend in ("inductor", "pdlkit"):
+        torch._dynamo.reset()
+        counters.clear()
+        pdlkit.stats(reset=True)
+        if backend == "pdlkit":
+            fn = pdlkit.optimize(model, autotune="cached", dynamic=True)
+        else:
+            fn = torch.compile(model, dynamic=True)
+        with torch.no_grad():
+            for b, s in shapes:
+                ids = torch.randint(0, 64, (b, s), generator=torch.Generator().manual_seed(s))
+                want = model(ids, use_cache=False).last_hidden_state
+                got = fn(ids, use_cache=False).last_hidden_state
+                torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        graphs[backend] = counters["stats"]["unique_graphs"]
+    assert pdlkit.stats()["substitutions"] > 0
+    assert graphs["pdlkit"] == graphs["inductor"]
+    entries = json.loads(next(tmp_path.glob("**/host-*.json")).read_text())["decisions"]
+    verdicts = [d for d in entries.values() if "inductor" in [t[0] for t in d["timings"]]]
+    assert len(verdicts) == 2  # buckets (2, 8) and (4, 16)
