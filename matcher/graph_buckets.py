@@ -97,7 +97,7 @@ class BucketedGraphs:
         """Time both graphs on ``args``' shapes (or read the bucket's cached verdict) and
         keep the faster for the bucket; returns its code."""
         b = buckets(args, self.dims)
-        ours, key = self.fns[graph_guard.SUBSTITUTED], f"{self.key} buckets {list(b)}"
+        ours, key = self.fns[graph_guard.SUBSTITUTED], verdict_key(self.key, b)
 
         def timed() -> Timed:
             if self.mode != "cached" or autotune.decision_cache().get(key) is None:
@@ -119,6 +119,11 @@ class BucketedGraphs:
         self.decisions[b] = decision
         self.chosen[b] = fn
         return fn
+
+
+def verdict_key(key: str, b: tuple[int, ...]) -> str:
+    """A bucket's verdict's cache key: the graph's (:func:`bucket_key`) and the bucket's."""
+    return f"{key} buckets {list(b)}"
 
 
 def bucket_key(

@@ -326,6 +326,7 @@ class PdlkitBackend:
         if self.on_report is not None:
             self.on_report(report, plan)
         if self.explain_only:
+            whole_graph.cached_verdict(report, gm, example_inputs, opts, plan, bool(capture))
             return gm.forward
         used.update(sub.kernel for sub in report.substitutions)
         fn = self._compiled(

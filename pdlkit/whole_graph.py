@@ -233,3 +233,34 @@ def per_bucket(
     ((b, decision),) = graphs.decisions.items()
     report.whole_graph = f"per shape bucket; buckets {list(b)}: {decision.describe()}"
     return graphs
+
+
+def cached_verdict(
+    report: GraphReport,
+    gm: fx.GraphModule,
+    example_inputs: list[Any],
+    opts: Options,
+    plan: Plan,
+    captured: bool,
+) -> None:
+    """For explain, which compiles and times no whole graph: the verdict this host's decision
+    cache holds for the substituted graph at these inputs' shapes (a graph with dynamic
+    shapes: their bucket), as ``optimize`` took it, in ``report.whole_graph``; or that none
+    was taken yet. A site's kernel shown while Inductor's whole graph runs would mislead."""
+    if report.whole_graph or not report.substitutions:
+        return
+    if not measured(opts, plan, example_inputs, gm, captured):
+        return
+    kernels = [s.kernel for s in report.substitutions]
+    dims = graph_buckets.dynamic_dims(gm)
+    if dims:
+        base = graph_buckets.bucket_key(gm, example_inputs, kernels, dims)
+        key = graph_buckets.verdict_key(base, graph_buckets.buckets(example_inputs, dims))
+    else:
+        key = graph_guard.graph_key(gm, example_inputs, kernels)
+    decision = autotune.decision_cache().get(key)
+    report.whole_graph = (
+        f"cached verdict: {decision.describe()}"
+        if decision is not None
+        else "not timed yet (optimize times it when it compiles the graph)"
+    )

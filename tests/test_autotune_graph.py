@@ -781,3 +781,24 @@ def test_the_graph_alone_settles_once_steady_and_clear_of_the_confident_line():
     assert not _clear_of(600.0)({"substituted": steady[1:]})
     unsteady = [0.001, 0.002] * EARLY
     assert not _clear_of(600.0)({"substituted": unsteady})
+
+
+def _explained_whole_graph(p, k) -> str:
+    report = pdlkit.explain(
+        autotune_chain_model(), *inputs(), patterns=p, kernels=k, autotune="cached"
+    )
+    return report.graphs[0].whole_graph
+
+
+def test_explain_shows_the_whole_graph_verdict_optimize_took(folders, monkeypatch):
+    """explain compiles no whole graph: it shows the verdict in the decision cache, so that a
+    site's kernel it lists is not taken for what runs where Inductor's whole graph won."""
+    from pdlkit.matcher import graph_guard
+
+    p, k = folders(FAST)
+    assert _explained_whole_graph(p, k).startswith("not timed yet")
+    monkeypatch.setattr(graph_guard, "_faster", lambda timings: graph_guard.INDUCTOR)
+    monkeypatch.setattr(graph_guard, "CONFIDENT", float("inf"))  # both graphs timed
+    run(p, k, "cached")
+    shown = _explained_whole_graph(p, k)
+    assert shown.startswith("cached verdict:") and shown.endswith("-> inductor")
