@@ -97,7 +97,6 @@ def _check_against_op(text: str, path: Path, op: str, given: LogicalOp | None) -
     """Where op ``op`` is declared (the op file the function came from, else the configured
     kernel folders; "" where it is not); a :class:`GenPatternError` naming the pattern's line
     and the op's when the generated ``pdlkit_call`` does not fit it (count and kinds)."""
-
     table = OpTable()
     if given is not None and given.name == op:
         table.add(given)
@@ -120,7 +119,6 @@ def _check_against_op(text: str, path: Path, op: str, given: LogicalOp | None) -
 
 def load_function(spec: str) -> Callable[..., Any]:
     """``package.module:function`` (the current directory first) or ``file.py:function``."""
-
     try:
         fn, where = load_target(spec)
     except TargetError as e:

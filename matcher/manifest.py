@@ -144,7 +144,6 @@ def entry_file(manifest: Path, line: int, name: str) -> Path:
     """The pattern file an entry names, resolved; refused unless inside the manifest's folder
     or inside pdlkit's shipped pattern folder (whose target-neutral files, ``pt2e/``, the
     per-target manifests select; any manifest may name them as ``@shipped/pt2e/...``)."""
-
     folder = manifest.resolve().parent
     shipped = shipped_patterns().resolve()
     if name.startswith(f"{SHIPPED}/"):

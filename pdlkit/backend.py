@@ -145,7 +145,6 @@ def prepare(traced: fx.GraphModule) -> Counter[str]:
     """What every re-traced graph goes through before matching: common subexpressions merged,
     then canonical spellings (matcher/canonicalize.py); how often each rule applied. It
     reads nothing but the graph: a reused trace is reused prepared (``retrace_prepared``)."""
-
     eliminate_common_subexpressions(traced)
     return canonicalize(traced)
 
@@ -197,11 +196,9 @@ def _tuner(
     ``autotune="off"``, for a target other than this host (nothing can be timed), for a
     graph that needs gradients (forward timings would not say which is faster to train), and
     with eager code generation (the comparison is with Inductor's code)."""
-
     mode = resolve_mode(mode)
     if mode == "off" or plan.target.name != "host" or training or codegen != "inductor":
         return None
-
     return Tuner(mode, traced, example_inputs)
 
 
@@ -276,7 +273,6 @@ class PdlkitBackend:
         mode: str | None = None,
         options: Mapping[str, Any] | None = None,
     ) -> Callable[..., Any]:
-
         if distributed.has_subclass_inputs(gm, example_inputs):  # DTensor: local tensors
             return distributed.compile_desugared(
                 self, gm, example_inputs, mode=mode, options=options
@@ -498,7 +494,6 @@ def optimize(
     kernels not declared ``graph_capture_safe`` are not used (``explain`` says so).
     """
     backend = PdlkitBackend(**options_in(locals()))
-
     try:
         backend.plan(backend.options)  # bad files fail here, not at the first call
     except MissingDependency:
@@ -539,7 +534,6 @@ def explain(
     ``report.format(verbose=True)`` adds every pattern, kernel and silent pattern.
     """
     model, opts = unwrap(model, options_in(locals()))
-
     backend = PdlkitBackend(explain_only=True, why=(why,) if isinstance(why, str) else tuple(why))
     backend.options = opts
     try:

@@ -131,7 +131,6 @@ def run(threads: int = 1, repeat: int = 20, verbose: bool = False) -> int:
 def _host_line() -> str:
     """The machine the latencies come from, as every benchmark names it: the CPU model,
     whether it has AMX, the GPU (pdlkit's autotune key of the host)."""
-
     key = host_key()
     amx = sorted(f for f in str(key.get("flags", "")).split() if f.startswith("amx"))
     return (

@@ -496,7 +496,6 @@ _STALE = (
 def without_prepack(registry: Any) -> Any:
     """``registry`` offering only kernels that pre-pack nothing; the others are passed over
     with the reason (near misses in ``explain``)."""
-
     return Restricted(
         registry, lambda k: f"pre-packs its weight, and {_STALE}" if k.prepack else None
     )

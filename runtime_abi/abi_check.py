@@ -166,7 +166,6 @@ def _compare(
 def check_paths(paths: Sequence[Path], target: Target | None = None) -> list[Row]:
     """abi-check every kernel file under ``paths``; ops come from those files and from the
     configured kernel folders (:func:`pdlkit.runtime_abi.walk.load_paths`)."""
-
     walked = load_paths(paths)
     rows = [Row(f.name, "declaration", "FAIL", msg) for f, msg in walked.problems]
     for d in walked.given:

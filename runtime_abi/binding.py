@@ -457,7 +457,6 @@ def bind(decl: KernelDecl) -> Any:
     before the change keeps calling the code it was compiled with; unchanged code (the same
     file bytes, wherever loaded from) reuses its op.
     """
-
     grad = decl.backward is not None and training()  # inference ops skip autograd
     key = (decl.name, decl.version, decl.op, decl.schema, decl.digest, grad)
     with _BIND_LOCK:

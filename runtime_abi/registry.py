@@ -110,7 +110,6 @@ def _bind_known(kernels: tuple[KernelDecl, ...]) -> tuple[KernelDecl, ...]:
 def _load_error(path: Path, e: BaseException) -> KernelLoadError:
     """What running kernel file ``path`` raised, as a ``file:line:`` error. A plain error in
     the kernel's own code keeps its traceback as the cause; the others say all there is."""
-
     err: KernelLoadError
     frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == str(path)]
     line = frames[-1].lineno if frames else 1
