@@ -30,7 +30,7 @@ from pdlkit.matcher.choose import Tuner
 from pdlkit.matcher.cse import eliminate_common_subexpressions
 from pdlkit.matcher.html_report import node_infos
 from pdlkit.matcher.report import GraphReport, Report
-from pdlkit.optimized import remember, unwrap
+from pdlkit.optimized import dynamic_of, remember, unwrap
 from pdlkit.optional import MissingDependency
 from pdlkit.plan import Options, Plan, kernels_in_use, load_plan, options_in, plan_stamp
 from pdlkit.retrace import ambient_autocast, mode_regions, retrace, retrace_prepared
@@ -499,7 +499,7 @@ def optimize(
     except MissingDependency:
         pass  # the backend says so once, and compiles with Inductor alone
     compiled = _compile(model, backend, dynamic=dynamic)
-    return remember(compiled, model, backend.options, backend.session)
+    return remember(compiled, model, backend.options, backend.session, dynamic)
 
 
 def explain(
@@ -516,6 +516,7 @@ def explain(
     allow_world_writable: bool | None = None,
     mode: str | None = None,
     inductor_config: Mapping[str, Any] | None = None,
+    dynamic: bool | None = None,
 ) -> Report:
     """What ``optimize`` would substitute for these inputs, and why other candidates were not.
 
@@ -532,7 +533,13 @@ def explain(
     times; with ``autotune="off"`` or a foreign ``target`` (``"yitian"`` works on any host)
     no kernel runs and nothing is compiled. ``str(report)`` is a short table;
     ``report.format(verbose=True)`` adds every pattern, kernel and silent pattern.
+
+    ``dynamic`` is ``torch.compile``'s (default: the one ``optimize`` was given, when
+    ``model`` is its result): with dynamic shapes the whole-graph verdict shown is the one
+    for these inputs' shape bucket.
     """
+    if dynamic is None:
+        dynamic = dynamic_of(model)
     model, opts = unwrap(model, options_in(locals()))
     backend = PdlkitBackend(explain_only=True, why=(why,) if isinstance(why, str) else tuple(why))
     backend.options = opts
@@ -540,7 +547,7 @@ def explain(
         plan = backend.plan(backend.options)
     except MissingDependency as e:
         raise ConfigError(str(e)) from e
-    compiled = _compile(model, backend)
+    compiled = _compile(model, backend, dynamic=dynamic)
     with torch.no_grad() if no_grad else torch.enable_grad():
         compiled(*example_inputs)
     reports = [r for r, _ in backend.session.reports]  # this backend's graphs, in order

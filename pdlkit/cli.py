@@ -55,7 +55,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
     import pdlkit
 
     model, inputs = _load_example(args.model)
-    report = pdlkit.explain(model, *inputs, why=tuple(args.why or ()), **_options(args))
+    report = pdlkit.explain(
+        model, *inputs, why=tuple(args.why or ()), dynamic=args.dynamic or None, **_options(args)
+    )
     print(report.format(verbose=args.verbose))
     if args.html:
         report.to_html(args.html)
@@ -280,6 +282,12 @@ def _add_demo_check_explain(sub: Any) -> None:
     p.add_argument("--graphs", action="store_true", help="also print the rewritten graphs")
     p.add_argument(
         "--html", metavar="FILE", default=None, help="also write the report as one HTML page"
+    )
+    p.add_argument(
+        "--dynamic",
+        action="store_true",
+        help="trace with dynamic shapes, as optimize(..., dynamic=True) compiles: the "
+        "whole-graph verdict shown is the one for the example's shape bucket",
     )
     p.set_defaults(fn=cmd_explain)
 

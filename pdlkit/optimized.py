@@ -4,9 +4,9 @@
     print(pdlkit.explain(fast, x))   # the substitutions of my/patterns and my/kernels
     print(pdlkit.bisect(fast, x))
 
-``optimize`` remembers the model and its options on the callable it returns
-(:func:`remember`); :func:`unwrap` gives them back, with any option passed explicitly taking
-precedence. A model compiled by ``torch.compile`` directly is unwrapped to the model it
+``optimize`` remembers the model, its options and its ``dynamic`` on the callable it returns
+(:func:`remember`); :func:`unwrap` and :func:`dynamic_of` give them back, with any option
+passed explicitly taking precedence. A model compiled by ``torch.compile`` directly is unwrapped to the model it
 compiles (its options are the defaults: the environment's or the shipped folders).
 """
 
@@ -20,13 +20,23 @@ from pdlkit.plan import Options
 _ATTR = "_pdlkit_optimized"
 
 
-def remember(compiled: Any, model: Any, options: Any, session: Any = None) -> Any:
-    """Note on ``compiled`` (optimize's result) the model and options it was built from, and
-    its backend's compile session (pdlkit/session.py)."""
+def remember(
+    compiled: Any, model: Any, options: Any, session: Any = None, dynamic: bool | None = None
+) -> Any:
+    """Note on ``compiled`` (optimize's result) the model, options and ``dynamic`` it was
+    built with, and its backend's compile session (pdlkit/session.py)."""
     # object.__setattr__: torch.compile's module wrapper forwards attributes to the model,
     # which must not carry one optimize() call's options into the next.
-    object.__setattr__(compiled, _ATTR, (model, options, session))
+    object.__setattr__(compiled, _ATTR, (model, options, session, dynamic))
     return compiled
+
+
+def dynamic_of(compiled: Any) -> bool | None:
+    """The ``dynamic`` ``optimize`` compiled ``compiled`` with (None for anything else): an
+    explanation traces with it, so that the graph it reports, and the decisions it reads
+    from the cache (per shape bucket where shapes are dynamic), are the ones that run."""
+    found = getattr(compiled, "__dict__", {}).get(_ATTR)
+    return found[3] if found is not None else None
 
 
 def session_of(compiled: Any) -> Any:
@@ -44,7 +54,7 @@ def unwrap(model: Any, given: dict[str, Any]) -> tuple[Any, Any]:
     explicit = {k: v for k, v in given.items() if v is not None}
     found = getattr(model, "__dict__", {}).get(_ATTR)
     if found is not None:
-        inner, options, _ = found
+        inner, options = found[:2]
         return inner, replace(options, **explicit)
     inner = getattr(model, "_orig_mod", None) or getattr(model, "_torchdynamo_orig_callable", None)
     return (inner if inner is not None else model), Options(**explicit)

@@ -7,8 +7,6 @@ The subject is autotune_chain.py's matmul chain, its rows dynamic.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 from autotune_chain import FAST, N, calls
@@ -43,17 +41,39 @@ def _compiled(p, k):
     )
 
 
-def _bucket_decisions(p) -> list[tuple[str, list[str]]]:
-    """(key, candidates timed) of each per-bucket whole-graph verdict in the cache."""
-    entries = json.loads(next((p.parent / "cache").glob("**/host-*.json")).read_text())
-    return [
-        (key, [t[0] for t in d["timings"]])
-        for key, d in entries["decisions"].items()
-        if "inductor" in [t[0] for t in d["timings"]]
-    ]
+@pytest.fixture
+def timed(monkeypatch) -> list[list[str]]:
+    """The candidates of each whole-graph verdict timed (not read from the cache), in order:
+    graph_guard.choose, recorded. A verdict timed on a busy host is not cached
+    (``autotune.trusted``), so the cache's entries would not count them all."""
+    from pdlkit.matcher import graph_guard
+    from pdlkit.runtime_abi import autotune
+
+    seen: list[list[str]] = []
+    choose = graph_guard.choose
+
+    def recording(key, *args, **kw):
+        cached = autotune.decision_cache().get(key) is not None
+        verdict, fn, decision = choose(key, *args, **kw)
+        names = [t.name for t in decision.timings]
+        if "inductor" in names and not cached:
+            seen.append(names)
+        return verdict, fn, decision
+
+    monkeypatch.setattr(graph_guard, "choose", recording)
+    return seen
 
 
-def test_each_shape_bucket_of_a_dynamic_graph_gets_its_own_whole_graph_verdict(folders):
+@pytest.fixture
+def steady_host(monkeypatch) -> None:
+    """Every verdict is cached: these tests read the cache, and a busy host's (whose rounds
+    swing) would not be (tests/test_autotune_busy.py tests that)."""
+    from pdlkit.runtime_abi import autotune
+
+    monkeypatch.setattr(autotune, "trusted", lambda decision: True)
+
+
+def test_each_shape_bucket_of_a_dynamic_graph_gets_its_own_whole_graph_verdict(folders, timed):
     from torch._dynamo.utils import counters
 
     p, k = folders(FAST)
@@ -61,8 +81,7 @@ def test_each_shape_bucket_of_a_dynamic_graph_gets_its_own_whole_graph_verdict(f
     st = _run_rows(_compiled(p, k), [200, 300, 100, 150])  # buckets 256, 512, 128, 256
     assert counters["stats"]["unique_graphs"] == 1  # one compile for every shape
     assert st["graphs_not_measured"] == 0
-    timed = _bucket_decisions(p)
-    assert len(timed) == 3 and all(names == ["substituted", "inductor"] for _, names in timed)
+    assert timed == [["substituted", "inductor"]] * 3
     assert calls(st, "fast_chain") == 4  # the kernel won every bucket: each call ran it
 
 
@@ -76,7 +95,9 @@ def test_a_bucket_inductors_graph_won_runs_inductors_code(folders, monkeypatch):
     assert calls(st, "fast_chain") == 0  # the timing's calls are not the model's
 
 
-def test_a_second_process_reads_each_buckets_verdict_from_the_cache(folders, monkeypatch):
+def test_a_second_process_reads_each_buckets_verdict_from_the_cache(
+    folders, monkeypatch, steady_host
+):
     from pdlkit.matcher import graph_guard
 
     p, k = folders(FAST)
@@ -95,7 +116,7 @@ def test_a_second_process_reads_each_buckets_verdict_from_the_cache(folders, mon
     assert timed == ["substituted", "substituted"] and calls(st, "fast_chain") == 2
 
 
-def test_a_dynamic_graph_that_writes_its_input_writes_the_callers_tensor_once(folders):
+def test_a_dynamic_graph_that_writes_its_input_writes_the_callers_tensor_once(folders, timed):
     p, k = folders(FAST)
 
     class WritingChain(torch.nn.Module):
@@ -111,7 +132,7 @@ def test_a_dynamic_graph_that_writes_its_input_writes_the_callers_tensor_once(fo
             cache = torch.zeros(n)
             fast(*_inputs(n), cache)
             assert torch.equal(cache, torch.ones(n))
-    assert len(_bucket_decisions(p)) == 2
+    assert len(timed) == 2
 
 
 def test_the_bucket_of_a_dynamic_dim_and_of_a_symbolic_int():
@@ -165,7 +186,7 @@ def test_a_traced_kernels_choice_by_size_hint_adds_no_guard():
 
 
 def test_a_llama_with_dynamic_shapes_is_checked_per_bucket_without_recompiling(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, timed
 ):
     """A tiny transformers Llama compiled with ``dynamic=True`` and called at two batch and
     sequence sizes: correct each time, a whole-graph verdict for each bucket, and no more
@@ -200,6 +221,19 @@ def test_a_llama_with_dynamic_shapes_is_checked_per_bucket_without_recompiling(
         graphs[backend] = counters["stats"]["unique_graphs"]
     assert pdlkit.stats()["substitutions"] > 0
     assert graphs["pdlkit"] == graphs["inductor"]
-    entries = json.loads(next(tmp_path.glob("**/host-*.json")).read_text())["decisions"]
-    verdicts = [d for d in entries.values() if "inductor" in [t[0] for t in d["timings"]]]
-    assert len(verdicts) == 2  # buckets (2, 8) and (4, 16)
+    assert len(timed) == 2  # buckets (2, 8) and (4, 16)
+
+
+def _explained(fast, rows: int) -> str:
+    return pdlkit.explain(fast, *_inputs(rows)).graphs[0].whole_graph
+
+
+def test_explain_of_a_dynamic_model_shows_the_verdict_of_the_inputs_bucket(folders, steady_host):
+    """explain traces with the ``dynamic`` optimize was given: it reads the verdict of the
+    example's shape bucket, and says where that bucket was not timed yet."""
+    p, k = folders(FAST)
+    fast = _compiled(p, k)
+    _run_rows(fast, [200])  # bucket 256 timed
+    assert _explained(fast, 220).startswith("cached verdict:")
+    assert _explained(fast, 220).endswith("-> substituted")
+    assert _explained(fast, 300).startswith("not timed yet")  # bucket 512

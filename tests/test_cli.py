@@ -41,6 +41,16 @@ def test_explain_command_prints_the_report(capsys):
     assert "linear_gelu -> linear_gelu_onednn" in out and "linear_relu -> linear_relu_onednn" in out
 
 
+def test_explain_dynamic_traces_with_symbolic_sizes(capsys):
+    """``--dynamic`` traces as ``optimize(..., dynamic=True)`` compiles: the batch is a
+    symbolic size in the graph explain reports on."""
+    argv = ["explain", str(ROOT / "examples" / "mlp.py") + ":example", "--autotune", "off"]
+    assert main([*argv, "--dynamic", "--graphs"]) == 0
+    assert '"f32[s' in capsys.readouterr().out
+    assert main([*argv, "--graphs"]) == 0
+    assert '"f32[s' not in capsys.readouterr().out
+
+
 def test_kernels_command_lists_shipped_kernels(capsys):
     assert main(["kernels"]) == 0
     out = capsys.readouterr().out
