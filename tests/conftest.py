@@ -49,6 +49,16 @@ def _fresh_dynamo():
     torch._dynamo.reset()
 
 
+@pytest.fixture
+def steady_host(monkeypatch) -> None:
+    """Every timed decision is cached, whatever the host's load: a test that reads the
+    decision cache is not about a busy host's rounds, whose decisions are not cached
+    (``autotune.trusted``; tests/test_autotune_busy.py tests that)."""
+    from pdlkit.runtime_abi import autotune
+
+    monkeypatch.setattr(autotune, "trusted", lambda decision: True)
+
+
 def run_interpreted(script: str) -> dict:
     """``script`` run in a new Python under Triton's interpreter (TRITON_INTERPRET=1, which
     Triton reads at import), from the repository's root; the JSON its last line prints."""

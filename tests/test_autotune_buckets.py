@@ -64,15 +64,6 @@ def timed(monkeypatch) -> list[list[str]]:
     return seen
 
 
-@pytest.fixture
-def steady_host(monkeypatch) -> None:
-    """Every verdict is cached: these tests read the cache, and a busy host's (whose rounds
-    swing) would not be (tests/test_autotune_busy.py tests that)."""
-    from pdlkit.runtime_abi import autotune
-
-    monkeypatch.setattr(autotune, "trusted", lambda decision: True)
-
-
 def test_each_shape_bucket_of_a_dynamic_graph_gets_its_own_whole_graph_verdict(folders, timed):
     from torch._dynamo.utils import counters
 

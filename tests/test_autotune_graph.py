@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 import torch
 from autotune_chain import FAST, SLOW, calls, inputs, run
 from autotune_chain import Chain as autotune_chain_model
@@ -356,6 +357,7 @@ class TwoChains(torch.nn.Module):
         return (a @ b) @ c, (d @ e) @ f
 
 
+@pytest.mark.usefixtures("steady_host")  # reads the decision cache
 def test_a_graph_with_a_kept_site_times_the_kernels_only_graph(folders, monkeypatch):
     """The thin chain takes fast_chain; the one with a single row (where reassociating costs
     a square matmul) keeps its subgraph; the whole-graph check then also times the graph with
@@ -425,6 +427,7 @@ def test_a_graph_that_writes_a_tensor_subclass_input_is_not_run_again():
     )
 
 
+@pytest.mark.usefixtures("steady_host")  # reads the decision cache
 def test_a_decode_like_graph_is_measured_whole_and_writes_the_callers_cache_once(folders):
     """The whole-graph check runs the graphs several times on a copy of the cache they
     write; the caller's cache is written by its own call alone."""
