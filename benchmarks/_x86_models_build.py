@@ -16,13 +16,13 @@ import torch
 
 @dataclass(frozen=True)
 class Spec:
-    family: str  # bert | gpt2 | llama | vit
+    family: str  # a key of FAMILIES
     config: dict[str, Any]
     batch: int
     size: int  # tokens per sequence, or the image side in pixels
 
     def shape(self) -> str:
-        if self.family == "vit":
+        if self.family in IMAGES:
             return f"{self.batch}x3x{self.size}x{self.size}"
         return f"{self.batch}x{self.size}"
 
@@ -38,7 +38,27 @@ MODELS: dict[str, Spec] = {
         "llama", {**_LLAMA, "num_key_value_heads": 4, "max_position_embeddings": 256}, 8, 64
     ),
     "vit": Spec("vit", {**_MINI, "image_size": 224, "patch_size": 16}, 2, 224),
+    # more families, each a graph of its own kind (not in DEFAULT_MODELS): Qwen2's biased
+    # Q, K, V projections and GQA; Phi-3's fused QKV and gate/up linears, split after the
+    # GEMM; T5's RMS norm without bias, relative position bias and ReLU FFN; DistilBERT's
+    # attention module; CLIP's pre-norm encoder with quick GELU
+    "qwen2": Spec(
+        "qwen2", {**_LLAMA, "num_key_value_heads": 2, "max_position_embeddings": 256}, 8, 64
+    ),
+    "phi3": Spec(
+        "phi3",
+        {**_LLAMA, "num_key_value_heads": 8, "max_position_embeddings": 256, "pad_token_id": 0},
+        8,
+        64,
+    ),
+    "t5-encoder": Spec(
+        "t5", dict(d_model=256, d_kv=64, d_ff=1024, num_layers=4, num_heads=4), 8, 64
+    ),
+    "distilbert": Spec("distilbert", dict(dim=256, hidden_dim=1024, n_layers=4, n_heads=4), 8, 64),
+    "clip-vision": Spec("clip", {**_MINI, "image_size": 224, "patch_size": 16}, 2, 224),
 }
+DEFAULT_MODELS = ("bert-mini", "bert-base", "gpt2", "llama", "vit")
+IMAGES = ("vit", "clip")  # families whose input is an image batch
 # dtype -> pdlkit.quantization scheme (None: the FP32 model as is)
 SCHEMES = {
     "fp32": None,
@@ -69,13 +89,18 @@ def build(name: str) -> tuple[torch.nn.Module, torch.Tensor]:
         "gpt2": (tf.GPT2Config, tf.GPT2Model),
         "llama": (tf.LlamaConfig, tf.LlamaModel),
         "vit": (tf.ViTConfig, tf.ViTModel),
+        "qwen2": (tf.Qwen2Config, tf.Qwen2Model),
+        "phi3": (tf.Phi3Config, tf.Phi3Model),
+        "t5": (tf.T5Config, tf.T5EncoderModel),
+        "distilbert": (tf.DistilBertConfig, tf.DistilBertModel),
+        "clip": (tf.CLIPVisionConfig, tf.CLIPVisionModel),
     }
     cfg_cls, model_cls = kinds[spec.family]
     cfg = cfg_cls(**spec.config)
-    if spec.family in ("gpt2", "llama"):
+    if hasattr(cfg, "use_cache"):
         cfg.use_cache = False  # no KV cache object in the outputs: export and compile see tensors
     model = model_cls(cfg).eval()  # random weights, nothing downloaded
-    if spec.family == "vit":
+    if spec.family in IMAGES:
         x = torch.randn(spec.batch, 3, spec.size, spec.size)
     else:
         x = torch.randint(0, cfg.vocab_size, (spec.batch, spec.size), dtype=torch.int64)

@@ -7,7 +7,8 @@
 
 Writes ``results/x86_models.md`` (``--out`` to change). Models (``--models``): transformers
 configs with random weights (seed 0), eval mode, default (SDPA) attention, no mask, every call
-under ``torch.no_grad()``: see ``MODELS``. Dtypes (``--dtypes``), each through
+under ``torch.no_grad()``: see ``MODELS`` (by default BERT, GPT-2, Llama and ViT; Qwen2, Phi-3,
+a T5 encoder, DistilBERT and CLIP's vision tower on request). Dtypes (``--dtypes``), each through
 ``pdlkit.quantization.quantize``: ``fp32`` (the model as is), ``bf16``, ``int8-static``
 (torchao PT2E, X86InductorQuantizer, calibrated once on the benchmark input),
 ``int8-dynamic`` (the same with the quantizer's dynamic config: the form the x86 patterns
@@ -78,6 +79,7 @@ from unittest import mock
 import torch
 from _x86_models_build import (  # x86_profile.py and others use them as x86_models.<name>
     DEFAULT_DTYPES,
+    DEFAULT_MODELS,
     MODELS,
     PT2E,
     SCHEMES,
@@ -398,7 +400,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
         "--models",
-        help=f"comma-separated, of {', '.join(MODELS)} (default: all; --quick: bert-mini)",
+        help=f"comma-separated, of {', '.join(MODELS)} (default: {','.join(DEFAULT_MODELS)}; "
+        "--quick: bert-mini)",
     )
     ap.add_argument(
         "--dtypes",
@@ -423,7 +426,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "--out", type=Path, default=RESULTS, help="the results file (a folder: x86_models.md in it)"
     )
     args = ap.parse_args(argv)
-    args.models = (args.models or ("bert-mini" if args.quick else ",".join(MODELS))).split(",")
+    default = "bert-mini" if args.quick else ",".join(DEFAULT_MODELS)
+    args.models = (args.models or default).split(",")
     args.dtypes = args.dtypes.split(",")
     for bad in [m for m in args.models if m not in MODELS] + [
         d for d in args.dtypes if d not in SCHEMES
