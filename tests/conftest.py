@@ -52,11 +52,12 @@ def _fresh_dynamo():
 @pytest.fixture
 def steady_host(monkeypatch) -> None:
     """Every timed decision is cached, whatever the host's load: a test that reads the
-    decision cache is not about a busy host's rounds, whose decisions are not cached
-    (``autotune.trusted``; tests/test_autotune_busy.py tests that)."""
+    decision cache is not about a busy host's rounds, which spread past ``autotune.BUSY`` on a
+    loaded 2-core CI machine and keep a decision out of the cache (``autotune.trusted``;
+    tests/test_autotune_busy.py's subject)."""
     from pdlkit.runtime_abi import autotune
 
-    monkeypatch.setattr(autotune, "trusted", lambda decision: True)
+    monkeypatch.setattr(autotune, "BUSY", float("inf"))
 
 
 def run_interpreted(script: str) -> dict:
@@ -296,18 +297,15 @@ def pt2e(model: torch.nn.Module, x: torch.Tensor, quantizer: Any) -> torch.nn.Mo
 
 
 @pytest.fixture
-def folders(tmp_path, monkeypatch):
+def folders(tmp_path, monkeypatch, steady_host):
     """The autotune tests' folders (autotune_chain.py): patterns/chain.pdl.mlir, and a function
     of kernel sources giving (patterns, a new kernels folder whose chain.py is HEADER + them);
-    the decision cache under tmp_path / "cache", written to however unsteady the timings: the
-    chain's calls take microseconds, and on a loaded 2-core CI machine their rounds spread
-    past ``autotune.BUSY``, which keeps a decision out of the cache (test_autotune_busy.py's
-    subject; here a corrupted cache was not written again, and the test failed)."""
+    the decision cache under tmp_path / "cache", written to however unsteady the timings
+    (``steady_host``: the chain's calls take microseconds; once a corrupted cache was not
+    written again, and the test failed)."""
     from autotune_chain import CHAIN_PATTERN, HEADER
-    from pdlkit.runtime_abi import autotune
 
     monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(autotune, "BUSY", float("inf"))
     p = tmp_path / "patterns"
     write(p, "chain.pdl.mlir", CHAIN_PATTERN)
 

@@ -86,9 +86,7 @@ def test_a_bucket_inductors_graph_won_runs_inductors_code(folders, monkeypatch):
     assert calls(st, "fast_chain") == 0  # the timing's calls are not the model's
 
 
-def test_a_second_process_reads_each_buckets_verdict_from_the_cache(
-    folders, monkeypatch, steady_host
-):
+def test_a_second_process_reads_each_buckets_verdict_from_the_cache(folders, monkeypatch):
     from pdlkit.matcher import graph_guard
 
     p, k = folders(FAST)
@@ -219,7 +217,7 @@ def _explained(fast, rows: int) -> str:
     return pdlkit.explain(fast, *_inputs(rows)).graphs[0].whole_graph
 
 
-def test_explain_of_a_dynamic_model_shows_the_verdict_of_the_inputs_bucket(folders, steady_host):
+def test_explain_of_a_dynamic_model_shows_the_verdict_of_the_inputs_bucket(folders):
     """explain traces with the ``dynamic`` optimize was given: it reads the verdict of the
     example's shape bucket, and says where that bucket was not timed yet."""
     p, k = folders(FAST)

@@ -62,16 +62,14 @@ def test_an_older_graph_keeps_its_shared_site_when_the_newer_one_is_freed():
     assert sites.site(key) is None
 
 
-def test_whole_graph_keeps_inductors_code_when_it_is_faster(tmp_path, monkeypatch):
+def test_whole_graph_keeps_inductors_code_when_it_is_faster(tmp_path, monkeypatch, steady_host):
     """The last check (matcher/graph_guard.py): the two compiled graphs timed as wholes; the
-    verdict is cached, so a second compilation compiles only the winner."""
+    verdict is cached, so a second compilation compiles only the winner (``steady_host``: the
+    fast graph's calls take well under a microsecond, which a loaded host can make look
+    unsteady)."""
     from pdlkit.matcher import graph_guard
 
     monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
-    # the fast graph's calls take well under a microsecond, which a loaded host (the whole
-    # suite on two cores) can make look unsteady, and an unsteady verdict is not cached
-    # (test_autotune_busy.py): here the verdict is trusted, whatever the host's load
-    monkeypatch.setattr(graph_guard.autotune, "trusted", lambda decision: True)
     compiled = []
 
     def compile_slow():
@@ -357,7 +355,6 @@ class TwoChains(torch.nn.Module):
         return (a @ b) @ c, (d @ e) @ f
 
 
-@pytest.mark.usefixtures("steady_host")  # reads the decision cache
 def test_a_graph_with_a_kept_site_times_the_kernels_only_graph(folders, monkeypatch):
     """The thin chain takes fast_chain; the one with a single row (where reassociating costs
     a square matmul) keeps its subgraph; the whole-graph check then also times the graph with
@@ -427,7 +424,6 @@ def test_a_graph_that_writes_a_tensor_subclass_input_is_not_run_again():
     )
 
 
-@pytest.mark.usefixtures("steady_host")  # reads the decision cache
 def test_a_decode_like_graph_is_measured_whole_and_writes_the_callers_cache_once(folders):
     """The whole-graph check runs the graphs several times on a copy of the cache they
     write; the caller's cache is written by its own call alone."""
@@ -650,7 +646,6 @@ def test_rounds_unsteady_twice_compile_and_time_inductors_graph(monkeypatch, tmp
     """Unsteady in both looks: the host is busy, the sites' saving is not trusted (a warning
     says so), and Inductor's graph is compiled and timed, here the faster in every round of
     both looks at the two graphs (the first against the sites' saving)."""
-    import pytest
 
     looks = [_alone(_BURST), _alone(_BURST)] + [_paired([1.1] * 21, [1.0] * 21)] * 2
     with pytest.warns(UserWarning, match="the host was busy while timing"):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from autotune_chain import FAST, calls, run
 from pdlkit.matcher import choose, graph_guard
 from pdlkit.runtime_abi.autotune import KEEP, Decision, Timing, fastest
@@ -89,7 +88,6 @@ def _compiled(folders, monkeypatch, near_us: float, verdict: str | None):
     return p, k, run(p, k, "cached")
 
 
-@pytest.mark.usefixtures("steady_host")  # reads the decision cache
 def test_a_site_on_a_near_tie_compiles_and_can_run_the_kernels_only_graph(folders, monkeypatch):
     """The site measures fast_chain 5% faster than near_chain, of higher priority: it takes
     fast_chain, and the whole-graph check also times the graph with near_chain; when that
@@ -99,7 +97,6 @@ def test_a_site_on_a_near_tie_compiles_and_can_run_the_kernels_only_graph(folder
     assert ["substituted", "kernels only", "inductor"] in _timed_graphs(p)
 
 
-@pytest.mark.usefixtures("steady_host")  # reads the decision cache
 def test_a_site_whose_first_kernel_measured_far_slower_times_static_prioritys_graph(
     folders, monkeypatch
 ):
@@ -118,7 +115,6 @@ def test_a_site_whose_first_kernel_measured_far_slower_times_static_prioritys_gr
     assert calls(third, "near_chain") == 1 and third["matches_from_disk"] == 1
 
 
-@pytest.mark.usefixtures("steady_host")  # reads the decision cache
 def test_where_static_priority_chose_as_measured_no_fourth_graph_is_compiled(folders, monkeypatch):
     """near_chain, of higher priority, measured fastest: static priority's graph is the
     substituted one, and only that and Inductor's are timed."""
@@ -127,7 +123,6 @@ def test_where_static_priority_chose_as_measured_no_fourth_graph_is_compiled(fol
     assert all("static priority" not in graphs for graphs in _timed_graphs(p))
 
 
-@pytest.mark.usefixtures("steady_host")  # reads the decision cache
 def test_a_first_kernel_excluded_from_its_sites_timing_makes_no_static_graph(folders, monkeypatch):
     """boom_chain, of the highest priority, raised while its site was timed: static
     priority's graph would run it, so it is not a candidate."""
