@@ -157,7 +157,7 @@ def _covers(general: Shape, specific: Shape) -> bool:
 # -- loading, tolerant of broken files ----------------------------------------------------------
 
 
-def _manifest_findings(manifest: Path) -> list[Finding]:
+def _manifest_findings(manifest: Path, roots: Sequence[Path]) -> list[Finding]:
     try:
         data = yaml_with_lines(manifest)
     except PatternError:
@@ -167,7 +167,7 @@ def _manifest_findings(manifest: Path) -> list[Finding]:
     for e in entries if isinstance(entries, list) else []:
         if isinstance(e, dict) and isinstance(e.get("file"), str):
             try:
-                f = entry_file(manifest, e["__line__"], e["file"])
+                f = entry_file(manifest, e["__line__"], e["file"], roots)
             except PatternError:
                 continue  # outside the manifest's folder: the loader reports it
             if not f.is_file():
@@ -204,7 +204,8 @@ def lint_paths(paths: Sequence[Path], kernels: Sequence[str] | None = None) -> l
     registry, pattern_paths = _kernels(paths, kernels, findings)
     ops = registry.ops()
     try:
-        patterns = _patterns(pattern_sources(pattern_paths), findings)
+        roots = [p for p in pattern_paths if p.is_dir()]
+        patterns = _patterns(pattern_sources(pattern_paths), findings, roots)
     except PatternError as e:
         return [*findings, _load_finding(e)]
 
@@ -278,20 +279,23 @@ def _call_findings(pat: Pattern, ops: Any) -> list[Finding]:
     return out
 
 
-def _patterns(sources: list[Path], findings: list[Finding]) -> dict[str, Pattern]:
-    """Every pattern that loads, by name; each source file on its own, so that one broken file
-    hides nothing else. A name defined twice is a finding (loading them together fails)."""
+def _patterns(
+    sources: list[Path], findings: list[Finding], roots: Sequence[Path]
+) -> dict[str, Pattern]:
+    """Every pattern that loads, by name; each source file on its own (its manifest's entries
+    within ``roots``, the pattern folders linted), so that one broken file hides nothing else.
+    A name defined twice is a finding (loading them together fails)."""
     patterns: dict[str, Pattern] = {}
     for src in sources:
         if src.suffix in (".yaml", ".yml"):
-            missing = _manifest_findings(src)
+            missing = _manifest_findings(src, roots)
             if missing:
                 findings.extend(missing)
                 continue
         elif not src.name.endswith((".pdl.mlir", ".pdll")):
             continue
         try:
-            loaded = load_patterns([src]).patterns
+            loaded = load_patterns([src], roots).patterns
         except PatternError as e:
             findings.append(_load_finding(e))
             continue

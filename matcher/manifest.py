@@ -3,12 +3,16 @@
 The schema is described in :mod:`pdlkit.matcher.patterns`. A manifest is read with a YAML
 loader that bounds what a small file can cost: nesting depth, values after alias expansion,
 and recursive aliases are refused with ``file:line:col``. Every file a manifest lists must lie
-in the manifest's folder or below it (after symbolic links are resolved): the folder is what
-the permission checks and the change fingerprint cover.
+in the manifest's folder or below it, or in the pattern folder it is loaded from (a folder
+given as ``patterns=`` or in ``PDLKIT_PATTERN_PATH``, which holds it), after symbolic links
+are resolved: those folders are what the permission checks and the change fingerprint cover.
+A per-target manifest can so select the target-neutral files beside it (``../pt2e/...``)
+in the shipped folder and in a copy of it alike.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -140,32 +144,35 @@ def _check_type(path: Path, line: int, key: str, value: Any, kind: type | tuple[
         raise PatternError(f"{path}:{line}:1: {key!r} must be {names}, got {value!r}")
 
 
-def entry_file(manifest: Path, line: int, name: str) -> Path:
-    """The pattern file an entry names, resolved; refused unless inside the manifest's folder
-    or inside pdlkit's shipped pattern folder (whose target-neutral files, ``pt2e/``, the
-    per-target manifests select; any manifest may name them as ``@shipped/pt2e/...``)."""
+def entry_file(manifest: Path, line: int, name: str, roots: Sequence[Path] = ()) -> Path:
+    """The pattern file an entry names, resolved; refused unless inside the manifest's folder,
+    inside one of the pattern folders ``roots`` that holds the manifest (the folders being
+    loaded), or inside pdlkit's shipped pattern folder (whose target-neutral files, ``pt2e/``,
+    the per-target manifests select; any manifest may name them as ``@shipped/pt2e/...``)."""
     folder = manifest.resolve().parent
     shipped = shipped_patterns().resolve()
     if name.startswith(f"{SHIPPED}/"):
         file = (shipped / name.removeprefix(f"{SHIPPED}/")).resolve()
     else:
         file = (folder / name).resolve()
-    if not file.is_relative_to(folder) and not file.is_relative_to(shipped):
+    inside = [folder, shipped, *(r for r in roots if folder.is_relative_to(r))]
+    if not any(file.is_relative_to(f) for f in inside):
         link = ""
         if Path(folder / name).absolute().parent.resolve().is_relative_to(folder):
             link = f" (a symbolic link to {file})"
         raise PatternError(
             f"{manifest}:{line}:1: pattern file {name!r} is outside the manifest's folder "
-            f"{folder}{link}; a manifest lists only files in its folder or below"
+            f"{folder}{link}; a manifest lists only files in its folder or below, or in the "
+            "pattern folder it is loaded from"
         )
     return file
 
 
-def listed_files(path: Path) -> set[Path]:
+def listed_files(path: Path, roots: Sequence[Path] = ()) -> set[Path]:
     """The pattern files a manifest lists (empty where it does not load: the loader reports it)."""
     try:
         entries = _entries(path, yaml_with_lines(path))
-        return {entry_file(path, e["__line__"], e["file"]) for e in entries}
+        return {entry_file(path, e["__line__"], e["file"], roots) for e in entries}
     except PatternError:
         return set()
 
@@ -235,13 +242,14 @@ def _entries(path: Path, data: Any) -> list[dict[str, Any]]:
     return entries
 
 
-def load_manifest(path: Path, ctx: Any | None = None) -> list[Pattern]:
-    """The patterns a manifest selects, with its settings applied, in manifest order."""
+def load_manifest(path: Path, ctx: Any | None = None, roots: Sequence[Path] = ()) -> list[Pattern]:
+    """The patterns a manifest selects, with its settings applied, in manifest order
+    (``roots``: the pattern folders being loaded, see :func:`entry_file`)."""
     by_file: dict[Path, list[Pattern]] = {}  # in first-listed order
     index: dict[Path, dict[str, int]] = {}  # pattern name -> position in by_file[file]
     for entry in _entries(path, yaml_with_lines(path)):
         line = entry["__line__"]
-        file = entry_file(path, line, entry["file"])
+        file = entry_file(path, line, entry["file"], roots)
         if not file.is_file():
             raise PatternError(
                 f"{path}:{line}:1: pattern file {entry['file']!r} does not exist ({file})"

@@ -141,14 +141,15 @@ def name_clashes(paths: Sequence[Path], sets: Sequence[PatternSet]) -> list[str]
     return out
 
 
-def load_patterns(paths: Sequence[Path | str]) -> PatternSet:
+def load_patterns(paths: Sequence[Path | str], roots: Sequence[Path] | None = None) -> PatternSet:
     """Load pattern files, manifests and folders into one :class:`PatternSet`.
 
     A pattern name may appear once in all of them: a second definition is an error naming both.
     A file that manifests list is loaded through them, never on its own (a folder of
     target-neutral patterns, ``patterns/pt2e/``, loads only what the per-target manifests
     select); a pattern two manifests select with the same settings is active on both their
-    targets.
+    targets. A manifest may list files anywhere in the folder of ``paths`` that holds it
+    (``roots``: those folders, by default the folders among ``paths``).
     """
     from torch_mlir import ir
 
@@ -156,13 +157,16 @@ def load_patterns(paths: Sequence[Path | str]) -> PatternSet:
     seen: dict[str, Pattern] = {}
     files: list[Path] = []
     loaded: set[Path] = set()
+    if roots is None:
+        roots = [Path(p).resolve() for p in paths if Path(p).is_dir()]
     sources = [s.resolve() for s in pattern_sources([Path(p) for p in paths])]
-    listed = {f for s in sources if s.suffix in (".yaml", ".yml") for f in listed_files(s)}
+    manifests = [s for s in sources if s.suffix in (".yaml", ".yml")]
+    listed = {f for s in manifests for f in listed_files(s, roots)}
     for src in sources:
         if src in loaded:
             continue
         if src.suffix in (".yaml", ".yml"):
-            found = load_manifest(src, ctx)
+            found = load_manifest(src, ctx, roots)
             files.append(src)
         elif src in listed:
             continue  # a manifest of this set selects (and configures) it

@@ -33,7 +33,8 @@ def check_paths(
             problems.append(str(e))
     walked = load_paths(paths, kernels)
     problems.extend(msg for _, msg in walked.problems)
-    pattern_sets = _pattern_sets(walked.other_files, problems, notes)
+    roots = [Path(p).resolve() for p in paths if Path(p).is_dir()]
+    pattern_sets = _pattern_sets(walked.other_files, problems, notes, roots)
     problems.extend(name_clashes(paths, pattern_sets))  # loaded one by one above
     registry = walked.registry
     for ps in pattern_sets:
@@ -52,8 +53,11 @@ def check_paths(
     return problems, "\n".join([summary, *notes])
 
 
-def _pattern_sets(files: list[Path], problems: list[str], notes: list[str]) -> list[Any]:
-    """Each manifest, then each pattern file no manifest listed, loaded on its own."""
+def _pattern_sets(
+    files: list[Path], problems: list[str], notes: list[str], roots: list[Path]
+) -> list[Any]:
+    """Each manifest, then each pattern file no manifest listed, loaded on its own (a
+    manifest's entries within ``roots``, the folders checked)."""
     try:
         require_matcher()
     except MissingDependency as e:
@@ -69,7 +73,7 @@ def _pattern_sets(files: list[Path], problems: list[str], notes: list[str]) -> l
             notes.append(f"{f}: not checked: {INSTALL_HINT}")
             continue
         try:
-            ps = load_patterns([f])
+            ps = load_patterns([f], roots)
         except PatternError as e:
             problems.append(str(e))
             continue

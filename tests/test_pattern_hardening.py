@@ -6,6 +6,7 @@ bombs, pattern names defined twice, and op names the Torch dialect does not regi
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 
@@ -51,7 +52,8 @@ def test_manifest_entry_outside_its_folder_is_refused_unread(tmp_path, spelling)
         load_patterns([tmp_path / "p"])
     assert str(e.value) == (
         f"{m}:3:1: pattern file {name!r} is outside the manifest's folder {tmp_path / 'p'}; "
-        "a manifest lists only files in its folder or below"
+        "a manifest lists only files in its folder or below, or in the pattern folder it is "
+        "loaded from"
     )
 
 
@@ -71,6 +73,32 @@ def test_manifest_entry_in_a_subfolder_loads(tmp_path):
     write(tmp_path / "p" / "sub", "a.pdl.mlir", linear_act_pattern("a", "relu", "x"))
     write(tmp_path / "p", "m.yaml", "version: 1\npatterns:\n  - file: sub/a.pdl.mlir\n")
     assert [p.name for p in load_patterns([tmp_path / "p"])] == ["a"]
+
+
+def test_manifest_entry_beside_its_folder_in_the_loaded_folder_loads(tmp_path):
+    """A per-target manifest selecting target-neutral files beside its folder
+    (``../neutral/...``) within the pattern folder given, as the shipped ones do."""
+    write(tmp_path / "p" / "neutral", "a.pdl.mlir", linear_act_pattern("a", "relu", "x"))
+    write(
+        tmp_path / "p" / "x86", "m.yaml", "version: 1\npatterns:\n  - file: ../neutral/a.pdl.mlir\n"
+    )
+    assert [p.name for p in load_patterns([tmp_path / "p"])] == ["a"]
+    refused(tmp_path / "p" / "x86", "is outside the manifest's folder")  # given alone
+
+
+def test_a_copy_of_the_shipped_pattern_folder_loads_lints_and_checks_as_the_original(tmp_path):
+    """An operator starting from the shipped patterns copies the folder: its manifests' entries
+    (``../pt2e/...``) resolve inside the copy, and nothing of the installed folder is read."""
+    from pdlkit.config import shipped_patterns
+
+    copy = tmp_path / "patterns"
+    shutil.copytree(shipped_patterns(), copy, ignore=shutil.ignore_patterns("__pycache__"))
+    original, copied = load_patterns([shipped_patterns()]), load_patterns([copy])
+    assert [p.name for p in copied] == [p.name for p in original]
+    assert all(p.file.is_relative_to(copy) for p in copied)
+    assert [f for f in lint_paths([copy]) if f.severity == "error"] == []
+    problems, _ = check_paths([copy])
+    assert problems == []
 
 
 # -- nesting that would crash MLIR's parser -----------------------------------------------------
