@@ -97,8 +97,12 @@ def main() -> None:
     args = ap.parse_args()
     if args.one:
         return one(args.model, args.dtype, args.one)
+    import torch
     from machine import host_header
 
+    torch.set_num_threads(
+        args.threads
+    )  # as each compile's process (OMP_NUM_THREADS), for the header
     tmp = Path(tempfile.mkdtemp(prefix="shipped-cache-"))
     build, serving = _copies(tmp)
     print(f"== {args.model} {args.dtype}, {args.threads} thread(s)", flush=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import operator
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -164,6 +165,26 @@ def test_corrupted_cache_is_ignored_with_one_warning_and_rewritten(folders, tmp_
     assert calls(st, "fast_chain") == 1
     choices = [d["choice"] for d in json.loads(path.read_text())["decisions"].values()]
     assert "fast_chain" in choices  # the site's decision, written again
+
+
+def test_a_cache_made_with_other_copies_of_the_folders_spares_the_measuring(
+    folders, tmp_path, monkeypatch
+):
+    """Deploying: the decision cache filled on one machine of a kind, shipped with the model to
+    another whose pattern and kernel folders are copies at other paths (other inodes and
+    times). Its first compile there matches again but measures nothing: the sites' decisions
+    are keyed by the kernel files' contents, the whole-graph verdict by the graph."""
+    from pdlkit.matcher import graph_guard
+
+    p, k = folders(FAST, SLOW)
+    run(p, k, "cached")
+    there = tmp_path / "there"
+    shutil.copytree(p, there / "patterns")
+    shutil.copytree(k, there / "kernels", ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(graph_guard, "_measure", lambda *a, **kw: pytest.fail("measured"))
+    st = run(there / "patterns", there / "kernels", "cached")
+    assert (st["tuning_misses"], st["tuning_hits"]) == (0, 1)
+    assert calls(st, "fast_chain") == 1
 
 
 def test_two_processes_writing_at_once_lose_nothing(tmp_path):
