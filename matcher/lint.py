@@ -41,6 +41,7 @@ from pdlkit.matcher.patterns import (
     PatternError,
     load_patterns,
     nested_ops,
+    pattern_roots,
     pattern_sources,
     read_pdl_module,
     selected_twice,
@@ -204,7 +205,7 @@ def lint_paths(paths: Sequence[Path], kernels: Sequence[str] | None = None) -> l
     registry, pattern_paths = _kernels(paths, kernels, findings)
     ops = registry.ops()
     try:
-        roots = [p for p in pattern_paths if p.is_dir()]
+        roots = pattern_roots(pattern_paths)
         patterns = _patterns(pattern_sources(pattern_paths), findings, roots)
     except PatternError as e:
         return [*findings, _load_finding(e)]

@@ -141,6 +141,12 @@ def name_clashes(paths: Sequence[Path], sets: Sequence[PatternSet]) -> list[str]
     return out
 
 
+def pattern_roots(paths: Sequence[Path | str]) -> list[Path]:
+    """The folders among ``paths``, resolved: where a manifest found under one may list files
+    (:func:`pdlkit.matcher.manifest.entry_file`)."""
+    return [Path(p).resolve() for p in paths if Path(p).is_dir()]
+
+
 def load_patterns(paths: Sequence[Path | str], roots: Sequence[Path] | None = None) -> PatternSet:
     """Load pattern files, manifests and folders into one :class:`PatternSet`.
 
@@ -158,7 +164,7 @@ def load_patterns(paths: Sequence[Path | str], roots: Sequence[Path] | None = No
     files: list[Path] = []
     loaded: set[Path] = set()
     if roots is None:
-        roots = [Path(p).resolve() for p in paths if Path(p).is_dir()]
+        roots = pattern_roots(paths)
     sources = [s.resolve() for s in pattern_sources([Path(p) for p in paths])]
     manifests = [s for s in sources if s.suffix in (".yaml", ".yml")]
     listed = {f for s in manifests for f in listed_files(s, roots)}

@@ -8,7 +8,7 @@ from typing import Any
 
 from pdlkit import config
 from pdlkit.matcher.op_calls import call_problems
-from pdlkit.matcher.patterns import PatternError, load_patterns, name_clashes
+from pdlkit.matcher.patterns import PatternError, load_patterns, name_clashes, pattern_roots
 from pdlkit.matcher.pdll import INSTALL_HINT, find_mlir_pdll
 from pdlkit.optional import MissingDependency, require_matcher
 from pdlkit.runtime_abi.native_build import cache_dir
@@ -33,8 +33,7 @@ def check_paths(
             problems.append(str(e))
     walked = load_paths(paths, kernels)
     problems.extend(msg for _, msg in walked.problems)
-    roots = [Path(p).resolve() for p in paths if Path(p).is_dir()]
-    pattern_sets = _pattern_sets(walked.other_files, problems, notes, roots)
+    pattern_sets = _pattern_sets(walked.other_files, problems, notes, pattern_roots(paths))
     problems.extend(name_clashes(paths, pattern_sets))  # loaded one by one above
     registry = walked.registry
     for ps in pattern_sets:
