@@ -38,8 +38,6 @@ def one(model: str, dtype: str, conf: str) -> None:
     """In this process: warm it, compile and run the model once; print seconds and counters."""
     import torch
     import torch._inductor.config as ic
-
-    sys.path.insert(0, str(HERE))
     from x86_models import build, prepare, warm_process
 
     import pdlkit
@@ -100,9 +98,8 @@ def main() -> None:
     import torch
     from machine import host_header
 
-    torch.set_num_threads(
-        args.threads
-    )  # as each compile's process (OMP_NUM_THREADS), for the header
+    # as each compile's process runs (OMP_NUM_THREADS), so that the header says so
+    torch.set_num_threads(args.threads)
     tmp = Path(tempfile.mkdtemp(prefix="shipped-cache-"))
     build, serving = _copies(tmp)
     print(f"== {args.model} {args.dtype}, {args.threads} thread(s)", flush=True)
