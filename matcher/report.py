@@ -102,6 +102,9 @@ class Report:
     patterns: list[PatternInfo] = field(default_factory=list)
     kernels: list[str] = field(default_factory=list)
     graphs: list[GraphReport] = field(default_factory=list)
+    # what the model itself says about a zero-fire result (``explain``: weights of tensor
+    # subclasses, such as torchao's ``quantize_`` makes), printed after NO SUBSTITUTION
+    model_notes: list[str] = field(default_factory=list)
 
     @property
     def substitutions(self) -> list[Substitution]:
@@ -260,7 +263,8 @@ class Report:
             hint = "see the near misses above, or " if self.near_misses else ""
             return [
                 f"NO SUBSTITUTION: none of the {len(active)} active pattern(s) fired in this "
-                f"model; {hint}`pdlkit explain --why PATTERN` shows where each one fails"
+                f"model; {hint}`pdlkit explain --why PATTERN` shows where each one fails",
+                *self.model_notes,
             ]
         if not verbose:
             return []

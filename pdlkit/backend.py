@@ -559,4 +559,28 @@ def explain(
             f"{k.name} v{k.version} ({k.op}, {k.device})" for k in plan.registry.kernels.values()
         ],
         graphs=reports,
+        model_notes=subclass_weights(model),
     )
+
+
+def subclass_weights(model: Any) -> list[str]:
+    """A note on a module whose parameters or buffers are tensor subclasses (torchao's
+    ``quantize_`` makes its weights ``Int8Tensor`` and the like): their ops reach the graph as
+    the subclass dispatches them, which the shipped patterns (written for PT2E graphs) do not
+    match. Empty for plain tensors and for a model that is not a module."""
+    if not isinstance(model, torch.nn.Module):
+        return []
+    plain = (torch.Tensor, torch.nn.Parameter, torch.nn.Buffer)
+    kinds = Counter(
+        f"{type(t).__module__}.{type(t).__qualname__}"
+        for t in [*model.parameters(), *model.buffers()]
+        if type(t) not in plain
+    )
+    if not kinds:
+        return []
+    found = ", ".join(f"{name} x{n}" for name, n in kinds.most_common())
+    return [
+        f"the model's weights are tensor subclasses ({found}): their ops reach the graph as "
+        "the subclass dispatches them, and Inductor compiles them unchanged; pdlkit's shipped "
+        "int8 patterns match PT2E graphs, as `pdlkit.quantization.quantize` makes them"
+    ]

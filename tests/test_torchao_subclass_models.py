@@ -1,0 +1,66 @@
+"""Models quantized with torchao's ``quantize_`` (weights as tensor subclasses, e.g.
+``Int8Tensor``): pdlkit compiles them, computes what Inductor computes, and explain says why
+no shipped pattern fired (they match PT2E graphs)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+import pdlkit
+from pdlkit.backend import subclass_weights
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("torchao") is None,
+    reason="torchao is not installed (pip install -e '.[quant]')",
+)
+
+
+def _mlp() -> torch.nn.Module:
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 32)]
+    return torch.nn.Sequential(*layers).eval()
+
+
+def _quantized(config: str) -> torch.nn.Module:
+    from torchao.quantization import (
+        Int8DynamicActivationInt8WeightConfig,
+        Int8WeightOnlyConfig,
+        quantize_,
+    )
+
+    configs = {"int8-dynamic": Int8DynamicActivationInt8WeightConfig, "int8-weight-only": Int8WeightOnlyConfig}  # fmt: skip
+    m = _mlp()
+    quantize_(m, configs[config]())
+    return m
+
+
+@pytest.mark.parametrize("config", ["int8-dynamic", "int8-weight-only"])
+def test_a_torchao_quantize_model_computes_what_inductor_computes(config: str) -> None:
+    m = _quantized(config)
+    x = torch.randn(8, 64, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        eager = m(x)
+        torch._dynamo.reset()
+        inductor = torch.compile(m)(x)
+        torch._dynamo.reset()
+        ours = pdlkit.optimize(m)(x)
+    torch.testing.assert_close(ours, inductor, rtol=0, atol=1e-6)
+    torch.testing.assert_close(ours, eager, rtol=1e-2, atol=2e-2)
+
+
+def test_explain_says_a_torchao_models_weights_are_subclasses() -> None:
+    m = _quantized("int8-dynamic")
+    report = pdlkit.explain(m, torch.randn(8, 64))
+    assert not report.substitutions
+    text = str(report)
+    assert "NO SUBSTITUTION" in text
+    assert "tensor subclasses (torchao." in text and "Int8Tensor x2" in text
+    assert "pdlkit.quantization.quantize" in text
+
+
+def test_a_model_of_plain_tensors_gets_no_subclass_note() -> None:
+    assert subclass_weights(_mlp()) == []
+    assert subclass_weights(lambda x: x) == []
