@@ -564,23 +564,24 @@ def explain(
 
 
 def subclass_weights(model: Any) -> list[str]:
-    """A note on a module whose parameters or buffers are tensor subclasses (torchao's
-    ``quantize_`` makes its weights ``Int8Tensor`` and the like): their ops reach the graph as
+    """A note on a module whose parameters or buffers are torchao tensor subclasses
+    (``quantize_`` makes its weights ``Int8Tensor`` and the like): their ops reach the graph as
     the subclass dispatches them, which the shipped patterns (written for PT2E graphs) do not
-    match. Empty for plain tensors and for a model that is not a module."""
+    match. Empty for other tensors (a DTensor's graph is matched as its local ops) and for a
+    model that is not a module."""
     if not isinstance(model, torch.nn.Module):
         return []
-    plain = (torch.Tensor, torch.nn.Parameter, torch.nn.Buffer)
     kinds = Counter(
         f"{type(t).__module__}.{type(t).__qualname__}"
         for t in [*model.parameters(), *model.buffers()]
-        if type(t) not in plain
+        if type(t).__module__.split(".")[0] == "torchao"
     )
     if not kinds:
         return []
     found = ", ".join(f"{name} x{n}" for name, n in kinds.most_common())
     return [
-        f"the model's weights are tensor subclasses ({found}): their ops reach the graph as "
-        "the subclass dispatches them, and Inductor compiles them unchanged; pdlkit's shipped "
-        "int8 patterns match PT2E graphs, as `pdlkit.quantization.quantize` makes them"
+        f"the model's weights are torchao tensor subclasses ({found}): their ops reach the "
+        "graph as the subclass dispatches them, and Inductor compiles them unchanged; "
+        "pdlkit's shipped int8 patterns match PT2E graphs, as `pdlkit.quantization.quantize` "
+        "makes them"
     ]

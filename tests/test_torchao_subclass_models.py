@@ -57,7 +57,7 @@ def test_explain_says_a_torchao_models_weights_are_subclasses() -> None:
     assert not report.substitutions
     text = str(report)
     assert "NO SUBSTITUTION" in text
-    assert "tensor subclasses (torchao." in text and "Int8Tensor x2" in text
+    assert "torchao tensor subclasses (torchao." in text and "Int8Tensor x2" in text
     assert "pdlkit.quantization.quantize" in text
 
 
