@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 import torch.fx as fx
-from pdlkit.matcher import graph_writes
+from pdlkit.matcher import candidate_code, graph_writes
 from pdlkit.runtime_abi import autotune
 from pdlkit.runtime_abi.autograd import grad_inputs
 from pdlkit.runtime_abi.autotune import Decision, Timing
@@ -133,7 +133,9 @@ def choose(
     decision = cache.get(key) if mode == "cached" else None
     if decision is not None and decision.choice in makers:
         return decision.choice, makers[decision.choice](), decision
-    ours = substituted()
+    loaded = candidate_code.Loaded()  # the losers' code is unloaded below
+    makers = {n: loaded.tracked(n, m) for n, m in makers.items()}
+    ours = makers[SUBSTITUTED]()
     tensors = graph_writes.scratch_inputs(example_inputs, written)
     device = autotune.device_of(tensors)
     with torch.no_grad(), uncounted():
@@ -166,6 +168,7 @@ def choose(
     decision = Decision(_faster(timings), timings)
     if autotune.trusted(decision):  # a busy host's verdict holds for this compilation only
         cache.put(key, decision)
+    loaded.unload(decision.choice)
     return decision.choice, fns[decision.choice], decision
 
 
