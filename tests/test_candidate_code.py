@@ -7,17 +7,21 @@ import sys
 
 import torch
 import torch.fx as fx
+from pdlkit.matcher import graph_guard
 from pdlkit.matcher.candidate_code import Loaded
 from torch._inductor.codecache import PyCodeCache
 from torch._inductor.compile_fx import compile_fx
 
 
-def _compile(scale: float):
+def _compile(scale: float, x: torch.Tensor | None = None, matmuls: int = 0):
     def f(x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(x * scale) + 1.0
+        y = torch.relu(x * scale) + 1.0
+        for _ in range(matmuls):
+            y = torch.tanh(y @ y)
+        return y
 
     gm = fx.symbolic_trace(f)
-    return lambda: compile_fx(gm, [torch.randn(4, 8)])
+    return lambda: compile_fx(gm, [torch.randn(4, 8) if x is None else x])
 
 
 def test_the_losers_modules_leave_inductors_registries_and_the_winner_still_runs() -> None:
@@ -50,3 +54,36 @@ def test_a_module_the_winner_also_loaded_is_kept() -> None:
 
     assert loaded.unload("winner") == len(loaded.by_name["loser"]) - len(mine)
     assert set(mine) <= {id(m) for m in PyCodeCache.modules}
+
+
+def test_the_whole_graph_check_unloads_the_code_of_the_graph_that_lost(steady_host) -> None:
+    torch._dynamo.reset()
+    x = torch.randn(96, 96)
+    made: dict[str, set[int]] = {}
+
+    def noted(name: str, make):
+        def run():
+            before = {id(m) for m in PyCodeCache.modules}
+            try:
+                return make()
+            finally:
+                made[name] = {id(m) for m in PyCodeCache.modules} - before
+
+        return run
+
+    verdict, fn, _ = graph_guard.choose(
+        "test: a slow Inductor graph",
+        noted("substituted", _compile(2.0, x)),
+        noted("inductor", _compile(2.0, x, matmuls=40)),  # 40 matmuls more: it loses
+        [x],
+        "full",
+    )
+
+    assert verdict == graph_guard.SUBSTITUTED
+    assert made["inductor"] and made["substituted"]
+    present = {id(m) for m in PyCodeCache.modules}
+    assert not made["inductor"] & present
+    assert made["substituted"] <= present
+    out = fn(x)
+    out = out[0] if isinstance(out, (list, tuple)) else out
+    torch.testing.assert_close(out, torch.relu(x * 2.0) + 1.0)
