@@ -461,6 +461,9 @@ def main(argv: list[str] | None = None) -> int:
         x86_whole_graph.show_rounds()
     start = time.perf_counter()
     cases: list[Case] = []
+    if args.out.is_dir():  # e.g. run's $OUT: a folder passed as --out lost a run's file
+        args.out = args.out / RESULTS.name
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     for name in args.models:
         try:
             base = build(name)
@@ -471,10 +474,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         for dtype in args.dtypes:
             cases.append(run_case(name, dtype, (copy.deepcopy(base[0]), base[1]), args, tmp))
+            # after every case: a run cut short (a device call's time limit) keeps what it measured
+            args.out.write_text(render(cases, args, header, time.perf_counter() - start))
     text = render(cases, args, header, time.perf_counter() - start)
-    if args.out.is_dir():  # e.g. run's $OUT: a folder passed as --out lost a run's file
-        args.out = args.out / RESULTS.name
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     print("\n" + text + f"\nwritten to {args.out}")
     shutil.rmtree(tmp, ignore_errors=True)
