@@ -25,7 +25,6 @@ import ctypes
 import gc
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -95,11 +94,14 @@ def _run(args: argparse.Namespace, model: str, dtype: str, conf: str, tmp: str) 
         TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="inductor-", dir=tmp),
         OMP_NUM_THREADS=str(args.threads),
     )
+    from x86_models import child_json
+
     cmd = [sys.executable, __file__, "--one", conf, "--models", model, "--dtypes", dtype]
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    if r.returncode != 0:
-        return {"error": f"exit {r.returncode}: {r.stderr.strip().splitlines()[-1:]}"}
-    result: dict = json.loads(r.stdout.strip().splitlines()[-1])
+    try:
+        result = child_json(conf, cmd, env)
+    except RuntimeError as e:  # the row says so; the other configurations still run
+        lines = str(e).strip().splitlines()  # "conf: exit N", then the stderr's last line
+        return {"error": f"{lines[0].split(': ', 1)[-1]}: {lines[-1]}"}
     print(f"   {model} {dtype} {conf:18s} {result}", flush=True)
     return result
 

@@ -66,6 +66,7 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -204,6 +205,17 @@ def compile_once(
         by = {k: v.get("substitutions", 0) for k, v in s.get("by_kernel", {}).items()}
         c.kernels = ", ".join(f"{k} {n}" for k, n in sorted(by.items()) if n) or "none"
     return fn, out
+
+
+def child_json(label: str, cmd: list[str], env: dict[str, str]) -> dict:
+    """What a benchmark's child process (``cmd``, run with ``env``) prints as JSON on its
+    last line; a child that fails raises RuntimeError with ``label``, its exit status and its
+    stderr's end (x86_shipped_cache.py, x86_memory.py)."""
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        raise RuntimeError(f"{label}: exit {r.returncode}\n{r.stderr[-3000:]}")
+    result: dict = json.loads(r.stdout.strip().splitlines()[-1])
+    return result
 
 
 @contextlib.contextmanager

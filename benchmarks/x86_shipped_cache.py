@@ -23,7 +23,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -63,11 +62,10 @@ def _run(args: argparse.Namespace, conf: str, folders: Path, decisions: Path, tm
         TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="inductor-", dir=tmp),
         OMP_NUM_THREADS=str(args.threads),
     )
+    from x86_models import child_json
+
     cmd = [sys.executable, __file__, "--one", conf, "--model", args.model, "--dtype", args.dtype]
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    if r.returncode != 0:
-        raise RuntimeError(f"{conf}: exit {r.returncode}\n{r.stderr[-3000:]}")
-    result: dict = json.loads(r.stdout.strip().splitlines()[-1])
+    result = child_json(conf, cmd, env)
     print(f"   {conf:8s} {result['s']:6.2f} s  {result}", flush=True)
     return result
 
