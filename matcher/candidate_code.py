@@ -48,8 +48,13 @@ class Loaded:
         """Take the modules that only candidates other than ``winner`` loaded out of
         Inductor's registries; returns how many."""
         keep = self.by_name.get(winner, {})
-        gone = {i: m for n, ms in self.by_name.items() if n != winner for i, m in ms.items()}
-        gone = {i: m for i, m in gone.items() if i not in keep}
+        gone = {
+            i: m
+            for n, ms in self.by_name.items()
+            if n != winner
+            for i, m in ms.items()
+            if i not in keep
+        }
         if gone:
             _forget(gone)
         return len(gone)
