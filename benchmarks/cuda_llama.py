@@ -20,7 +20,8 @@ Paths: BF16 eager (the reference), BF16 Inductor (``torch.compile``), torchao's
 ``Int8DynamicActivationInt8WeightConfig`` + Inductor (where torchao imports), pdlkit int8
 (``quantize(..., "int8-dynamic-per-token")`` + ``pdlkit.optimize``), and ``pdlkit_bf16``:
 the BF16 model through ``pdlkit.optimize`` unquantized (what pdlkit does to a model nobody
-quantized: its decode attention, where measured faster; never slower than BF16 Inductor). Each compiled path is
+quantized: its decode attention, where measured faster; never slower than BF16 Inductor), and
+``pdlkit_torchao_int8``: torchao's int8 model through ``pdlkit.optimize``. Each compiled path is
 timed as compiled and as a CUDA graph of its compiled call (captured after warm-up;
 ``graph ms``; a path whose capture fails says why), medians of ``triton.testing.do_bench``.
 Also: compile time (first call), cosine of the last hidden state against BF16 eager, and for
@@ -64,6 +65,7 @@ PATHS = [
     "bf16_inductor",
     "pdlkit_int8",
     "torchao_int8",
+    "pdlkit_torchao_int8",
     "pdlkit_int8_static_launch",
     "pdlkit_bf16",
 ]
@@ -169,7 +171,7 @@ def quantized_copies(
     if "pdlkit_int8" in paths or "pdlkit_int8_static_launch" in paths:
         out["pdlkit_int8"] = quantize(model, (ids,), scheme="int8-dynamic-per-token")
         out["pdlkit_int8_static_launch"] = out["pdlkit_int8"]
-    if "torchao_int8" not in paths:
+    if "torchao_int8" not in paths and "pdlkit_torchao_int8" not in paths:
         return out
     try:
         from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
@@ -184,6 +186,8 @@ def quantized_copies(
         out["torchao_int8"] = ao
     except Exception as e:  # not installed, or its config missing in this version
         out["torchao_int8"] = f"torchao unavailable: {type(e).__name__}: {str(e)[:120]}"
+    # pdlkit_torchao_int8: torchao's quantized model compiled by pdlkit (matcher/canonical_int8.py)
+    out["pdlkit_torchao_int8"] = out["torchao_int8"]
     return out
 
 

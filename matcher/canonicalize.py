@@ -35,45 +35,16 @@ from typing import Any
 
 import torch
 import torch.fx as fx
-from torch.fx.experimental.symbolic_shapes import statically_known_true
+from pdlkit.matcher import canonical_int8 as int8
+from pdlkit.matcher.fx_nodes import NOTE as _NOTE
+from pdlkit.matcher.fx_nodes import arg as _arg
+from pdlkit.matcher.fx_nodes import call as _call
+from pdlkit.matcher.fx_nodes import is_call as _is
+from pdlkit.matcher.fx_nodes import known_equal as _same
+from pdlkit.matcher.fx_nodes import shape_is as _shape_is
+from pdlkit.matcher.fx_nodes import value_of as _val
 
 aten = torch.ops.aten
-_NOTE = "pdlkit_canonical"  # node.meta key: how to undo an inexact rewrite
-
-# -- reading FX nodes ---------------------------------------------------------------------------
-
-
-def _val(n: Any) -> Any:
-    return n.meta.get("val") if isinstance(n, fx.Node) else n
-
-
-def _is(n: Any, *targets: Any) -> bool:
-    return isinstance(n, fx.Node) and n.op == "call_function" and n.target in targets
-
-
-def _arg(node: fx.Node, i: int, name: str) -> Any:
-    """Argument ``name`` (position ``i``) of an ATen call, its schema default when omitted."""
-    if i < len(node.args):
-        return node.args[i]
-    if name in node.kwargs:
-        return node.kwargs[name]
-    schema = node.target._schema  # type: ignore[union-attr]
-    for a in schema.arguments:
-        if a.name == name:
-            return a.default_value if a.has_default_value() else None
-    raise KeyError(name)
-
-
-def _same(a: Any, b: Any) -> bool:
-    return bool(statically_known_true(a == b))
-
-
-def _shape_is(t: Any, shape: tuple[Any, ...]) -> bool:
-    return (
-        isinstance(t, torch.Tensor)
-        and t.dim() == len(shape)
-        and all(_same(x, y) for x, y in zip(t.shape, shape, strict=True))
-    )
 
 
 def _contiguous(t: torch.Tensor) -> bool:
@@ -139,27 +110,6 @@ def _untransposed(w: fx.Node) -> fx.Node | None:
 
 
 # -- building nodes -----------------------------------------------------------------------------
-
-
-def _call(
-    graph: fx.Graph,
-    target: Any,
-    args: tuple[Any, ...],
-    like: fx.Node,
-    same: bool = False,
-    val: Any = None,
-) -> fx.Node:
-    """A new node before ``like`` with ``like``'s user-facing meta and a fake value
-    (``like``'s own when ``same``: it computes the same tensor, and fake dispatch is slow)."""
-    with graph.inserting_before(like):
-        n = graph.create_node("call_function", target, args, name=target.overloadpacket.__name__)
-    for k in ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node"):
-        if k in like.meta:
-            n.meta[k] = like.meta[k]
-    if val is None:
-        val = like.meta["val"] if same and "val" in like.meta else target(*fx.map_arg(args, _val))
-    n.meta["val"] = val
-    return n
 
 
 def _transposed(v: Any) -> Any:
@@ -391,7 +341,16 @@ RULES: tuple[Rule, ...] = (
     Rule("add_bias", "add(linear(x, w, None), b)", "linear(x, w, b)", (aten.add.Tensor,), _add_bias, "never: restored unless a kernel claims it"),
     # gelu_tanh:  0.5*x * (1 + tanh(sqrt(2/pi) * (x + 0.044715*x**3)))  ->  gelu(x, approximate='tanh')
     Rule("gelu_tanh", "0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x**3)))", "gelu(x, 'tanh')", (aten.mul.Tensor,), _gelu_tanh, "never: restored unless a kernel claims it"),
+    # torchao's int8 linear (matcher/canonical_int8.py): out_dtype(aten.mm, int32, a, b) -> _int_mm(a, b)
+    Rule("int_mm", "out_dtype(aten.mm, int32, a, b)", "_int_mm(a, b)", (torch.ops.higher_order.out_dtype,), int8.int_mm, "always"),
+    # to_copy_as_to:  _to_copy(x, dtype=d) -> to(x, d);   _to_copy(reshape(x, s), dtype=d) -> reshape(to(x, d), s)
+    Rule("to_copy_as_to", "_to_copy(x, dtype=d)", "to(x, d)", (aten._to_copy.default,), int8.to_copy_as_to, "always"),
+    # int8_rescale:  mul(to(mul(_int_mm, expand(xs)), d), ws)  ->  mul(mul(to(_int_mm, f32), xs), ws)
+    Rule("int8_rescale", "mul(to(mul(mm, expand(xs)), d), ws)", "mul(mul(to(mm, f32), xs), ws)", (aten.mul.Tensor,), int8.int8_rescale, "never: restored unless a kernel claims it"),
 )  # fmt: skip
+
+
+_OPS = (torch._ops.OpOverload, torch._ops.HigherOrderOperator)  # the calls rules look at
 
 
 def describe_rules() -> str:
@@ -419,7 +378,7 @@ def canonicalize(gm: fx.GraphModule) -> Counter[str]:
             by_target.setdefault(t, []).append(r)
     fired: Counter[str] = Counter()
     for node in list(graph.nodes):  # topological: a rule sees its inputs already canonical
-        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+        if node.op != "call_function" or not isinstance(node.target, _OPS):
             continue
         if _spell_defaults(graph, node) is not None:
             fired["spell_defaults"] += 1
@@ -465,10 +424,12 @@ def restore(gm: fx.GraphModule) -> int:
         elif isinstance(note, tuple) and note[0] == "gelu_tanh":
             _, k, c, three = note
             out = _gelu_tanh_formula(graph, node.args[0], k, c, three, node)
+        elif isinstance(note, tuple) and note[0] == "int8_rescale":
+            out = int8.restore_rescale(graph, node, note)
         else:
             continue
         node.replace_all_uses_with(out)
-        graph.erase_node(node)
+        _erase_dead(graph, node)  # and the canonical nodes only it used
         n_restored += 1
     if n_restored:
         graph.lint()
