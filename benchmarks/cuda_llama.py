@@ -424,7 +424,7 @@ def measure_path(
 
     with torch.no_grad():
         t0 = time.perf_counter()
-        if path in ("pdlkit_int8", "pdlkit_bf16"):
+        if path in ("pdlkit_int8", "pdlkit_torchao_int8", "pdlkit_bf16"):
             pdlkit_stats_during(r, first)
         else:
             first()

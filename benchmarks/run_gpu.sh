@@ -24,7 +24,7 @@ rm -rf /tmp/t && mkdir -p /tmp/t && cp -r tests benchmarks /tmp/t/
 # tests/test_cuda_graphs.py` and then `tests` with the other four files
 CUDA_TESTS=(tests/test_cuda.py tests/test_cuda_launch.py tests/test_cuda_timing.py
   tests/test_cuda_graphs.py tests/test_cuda_fusions.py tests/test_cuda_splitk.py
-  tests/test_cuda_attention.py tests/test_cuda_attention_growing.py)
+  tests/test_cuda_attention.py tests/test_cuda_attention_growing.py tests/test_cuda_torchao.py)
 parts=() ; declare -A args
 [ $# -eq 0 ] && set -- tests abi gemm
 part=""

@@ -565,10 +565,11 @@ def explain(
 
 def subclass_weights(model: Any) -> list[str]:
     """A note on a module whose parameters or buffers are torchao tensor subclasses
-    (``quantize_`` makes its weights ``Int8Tensor`` and the like): their ops reach the graph as
-    the subclass dispatches them, which the shipped patterns (written for PT2E graphs) do not
-    match. Empty for other tensors (a DTensor's graph is matched as its local ops) and for a
-    model that is not a module."""
+    (``quantize_`` makes its weights ``Int8Tensor`` and the like), shown when nothing matched:
+    their ops reach the graph as the subclass dispatches them, and the shipped patterns take
+    only the int8 dynamic config's linears on CUDA (matcher/canonical_int8.py). Empty for
+    other tensors (a DTensor's graph is matched as its local ops) and for a model that is not
+    a module."""
     if not isinstance(model, torch.nn.Module):
         return []
     kinds = Counter(
@@ -581,7 +582,7 @@ def subclass_weights(model: Any) -> list[str]:
     found = ", ".join(f"{name} x{n}" for name, n in kinds.most_common())
     return [
         f"the model's weights are torchao tensor subclasses ({found}): their ops reach the "
-        "graph as the subclass dispatches them, and Inductor compiles them unchanged; "
-        "pdlkit's shipped int8 patterns match PT2E graphs, as `pdlkit.quantization.quantize` "
-        "makes them"
+        "graph as the subclass dispatches them; pdlkit's shipped patterns take the linears of "
+        "torchao's Int8DynamicActivationInt8WeightConfig on CUDA only, and otherwise int8 "
+        "graphs as PT2E or `pdlkit.quantization.quantize` makes them"
     ]
