@@ -1,27 +1,29 @@
 """Canonical forms for int8 GEMMs as torchao's tensor subclasses dispatch them.
 
 A model quantized with ``torchao.quantization.quantize_(m, Int8DynamicActivationInt8WeightConfig())``
-holds ``Int8Tensor`` weights, whose linear reaches the graph (on CUDA) as::
+holds ``Int8Tensor`` weights. Desugared (pdlkit/distributed.py's ``desugar``: at the
+pre-dispatch level for torchao's subclasses, else as AOT autograd traces), its linear is::
 
-    mm = out_dtype(aten.mm, int32, q, t(w))                  # int8 x int8 -> int32
-    y = _to_copy(mul(mm, expand(xs, [M, N])), dtype=bf16)    # the activation scale [M, 1]
-    y = _to_copy(reshape(mul(y, reshape(ws, [N])), s), dtype=bf16)
+    s, zp = torchao.choose_qparams_affine(x, ...); q = torchao.quantize_affine(x, ..., s, zp, ...)
+    mm = _int_mm(q, t(w))        # post-dispatch on CUDA: out_dtype(aten.mm, int32, q, t(w))
+    y = to(mul(mm, expand(s, [M, N])), bf16)                  # the activation scale [M, 1]
+    y = to(reshape(mul(y, flatten(ws)), shape), bf16)         # post-dispatch: _to_copy, reshape
 
-Three rules of :data:`pdlkit.matcher.canonicalize.RULES` make it the form of
+Four rules of :data:`pdlkit.matcher.canonicalize.RULES` make it the form of
 ``pdlkit.quantization.int8_dynamic``, which the shipped CUDA patterns match (``int8_linear``,
 the SiLU-gated pair, Q/K/V as one launch, the residual epilogues)::
 
-    int_mm:        out_dtype(aten.mm, int32, a, b)  ->  _int_mm(a, b)                       exact
-    to_copy_as_to: _to_copy(x, dtype=d)             ->  to(x, d)                            exact
-                   _to_copy(reshape(x, s), dtype=d) ->  reshape(to(x, d), s)
-    int8_rescale:  mul(to(mul(mm, expand(xs)), d), ws)  ->  mul(mul(to(mm, f32), xs), ws)
+    int_mm:          out_dtype(aten.mm, int32, a, b)      ->  _int_mm(a, b)                  exact
+    to_copy_as_to:   _to_copy(x, dtype=d)                 ->  to(x, d)                       exact
+    int8_rescale:    mul(to(mul(mm, expand(xs)), d), ws)  ->  mul(mul(to(mm, f32), xs), ws)
+    int8_cast_first: to(reshape(rescaled, s), d)          ->  reshape(to(rescaled, d), s)   exact
 
 ``int8_rescale`` is inexact: torchao rounds the accumulator times the activation scale to the
 activation dtype ``d`` before the weight scale, which a kernel's float32 epilogue does not (a
 difference of at most half a unit in the last place of ``d`` there). Like every inexact
 rewrite it stays only where a kernel claims it; ``canonicalize.restore`` puts the rest back
-(:func:`restore_rescale`). The activations' quantization itself (torchao's per-token
-``choose_qparams`` / ``quantize_affine`` ops) is left to Inductor.
+(:func:`restore_rescale`). The activations' quantization itself (torchao's ops) is left to
+Inductor.
 """
 
 from __future__ import annotations
@@ -91,15 +93,30 @@ def _to(graph: fx.Graph, x: Any, dtype: torch.dtype, like: fx.Node, same: bool) 
 
 def to_copy_as_to(graph: fx.Graph, n: fx.Node) -> Applied:
     """A dtype-only ``_to_copy`` (a subclass's or a decomposition's) is ``to(x, dtype)``, which
-    a ``.to(dtype)`` in the model's code is; a reshape just before it moves after it."""
+    a ``.to(dtype)`` in the model's code is."""
     dtype = _plain_copy(n)
     if dtype is None:
         return None
+    return _cast_first(graph, n, dtype) or (_to(graph, n.args[0], dtype, n, same=True), True)
+
+
+def cast_first(graph: fx.Graph, n: fx.Node) -> Applied:
+    """``to(reshape(y, s), d)`` -> ``reshape(to(y, d), s)`` where ``y`` is a rescaled int8
+    GEMM (an ``int8_rescale``): the cast is the kernel's last step, the reshape after it."""
+    return _cast_first(graph, n, n.args[1]) if len(n.args) > 1 else None
+
+
+def _cast_first(graph: fx.Graph, n: fx.Node, dtype: Any) -> Applied:
     x: Any = n.args[0]
-    if _single(x, aten.reshape.default) is not None and _tensor(x.args[0]):
-        inner = _to(graph, x.args[0], dtype, n, same=False)
-        return call(graph, aten.reshape.default, (inner, x.args[1]), n, same=True), True
-    return _to(graph, x, dtype, n, same=True), True
+    if _single(x, aten.reshape.default) is None or not isinstance(dtype, torch.dtype):
+        return None
+    y = x.args[0]
+    if not isinstance(y, fx.Node) or not isinstance(y.meta.get(NOTE), tuple):
+        return None
+    if y.meta[NOTE][0] != "int8_rescale":
+        return None
+    inner = _to(graph, y, dtype, n, same=False)
+    return call(graph, aten.reshape.default, (inner, x.args[1]), n, same=True), True
 
 
 def _row_scale(e: Any, mm: fx.Node) -> Any:
@@ -118,11 +135,11 @@ def _single(n: Any, target: Any) -> Any:
 
 
 def _hoist_weight_view(graph: fx.Graph, ws: Any) -> None:
-    """Move ``reshape(s, [N])`` of a weight scale ``s`` (a graph input or constant) up to the
+    """Move ``reshape(s, [N])`` (or ``flatten(s)``) of a weight scale ``s`` (a graph input or constant) up to the
     graph's first op. torchao spells it just before each linear's rescale, so in Q, K, V it
     would come after Q's result is read, and a call replacing the three (``int8_linear3``)
     would have no place; a view of an input computes the same wherever it stands."""
-    if not is_call(ws, aten.reshape.default, aten.view.default):
+    if not is_call(ws, aten.reshape.default, aten.view.default, aten.flatten.using_ints):
         return
     if not all(a.op in ("placeholder", "get_attr") for a in ws.all_input_nodes):
         return

@@ -345,6 +345,8 @@ RULES: tuple[Rule, ...] = (
     Rule("int_mm", "out_dtype(aten.mm, int32, a, b)", "_int_mm(a, b)", (torch.ops.higher_order.out_dtype,), int8.int_mm, "always"),
     # to_copy_as_to:  _to_copy(x, dtype=d) -> to(x, d);   _to_copy(reshape(x, s), dtype=d) -> reshape(to(x, d), s)
     Rule("to_copy_as_to", "_to_copy(x, dtype=d)", "to(x, d)", (aten._to_copy.default,), int8.to_copy_as_to, "always"),
+    # int8_cast_first:  to(reshape(int8_rescale(...), s), d)  ->  reshape(to(int8_rescale(...), d), s)
+    Rule("int8_cast_first", "to(reshape(rescaled, s), d)", "reshape(to(rescaled, d), s)", (aten.to.dtype,), int8.cast_first, "always"),
     # int8_rescale:  mul(to(mul(_int_mm, expand(xs)), d), ws)  ->  mul(mul(to(_int_mm, f32), xs), ws)
     Rule("int8_rescale", "mul(to(mul(mm, expand(xs)), d), ws)", "mul(mul(to(mm, f32), xs), ws)", (aten.mul.Tensor,), int8.int8_rescale, "never: restored unless a kernel claims it"),
 )  # fmt: skip

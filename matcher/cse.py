@@ -14,6 +14,7 @@ an in-place op between two reads would make them differ.
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import torch
@@ -22,6 +23,8 @@ from torch import fx
 
 def _pure(node: fx.Node) -> bool:
     op = node.target
+    if op is operator.getitem:  # an output of a multi-output op (torchao's choose_qparams)
+        return True
     return (
         isinstance(op, torch._ops.OpOverload)
         and not op._schema.is_mutable

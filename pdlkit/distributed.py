@@ -13,6 +13,8 @@ What makes a distributed graph compile like any other:
   local ATen ops and ``_c10d_functional.*`` collectives (``all_reduce`` -> ``wait_tensor``).
   Opaque inputs (the ``DeviceMesh``, process groups) are constants of that trace, never
   fakified. The compiled function unwraps the real DTensors and wraps the outputs again.
+  torchao's weight subclasses (``quantize_``'s ``Int8Tensor``) go the same way, traced at
+  the pre-dispatch level where that works (:func:`_pre_dispatch`).
 * **Collectives are never matched into** (:func:`is_collective`, used by
   ``matcher/to_mlir.py``): they and ops with opaque arguments stay outside the imported
   graph, so no replaced subgraph contains a collective. A kernel that declines a call runs
@@ -215,6 +217,27 @@ def _renumber(spec: Any, start: int) -> Any:
     return ("leaf", spec[1] - start) if spec[0] == "leaf" else spec
 
 
+def _pre_dispatch(f: Callable[..., Any], leaves: list[Any], vals: list[Any]) -> Any:
+    """The desugared graph at the pre-dispatch level, where every subclass input is torchao's
+    (``Int8Tensor`` and the like, whose linear is a ``__torch_function__`` over plain
+    tensors): ``scaled_dot_product_attention`` stays one op there, and torchao's own
+    ``choose_qparams_affine`` / ``quantize_affine`` ops show, where the post-dispatch trace
+    spells them as their backend's ops. None where some input is another subclass (a
+    DTensor dispatches below autograd) or the trace leaves a subclass value in the graph."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    subs = [v for v in vals if _is_subclass(v)]
+    if not subs or any(type(v).__module__.split(".")[0] != "torchao" for v in subs):
+        return None
+    try:
+        traced = make_fx(f, tracing_mode="fake", pre_dispatch=True)(*leaves)
+    except Exception:  # the post-dispatch trace, as for any subclass
+        return None
+    if any(_is_subclass(n.meta.get("val")) for n in traced.graph.nodes):
+        return None
+    return traced
+
+
 def desugar(gm: fx.GraphModule, example_inputs: list[Any]) -> Desugared:
     """Trace ``gm`` over the local tensors of its subclass inputs (see the module's doc).
 
@@ -261,7 +284,7 @@ def desugar(gm: fx.GraphModule, example_inputs: list[Any]) -> Desugared:
     try:
         if mode is not None:
             mode.allow_non_fake_inputs = True
-        traced = make_fx(f, tracing_mode="fake")(*leaves)
+        traced = _pre_dispatch(f, leaves, fake_vals) or make_fx(f, tracing_mode="fake")(*leaves)
     finally:
         if mode is not None:
             mode.allow_non_fake_inputs = allow

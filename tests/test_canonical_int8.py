@@ -23,6 +23,14 @@ def torchao_linear(q, xs, w, ws):
     return aten._to_copy.default(y.reshape(2, M // 2, N), dtype=torch.bfloat16)
 
 
+def torchao_linear_pre_dispatch(q, xs, w, ws):
+    """The same at the pre-dispatch level, where pdlkit desugars torchao's subclasses:
+    ``_int_mm``, ``to`` casts and ``flatten`` of the weight scale."""
+    mm = torch._int_mm(q, w.t())
+    y = (mm * xs.to(torch.float32).expand(M, N)).to(torch.bfloat16) * ws.flatten()
+    return y.reshape(2, M // 2, N).to(torch.bfloat16)
+
+
 def _inputs():
     g = torch.Generator().manual_seed(0)
     q = torch.randint(-128, 128, (M, K), dtype=torch.int8, generator=g)
@@ -92,3 +100,26 @@ def test_a_copy_that_changes_more_than_the_dtype_stays_a_copy():
     gm = make_fx(f, pre_dispatch=True, tracing_mode="fake")(torch.randn(1, 3, 4, 4))
     assert "to_copy_as_to" not in canonicalize(gm)
     assert _ops(gm) == ["aten._to_copy.default"]
+
+
+def test_the_pre_dispatch_spelling_becomes_the_same_form():
+    gm = make_fx(torchao_linear_pre_dispatch, pre_dispatch=True, tracing_mode="fake")(*_inputs())
+    fired = canonicalize(gm)
+    assert {"int8_rescale", "int8_cast_first"} <= set(fired)
+    ops = _ops(gm)
+    assert ops[0] == "aten.flatten.using_ints"  # the weight scale's view, first
+    assert ops[-3:] == ["aten.mul.Tensor", "aten.to.dtype", "aten.reshape.default"]
+    assert "aten.expand.default" not in ops
+
+
+def test_outputs_of_one_multi_output_op_are_merged_like_any_pure_op():
+    from pdlkit.matcher.cse import eliminate_common_subexpressions
+
+    def f(x):
+        a = torch.ops.aten.var_mean.correction(x, [1], keepdim=True)
+        b = torch.ops.aten.var_mean.correction(x, [1], keepdim=True)
+        return a[0] + b[0], a[1] * b[1]
+
+    gm = make_fx(f, pre_dispatch=True, tracing_mode="fake")(torch.randn(3, 4))
+    assert eliminate_common_subexpressions(gm) == 3  # the second call and its two outputs
+    assert _ops(gm).count("<built-in function getitem>") == 2
