@@ -15,7 +15,9 @@ import textwrap
 import pytest
 import torch
 from conftest import run_interpreted
-from test_cuda_fusions import _cuda_llama, needs_gpu
+
+# newer_rope (autouse): one RoPE spelling whatever transformers' version
+from test_cuda_fusions import _cuda_llama, needs_gpu, newer_rope  # noqa: F401
 
 import pdlkit
 
