@@ -132,3 +132,20 @@ def test_gpu_torchao_mlp_runs_pdlkits_kernels_with_torchaos_numbers():
     subs = {k: v["substitutions"] for k, v in pdlkit.stats()["by_kernel"].items()}
     assert subs == {"int8_gated_silu_triton": 1, "int8_linear_triton": 1}
     torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_a_torchao_linear_with_a_bias_keeps_its_graph_and_numbers(torchao_cuda_form):
+    # torchao adds the bias in place (y += bias) after the rescale, which no shipped pattern
+    # takes: the rescale is restored, and the model computes torchao's numbers bit for bit
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(64, 96), torch.nn.GELU(), torch.nn.Linear(96, 32)]
+    model = _torchao(torch.nn.Sequential(*layers).eval().to(torch.bfloat16))
+    x = torch.randn(2, 5, 64, dtype=torch.bfloat16)
+    target = {"name": "cpu-triton-interpreter", "devices": ["cpu", "cuda"]}
+    with torch.no_grad():
+        want = model(x)
+        report = pdlkit.explain(model, x, target="cuda-sm90", autotune="off")
+        got = pdlkit.optimize(model, target=target, default_codegen="eager", autotune="off")(x)
+    assert not report.substitutions
+    assert "Int8Tensor x2" in str(report)
+    assert torch.equal(got, want)
