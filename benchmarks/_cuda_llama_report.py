@@ -121,7 +121,7 @@ def markdown(res: dict[str, Any]) -> str:
         f"- {row}, {path}: {p[path]['kernels']}; runner calls {p[path]['runner_calls']}"
         f"; undone by the whole-graph timing {p[path].get('undone', '-')}"
         for row, p in res["rows"].items()
-        for path in ("pdlkit_int8", "pdlkit_torchao_int8", "pdlkit_bf16")
+        for path in ("pdlkit_int8", "pdlkit_torchao_int8", "pdlkit_torchao_w8", "pdlkit_bf16")
         if "kernels" in p.get(path, {})
     ]
     if subs:

@@ -21,7 +21,8 @@ Paths: BF16 eager (the reference), BF16 Inductor (``torch.compile``), torchao's
 (``quantize(..., "int8-dynamic-per-token")`` + ``pdlkit.optimize``), and ``pdlkit_bf16``:
 the BF16 model through ``pdlkit.optimize`` unquantized (what pdlkit does to a model nobody
 quantized: its decode attention, where measured faster; never slower than BF16 Inductor), and
-``pdlkit_torchao_int8``: torchao's int8 model through ``pdlkit.optimize``. Each compiled path is
+``pdlkit_torchao_int8``: torchao's int8 model through ``pdlkit.optimize``; ``torchao_w8`` /
+``pdlkit_torchao_w8`` the same for torchao's int8 weight-only config. Each compiled path is
 timed as compiled and as a CUDA graph of its compiled call (captured after warm-up;
 ``graph ms``; a path whose capture fails says why), medians of ``triton.testing.do_bench``.
 Also: compile time (first call), cosine of the last hidden state against BF16 eager, and for
@@ -66,6 +67,8 @@ PATHS = [
     "pdlkit_int8",
     "torchao_int8",
     "pdlkit_torchao_int8",
+    "torchao_w8",
+    "pdlkit_torchao_w8",
     "pdlkit_int8_static_launch",
     "pdlkit_bf16",
 ]
@@ -171,10 +174,18 @@ def quantized_copies(
     if "pdlkit_int8" in paths or "pdlkit_int8_static_launch" in paths:
         out["pdlkit_int8"] = quantize(model, (ids,), scheme="int8-dynamic-per-token")
         out["pdlkit_int8_static_launch"] = out["pdlkit_int8"]
-    if "torchao_int8" not in paths and "pdlkit_torchao_int8" not in paths:
-        return out
+    for name, config in (("torchao_int8", "Int8DynamicActivationInt8WeightConfig"),
+                         ("torchao_w8", "Int8WeightOnlyConfig")):  # fmt: skip
+        if name in paths or f"pdlkit_{name}" in paths:
+            out[name] = out[f"pdlkit_{name}"] = _torchao_copy(model, config)
+    return out
+
+
+def _torchao_copy(model: nn.Module, config: str) -> nn.Module | str:
+    """``model`` quantized by torchao's ``config`` (or why there is none). pdlkit_<path>:
+    the same model compiled by pdlkit (matcher/canonical_int8.py, patterns/cuda/torchao_*)."""
     try:
-        from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
+        import torchao.quantization as tq
 
         ao = copy.deepcopy(model)
         # set_inductor_config=False: by default the config turns on Inductor's coordinate
@@ -182,13 +193,10 @@ def quantized_copies(
         # which changed BF16 Inductor's code too in runs that had torchao among their paths
         # (decode 1: cuBLAS calls became fused Triton reductions, 42 kernels a step became 21).
         # --inductor-config sets such keys for every path alike.
-        quantize_(ao, Int8DynamicActivationInt8WeightConfig(set_inductor_config=False))
-        out["torchao_int8"] = ao
+        tq.quantize_(ao, getattr(tq, config)(set_inductor_config=False))
+        return ao
     except Exception as e:  # not installed, or its config missing in this version
-        out["torchao_int8"] = f"torchao unavailable: {type(e).__name__}: {str(e)[:120]}"
-    # pdlkit_torchao_int8: torchao's quantized model compiled by pdlkit (matcher/canonical_int8.py)
-    out["pdlkit_torchao_int8"] = out["torchao_int8"]
-    return out
+        return f"torchao unavailable: {type(e).__name__}: {str(e)[:120]}"
 
 
 # the interpreter smoke test (--device cpu): the CUDA patterns planned for the CPU
@@ -424,7 +432,7 @@ def measure_path(
 
     with torch.no_grad():
         t0 = time.perf_counter()
-        if path in ("pdlkit_int8", "pdlkit_torchao_int8", "pdlkit_bf16"):
+        if path.startswith("pdlkit"):
             pdlkit_stats_during(r, first)
         else:
             first()

@@ -1,5 +1,6 @@
 """torchao's int8 models on CUDA: ``quantize_(m, Int8DynamicActivationInt8WeightConfig())`` then
-``pdlkit.optimize`` runs pdlkit's int8 kernels at every linear (matcher/canonical_int8.py).
+``pdlkit.optimize`` runs pdlkit's int8 kernels at every linear (matcher/canonical_int8.py);
+``Int8WeightOnlyConfig`` linears get the weight-only kernel (kernels/cuda/weight_only.py).
 
 torchao spells its int8 GEMM by the tensors' device. On the CPU the tests take its CUDA
 branch (``torchao_cuda_form``: the two calls torchao 0.18 makes there), so the graph is the
@@ -60,10 +61,10 @@ class MLP(torch.nn.Module):
         return self.down(torch.nn.functional.silu(self.gate(x)) * self.up(x)) + x
 
 
-def _torchao(model: torch.nn.Module) -> torch.nn.Module:
-    from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
+def _torchao(model: torch.nn.Module, config: str = "Int8DynamicActivationInt8WeightConfig"):
+    import torchao.quantization as tq
 
-    quantize_(model, Int8DynamicActivationInt8WeightConfig(set_inductor_config=False))
+    tq.quantize_(model, getattr(tq, config)(set_inductor_config=False))
     return model
 
 
@@ -149,3 +150,94 @@ def test_a_torchao_linear_with_a_bias_keeps_its_graph_and_numbers(torchao_cuda_f
     assert not report.substitutions
     assert "Int8Tensor x2" in str(report)
     assert torch.equal(got, want)
+
+
+# -- weight-only (Int8WeightOnlyConfig: the same graph on every device) ---------------------------
+
+_W8 = "Int8WeightOnlyConfig"
+
+
+def test_every_linear_of_a_torchao_weight_only_llama_gets_the_weight_only_kernel():
+    L = _cuda_llama()
+    model = _torchao(L.build_model("tiny", "cpu"), _W8)
+    ids = torch.randint(0, L.VOCAB, (2, 1))
+    with torch.no_grad():
+        report = pdlkit.explain(
+            L.DecodeStep(model, L.make_kv(model, 2, 8, "cpu")),
+            ids,
+            target="cuda-sm90",
+            autotune="off",
+        )
+    kernels = [s.kernel for s in report.substitutions]
+    assert kernels.count("int8_weight_only_triton") == 14  # 7 linears a layer, 2 layers
+    assert kernels.count("decode_attention_triton") == 2
+
+
+_W8_INTERPRETED = textwrap.dedent(
+    """
+    import json, sys, torch
+    sys.path.insert(0, "tests")
+    import pdlkit
+    from pdlkit.kernels.cuda.weight_only import int8_weight_only_triton as k
+    from pdlkit.kernels.ops.int8_weight_only import int8_weight_only_linear as ref
+    from test_cuda_torchao import MLP, _torchao
+    out = {}
+    for m, kk, n in [(1, 7, 3), (5, 64, 16), (70, 40, 33)]:  # float16: NumPy has no bfloat16
+        g = torch.Generator().manual_seed(m)
+        x = torch.randn(m, kk, generator=g).half()
+        w = torch.randint(-128, 128, (n, kk), generator=g, dtype=torch.int8)
+        ws = torch.rand(n, 1, generator=g) * 0.01 + 1e-4
+        b = torch.randn(n, generator=g).half() if n % 2 else None
+        out[f"{m}x{kk}x{n}"] = (k.fn(x, w, ws, b).float() - ref(x, w, ws, b).float()).abs().max().item()
+    torch.manual_seed(0)
+    model = _torchao(MLP().eval().half(), "Int8WeightOnlyConfig")
+    x = torch.randn(2, 5, 64).half()
+    target = {"name": "cpu-triton-interpreter", "devices": ["cpu", "cuda"]}
+    with torch.no_grad():
+        want = model(x)
+        pdlkit.stats(reset=True)
+        got = pdlkit.optimize(model, target=target, default_codegen="eager", autotune="off")(x)
+    calls = {k: v.get("kernel_calls", 0) for k, v in pdlkit.stats()["by_kernel"].items()}
+    d = got.float() - want.float()
+    out["model"] = {"rel": (d.norm() / want.float().norm()).item(), "calls": calls}
+    print(json.dumps(out))
+    """
+)
+
+
+def test_the_weight_only_kernel_and_a_torchao_mlp_in_the_interpreter():
+    got = run_interpreted(_W8_INTERPRETED)
+    for shape in ("1x7x3", "5x64x16", "70x40x33"):
+        assert got[shape] == 0.0, shape  # float16 sums of int8 x float16 products: exact here
+    assert got["model"]["calls"] == {"int8_weight_only_triton": 3}
+    assert got["model"]["rel"] < 2e-3  # one rounding of each GEMM fewer than torchao's
+
+
+@needs_gpu
+@pytest.mark.parametrize("m", [1, 16, 64, 200])
+def test_gpu_weight_only_kernel_matches_its_op_in_bfloat16(m):
+    from pdlkit.kernels.cuda.weight_only import int8_weight_only_triton as k
+    from pdlkit.kernels.ops.int8_weight_only import int8_weight_only_linear as ref
+
+    g = torch.Generator(device="cuda").manual_seed(m)
+    x = torch.randn(m, 4096, device="cuda", generator=g).to(torch.bfloat16)
+    w = torch.randint(-128, 128, (11008, 4096), device="cuda", generator=g, dtype=torch.int8)
+    ws = torch.rand(11008, 1, device="cuda", generator=g) * 0.01 + 1e-4
+    torch.testing.assert_close(
+        k.fn(x, w, ws, None).float(), ref(x, w, ws, None).float(), rtol=1e-2, atol=1e-2
+    )
+
+
+@needs_gpu
+def test_gpu_torchao_weight_only_mlp_runs_the_kernel_with_torchaos_numbers():
+    torch.manual_seed(0)
+    model = _torchao(MLP(512, 1024).eval().cuda().to(torch.bfloat16), _W8)
+    x = torch.randn(4, 16, 512, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        want = model(x)
+        torch._dynamo.reset()
+        pdlkit.stats(reset=True)
+        got = pdlkit.optimize(model, autotune="off")(x)
+    subs = {k: v["substitutions"] for k, v in pdlkit.stats()["by_kernel"].items()}
+    assert subs == {"int8_weight_only_triton": 3}
+    torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)

@@ -7,6 +7,7 @@ from typing import Any, cast
 
 import torch
 from pdlkit.runtime_abi.dtypes import dtype_from_code
+from pdlkit.runtime_abi.triton_binding import size_hint
 
 import pdlkit
 
@@ -27,6 +28,28 @@ def _triton() -> Any:
     except ImportError as e:  # a CUDA machine without Triton: every call falls back
         raise pdlkit.KernelUnsupported(f"Triton is not importable ({e}); pip install triton") from e
     return _triton_gemm
+
+
+def _splitk() -> Any:
+    """kernels/cuda/_triton_splitk.py (the decode GEMMs), or why not (no Triton)."""
+    _triton()  # the same message when Triton is missing
+    from pdlkit.kernels.cuda import _triton_splitk
+
+    return _triton_splitk
+
+
+_DECODE_ROWS = 256  # the split-K declarations take up to this many rows
+
+
+def _decode_rows(a: torch.Tensor) -> int:
+    """The rows of a decode GEMM's activation ``a``, or KernelUnsupported past _DECODE_ROWS
+    (a symbolic row count by its hint: no guard on it)."""
+    m = a.shape[0]
+    if size_hint(m) > _DECODE_ROWS:
+        raise pdlkit.KernelUnsupported(
+            f"{m} rows: the split-K kernels take {_DECODE_ROWS} or fewer"
+        )
+    return m
 
 
 def one_per_row(s: torch.Tensor, m: int) -> torch.Tensor:

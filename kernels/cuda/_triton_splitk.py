@@ -122,6 +122,22 @@ def pick_grouped_config(m: int, ns: list[int], k: int) -> SplitConfig:
     return SplitConfig(64, 64, cfg.bk, 1, cfg.warps, 5) if cfg.bn == 64 else cfg
 
 
+_SMEM = 200 * 1024  # bytes of shared memory a weight-only config's stages may take
+
+
+def w8_config(cfg: SplitConfig) -> SplitConfig:
+    """``cfg`` for weight-only tiles: one K slice (float32 partial sums have no workspace
+    here), and, as a bf16 activation tile takes twice an int8 one's shared memory, fewer
+    stages (three at least), then narrower K steps (64 at least), until the stages fit."""
+    bk, stages = cfg.bk, cfg.stages
+    while stages * (cfg.bm * bk * 2 + cfg.bn * bk) > _SMEM and (stages > 3 or bk > 64):
+        if stages > 3:
+            stages -= 1
+        else:
+            bk //= 2
+    return SplitConfig(cfg.bm, cfg.bn, bk, 1, cfg.warps, stages)
+
+
 @triton.jit
 def _epilogue(
     acc, acc_u, rm, rn, c_ptr, stride_cm, a_scale_ptr, b_scale_ptr, u_scale_ptr, bias_ptr, M, N,
@@ -139,14 +155,19 @@ def _epilogue(
 def _epilogue_sa(
     acc, acc_u, sa, rm, rn, c_ptr, stride_cm, b_scale_ptr, u_scale_ptr, bias_ptr, M, N,
     GATED: tl.constexpr, HAS_BIAS: tl.constexpr, res_ptr, HAS_RES: tl.constexpr,
+    ROUND_SB: tl.constexpr = False,
 ):  # fmt: skip
     """y = acc * sa * sb (+ bias), or silu(gate) * up for a gated pair, cast and stored;
     with a residual (same layout as C), residual + cast(y), added as the model adds two
-    tensors of C's dtype (in fp32, rounded once). ``sa``: one float32 scale per row of rm."""
+    tensors of C's dtype (in fp32, rounded once). ``sa``: one float32 scale per row of rm.
+    ``ROUND_SB``: the weight scales rounded to C's dtype first (weight-only linears)."""
     cm = rm < M
     cn = rn < N
     sa = sa[:, None]
-    y = acc.to(tl.float32) * sa * tl.load(b_scale_ptr + rn, mask=cn, other=0.0)[None, :]
+    sb = tl.load(b_scale_ptr + rn, mask=cn, other=0.0)
+    if ROUND_SB:
+        sb = sb.to(c_ptr.dtype.element_ty)
+    y = acc.to(tl.float32) * sa * sb.to(tl.float32)[None, :]
     if GATED:
         up = acc_u.to(tl.float32) * sa * tl.load(u_scale_ptr + rn, mask=cn, other=0.0)[None, :]
         y = y * tl.sigmoid(y) * up
@@ -205,22 +226,26 @@ def _k_tile(ptrs, ok, kk, K: tl.constexpr, EVEN_K: tl.constexpr):
 def _sums(
     a_ptr, b_ptr, u_ptr, rm, rn, rk, M, N, stride_am, stride_bn,
     K: tl.constexpr, K_SPLIT: tl.constexpr, EVEN_K: tl.constexpr, GATED: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, W8: tl.constexpr = False,
 ):  # fmt: skip
     """The int32 sums of one K slice (positions rk + k0): A[rm] @ B[rn]^T, and U's for a
-    gated pair; up to ``stages`` K steps of loads in flight."""
+    gated pair; up to ``stages`` K steps of loads in flight. ``W8``: A is float (bf16 /
+    fp16) and B's int8 tiles are widened to A's dtype in registers: float32 sums."""
+    ACC: tl.constexpr = tl.float32 if W8 else tl.int32
     m_ok = (rm < M)[:, None]
     n_ok = (rn < N)[:, None]
     a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :]
     b_ptrs = b_ptr + rn[:, None] * stride_bn + rk[None, :]
     if GATED:
         u_ptrs = u_ptr + rn[:, None] * stride_bn + rk[None, :]
-    acc = tl.zeros((BM, BN), dtype=tl.int32)
-    acc_u = tl.zeros((BM, BN), dtype=tl.int32)
+    acc = tl.zeros((BM, BN), dtype=ACC)
+    acc_u = tl.zeros((BM, BN), dtype=ACC)
     for k0 in range(0, K_SPLIT, BK):
         a = _k_tile(a_ptrs, m_ok, rk + k0, K, EVEN_K)
         b = _k_tile(b_ptrs, n_ok, rk + k0, K, EVEN_K)
-        acc = tl.dot(a, tl.trans(b), acc, out_dtype=tl.int32)
+        if W8:
+            b = b.to(a.dtype)
+        acc = tl.dot(a, tl.trans(b), acc, out_dtype=ACC)
         if GATED:
             u = _k_tile(u_ptrs, n_ok, rk + k0, K, EVEN_K)
             acc_u = tl.dot(a, tl.trans(u), acc_u, out_dtype=tl.int32)
@@ -273,7 +298,7 @@ def splitk_kernel(
     q_eps: tl.constexpr, q_max: tl.constexpr,
     K: tl.constexpr, K_SPLIT: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr,
     GATED: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, QUANT_A: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, RB: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, RB: tl.constexpr, W8: tl.constexpr,
 ):  # fmt: skip
     """C[M, N] = epilogue(A[M, K] @ B[N, K]^T) (and U for a gated pair), int8 in, int32
     sums; program (m, n, s) sums K slice s of tile (m, n). ``ws`` holds SPLIT_K > 1's
@@ -281,6 +306,9 @@ def splitk_kernel(
     counter per tile, zero between calls.
     ``QUANT_A`` (one row): A is first quantized from the float row ``x`` (int8, symmetric,
     per token) by every program into ``a`` (the same bytes each time), then read as usual.
+    ``W8`` (weight-only): A is bf16 / fp16 activations, B's int8 weights are widened in
+    registers, the sums are float32, no activation scale applies (one K slice) and the weight
+    scales are rounded to C's dtype before they multiply (as torchao's weight-only linear).
     Pointers a call does not use (U without GATED, the workspace with one slice, ...) come as
     None, and the weights' sizes and strides as constexprs: a launch passes neither (Inductor's
     launcher takes about 0.4 us per argument on an H200's host)."""
@@ -294,16 +322,18 @@ def splitk_kernel(
         s = _quantize_row(x_ptr, a_ptr, q_eps, q_max, K, RB)
     acc, acc_u = _sums(
         a_ptr, b_ptr, u_ptr, rm, rn, rk, M, N, stride_am, stride_bn,
-        K, K_SPLIT, EVEN_K, GATED, BM, BN, BK,
+        K, K_SPLIT, EVEN_K, GATED, BM, BN, BK, W8,
     )  # fmt: skip
     if QUANT_A:
         sa = tl.where(rm < M, s, 0.0)
+    elif W8:
+        sa = tl.full((BM,), 1.0, tl.float32)
     else:
         sa = tl.load(a_scale_ptr + rm, mask=rm < M, other=0.0)
     if SPLIT_K == 1:
         _epilogue_sa(
             acc, acc_u, sa, rm, rn, c_ptr, stride_cm, b_scale_ptr, u_scale_ptr, bias_ptr, M, N,
-            GATED, HAS_BIAS, res_ptr, HAS_RES,
+            GATED, HAS_BIAS, res_ptr, HAS_RES, W8,
         )  # fmt: skip
     else:
         _slices_epilogue(
@@ -326,6 +356,7 @@ def splitk(
     quantize: tuple[float, float] | None = None,
     config: SplitConfig | None = None,
     counters: torch.Tensor | None = None,
+    weight_only: bool = False,
 ) -> torch.Tensor:
     """out = (a @ b.T) * a_scale[:, None] * b_scale (+ bias), or silu(that) * (a @ u.T) * ...
     for a gated pair; a [M, K] and b, u [N, K] int8 with unit inner strides, scales float32;
@@ -334,7 +365,10 @@ def splitk(
     int8 row every program writes with the same bytes; ``a_scale`` unused): one launch where
     quant_rows and this kernel were two. ``counters``: zeroed int32 tile counters the caller
     keeps (at least a tile's worth; every launch leaves them zero), for K split in slices:
-    without them each call zeroes counters of its own (a fill launched before the kernel)."""
+    without them each call zeroes counters of its own (a fill launched before the kernel).
+    ``weight_only``: ``a`` is bf16 / fp16 activations (``a_scale`` None), ``b`` int8 weights
+    widened in registers: out = (a @ b.T) * b_scale.to(out.dtype) (+ bias), float32 sums,
+    one K slice."""
     m, k = a.shape
     n = b.shape[0]
     x = a
@@ -342,6 +376,8 @@ def splitk(
         assert m == 1, "quantize= takes one row"
         a = torch.empty((1, k), dtype=torch.int8, device=x.device)
     cfg = config or pick_split_config(m, n, k, u is not None, 0 if INTERPRET else _sms())
+    if weight_only:
+        cfg = w8_config(cfg)
     k_split = triton.cdiv(triton.cdiv(k, cfg.split_k), cfg.bk) * cfg.bk
     split = triton.cdiv(k, k_split)  # K slices that hold any of K
     grid_n, grid_m = triton.cdiv(n, cfg.bn), triton.cdiv(m, cfg.bm)
@@ -360,7 +396,7 @@ def splitk(
         K=k, K_SPLIT=k_split, SPLIT_K=split, EVEN_K=split * k_split == k,
         GATED=gated, HAS_BIAS=bias is not None, HAS_RES=residual is not None,
         QUANT_A=quantize is not None, BM=cfg.bm, BN=cfg.bn, BK=cfg.bk,
-        RB=min(triton.next_power_of_2(k), 32 if INTERPRET else 4096),
+        RB=min(triton.next_power_of_2(k), 32 if INTERPRET else 4096), W8=weight_only,
         num_warps=cfg.warps, num_stages=cfg.stages,
     )  # fmt: skip
     return out

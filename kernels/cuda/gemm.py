@@ -35,7 +35,15 @@ import weakref
 from typing import Any, cast
 
 import torch
-from pdlkit.kernels.cuda._common import _CAPTURED, _ON, _dtype, _triton, one_per_row
+from pdlkit.kernels.cuda._common import (
+    _CAPTURED,
+    _ON,
+    _decode_rows,
+    _dtype,
+    _splitk,
+    _triton,
+    one_per_row,
+)
 from pdlkit.runtime_abi.dtypes import quantized_dtype
 from pdlkit.runtime_abi.triton_binding import launched_by_inductor, size_hint
 from torch import Tensor
@@ -180,24 +188,7 @@ def int8_gated_silu_triton(
 # declared on their own (priority 0) too, so that measured choice (autotune) can take them
 # up to 256 rows where they win.
 
-_DECODE_ROWS = 256  # the split-K declarations take up to this many rows
 _STREAM_ROWS = 64  # and the tiled ones hand up to this many to them
-
-
-def _splitk() -> Any:
-    _triton()  # the same message when Triton is missing
-    from pdlkit.kernels.cuda import _triton_splitk
-
-    return _triton_splitk
-
-
-def _decode_rows(q: Tensor) -> int:
-    m = q.shape[0]
-    if size_hint(m) > _DECODE_ROWS:
-        raise pdlkit.KernelUnsupported(
-            f"{m} rows: the split-K kernels take {_DECODE_ROWS} or fewer"
-        )
-    return m
 
 
 @pdlkit.kernel(

@@ -1,0 +1,45 @@
+"""int8 weight-only linears for NVIDIA GPUs (``int8_weight_only_linear``, kernels/ops/int8_weight_only.py).
+
+torchao's ``Int8WeightOnlyConfig`` keeps activations in bf16 and weights in int8 with a
+scale per output channel. Compiled as torchao writes it, Inductor widens the whole weight to
+bf16 in a kernel of its own before cuBLAS reads it: every call reads the int8 weight, writes
+and reads a bf16 copy. Here the split-K streaming kernel (``_triton_splitk.py``, ``W8``)
+reads each int8 weight tile once and widens it in registers, bf16 x bf16 on the tensor cores
+with float32 sums, the scale (and bias) in the epilogue: a decode step streams one byte a
+weight, half of what a BF16 model streams. Up to 256 rows (decode); prefill-sized calls are
+declined and keep the graph Inductor compiles.
+"""
+
+from __future__ import annotations
+
+import torch
+from pdlkit.kernels.cuda._common import _CAPTURED, _decode_rows, _splitk
+from pdlkit.runtime_abi.triton_binding import launched_by_inductor
+from torch import Tensor
+
+import pdlkit
+
+_FLOATS = [torch.bfloat16, torch.float16]
+
+
+@pdlkit.kernel(
+    implements="int8_weight_only_linear",
+    dtypes={"x": _FLOATS, "w": [torch.int8]},
+    shapes={"x": {"rank": 2}, "w": {"rank": 2, "contiguous": True}},
+    **_CAPTURED,
+)
+@launched_by_inductor("pdlkit.kernels.cuda._triton_splitk")
+def int8_weight_only_triton(x: Tensor, w: Tensor, w_scale: Tensor, bias: Tensor | None) -> Tensor:
+    """(x @ w.T) * w_scale (+ bias) with each int8 weight tile widened in registers; float32
+    sums, the scales rounded to x's dtype, one rounding of the result at the end."""
+    m = _decode_rows(x)
+    out = torch.empty((m, w.shape[0]), dtype=x.dtype, device=x.device)
+    return _splitk().splitk(
+        x if x.stride(-1) == 1 else x.contiguous(),
+        None,
+        w,
+        w_scale.reshape(-1).contiguous(),  # rounded to x's dtype in the epilogue
+        out,
+        bias=bias,
+        weight_only=True,
+    )
