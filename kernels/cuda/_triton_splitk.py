@@ -125,30 +125,17 @@ def pick_grouped_config(m: int, ns: list[int], k: int) -> SplitConfig:
 _SMEM = 200 * 1024  # bytes of shared memory a weight-only config's stages may take
 
 
-def w8_config(m: int, n: int, k: int, sms: int = 132) -> SplitConfig:
-    """Tiles for weight-only calls (bf16 activations, int8 weights). Every program re-reads
-    its BM x K activation rows from L2, at two bytes each: with ``_tile``'s BN 32 at 64 rows
-    that is four times the weights' bytes (a 64-row Llama-2 decode step measured 0.85x of
-    BF16 on an H200). So past 16 rows 128 columns a program, K split until the programs
-    cover the SMs; K steps of 128 and four stages (32 KB a stage at BM 64). Up to 16 rows
-    ``pick_split_config``'s tiles, with stages cut to fit (a bf16 tile is twice an int8 one)."""
-    if INTERPRET:
-        return SplitConfig(16, 16, 32, 2 if k >= 64 else 1, 1, 1)
-    m = size_hint(m)
-    if m > 16:
-        bm = min(128, triton.next_power_of_2(m))
-        tiles = triton.cdiv(n, 128) * triton.cdiv(m, bm)
-        split = 1
-        while tiles * split < sms and k // (128 * split * 2) >= 4:
-            split *= 2
-        return SplitConfig(
-            bm, 128, 64 if bm > 64 else 128, split, 8 if bm > 64 else 4, 4 if bm <= 64 else 3
-        )
-    cfg = pick_split_config(m, n, k, False, sms)
-    stages = cfg.stages
-    while stages > 3 and stages * (cfg.bm * cfg.bk * 2 + cfg.bn * cfg.bk) > _SMEM:
-        stages -= 1
-    return SplitConfig(cfg.bm, cfg.bn, cfg.bk, cfg.split_k, cfg.warps, stages)
+def w8_config(cfg: SplitConfig) -> SplitConfig:
+    """``cfg`` for weight-only tiles: one K slice (float32 partial sums have no workspace
+    here), and, as a bf16 activation tile takes twice an int8 one's shared memory, fewer
+    stages (three at least), then narrower K steps (64 at least), until the stages fit."""
+    bk, stages = cfg.bk, cfg.stages
+    while stages * (cfg.bm * bk * 2 + cfg.bn * bk) > _SMEM and (stages > 3 or bk > 64):
+        if stages > 3:
+            stages -= 1
+        else:
+            bk //= 2
+    return SplitConfig(cfg.bm, cfg.bn, bk, 1, cfg.warps, stages)
 
 
 @triton.jit
@@ -273,14 +260,12 @@ def _slices_epilogue(
     acc, acc_u, sa, rm, rn, pid_k, c_ptr, ws_ptr, count_ptr, stride_cm, b_scale_ptr,
     u_scale_ptr, bias_ptr, res_ptr, M, N, SPLIT_K: tl.constexpr, GATED: tl.constexpr,
     HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-    W8: tl.constexpr = False,
 ):  # fmt: skip
     """SPLIT_K > 1: K slice pid_k of this program's tile stores its sums in a block of its
     own in the workspace; the tile's last slice to count itself in adds the blocks in slice
     order (deterministic) and runs the epilogue. Plain stores and loads: the atomic adds of
     every partial sum they replace took a 64 x 14336 gate/up pair split in two from 36 to
-    76 us (H200). ``W8``: float32 sums (a float32 workspace)."""
-    ACC: tl.constexpr = tl.float32 if W8 else tl.int32
+    76 us (H200)."""
     tile = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)
     block = BM * BN * (1 + GATED)
     tiles = tl.num_programs(0) * tl.num_programs(1)
@@ -292,8 +277,8 @@ def _slices_epilogue(
     tl.debug_barrier()  # every thread's sums are stored before the counter moves
     done = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel")
     if done == SPLIT_K - 1:  # the last slice of this tile: every block is stored
-        acc = tl.zeros((BM, BN), dtype=ACC)
-        acc_u = tl.zeros((BM, BN), dtype=ACC)
+        acc = tl.zeros((BM, BN), dtype=tl.int32)
+        acc_u = tl.zeros((BM, BN), dtype=tl.int32)
         for s in tl.static_range(SPLIT_K):  # from L2 (.cg): other SMs wrote them
             blk = ws_ptr + (s * tiles + tile).to(tl.int64) * block + offs
             acc += tl.load(blk, cache_modifier=".cg")
@@ -302,7 +287,7 @@ def _slices_epilogue(
         tl.atomic_xchg(count_ptr + tile, 0)  # zero again for the next call
         _epilogue_sa(
             acc, acc_u, sa, rm, rn, c_ptr, stride_cm, b_scale_ptr, u_scale_ptr, bias_ptr,
-            M, N, GATED, HAS_BIAS, res_ptr, HAS_RES, W8,
+            M, N, GATED, HAS_BIAS, res_ptr, HAS_RES,
         )  # fmt: skip
 
 
@@ -353,7 +338,7 @@ def splitk_kernel(
     else:
         _slices_epilogue(
             acc, acc_u, sa, rm, rn, pid_k, c_ptr, ws_ptr, count_ptr, stride_cm, b_scale_ptr,
-            u_scale_ptr, bias_ptr, res_ptr, M, N, SPLIT_K, GATED, HAS_BIAS, HAS_RES, BM, BN, W8,
+            u_scale_ptr, bias_ptr, res_ptr, M, N, SPLIT_K, GATED, HAS_BIAS, HAS_RES, BM, BN,
         )  # fmt: skip
 
 
@@ -390,11 +375,9 @@ def splitk(
     if quantize is not None:
         assert m == 1, "quantize= takes one row"
         a = torch.empty((1, k), dtype=torch.int8, device=x.device)
-    sms = 0 if INTERPRET else _sms()
-    pick = (
-        w8_config(m, n, k, sms) if weight_only else pick_split_config(m, n, k, u is not None, sms)
-    )
-    cfg = config or pick
+    cfg = config or pick_split_config(m, n, k, u is not None, 0 if INTERPRET else _sms())
+    if weight_only:
+        cfg = w8_config(cfg)
     k_split = triton.cdiv(triton.cdiv(k, cfg.split_k), cfg.bk) * cfg.bk
     split = triton.cdiv(k, k_split)  # K slices that hold any of K
     grid_n, grid_m = triton.cdiv(n, cfg.bn), triton.cdiv(m, cfg.bm)
@@ -402,8 +385,7 @@ def splitk(
     ws = counts = None  # one K slice: no workspace
     if split > 1:  # a block of int32 sums per slice and tile, and a zeroed counter per tile
         block = cfg.bm * cfg.bn * (1 + gated)
-        acc = torch.float32 if weight_only else torch.int32
-        ws = torch.empty(split * grid_m * grid_n * block, dtype=acc, device=a.device)
+        ws = torch.empty(split * grid_m * grid_n * block, dtype=torch.int32, device=a.device)
         counts = counters
         if counts is None:
             counts = torch.zeros(grid_m * grid_n, dtype=torch.int32, device=a.device)
