@@ -567,7 +567,8 @@ def subclass_weights(model: Any) -> list[str]:
     """A note on a module whose parameters or buffers are torchao tensor subclasses
     (``quantize_`` makes its weights ``Int8Tensor`` and the like), shown when nothing matched:
     their ops reach the graph as the subclass dispatches them, and the shipped patterns take
-    only the int8 dynamic config's linears on CUDA (matcher/canonical_int8.py). Empty for
+    only the int8 dynamic and weight-only configs' linears on CUDA (matcher/canonical_int8.py,
+    patterns/cuda/torchao_weight_only.pdl.mlir). Empty for
     other tensors (a DTensor's graph is matched as its local ops) and for a model that is not
     a module."""
     if not isinstance(model, torch.nn.Module):
@@ -583,7 +584,7 @@ def subclass_weights(model: Any) -> list[str]:
     return [
         f"the model's weights are torchao tensor subclasses ({found}): their ops reach the "
         "graph as the subclass dispatches them; pdlkit's shipped patterns take the linears of "
-        "torchao's Int8DynamicActivationInt8WeightConfig on CUDA only (without a bias), and "
-        "otherwise int8 "
+        "torchao's Int8DynamicActivationInt8WeightConfig and Int8WeightOnlyConfig on CUDA only "
+        "(without a bias), and otherwise int8 "
         "graphs as PT2E or `pdlkit.quantization.quantize` makes them"
     ]

@@ -1,7 +1,7 @@
 """Models quantized with torchao's ``quantize_`` (weights as tensor subclasses, e.g.
 ``Int8Tensor``) on the CPU: pdlkit compiles them, computes what Inductor computes, and explain
-says why no shipped pattern fired (on CUDA the int8 dynamic config's linears get pdlkit's
-kernels: tests/test_cuda_torchao.py)."""
+says why no shipped pattern fired (on CUDA the int8 dynamic and weight-only configs' linears
+get pdlkit's kernels: tests/test_cuda_torchao.py)."""
 
 from __future__ import annotations
 
