@@ -135,10 +135,11 @@ def _single(n: Any, target: Any) -> Any:
 
 
 def _hoist_weight_view(graph: fx.Graph, ws: Any) -> None:
-    """Move ``reshape(s, [N])`` (or ``flatten(s)``) of a weight scale ``s`` (a graph input or constant) up to the
-    graph's first op. torchao spells it just before each linear's rescale, so in Q, K, V it
-    would come after Q's result is read, and a call replacing the three (``int8_linear3``)
-    would have no place; a view of an input computes the same wherever it stands."""
+    """Move ``reshape(s, [N])`` (or ``flatten(s)``) of a weight scale ``s`` (a graph input or
+    constant) up to the graph's first op. torchao spells it just before each linear's
+    rescale, so in Q, K, V it would come after Q's result is read, and a call replacing the
+    three (``int8_linear3``) would have no place; a view of an input computes the same
+    wherever it stands."""
     if not is_call(ws, aten.reshape.default, aten.view.default, aten.flatten.using_ints):
         return
     if not all(a.op in ("placeholder", "get_attr") for a in ws.all_input_nodes):

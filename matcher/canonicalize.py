@@ -343,7 +343,7 @@ RULES: tuple[Rule, ...] = (
     Rule("gelu_tanh", "0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x**3)))", "gelu(x, 'tanh')", (aten.mul.Tensor,), _gelu_tanh, "never: restored unless a kernel claims it"),
     # torchao's int8 linear (matcher/canonical_int8.py): out_dtype(aten.mm, int32, a, b) -> _int_mm(a, b)
     Rule("int_mm", "out_dtype(aten.mm, int32, a, b)", "_int_mm(a, b)", (torch.ops.higher_order.out_dtype,), int8.int_mm, "always"),
-    # to_copy_as_to:  _to_copy(x, dtype=d) -> to(x, d);   _to_copy(reshape(x, s), dtype=d) -> reshape(to(x, d), s)
+    # to_copy_as_to:  _to_copy(x, dtype=d) -> to(x, d)   (a dtype-only copy; after a rescaled int8 GEMM, cast first as below)
     Rule("to_copy_as_to", "_to_copy(x, dtype=d)", "to(x, d)", (aten._to_copy.default,), int8.to_copy_as_to, "always"),
     # int8_cast_first:  to(reshape(int8_rescale(...), s), d)  ->  reshape(to(int8_rescale(...), d), s)
     Rule("int8_cast_first", "to(reshape(rescaled, s), d)", "reshape(to(rescaled, d), s)", (aten.to.dtype,), int8.cast_first, "always"),

@@ -377,6 +377,7 @@ def splitk(
         a = torch.empty((1, k), dtype=torch.int8, device=x.device)
     cfg = config or pick_split_config(m, n, k, u is not None, 0 if INTERPRET else _sms())
     if weight_only:
+        assert u is None and quantize is None, "weight_only takes one float activation"
         cfg = w8_config(cfg)
     k_split = triton.cdiv(triton.cdiv(k, cfg.split_k), cfg.bk) * cfg.bk
     split = triton.cdiv(k, k_split)  # K slices that hold any of K

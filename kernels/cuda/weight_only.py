@@ -1,13 +1,15 @@
 """int8 weight-only linears for NVIDIA GPUs (``int8_weight_only_linear``, kernels/ops/int8_weight_only.py).
 
 torchao's ``Int8WeightOnlyConfig`` keeps activations in bf16 and weights in int8 with a
-scale per output channel. Compiled as torchao writes it, Inductor widens the whole weight to
-bf16 in a kernel of its own before cuBLAS reads it: every call reads the int8 weight, writes
-and reads a bf16 copy. Here the split-K streaming kernel (``_triton_splitk.py``, ``W8``)
-reads each int8 weight tile once and widens it in registers, bf16 x bf16 on the tensor cores
-with float32 sums, the scale (and bias) in the epilogue: a decode step streams one byte a
-weight, half of what a BF16 model streams. Up to 256 rows (decode); prefill-sized calls are
-declined and keep the graph Inductor compiles.
+scale per output channel; its linear is ``mm(x, w.t().to(bf16)) * scale``. Compiled as
+torchao writes it, Inductor took 58 ms for a 64-row decode step of a 2-layer Llama-2-7B on an
+H200 (88 kernels; 3.2 ms at one row). Here the split-K streaming kernel
+(``_triton_splitk.py``, ``W8``) reads each int8 weight tile once and widens it in registers,
+bf16 x bf16 on the tensor cores with float32 sums, the scale (and bias) in the epilogue: one
+byte a weight streamed, half of what a BF16 model streams. That step took 0.24 ms at one row
+(1.26x BF16 Inductor) and 0.48 ms at 64 rows (0.85x: 32 columns a program re-read the bf16
+activation rows from L2). Up to 256 rows; prefill-sized calls are declined and keep the graph
+Inductor compiles (benchmarks/results/cuda_llama_llama2-7b_torchao_w8_via_pdlkit_h200_*.md).
 """
 
 from __future__ import annotations
