@@ -52,6 +52,35 @@ def test_a_torchao_quantize_model_computes_what_inductor_computes(config: str) -
     torch.testing.assert_close(ours, eager, rtol=1e-2, atol=2e-2)
 
 
+@pytest.mark.parametrize(
+    "config",
+    [
+        "Int8DynamicActivationInt8WeightConfig",
+        "Int8WeightOnlyConfig",
+        "IntxWeightOnlyConfig",
+        "Int8DynamicActivationIntxWeightConfig",
+        "Float8WeightOnlyConfig",
+    ],
+)
+def test_a_bf16_torchao_model_nothing_matches_gets_inductors_numbers_bit_for_bit(config, tmp_path):
+    # pdlkit desugars torchao's subclass graphs at the pre-dispatch level (pdlkit/distributed.py);
+    # where nothing is substituted (no pattern here: an empty folder), Inductor compiles that
+    # graph to torch.compile's numbers, bf16 roundings included. (With the shipped patterns
+    # the Intx configs' dequantized bf16 linears are x86 bf16 kernel sites.)
+    import torchao.quantization as tq
+
+    torch.manual_seed(0)
+    m = _mlp().to(torch.bfloat16)
+    tq.quantize_(m, getattr(tq, config)())
+    x = torch.randn(8, 64, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    with torch.no_grad():
+        torch._dynamo.reset()
+        inductor = torch.compile(m)(x)
+        torch._dynamo.reset()
+        ours = pdlkit.optimize(m, patterns=tmp_path)(x)
+    assert torch.equal(ours, inductor)
+
+
 def test_explain_says_a_torchao_models_weights_are_subclasses() -> None:
     m = _quantized("int8-dynamic")
     report = pdlkit.explain(m, torch.randn(8, 64))
