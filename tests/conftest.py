@@ -20,6 +20,11 @@ import pdlkit
 os.environ["PDLKIT_AUTOTUNE"] = "off"
 os.environ["PDLKIT_CACHE_DIR"] = tempfile.mkdtemp(prefix="pdlkit-test-cache-")
 
+# the GPU tests: run by benchmarks/run_gpu.sh on the lent GPU machine, skipped elsewhere
+needs_gpu = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs an NVIDIA GPU (runs on the lent GPU machine)"
+)
+
 
 # The shipped x86 GEMM kernels with an AMX twin (kernels/x86: same op, same packed weight,
 # higher priority, requires amx_int8 / amx_bf16).

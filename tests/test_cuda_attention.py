@@ -14,15 +14,11 @@ import textwrap
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import run_interpreted
+from conftest import needs_gpu, run_interpreted
 
 import pdlkit
 
 pytest.importorskip("triton", reason="Triton is not installed (pip install triton)")
-CUDA = torch.cuda.is_available()
-needs_gpu = pytest.mark.skipif(
-    not CUDA, reason="needs an NVIDIA GPU (runs on the lent GPU machine)"
-)
 
 
 class Attention(torch.nn.Module):

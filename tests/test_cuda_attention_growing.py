@@ -18,12 +18,9 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import run_interpreted
+from conftest import needs_gpu, run_interpreted
 
 triton = pytest.importorskip("triton", reason="Triton is not installed (pip install triton)")
-needs_gpu = pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="needs an NVIDIA GPU (runs on the lent GPU machine)"
-)
 LENGTHS = [1, 2, 7, 8, 9, 16, 17, 33, 40, 63, 64, 65, 100, 130]
 
 

@@ -9,15 +9,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import KERNEL_HEADER, MLP, linear_act_pattern, write
+from conftest import KERNEL_HEADER, MLP, linear_act_pattern, needs_gpu, write
 from torch._dynamo.utils import counters
 
 import pdlkit
-
-CUDA = torch.cuda.is_available()
-needs_gpu = pytest.mark.skipif(
-    not CUDA, reason="needs an NVIDIA GPU (runs on the lent GPU machine)"
-)
 
 # two kernels for linear -> sigmoid "on CUDA": the preferred one is not capture-safe
 UNSAFE = """

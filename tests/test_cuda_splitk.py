@@ -13,12 +13,9 @@ import textwrap
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import run_interpreted
+from conftest import needs_gpu, run_interpreted
 
 pytest.importorskip("triton", reason="Triton is not installed (pip install triton)")
-needs_gpu = pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="needs an NVIDIA GPU (runs on the lent GPU machine)"
-)
 
 _SCRIPT = textwrap.dedent(
     """

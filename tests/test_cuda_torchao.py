@@ -15,10 +15,10 @@ import textwrap
 
 import pytest
 import torch
-from conftest import run_interpreted
+from conftest import needs_gpu, run_interpreted
 
 # newer_rope (autouse): one RoPE spelling whatever transformers' version
-from test_cuda_fusions import _cuda_llama, needs_gpu, newer_rope  # noqa: F401
+from test_cuda_fusions import _cuda_llama, newer_rope  # noqa: F401
 
 import pdlkit
 
