@@ -9,7 +9,7 @@ pre-dispatch level for torchao's subclasses, else as AOT autograd traces), its l
     y = to(mul(mm, expand(s, [M, N])), bf16)                  # the activation scale [M, 1]
     y = to(reshape(mul(y, flatten(ws)), shape), bf16)         # post-dispatch: _to_copy, reshape
 
-Four rules of :data:`pdlkit.matcher.canonicalize.RULES` make it the form of
+Five rules of :data:`pdlkit.matcher.canonicalize.RULES` make it the form of
 ``pdlkit.quantization.int8_dynamic``, which the shipped CUDA patterns match (``int8_linear``,
 the SiLU-gated pair, Q/K/V as one launch, the residual epilogues)::
 
@@ -17,6 +17,7 @@ the SiLU-gated pair, Q/K/V as one launch, the residual epilogues)::
     to_copy_as_to:   _to_copy(x, dtype=d)                 ->  to(x, d)                       exact
     int8_rescale:    mul(to(mul(mm, expand(xs)), d), ws)  ->  mul(mul(to(mm, f32), xs), ws)
     int8_cast_first: to(reshape(rescaled, s), d)          ->  reshape(to(rescaled, d), s)   exact
+    int8_bias_in_place: add_(reshape(rescaled, s), b)     ->  reshape(add(rescaled, b), s)  exact
 
 ``int8_rescale`` is inexact: torchao rounds the accumulator times the activation scale to the
 activation dtype ``d`` before the weight scale, which a kernel's float32 epilogue does not (a
@@ -106,14 +107,19 @@ def cast_first(graph: fx.Graph, n: fx.Node) -> Applied:
     return _cast_first(graph, n, n.args[1]) if len(n.args) > 1 else None
 
 
+def _rescaled(y: Any) -> bool:
+    """Whether ``y`` is a rescaled int8 GEMM (``int8_rescale``), or its bias added
+    (``int8_bias``)."""
+    note = y.meta.get(NOTE) if isinstance(y, fx.Node) else None
+    return isinstance(note, tuple) and note[0] in ("int8_rescale", "int8_bias")
+
+
 def _cast_first(graph: fx.Graph, n: fx.Node, dtype: Any) -> Applied:
     x: Any = n.args[0]
     if _single(x, aten.reshape.default) is None or not isinstance(dtype, torch.dtype):
         return None
     y = x.args[0]
-    if not isinstance(y, fx.Node) or not isinstance(y.meta.get(NOTE), tuple):
-        return None
-    if y.meta[NOTE][0] != "int8_rescale":
+    if not _rescaled(y):
         return None
     inner = _to(graph, y, dtype, n, same=False)
     return call(graph, aten.reshape.default, (inner, x.args[1]), n, same=True), True
@@ -174,6 +180,26 @@ def int8_rescale(graph: fx.Graph, n: fx.Node) -> Applied:
     expand = list(e.args[1]) if e is not xs else None
     out.meta[NOTE] = ("int8_rescale", rounded.args[1] if rounded is not None else None, expand)
     return out, False
+
+
+def bias_in_place(graph: fx.Graph, n: fx.Node) -> Applied:
+    """``add_(reshape(y, s), b)`` -> ``reshape(add(y, b), s)`` where ``y`` is a rescaled int8
+    GEMM that nothing else reads and ``b`` a bias of its last dimension: torchao adds the
+    bias in place (``y += bias``) into a temporary, which no one sees mutated, so the
+    functional add computes the same; the reshape moves after it, as the cast does."""
+    if len(n.args) != 2 or n.kwargs.get("alpha", 1) != 1:
+        return None
+    r: Any = _single(n.args[0], aten.reshape.default)
+    if r is None or not _rescaled(r.args[0]) or len(r.args[0].users) != 1:
+        return None
+    y, b = r.args[0], n.args[1]
+    yv = value_of(y)
+    if not _tensor(b, rank=1) or not known_equal(value_of(b).shape[0], yv.shape[-1]):
+        return None
+    added = call(graph, aten.add.Tensor, (y, b), n, val=yv)
+    added.kwargs = {"alpha": 1}
+    added.meta[NOTE] = ("int8_bias",)
+    return call(graph, aten.reshape.default, (added, r.args[1]), n, same=True), True
 
 
 def restore_rescale(graph: fx.Graph, node: fx.Node, note: tuple[Any, ...]) -> fx.Node:

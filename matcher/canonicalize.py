@@ -347,6 +347,8 @@ RULES: tuple[Rule, ...] = (
     Rule("to_copy_as_to", "_to_copy(x, dtype=d)", "to(x, d)", (aten._to_copy.default,), int8.to_copy_as_to, "always"),
     # int8_cast_first:  to(reshape(int8_rescale(...), s), d)  ->  reshape(to(int8_rescale(...), d), s)
     Rule("int8_cast_first", "to(reshape(rescaled, s), d)", "reshape(to(rescaled, d), s)", (aten.to.dtype,), int8.cast_first, "always"),
+    # int8_bias_in_place:  add_(reshape(int8_rescale(...), s), b)  ->  reshape(add(int8_rescale(...), b), s)
+    Rule("int8_bias_in_place", "add_(reshape(rescaled, s), b)", "reshape(add(rescaled, b), s)", (aten.add_.Tensor,), int8.bias_in_place, "always"),
     # int8_rescale:  mul(to(mul(_int_mm, expand(xs)), d), ws)  ->  mul(mul(to(_int_mm, f32), xs), ws)
     Rule("int8_rescale", "mul(to(mul(mm, expand(xs)), d), ws)", "mul(mul(to(mm, f32), xs), ws)", (aten.mul.Tensor,), int8.int8_rescale, "never: restored unless a kernel claims it"),
 )  # fmt: skip
@@ -400,11 +402,12 @@ def canonicalize(gm: fx.GraphModule) -> Counter[str]:
 
 
 def _erase_dead(graph: fx.Graph, node: fx.Node) -> None:
-    """Erase a replaced node and whatever only it used (the original spelling's views)."""
+    """Erase a replaced node (an in-place op too: its rule computes it functionally) and
+    whatever only it used (the original spelling's views)."""
     stack = [node]
     while stack:
         n = stack.pop()
-        if n.users or n.op != "call_function" or n.is_impure():
+        if n.users or n.op != "call_function" or (n.is_impure() and n is not node):
             continue
         inputs = n.all_input_nodes
         graph.erase_node(n)

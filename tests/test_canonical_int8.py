@@ -123,3 +123,30 @@ def test_outputs_of_one_multi_output_op_are_merged_like_any_pure_op():
     gm = make_fx(f, pre_dispatch=True, tracing_mode="fake")(torch.randn(3, 4))
     assert eliminate_common_subexpressions(gm) == 3  # the second call and its two outputs
     assert _ops(gm).count("<built-in function getitem>") == 2
+
+
+def torchao_linear_with_bias(q, xs, w, ws, b):
+    """torchao's linear with a bias (pre-dispatch): the bias added in place into the rescaled
+    result's reshape (``y += bias``), then the cast."""
+    mm = torch._int_mm(q, w.t())
+    y = (mm * xs.expand(M, N)).to(torch.bfloat16) * ws.flatten()
+    y = y.reshape(2, M // 2, N)
+    y += b
+    return y.to(torch.bfloat16)
+
+
+def test_a_bias_added_in_place_becomes_a_functional_add_before_the_reshape():
+    args = (*_inputs(), torch.randn(N).to(torch.bfloat16))
+    gm = make_fx(torchao_linear_with_bias, pre_dispatch=True, tracing_mode="fake")(*args)
+    fired = canonicalize(gm)
+    assert {"int8_rescale", "int8_bias_in_place", "int8_cast_first"} <= set(fired)
+    ops = _ops(gm)
+    assert "aten.add_.Tensor" not in ops
+    assert ops[-4:] == [
+        "aten.mul.Tensor",
+        "aten.add.Tensor",
+        "aten.to.dtype",
+        "aten.reshape.default",
+    ]
+    assert restore(gm) == 1
+    assert torch.equal(gm(*args), torchao_linear_with_bias(*args))  # exact, once restored
