@@ -68,6 +68,23 @@ def _torchao(model: torch.nn.Module, config: str = "Int8DynamicActivationInt8Wei
     return model
 
 
+def on_the_interpreter(model: torch.nn.Module, x: torch.Tensor) -> dict:
+    """(For the interpreted scripts below.) ``model(x)`` compiled by pdlkit for Triton's
+    interpreter against its eager result: relative and largest error, shape, kernel calls."""
+    target = {"name": "cpu-triton-interpreter", "devices": ["cpu", "cuda"]}
+    with torch.no_grad():
+        want = model(x)
+        pdlkit.stats(reset=True)
+        got = pdlkit.optimize(model, target=target, default_codegen="eager", autotune="off")(x)
+    d = got.float() - want.float()
+    return {
+        "rel": (d.norm() / want.float().norm()).item(),
+        "max": d.abs().max().item(),
+        "shape": list(got.shape),
+        "calls": {k: v.get("kernel_calls", 0) for k, v in pdlkit.stats()["by_kernel"].items()},
+    }
+
+
 @pytest.mark.parametrize("row", ["prefill", "decode"])
 def test_every_linear_of_a_torchao_llama_gets_a_kernel(torchao_cuda_form, row):
     L = _cuda_llama()
@@ -92,20 +109,10 @@ _INTERPRETED = textwrap.dedent(_CUDA_FORM) + textwrap.dedent(
     """
     import json, sys
     sys.path.insert(0, "tests")
-    import pdlkit
-    from test_cuda_torchao import MLP, _torchao
+    from test_cuda_torchao import MLP, _torchao, on_the_interpreter
     torch.manual_seed(0)
     model = _torchao(MLP().eval().to(torch.bfloat16))
-    x = torch.randn(2, 5, 64, dtype=torch.bfloat16)
-    target = {"name": "cpu-triton-interpreter", "devices": ["cpu", "cuda"]}
-    with torch.no_grad():
-        want = model(x)
-        pdlkit.stats(reset=True)
-        got = pdlkit.optimize(model, target=target, default_codegen="eager", autotune="off")(x)
-    calls = {k: v.get("kernel_calls", 0) for k, v in pdlkit.stats()["by_kernel"].items()}
-    d = got.float() - want.float()
-    print(json.dumps({"rel": (d.norm() / want.float().norm()).item(), "max": d.abs().max().item(),
-                      "shape": list(got.shape), "calls": calls}))
+    print(json.dumps(on_the_interpreter(model, torch.randn(2, 5, 64, dtype=torch.bfloat16))))
     """
 )
 
@@ -121,9 +128,19 @@ def test_a_torchao_mlp_computes_torchaos_numbers_in_the_interpreter():
 
 
 @needs_gpu
-def test_gpu_torchao_mlp_runs_pdlkits_kernels_with_torchaos_numbers():
+@pytest.mark.parametrize(
+    "config, kernels",
+    [
+        (
+            "Int8DynamicActivationInt8WeightConfig",
+            {"int8_gated_silu_triton": 1, "int8_linear_triton": 1},
+        ),
+        ("Int8WeightOnlyConfig", {"int8_weight_only_triton": 3}),
+    ],
+)
+def test_gpu_torchao_mlp_runs_pdlkits_kernels_with_torchaos_numbers(config, kernels):
     torch.manual_seed(0)
-    model = _torchao(MLP(512, 1024).eval().cuda().to(torch.bfloat16))
+    model = _torchao(MLP(512, 1024).eval().cuda().to(torch.bfloat16), config)
     x = torch.randn(4, 16, 512, device="cuda", dtype=torch.bfloat16)  # 64 rows: _int_mm's M > 16
     with torch.no_grad():
         want = model(x)
@@ -131,31 +148,26 @@ def test_gpu_torchao_mlp_runs_pdlkits_kernels_with_torchaos_numbers():
         pdlkit.stats(reset=True)
         got = pdlkit.optimize(model, autotune="off")(x)
     subs = {k: v["substitutions"] for k, v in pdlkit.stats()["by_kernel"].items()}
-    assert subs == {"int8_gated_silu_triton": 1, "int8_linear_triton": 1}
+    assert subs == kernels
     torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
 
 
 _BIAS_INTERPRETED = textwrap.dedent(_CUDA_FORM) + textwrap.dedent(
     """
-    import copy, json, sys
+    import json, sys
     sys.path.insert(0, "tests")
-    import pdlkit
-    from test_cuda_torchao import _torchao
+    from test_cuda_torchao import _torchao, on_the_interpreter
     torch.manual_seed(0)
     layers = [torch.nn.Linear(64, 96), torch.nn.GELU(), torch.nn.Linear(96, 32)]
     model = _torchao(torch.nn.Sequential(*layers).eval().to(torch.bfloat16))
     x = torch.randn(2, 5, 64, dtype=torch.bfloat16)
-    target = {"name": "cpu-triton-interpreter", "devices": ["cpu", "cuda"]}
-    def rel(a, b):
-        return ((a.float() - b.float()).norm() / b.float().norm()).item()
+    out = on_the_interpreter(model, x)
     with torch.no_grad():
         want = model(x)
-        pdlkit.stats(reset=True)
-        got = pdlkit.optimize(model, target=target, default_codegen="eager", autotune="off")(x)
         torch._dynamo.reset()
-        inductor = torch.compile(model)(x)
-    calls = {k: v.get("kernel_calls", 0) for k, v in pdlkit.stats()["by_kernel"].items()}
-    print(json.dumps({"rel": rel(got, want), "inductor_rel": rel(inductor, want), "calls": calls}))
+        d = torch.compile(model)(x).float() - want.float()
+    out["inductor_rel"] = (d.norm() / want.float().norm()).item()
+    print(json.dumps(out))
     """
 )
 
@@ -223,10 +235,9 @@ _W8_INTERPRETED = textwrap.dedent(
     """
     import json, sys, torch
     sys.path.insert(0, "tests")
-    import pdlkit
     from pdlkit.kernels.cuda.weight_only import int8_weight_only_triton as k
     from pdlkit.kernels.ops.int8_weight_only import int8_weight_only_linear as ref
-    from test_cuda_torchao import MLP, _torchao
+    from test_cuda_torchao import MLP, _torchao, on_the_interpreter
     out = {}
     for m, kk, n in [(1, 7, 3), (5, 64, 16), (70, 40, 33)]:  # float16: NumPy has no bfloat16
         g = torch.Generator().manual_seed(m)
@@ -237,15 +248,7 @@ _W8_INTERPRETED = textwrap.dedent(
         out[f"{m}x{kk}x{n}"] = (k.fn(x, w, ws, b).float() - ref(x, w, ws, b).float()).abs().max().item()
     torch.manual_seed(0)
     model = _torchao(MLP().eval().half(), "Int8WeightOnlyConfig")
-    x = torch.randn(2, 5, 64).half()
-    target = {"name": "cpu-triton-interpreter", "devices": ["cpu", "cuda"]}
-    with torch.no_grad():
-        want = model(x)
-        pdlkit.stats(reset=True)
-        got = pdlkit.optimize(model, target=target, default_codegen="eager", autotune="off")(x)
-    calls = {k: v.get("kernel_calls", 0) for k, v in pdlkit.stats()["by_kernel"].items()}
-    d = got.float() - want.float()
-    out["model"] = {"rel": (d.norm() / want.float().norm()).item(), "calls": calls}
+    out["model"] = on_the_interpreter(model, torch.randn(2, 5, 64).half())
     print(json.dumps(out))
     """
 )
@@ -272,18 +275,3 @@ def test_gpu_weight_only_kernel_matches_its_op_in_bfloat16(m):
     torch.testing.assert_close(
         k.fn(x, w, ws, None).float(), ref(x, w, ws, None).float(), rtol=1e-2, atol=1e-2
     )
-
-
-@needs_gpu
-def test_gpu_torchao_weight_only_mlp_runs_the_kernel_with_torchaos_numbers():
-    torch.manual_seed(0)
-    model = _torchao(MLP(512, 1024).eval().cuda().to(torch.bfloat16), _W8)
-    x = torch.randn(4, 16, 512, device="cuda", dtype=torch.bfloat16)
-    with torch.no_grad():
-        want = model(x)
-        torch._dynamo.reset()
-        pdlkit.stats(reset=True)
-        got = pdlkit.optimize(model, autotune="off")(x)
-    subs = {k: v["substitutions"] for k, v in pdlkit.stats()["by_kernel"].items()}
-    assert subs == {"int8_weight_only_triton": 3}
-    torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
