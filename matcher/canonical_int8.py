@@ -18,6 +18,7 @@ the SiLU-gated pair, Q/K/V as one launch, the residual epilogues)::
     int8_rescale:    mul(to(mul(mm, expand(xs)), d), ws)  ->  mul(mul(to(mm, f32), xs), ws)
     int8_cast_first: to(reshape(rescaled, s), d)          ->  reshape(to(rescaled, d), s)   exact
     int8_bias_in_place: add_(reshape(rescaled, s), b)     ->  reshape(add(rescaled, b), s)  exact
+                     (the same for torchao's weight-only linear, patterns/cuda/torchao_weight_only.pdl.mlir)
 
 ``int8_rescale`` is inexact: torchao rounds the accumulator times the activation scale to the
 activation dtype ``d`` before the weight scale, which a kernel's float32 epilogue does not (a
@@ -114,6 +115,19 @@ def _rescaled(y: Any) -> bool:
     return isinstance(note, tuple) and note[0] in ("int8_rescale", "int8_bias")
 
 
+def _weight_only(y: Any) -> bool:
+    """Whether ``y`` is torchao's weight-only linear, ``mul(mm(x, to(t(w), d)), s)`` of an
+    int8 ``w`` (patterns/cuda/torchao_weight_only.pdl.mlir)."""
+    if not is_call(y, aten.mul.Tensor) or not is_call(y.args[0], aten.mm.default):
+        return False
+    wide = y.args[0].args[1]
+    return (
+        is_call(wide, aten.to.dtype)
+        and is_call(wide.args[0], aten.t.default)
+        and _tensor(wide.args[0].args[0], torch.int8, 2)
+    )
+
+
 def _cast_first(graph: fx.Graph, n: fx.Node, dtype: Any) -> Applied:
     x: Any = n.args[0]
     if _single(x, aten.reshape.default) is None or not isinstance(dtype, torch.dtype):
@@ -184,13 +198,16 @@ def int8_rescale(graph: fx.Graph, n: fx.Node) -> Applied:
 
 def bias_in_place(graph: fx.Graph, n: fx.Node) -> Applied:
     """``add_(reshape(y, s), b)`` -> ``reshape(add(y, b), s)`` where ``y`` is a rescaled int8
-    GEMM that nothing else reads and ``b`` a bias of its last dimension: torchao adds the
+    GEMM (or torchao's weight-only linear) that nothing else reads and ``b`` a bias of its
+    last dimension: torchao adds the
     bias in place (``y += bias``) into a temporary, which no one sees mutated, so the
     functional add computes the same; the reshape moves after it, as the cast does."""
     if len(n.args) != 2 or n.kwargs.get("alpha", 1) != 1:
         return None
     r: Any = _single(n.args[0], aten.reshape.default)
-    if r is None or not _rescaled(r.args[0]) or len(r.args[0].users) != 1:
+    if r is None or len(r.args[0].users) != 1:
+        return None
+    if not (_rescaled(r.args[0]) or _weight_only(r.args[0])):
         return None
     y, b = r.args[0], n.args[1]
     yv = value_of(y)

@@ -584,7 +584,7 @@ def subclass_weights(model: Any) -> list[str]:
     return [
         f"the model's weights are torchao tensor subclasses ({found}): their ops reach the "
         "graph as the subclass dispatches them; pdlkit's shipped patterns take the linears of "
-        "torchao's Int8DynamicActivationInt8WeightConfig and Int8WeightOnlyConfig (without a "
-        "bias) on CUDA only, and otherwise int8 "
+        "torchao's Int8DynamicActivationInt8WeightConfig and Int8WeightOnlyConfig on CUDA "
+        "only, and otherwise int8 "
         "graphs as PT2E or `pdlkit.quantization.quantize` makes them"
     ]

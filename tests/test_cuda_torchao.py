@@ -183,21 +183,26 @@ def test_a_torchao_linear_with_a_bias_gets_the_int8_kernel(torchao_cuda_form):
     assert [s.pattern for s in report.substitutions] == ["int8_linear_bias"] * 2
 
 
-def test_every_linear_of_a_torchao_qwen2_gets_a_kernel_its_biased_qkv_too(torchao_cuda_form):
+def _qwen2_patterns(config: str) -> list[str]:
+    """The patterns that fire in a 2-layer Qwen2 (biased Q/K/V) quantized by torchao's
+    ``config``, explained for CUDA."""
     pytest.importorskip("transformers", reason="pip install transformers")
     from transformers import Qwen2Config, Qwen2Model
 
-    config = Qwen2Config(
+    sizes = Qwen2Config(
         vocab_size=1000, hidden_size=64, intermediate_size=96, num_attention_heads=4,
         num_key_value_heads=2, num_hidden_layers=2,
     )  # fmt: skip
     torch.manual_seed(0)
-    model = _torchao(Qwen2Model(config).eval().to(torch.bfloat16))
+    model = _torchao(Qwen2Model(sizes).eval().to(torch.bfloat16), config)
     with torch.no_grad():
         report = pdlkit.explain(model, torch.randint(0, 1000, (2, 8)), target="cuda-sm90")
-    patterns = sorted(s.pattern for s in report.substitutions)
+    return sorted(s.pattern for s in report.substitutions)
+
+
+def test_every_linear_of_a_torchao_qwen2_gets_a_kernel_its_biased_qkv_too(torchao_cuda_form):
     # per layer: q, k, v with their biases, o and down with the residual, gate + up as one
-    assert patterns == sorted(
+    assert _qwen2_patterns("Int8DynamicActivationInt8WeightConfig") == sorted(
         ["int8_linear_bias"] * 6 + ["int8_linear_residual"] * 4 + ["int8_gated_silu_3d"] * 2
     )
 
@@ -213,6 +218,13 @@ def test_a_torchao_mlp_with_biases_in_the_interpreter_is_as_close_to_torchao_as_
 # -- weight-only (Int8WeightOnlyConfig: the same graph on every device) ---------------------------
 
 _W8 = "Int8WeightOnlyConfig"
+
+
+def test_every_linear_of_a_torchao_weight_only_qwen2_gets_the_kernel_biases_too():
+    # per layer: q, k, v with their biases (added in place by torchao), o, gate, up, down
+    assert _qwen2_patterns(_W8) == sorted(
+        ["torchao_int8_weight_only_bias"] * 6 + ["torchao_int8_weight_only"] * 8
+    )
 
 
 def test_every_linear_of_a_torchao_weight_only_llama_gets_the_weight_only_kernel():
@@ -249,6 +261,9 @@ _W8_INTERPRETED = textwrap.dedent(
     torch.manual_seed(0)
     model = _torchao(MLP().eval().half(), "Int8WeightOnlyConfig")
     out["model"] = on_the_interpreter(model, torch.randn(2, 5, 64).half())
+    biased = [torch.nn.Linear(64, 96), torch.nn.GELU(), torch.nn.Linear(96, 32)]
+    model = _torchao(torch.nn.Sequential(*biased).eval().half(), "Int8WeightOnlyConfig")
+    out["biased"] = on_the_interpreter(model, torch.randn(2, 5, 64).half())
     print(json.dumps(out))
     """
 )
@@ -260,6 +275,8 @@ def test_the_weight_only_kernel_and_a_torchao_mlp_in_the_interpreter():
         assert got[shape] == 0.0, shape  # float16 sums of int8 x float16 products: exact here
     assert got["model"]["calls"] == {"int8_weight_only_triton": 3}
     assert got["model"]["rel"] < 2e-3  # one rounding of each GEMM fewer than torchao's
+    assert got["biased"]["calls"] == {"int8_weight_only_triton": 2}  # biases in the epilogue
+    assert got["biased"]["rel"] < 2e-3
 
 
 @needs_gpu
