@@ -199,9 +199,9 @@ def int8_rescale(graph: fx.Graph, n: fx.Node) -> Applied:
 def bias_in_place(graph: fx.Graph, n: fx.Node) -> Applied:
     """``add_(reshape(y, s), b)`` -> ``reshape(add(y, b), s)`` where ``y`` is a rescaled int8
     GEMM (or torchao's weight-only linear) that nothing else reads and ``b`` a bias of its
-    last dimension: torchao adds the
-    bias in place (``y += bias``) into a temporary, which no one sees mutated, so the
-    functional add computes the same; the reshape moves after it, as the cast does."""
+    last dimension: torchao adds the bias in place (``y += bias``) into a temporary, which no
+    one sees mutated, so the functional add computes the same (where it keeps ``y``'s dtype,
+    as the in-place add does); the reshape moves after it, as the cast does."""
     if len(n.args) != 2 or n.kwargs.get("alpha", 1) != 1:
         return None
     r: Any = _single(n.args[0], aten.reshape.default)
@@ -210,8 +210,10 @@ def bias_in_place(graph: fx.Graph, n: fx.Node) -> Applied:
     if not (_rescaled(r.args[0]) or _weight_only(r.args[0])):
         return None
     y, b = r.args[0], n.args[1]
-    yv = value_of(y)
-    if not _tensor(b, rank=1) or not known_equal(value_of(b).shape[0], yv.shape[-1]):
+    yv, bv = value_of(y), value_of(b)
+    if not _tensor(b, rank=1) or torch.result_type(yv, bv) != yv.dtype:
+        return None
+    if not known_equal(bv.shape[0], yv.shape[-1]):  # then a valid add_ keeps it last
         return None
     added = call(graph, aten.add.Tensor, (y, b), n, val=yv)
     added.kwargs = {"alpha": 1}

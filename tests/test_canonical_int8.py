@@ -150,3 +150,19 @@ def test_a_bias_added_in_place_becomes_a_functional_add_before_the_reshape():
     ]
     assert restore(gm) == 1
     assert torch.equal(gm(*args), torchao_linear_with_bias(*args))  # exact, once restored
+
+
+def test_a_wider_bias_than_the_weight_only_result_stays_in_place():
+    # bf16 result, float32 bias: the in-place add rounds to bf16, a functional one would not
+    def f(x, w, ws, b):
+        y = torch.mm(x, w.t().to(torch.bfloat16)) * ws.to(torch.bfloat16).flatten()
+        y = y.reshape(2, M // 2, N)
+        y += b
+        return y.to(torch.bfloat16)
+
+    q, _, w, ws = _inputs()
+    args = (torch.randn(M, K).to(torch.bfloat16), w, ws, torch.randn(N))
+    gm = make_fx(f, pre_dispatch=True, tracing_mode="fake")(*args)
+    assert "int8_bias_in_place" not in canonicalize(gm)
+    assert "aten.add_.Tensor" in _ops(gm)
+    assert torch.equal(gm(*args), f(*args))
