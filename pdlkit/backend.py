@@ -568,15 +568,14 @@ def subclass_weights(model: Any) -> list[str]:
     (``quantize_`` makes its weights ``Int8Tensor`` and the like), shown when nothing matched:
     their ops reach the graph as the subclass dispatches them, and the shipped patterns take
     only the int8 dynamic and weight-only configs' linears on CUDA (matcher/canonical_int8.py,
-    patterns/cuda/torchao_weight_only.pdl.mlir). Empty for
-    other tensors (a DTensor's graph is matched as its local ops) and for a model that is not
-    a module."""
+    patterns/cuda/torchao_weight_only.pdl.mlir). Empty for other tensors (a DTensor's graph
+    is matched as its local ops) and for a model that is not a module."""
     if not isinstance(model, torch.nn.Module):
         return []
     kinds = Counter(
         f"{type(t).__module__}.{type(t).__qualname__}"
         for t in [*model.parameters(), *model.buffers()]
-        if type(t).__module__.split(".")[0] == "torchao"
+        if distributed.is_torchao(t)
     )
     if not kinds:
         return []
@@ -585,6 +584,5 @@ def subclass_weights(model: Any) -> list[str]:
         f"the model's weights are torchao tensor subclasses ({found}): their ops reach the "
         "graph as the subclass dispatches them; pdlkit's shipped patterns take the linears of "
         "torchao's Int8DynamicActivationInt8WeightConfig and Int8WeightOnlyConfig on CUDA "
-        "only, and otherwise int8 "
-        "graphs as PT2E or `pdlkit.quantization.quantize` makes them"
+        "only, and otherwise int8 graphs as PT2E or `pdlkit.quantization.quantize` makes them"
     ]

@@ -116,6 +116,11 @@ def _is_subclass(v: Any) -> bool:
     return isinstance(v, torch.Tensor) and is_traceable_wrapper_subclass(v)
 
 
+def is_torchao(t: Any) -> bool:
+    """Whether ``t`` is one of torchao's tensor subclasses (``quantize_``'s weights)."""
+    return type(t).__module__.split(".")[0] == "torchao"
+
+
 def has_subclass_inputs(gm: fx.GraphModule, example_inputs: list[Any]) -> bool:
     """Whether Dynamo's graph takes a tensor subclass (a DTensor parameter or input)."""
     phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -227,7 +232,7 @@ def _pre_dispatch(f: Callable[..., Any], leaves: list[Any], vals: list[Any]) -> 
     from torch.fx.experimental.proxy_tensor import make_fx
 
     subs = [v for v in vals if _is_subclass(v)]
-    if not subs or any(type(v).__module__.split(".")[0] != "torchao" for v in subs):
+    if not subs or not all(is_torchao(v) for v in subs):
         return None
     try:
         traced = make_fx(f, tracing_mode="fake", pre_dispatch=True)(*leaves)
