@@ -4,7 +4,7 @@
 # parts named (all of tests, abi-check and gemm when none is); logs land in ${OUT:-benchmarks/results}.
 #   here:  pip wheel --no-deps -w .whl . && ../shared/tools/gpu-carry-torch-mlir
 #   there: bash benchmarks/run_gpu.sh [tests [test files] [pytest args]] [abi] [gemm [--sweep] [--quick]]
-#                                      [decode [--sweep]] [llama [cuda_llama.py args]]
+#                                      [decode [--sweep]] [weightonly [--sweep]] [llama [cuda_llama.py args]]
 #                                      [step [cuda_step_kernels.py args]] [attention [cuda_attention.py args]]
 #                                      [growing [cuda_growing_cache.py args]]
 # Each part's arguments follow its name up to the next part's name.
@@ -30,7 +30,7 @@ parts=() ; declare -A args
 part=""
 for a in "$@"; do
   case "$a" in
-    tests|abi|gemm|decode|llama|step|attention|growing) part=$a; parts+=("$a"); args[$a]="" ;;
+    tests|abi|gemm|decode|weightonly|llama|step|attention|growing) part=$a; parts+=("$a"); args[$a]="" ;;
     *) args[$part]+=" $(printf %q "$a")" ;;
   esac
 done
@@ -48,6 +48,8 @@ for p in "${parts[@]}"; do
             | tee "$out/cuda_gemm.log" ;;
     decode) eval python3 /tmp/t/benchmarks/cuda_decode.py --out "$out" ${args[decode]} 2>&1 \
               | tee "$out/cuda_decode.log" ;;
+    weightonly) eval python3 /tmp/t/benchmarks/cuda_weight_only.py --out "$out" ${args[weightonly]} 2>&1 \
+                  | tee "$out/cuda_weight_only.log" ;;
     llama) eval python3 /tmp/t/benchmarks/cuda_llama.py --out "$out" ${args[llama]} 2>&1 \
              | tee -a "$out/cuda_llama.log" ;;
     attention) eval python3 /tmp/t/benchmarks/cuda_attention.py --out "$out" ${args[attention]} 2>&1 \

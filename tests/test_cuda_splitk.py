@@ -58,6 +58,16 @@ _SCRIPT = textwrap.dedent(
                       config=S.SplitConfig(32, 32, 64, 1, 1, 1))
     out["grouped_exact"] = [bool((o == (q.int() @ g.int().T).float()).all())
                             for o, g in zip(outs, ws)]
+    # weight-only: fp16 activations (halves), int8 weights; every sum is a multiple of 0.5 up
+    # to 900, exact in fp16, so a lost, doubled or truncated float32 partial sum shows
+    a = (torch.randint(-3, 4, (m, k)) / 2).half()
+    w3 = torch.randint(-3, 4, (n, k), dtype=torch.int8)
+    exact3 = (a.double() @ w3.double().T).half()
+    out["weight_only_exact"] = {}
+    for name in ("one slice", "wide, three slices"):
+        y = torch.full((m, n), float("nan")).half()
+        S.splitk(a, None, w3, ones_n, y, config=configs[name], weight_only=True)
+        out["weight_only_exact"][name] = bool((y == exact3).all())
     print(json.dumps(out))
     """
 )
@@ -87,6 +97,11 @@ def test_tile_counters_a_caller_keeps_are_left_zero_for_the_next_call(interprete
 
 def test_grouped_qkv_with_a_given_config_sums_exactly_in_interpreter(interpreted):
     assert interpreted["grouped_exact"] == [True, True, True]
+
+
+def test_weight_only_sums_exactly_with_k_split_in_interpreter(interpreted):
+    # float32 partial sums in a float32 workspace, added by each tile's last slice
+    assert interpreted["weight_only_exact"] == {"one slice": True, "wide, three slices": True}
 
 
 def _int_mm(q: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -127,6 +142,22 @@ def test_gpu_split_k_slices_sum_exactly(m, n, k, cfg, gated):
             assert torch.equal(
                 out, exact_w.float()
             )  # the same int32 sums, rounded to float32 alike
+
+
+@needs_gpu
+@pytest.mark.parametrize("cfg", [(64, 128, 128, 4, 4, 4), (16, 64, 256, 8, 4, 4), None])
+def test_gpu_weight_only_slices_sum_exactly(cfg):
+    from pdlkit.kernels.cuda import _triton_splitk as S
+
+    m, n, k = 64, 1000, 2048
+    config = S.SplitConfig(*cfg) if cfg else None
+    a = (torch.randint(-1, 2, (m, k), device="cuda") / 2).half()  # sums: halves up to 1024,
+    w = torch.randint(-1, 2, (n, k), dtype=torch.int8, device="cuda")  # exact in fp16
+    exact = (a.cpu().double() @ w.cpu().double().T).half().cuda()
+    for _ in range(2):  # the workspace and its counters start from zero every call
+        out = torch.full((m, n), float("nan"), device="cuda").half()
+        S.splitk(a, None, w, torch.ones(n, device="cuda"), out, config=config, weight_only=True)
+        assert torch.equal(out, exact)
 
 
 def test_grouped_qkv_tiles_by_columns_at_decode_rows():

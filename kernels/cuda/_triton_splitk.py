@@ -125,10 +125,13 @@ def pick_grouped_config(m: int, ns: list[int], k: int) -> SplitConfig:
 _SMEM = 200 * 1024  # bytes of shared memory a weight-only config's stages may take
 
 
-def w8_config(cfg: SplitConfig) -> SplitConfig:
-    """``cfg`` for weight-only tiles: one K slice (float32 partial sums have no workspace
-    here), and, as a bf16 activation tile takes twice an int8 one's shared memory, fewer
-    stages (three at least), then narrower K steps (64 at least), until the stages fit."""
+def w8_config(m: int, n: int, k: int, sms: int = 132) -> SplitConfig:
+    """Tiles for weight-only calls: ``pick_split_config``'s with one K slice, and, as a bf16
+    activation tile takes twice an int8 one's shared memory, fewer stages (three at least),
+    then narrower K steps (64 at least), until the stages fit."""
+    cfg = pick_split_config(m, n, k, False, sms)
+    if INTERPRET:
+        return cfg
     bk, stages = cfg.bk, cfg.stages
     while stages * (cfg.bm * bk * 2 + cfg.bn * bk) > _SMEM and (stages > 3 or bk > 64):
         if stages > 3:
@@ -260,12 +263,14 @@ def _slices_epilogue(
     acc, acc_u, sa, rm, rn, pid_k, c_ptr, ws_ptr, count_ptr, stride_cm, b_scale_ptr,
     u_scale_ptr, bias_ptr, res_ptr, M, N, SPLIT_K: tl.constexpr, GATED: tl.constexpr,
     HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+    W8: tl.constexpr,
 ):  # fmt: skip
     """SPLIT_K > 1: K slice pid_k of this program's tile stores its sums in a block of its
     own in the workspace; the tile's last slice to count itself in adds the blocks in slice
     order (deterministic) and runs the epilogue. Plain stores and loads: the atomic adds of
     every partial sum they replace took a 64 x 14336 gate/up pair split in two from 36 to
-    76 us (H200)."""
+    76 us (H200). ``W8``: float32 sums in a float32 workspace."""
+    ACC: tl.constexpr = tl.float32 if W8 else tl.int32
     tile = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)
     block = BM * BN * (1 + GATED)
     tiles = tl.num_programs(0) * tl.num_programs(1)
@@ -277,8 +282,8 @@ def _slices_epilogue(
     tl.debug_barrier()  # every thread's sums are stored before the counter moves
     done = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel")
     if done == SPLIT_K - 1:  # the last slice of this tile: every block is stored
-        acc = tl.zeros((BM, BN), dtype=tl.int32)
-        acc_u = tl.zeros((BM, BN), dtype=tl.int32)
+        acc = tl.zeros((BM, BN), dtype=ACC)
+        acc_u = tl.zeros((BM, BN), dtype=ACC)
         for s in tl.static_range(SPLIT_K):  # from L2 (.cg): other SMs wrote them
             blk = ws_ptr + (s * tiles + tile).to(tl.int64) * block + offs
             acc += tl.load(blk, cache_modifier=".cg")
@@ -287,7 +292,7 @@ def _slices_epilogue(
         tl.atomic_xchg(count_ptr + tile, 0)  # zero again for the next call
         _epilogue_sa(
             acc, acc_u, sa, rm, rn, c_ptr, stride_cm, b_scale_ptr, u_scale_ptr, bias_ptr,
-            M, N, GATED, HAS_BIAS, res_ptr, HAS_RES,
+            M, N, GATED, HAS_BIAS, res_ptr, HAS_RES, W8,
         )  # fmt: skip
 
 
@@ -338,7 +343,7 @@ def splitk_kernel(
     else:
         _slices_epilogue(
             acc, acc_u, sa, rm, rn, pid_k, c_ptr, ws_ptr, count_ptr, stride_cm, b_scale_ptr,
-            u_scale_ptr, bias_ptr, res_ptr, M, N, SPLIT_K, GATED, HAS_BIAS, HAS_RES, BM, BN,
+            u_scale_ptr, bias_ptr, res_ptr, M, N, SPLIT_K, GATED, HAS_BIAS, HAS_RES, BM, BN, W8,
         )  # fmt: skip
 
 
@@ -375,18 +380,22 @@ def splitk(
     if quantize is not None:
         assert m == 1, "quantize= takes one row"
         a = torch.empty((1, k), dtype=torch.int8, device=x.device)
-    cfg = config or pick_split_config(m, n, k, u is not None, 0 if INTERPRET else _sms())
     if weight_only:
         assert u is None and quantize is None, "weight_only takes one float activation"
-        cfg = w8_config(cfg)
+    sms = 0 if INTERPRET else _sms()
+    pick = (
+        w8_config(m, n, k, sms) if weight_only else pick_split_config(m, n, k, u is not None, sms)
+    )
+    cfg = config or pick
     k_split = triton.cdiv(triton.cdiv(k, cfg.split_k), cfg.bk) * cfg.bk
     split = triton.cdiv(k, k_split)  # K slices that hold any of K
     grid_n, grid_m = triton.cdiv(n, cfg.bn), triton.cdiv(m, cfg.bm)
     gated = u is not None
     ws = counts = None  # one K slice: no workspace
-    if split > 1:  # a block of int32 sums per slice and tile, and a zeroed counter per tile
+    if split > 1:  # a block of sums per slice and tile, and a zeroed counter per tile
         block = cfg.bm * cfg.bn * (1 + gated)
-        ws = torch.empty(split * grid_m * grid_n * block, dtype=torch.int32, device=a.device)
+        acc = torch.float32 if weight_only else torch.int32
+        ws = torch.empty(split * grid_m * grid_n * block, dtype=acc, device=a.device)
         counts = counters
         if counts is None:
             counts = torch.zeros(grid_m * grid_n, dtype=torch.int32, device=a.device)
