@@ -184,8 +184,9 @@ def test_a_torchao_linear_with_a_bias_gets_the_int8_kernel(torchao_cuda_form):
 
 
 def _qwen2_patterns(config: str) -> list[str]:
-    """The patterns that fire in a 2-layer Qwen2 (biased Q/K/V) quantized by torchao's
-    ``config``, explained for CUDA."""
+    """The patterns that fire on the linears of a 2-layer Qwen2 (biased Q/K/V) quantized by
+    torchao's ``config``, explained for CUDA (not ``matmul_outer``: transformers 5.17, the GPU
+    machine's, spells the rotary frequencies as a matmul, which that pattern takes)."""
     pytest.importorskip("transformers", reason="pip install transformers")
     from transformers import Qwen2Config, Qwen2Model
 
@@ -197,7 +198,7 @@ def _qwen2_patterns(config: str) -> list[str]:
     model = _torchao(Qwen2Model(sizes).eval().to(torch.bfloat16), config)
     with torch.no_grad():
         report = pdlkit.explain(model, torch.randint(0, 1000, (2, 8)), target="cuda-sm90")
-    return sorted(s.pattern for s in report.substitutions)
+    return sorted(s.pattern for s in report.substitutions if s.pattern != "matmul_outer")
 
 
 def test_every_linear_of_a_torchao_qwen2_gets_a_kernel_its_biased_qkv_too(torchao_cuda_form):
