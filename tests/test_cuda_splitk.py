@@ -160,6 +160,18 @@ def test_gpu_weight_only_slices_sum_exactly(cfg):
         assert torch.equal(out, exact)
 
 
+def test_weight_only_tiles_follow_the_measured_winners():
+    from pdlkit.kernels.cuda._triton_splitk import SplitConfig, w8_config
+
+    # the winners of benchmarks/cuda_weight_only.py --sweep on an H200 (within 5% of each)
+    assert w8_config(1, 4096, 4096) == SplitConfig(16, 32, 256, 1, 4, 5)  # q, k, v, o
+    assert w8_config(16, 4096, 11008) == SplitConfig(16, 64, 128, 4, 4, 4)  # down: K in four
+    assert w8_config(1, 1024, 4096).split_k == 4  # GQA k, v: 32 tiles, 128 programs
+    assert w8_config(64, 14336, 4096) == SplitConfig(64, 64, 128, 1, 4, 4)  # GQA gate, up
+    assert w8_config(256, 14336, 4096) == SplitConfig(128, 128, 64, 1, 4, 4)
+    assert w8_config(256, 4096, 11008) == SplitConfig(64, 128, 64, 2, 4, 4)
+
+
 def test_grouped_qkv_tiles_by_columns_at_decode_rows():
     from pdlkit.kernels.cuda._triton_splitk import SplitConfig, pick_grouped_config
 

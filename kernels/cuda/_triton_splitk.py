@@ -122,23 +122,32 @@ def pick_grouped_config(m: int, ns: list[int], k: int) -> SplitConfig:
     return SplitConfig(64, 64, cfg.bk, 1, cfg.warps, 5) if cfg.bn == 64 else cfg
 
 
-_SMEM = 200 * 1024  # bytes of shared memory a weight-only config's stages may take
-
-
 def w8_config(m: int, n: int, k: int, sms: int = 132) -> SplitConfig:
-    """Tiles for weight-only calls: ``pick_split_config``'s with one K slice, and, as a bf16
-    activation tile takes twice an int8 one's shared memory, fewer stages (three at least),
-    then narrower K steps (64 at least), until the stages fit."""
-    cfg = pick_split_config(m, n, k, False, sms)
+    """Tiles for weight-only calls (bf16 / fp16 activations, int8 weights widened in
+    registers), as measured on an H200 (benchmarks/cuda_weight_only.py --sweep: the linears
+    of Llama-2-7B and of a Llama-3 GQA layer at 1, 16, 64 and 256 rows,
+    benchmarks/results/cuda_weight_only_h200_*.md). Up to 64 rows: 32 columns a program with
+    K steps of 256, five in flight, for the 4096 x 4096 and (up to 16 rows) 11008 x 4096
+    weights; 64 columns and K steps of 128 for wider or longer ones; K split in four where it
+    is over 8192 (the down projections), and until a narrow weight's tiles make 128 programs.
+    More rows, for weights 4096 wide or more: 128 x 128 tiles with K steps of 64 for the
+    wide ones, 64 x 128 with K split in two for the long ones, else 128 x 64."""
     if INTERPRET:
-        return cfg
-    bk, stages = cfg.bk, cfg.stages
-    while stages * (cfg.bm * bk * 2 + cfg.bn * bk) > _SMEM and (stages > 3 or bk > 64):
-        if stages > 3:
-            stages -= 1
-        else:
-            bk //= 2
-    return SplitConfig(cfg.bm, cfg.bn, bk, 1, cfg.warps, stages)
+        return pick_split_config(m, n, k, False, sms)
+    m = size_hint(m)  # a symbolic M by its hint: no guard on it
+    if m > 64 and n >= 4096:
+        if n > 8192:
+            return SplitConfig(128, 128, 64, 1, 4, 4)
+        return SplitConfig(64, 128, 64, 2, 4, 4) if k > 8192 else SplitConfig(128, 64, 128, 1, 4, 4)
+    bm = min(64, max(16, triton.next_power_of_2(m)))
+    wide = n >= 12288 if m <= 16 else n > 4096
+    bn = 64 if wide or k > 8192 else 32
+    split = 4 if k > 8192 else 1
+    while triton.cdiv(n, bn) * triton.cdiv(m, bm) * split < 128 and k // (128 * split * 2) >= 4:
+        split *= 2
+    if bn == 32 and split == 1:
+        return SplitConfig(bm, 32, 256, 1, 4, 5)
+    return SplitConfig(bm, bn, 128, split, 4, 6 if bn == 32 else 4)
 
 
 @triton.jit
@@ -312,7 +321,7 @@ def splitk_kernel(
     ``QUANT_A`` (one row): A is first quantized from the float row ``x`` (int8, symmetric,
     per token) by every program into ``a`` (the same bytes each time), then read as usual.
     ``W8`` (weight-only): A is bf16 / fp16 activations, B's int8 weights are widened in
-    registers, the sums are float32, no activation scale applies (one K slice) and the weight
+    registers, the sums are float32, no activation scale applies and the weight
     scales are rounded to C's dtype before they multiply (as torchao's weight-only linear).
     Pointers a call does not use (U without GATED, the workspace with one slice, ...) come as
     None, and the weights' sizes and strides as constexprs: a launch passes neither (Inductor's
@@ -373,7 +382,7 @@ def splitk(
     without them each call zeroes counters of its own (a fill launched before the kernel).
     ``weight_only``: ``a`` is bf16 / fp16 activations (``a_scale`` None), ``b`` int8 weights
     widened in registers: out = (a @ b.T) * b_scale.to(out.dtype) (+ bias), float32 sums,
-    one K slice."""
+    ``w8_config``'s tiles."""
     m, k = a.shape
     n = b.shape[0]
     x = a
@@ -383,10 +392,10 @@ def splitk(
     if weight_only:
         assert u is None and quantize is None, "weight_only takes one float activation"
     sms = 0 if INTERPRET else _sms()
-    pick = (
-        w8_config(m, n, k, sms) if weight_only else pick_split_config(m, n, k, u is not None, sms)
-    )
-    cfg = config or pick
+    if weight_only:
+        cfg = config or w8_config(m, n, k, sms)
+    else:
+        cfg = config or pick_split_config(m, n, k, u is not None, sms)
     k_split = triton.cdiv(triton.cdiv(k, cfg.split_k), cfg.bk) * cfg.bk
     split = triton.cdiv(k, k_split)  # K slices that hold any of K
     grid_n, grid_m = triton.cdiv(n, cfg.bn), triton.cdiv(m, cfg.bm)
