@@ -6,10 +6,12 @@ torchao writes it, Inductor took 58 ms for a 64-row decode step of a 2-layer Lla
 H200 (88 kernels; 3.2 ms at one row). Here the split-K streaming kernel
 (``_triton_splitk.py``, ``W8``) reads each int8 weight tile once and widens it in registers,
 bf16 x bf16 on the tensor cores with float32 sums, the scale (and bias) in the epilogue: one
-byte a weight streamed, half of what a BF16 model streams. That step took 0.24 ms at one row
-(1.26x BF16 Inductor) and 0.48 ms at 64 rows (0.85x: 32 columns a program re-read the bf16
-activation rows from L2). Up to 256 rows; prefill-sized calls are declined and keep the graph
-Inductor compiles (benchmarks/results/cuda_llama_llama2-7b_torchao_w8_via_pdlkit_h200_*.md).
+byte a weight streamed, half of what a BF16 model streams, with tiles measured for these
+calls (``w8_config``). On an H200 (benchmarks/results/cuda_llama_torchao_w8_h200_*.md) a
+decode step took 0.22 ms at one row (1.39x BF16 Inductor; Llama-3 GQA 1.41x), 0.42 ms at 64
+rows (0.98x; its GEMMs 0.76-1.01x of BF16 cuBLAS's there) and 0.97 ms at 256 (0.81x), where
+torchao's graph compiled by Inductor took 58 ms (64 rows) and 231 ms (256). Up to 256 rows;
+prefill-sized calls are declined and keep the graph Inductor compiles.
 """
 
 from __future__ import annotations
