@@ -252,7 +252,8 @@ _W8_INTERPRETED = textwrap.dedent(
     from pdlkit.kernels.ops.int8_weight_only import int8_weight_only_linear as ref
     from test_cuda_torchao import MLP, _torchao, on_the_interpreter
     out = {}
-    for m, kk, n in [(1, 7, 3), (5, 64, 16), (70, 40, 33)]:  # float16: NumPy has no bfloat16
+    for m, kk, n in [(1, 7, 3), (5, 64, 16), (70, 40, 33), (300, 24, 5)]:  # float16 (NumPy
+        # has no bfloat16); 300 rows: prefill-sized calls take the kernel too
         g = torch.Generator().manual_seed(m)
         x = torch.randn(m, kk, generator=g).half()
         w = torch.randint(-128, 128, (n, kk), generator=g, dtype=torch.int8)
@@ -272,7 +273,7 @@ _W8_INTERPRETED = textwrap.dedent(
 
 def test_the_weight_only_kernel_and_a_torchao_mlp_in_the_interpreter():
     got = run_interpreted(_W8_INTERPRETED)
-    for shape in ("1x7x3", "5x64x16", "70x40x33"):
+    for shape in ("1x7x3", "5x64x16", "70x40x33", "300x24x5"):
         assert got[shape] == 0.0, shape  # float16 sums of int8 x float16 products: exact here
     assert got["model"]["calls"] == {"int8_weight_only_triton": 3}
     assert got["model"]["rel"] < 2e-3  # one rounding of each GEMM fewer than torchao's
@@ -281,7 +282,7 @@ def test_the_weight_only_kernel_and_a_torchao_mlp_in_the_interpreter():
 
 
 @needs_gpu
-@pytest.mark.parametrize("m", [1, 16, 64, 200])
+@pytest.mark.parametrize("m", [1, 16, 64, 200, 1000])
 def test_gpu_weight_only_kernel_matches_its_op_in_bfloat16(m):
     from pdlkit.kernels.cuda.weight_only import int8_weight_only_triton as k
     from pdlkit.kernels.ops.int8_weight_only import int8_weight_only_linear as ref

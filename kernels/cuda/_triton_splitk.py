@@ -131,10 +131,15 @@ def w8_config(m: int, n: int, k: int, sms: int = 132) -> SplitConfig:
     weights; 64 columns and K steps of 128 for wider or longer ones; K split in four where it
     is over 8192 (the down projections), and until a narrow weight's tiles make 128 programs.
     More rows, for weights 4096 wide or more: 128 x 128 tiles with K steps of 64 for the
-    wide ones, 64 x 128 with K split in two for the long ones, else 128 x 64."""
+    wide ones, 64 x 128 with K split in two for the long ones, else 128 x 64. Past 256 rows
+    (prefill; not measured) 128-row tiles, 128 or 64 columns, one K slice."""
     if INTERPRET:
         return pick_split_config(m, n, k, False, sms)
     m = size_hint(m)  # a symbolic M by its hint: no guard on it
+    if m > 256:
+        return (
+            SplitConfig(128, 128, 64, 1, 4, 4) if n > 8192 else SplitConfig(128, 64, 128, 1, 4, 4)
+        )
     if m > 64 and n >= 4096:
         if n > 8192:
             return SplitConfig(128, 128, 64, 1, 4, 4)

@@ -10,14 +10,15 @@ byte a weight streamed, half of what a BF16 model streams, with tiles measured f
 calls (``w8_config``). On an H200 (benchmarks/results/cuda_llama_torchao_w8_h200_*.md) a
 decode step took 0.22 ms at one row (1.39x BF16 Inductor; Llama-3 GQA 1.41x), 0.42 ms at 64
 rows (0.98x; its GEMMs 0.76-1.01x of BF16 cuBLAS's there) and 0.97 ms at 256 (0.81x), where
-torchao's graph compiled by Inductor took 58 ms (64 rows) and 231 ms (256). Up to 256 rows;
-prefill-sized calls are declined and keep the graph Inductor compiles.
+torchao's graph compiled by Inductor took 58 ms (64 rows) and 231 ms (256), growing with
+the rows. So prefill-sized calls take the kernel too (``w8_config``'s 128-row tiles; their
+speed is not measured yet: on a GPU the whole-graph check times them against Inductor's).
 """
 
 from __future__ import annotations
 
 import torch
-from pdlkit.kernels.cuda._common import _CAPTURED, _decode_rows, _splitk
+from pdlkit.kernels.cuda._common import _CAPTURED, _splitk
 from pdlkit.runtime_abi.triton_binding import launched_by_inductor
 from torch import Tensor
 
@@ -36,7 +37,7 @@ _FLOATS = [torch.bfloat16, torch.float16]
 def int8_weight_only_triton(x: Tensor, w: Tensor, w_scale: Tensor, bias: Tensor | None) -> Tensor:
     """(x @ w.T) * w_scale (+ bias) with each int8 weight tile widened in registers; float32
     sums, the scales rounded to x's dtype, one rounding of the result at the end."""
-    m = _decode_rows(x)
+    m = x.shape[0]
     out = torch.empty((m, w.shape[0]), dtype=x.dtype, device=x.device)
     return _splitk().splitk(
         x if x.stride(-1) == 1 else x.contiguous(),
