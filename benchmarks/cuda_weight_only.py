@@ -178,12 +178,11 @@ def main() -> None:
         print(
             m, name, {key: r[key] for key in ("pick_ms", "best", "best_ms", "bf16_ms")}, flush=True
         )
+    from measure import write_report
+
     out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
+    write_report(out / "cuda_weight_only.md", markdown(res, " ".join(sys.argv[1:])))
     (out / "cuda_weight_only.json").write_text(json.dumps(res, indent=1, default=str))
-    md = markdown(res, " ".join(sys.argv[1:]))
-    (out / "cuda_weight_only.md").write_text(md)
-    print(md)
 
 
 if __name__ == "__main__":
