@@ -170,6 +170,8 @@ def test_weight_only_tiles_follow_the_measured_winners():
     assert w8_config(64, 14336, 4096) == SplitConfig(64, 64, 128, 1, 4, 4)  # GQA gate, up
     assert w8_config(256, 14336, 4096) == SplitConfig(128, 128, 64, 1, 4, 4)
     assert w8_config(256, 4096, 11008) == SplitConfig(64, 128, 64, 2, 4, 4)
+    # prefill-sized calls: one K slice (no workspace of partial sums the size of the output)
+    assert w8_config(2048, 4096, 11008).split_k == 1
 
 
 def test_grouped_qkv_tiles_by_columns_at_decode_rows():

@@ -326,8 +326,8 @@ def splitk_kernel(
     ``QUANT_A`` (one row): A is first quantized from the float row ``x`` (int8, symmetric,
     per token) by every program into ``a`` (the same bytes each time), then read as usual.
     ``W8`` (weight-only): A is bf16 / fp16 activations, B's int8 weights are widened in
-    registers, the sums are float32, no activation scale applies and the weight
-    scales are rounded to C's dtype before they multiply (as torchao's weight-only linear).
+    registers, the sums are float32, no activation scale applies and the weight scales are
+    rounded to C's dtype before they multiply (as torchao's weight-only linear).
     Pointers a call does not use (U without GATED, the workspace with one slice, ...) come as
     None, and the weights' sizes and strides as constexprs: a launch passes neither (Inductor's
     launcher takes about 0.4 us per argument on an H200's host)."""
@@ -394,10 +394,9 @@ def splitk(
     if quantize is not None:
         assert m == 1, "quantize= takes one row"
         a = torch.empty((1, k), dtype=torch.int8, device=x.device)
-    if weight_only:
-        assert u is None and quantize is None, "weight_only takes one float activation"
     sms = 0 if INTERPRET else _sms()
     if weight_only:
+        assert u is None and quantize is None, "weight_only takes one float activation"
         cfg = config or w8_config(m, n, k, sms)
     else:
         cfg = config or pick_split_config(m, n, k, u is not None, sms)
