@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from conftest import needs_gpu, run_interpreted
 
+import pdlkit
+
 pytest.importorskip("triton", reason="Triton is not installed (pip install triton)")
 
 _SCRIPT = textwrap.dedent(
@@ -172,6 +174,40 @@ def test_weight_only_tiles_follow_the_measured_winners():
     assert w8_config(256, 4096, 11008) == SplitConfig(64, 128, 64, 2, 4, 4)
     # prefill-sized calls: one K slice (no workspace of partial sums the size of the output)
     assert w8_config(2048, 4096, 11008).split_k == 1
+
+
+@pytest.fixture
+def gpu_shared(monkeypatch):
+    """Pretend the GPU is of compute capability ``major`` with ``limit`` bytes of shared
+    memory a program (kernels/cuda/_common.py's shared_limit)."""
+    from pdlkit.kernels.cuda import _common
+
+    def pretend(major: int, limit: int) -> None:
+        monkeypatch.setattr(_common, "shared_limit", lambda: (major, limit))
+
+    return pretend
+
+
+def test_a_tile_that_overflows_an_h100_gets_fewer_stages(gpu_shared):
+    from pdlkit.kernels.cuda._common import fit_stages
+    from pdlkit.kernels.cuda._triton_splitk import pick_split_config
+
+    gpu_shared(9, 232448)  # an H100 / H200
+    cfg = pick_split_config(128, 4096, 4096, False)  # 128 x 32, K steps of 256, six stages
+    assert fit_stages(cfg.stages, cfg.bk * (cfg.bm + cfg.bn), "splitk") == 5  # 245,760 bytes
+    cfg = pick_split_config(64, 4096, 4096, False)  # the measured decode tile: as it is
+    assert fit_stages(cfg.stages, cfg.bk * (cfg.bm + cfg.bn), "splitk") == cfg.stages
+
+
+def test_an_sm89_gpu_gets_fewer_stages_or_a_declined_kernel(gpu_shared):
+    from pdlkit.kernels.cuda._common import fit_stages
+
+    gpu_shared(8, 101376)  # an L4 / L40S / RTX 4090: 99 KB a program, stages - 1 buffers
+    assert fit_stages(6, 24576, "splitk") == 5  # 5 x 24,576 bytes
+    with pytest.raises(
+        pdlkit.KernelUnsupported, match="splitk_kernel: .* more than this GPU's 101376"
+    ):
+        fit_stages(3, 131072, "splitk_kernel")
 
 
 def test_grouped_qkv_tiles_by_columns_at_decode_rows():

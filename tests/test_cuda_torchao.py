@@ -266,6 +266,9 @@ _W8_INTERPRETED = textwrap.dedent(
     biased = [torch.nn.Linear(64, 96), torch.nn.GELU(), torch.nn.Linear(96, 32)]
     model = _torchao(torch.nn.Sequential(*biased).eval().half(), "Int8WeightOnlyConfig")
     out["biased"] = on_the_interpreter(model, torch.randn(2, 5, 64).half())
+    from pdlkit.kernels.cuda import _common
+    _common.shared_limit = lambda: (9, 4096)  # a GPU whose shared memory no tile fits
+    out["small_gpu"] = on_the_interpreter(model, torch.randn(2, 5, 64).half())
     print(json.dumps(out))
     """
 )
@@ -279,6 +282,10 @@ def test_the_weight_only_kernel_and_a_torchao_mlp_in_the_interpreter():
     assert got["model"]["rel"] < 2e-3  # one rounding of each GEMM fewer than torchao's
     assert got["biased"]["calls"] == {"int8_weight_only_triton": 2}  # biases in the epilogue
     assert got["biased"]["rel"] < 2e-3
+    # where the tiles do not fit the GPU's shared memory the kernel declines each call and
+    # the linears run as the graph has them: the same numbers as eager
+    assert not any(got["small_gpu"]["calls"].values())
+    assert got["small_gpu"]["rel"] == 0.0
 
 
 @needs_gpu

@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from pdlkit.kernels.cuda._common import INTERPRET
+from pdlkit.kernels.cuda._common import INTERPRET, fit_stages
 from pdlkit.kernels.cuda._triton_gemm import ROW_BLOCK, quotient, row_warps
 from pdlkit.kernels.cuda._triton_splitk import SplitConfig, _epilogue, pick_grouped_config
 from pdlkit.runtime_abi.triton_binding import launch
@@ -170,12 +170,13 @@ def grouped_splitk(
     while len(weights) < 3:  # an unused third group: no tiles
         weights, scales, outs, tiles = [*weights, weights[0]], [*scales, scales[0]], [*outs, outs[0]], [*tiles, 0]  # fmt: skip
     grid = (triton.cdiv(m, cfg.bm), sum(tiles))
+    stages = fit_stages(cfg.stages, cfg.bk * (cfg.bm + cfg.bn), "grouped_splitk_kernel")
     launch(grouped_splitk_kernel)[grid](
         a, a_scale,
         weights[0], scales[0], outs[0], weights[0].shape[0], tiles[0],
         weights[1], scales[1], outs[1], weights[1].shape[0], tiles[1],
         weights[2], scales[2], outs[2], weights[2].shape[0],
         m, a.stride(0),
-        K=k, BM=cfg.bm, BN=cfg.bn, BK=cfg.bk, num_warps=cfg.warps, num_stages=cfg.stages,
+        K=k, BM=cfg.bm, BN=cfg.bn, BK=cfg.bk, num_warps=cfg.warps, num_stages=stages,
     )  # fmt: skip
     return outs[:groups]

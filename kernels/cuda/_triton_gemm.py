@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
-from pdlkit.kernels.cuda._common import INTERPRET
+from pdlkit.kernels.cuda._common import INTERPRET, fit_stages
 from pdlkit.runtime_abi.triton_binding import launch, size_hint
 
 # activation name (the act= of gemm()) -> the kernels' ACT code
@@ -292,6 +292,8 @@ def gemm(
         a_scale_mode, a_scale_t, a_scale_v = 1, a, float(a_scale)
     os_, ozp, qmin, qmax = requant or (1.0, 0, 0, 0)
     grid = (triton.cdiv(m, cfg.bm) * triton.cdiv(n, cfg.bn),)
+    stage = cfg.bk * (cfg.bm * a.element_size() + cfg.bn * b.element_size())
+    stages = fit_stages(cfg.stages, stage, "gemm_kernel")
     launch(gemm_kernel)[grid](
         a, b, out, a_scale_t, b_scale if b_scale is not None else a,  # a: a pointer not read
         bias if bias is not None else a, wsum if wsum is not None else a,
@@ -303,7 +305,7 @@ def gemm(
         B_SCALE=b_scale is not None, HAS_BIAS=bias is not None, HAS_WSUM=wsum is not None,
         ACT=ACTS[act], REQUANT=requant is not None, HAS_RES=residual is not None,
         BM=cfg.bm, BN=cfg.bn, BK=cfg.bk, GROUP_M=cfg.group_m,
-        num_warps=cfg.warps, num_stages=cfg.stages,
+        num_warps=cfg.warps, num_stages=stages,
     )  # fmt: skip
     return out
 
@@ -322,11 +324,12 @@ def gated(
     n = g.shape[0]
     cfg = config or pick_config(m, n, k, True, gated=True)
     grid = (triton.cdiv(m, cfg.bm) * triton.cdiv(n, cfg.bn),)
+    stages = fit_stages(cfg.stages, cfg.bk * (cfg.bm + 2 * cfg.bn), "gated_kernel")
     launch(gated_kernel)[grid](
         a, g, u, out, a_scale, g_scale, u_scale,
         m, n, a.stride(0), g.stride(0), out.stride(0),
         K=k, BM=cfg.bm, BN=cfg.bn, BK=cfg.bk, GROUP_M=cfg.group_m,
-        num_warps=cfg.warps, num_stages=cfg.stages,
+        num_warps=cfg.warps, num_stages=stages,
     )  # fmt: skip
     return out
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
-from pdlkit.kernels.cuda._common import INTERPRET
+from pdlkit.kernels.cuda._common import INTERPRET, fit_stages
 from pdlkit.kernels.cuda._triton_gemm import _RNE, _sms, quotient
 from pdlkit.runtime_abi.triton_binding import launch, size_hint
 
@@ -400,10 +400,12 @@ def splitk(
         cfg = config or w8_config(m, n, k, sms)
     else:
         cfg = config or pick_split_config(m, n, k, u is not None, sms)
+    gated = u is not None
+    stage = cfg.bk * (cfg.bm * a.element_size() + cfg.bn * (1 + gated))
+    stages = fit_stages(cfg.stages, stage, "splitk_kernel")
     k_split = triton.cdiv(triton.cdiv(k, cfg.split_k), cfg.bk) * cfg.bk
     split = triton.cdiv(k, k_split)  # K slices that hold any of K
     grid_n, grid_m = triton.cdiv(n, cfg.bn), triton.cdiv(m, cfg.bm)
-    gated = u is not None
     ws = counts = None  # one K slice: no workspace
     if split > 1:  # a block of sums per slice and tile, and a zeroed counter per tile
         block = cfg.bm * cfg.bn * (1 + gated)
@@ -420,6 +422,6 @@ def splitk(
         GATED=gated, HAS_BIAS=bias is not None, HAS_RES=residual is not None,
         QUANT_A=quantize is not None, BM=cfg.bm, BN=cfg.bn, BK=cfg.bk,
         RB=min(triton.next_power_of_2(k), 32 if INTERPRET else 4096), W8=weight_only,
-        num_warps=cfg.warps, num_stages=cfg.stages,
+        num_warps=cfg.warps, num_stages=stages,
     )  # fmt: skip
     return out
