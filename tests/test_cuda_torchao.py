@@ -260,6 +260,11 @@ _W8_INTERPRETED = textwrap.dedent(
         ws = torch.rand(n, 1, generator=g) * 0.01 + 1e-4
         b = torch.randn(n, generator=g).half() if n % 2 else None
         out[f"{m}x{kk}x{n}"] = (k.fn(x, w, ws, b).float() - ref(x, w, ws, b).float()).abs().max().item()
+    # bfloat16: the kernel's dot runs in float32 under the interpreter (its bf16 dot is wrong)
+    torch.manual_seed(0)
+    x, w = torch.randn(5, 64).bfloat16(), torch.randint(-128, 128, (16, 64), dtype=torch.int8)
+    want = ref(x, w, torch.ones(16, 1), None).float()
+    out["bf16_rel"] = ((k.fn(x, w, torch.ones(16, 1), None).float() - want).norm() / want.norm()).item()
     torch.manual_seed(0)
     model = _torchao(MLP().eval().half(), "Int8WeightOnlyConfig")
     out["model"] = on_the_interpreter(model, torch.randn(2, 5, 64).half())
@@ -278,6 +283,10 @@ def test_the_weight_only_kernel_and_a_torchao_mlp_in_the_interpreter():
     got = run_interpreted(_W8_INTERPRETED)
     for shape in ("1x7x3", "5x64x16", "70x40x33", "300x24x5"):
         assert got[shape] == 0.0, shape  # float16 sums of int8 x float16 products: exact here
+    # the interpreter casts float32 to bfloat16 by truncation (1 + 3 * 2**-9 -> 1.0, where
+    # torch rounds to 1.0078125): up to one bfloat16 step (2**-7 relative) an element; before
+    # the float32 dot, 7e8 where 8 was right
+    assert got["bf16_rel"] < 8e-3
     assert got["model"]["calls"] == {"int8_weight_only_triton": 3}
     assert got["model"]["rel"] < 2e-3  # one rounding of each GEMM fewer than torchao's
     assert got["biased"]["calls"] == {"int8_weight_only_triton": 2}  # biases in the epilogue

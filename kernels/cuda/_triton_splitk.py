@@ -244,10 +244,14 @@ def _sums(
     a_ptr, b_ptr, u_ptr, rm, rn, rk, M, N, stride_am, stride_bn,
     K: tl.constexpr, K_SPLIT: tl.constexpr, EVEN_K: tl.constexpr, GATED: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, W8: tl.constexpr = False,
+    UPCAST: tl.constexpr = False,
 ):  # fmt: skip
     """The int32 sums of one K slice (positions rk + k0): A[rm] @ B[rn]^T, and U's for a
     gated pair; up to ``stages`` K steps of loads in flight. ``W8``: A is float (bf16 /
-    fp16) and B's int8 tiles are widened to A's dtype in registers: float32 sums."""
+    fp16) and B's int8 tiles are widened to A's dtype in registers: float32 sums. ``UPCAST``
+    (Triton's interpreter): both to float32 first, since the interpreter's bf16 dot is wrong
+    (NumPy has no bf16; a bf16 weight-only call read 7e8 where 8 was right); their products
+    are exact in float32 either way."""
     ACC: tl.constexpr = tl.float32 if W8 else tl.int32
     m_ok = (rm < M)[:, None]
     n_ok = (rn < N)[:, None]
@@ -260,7 +264,10 @@ def _sums(
     for k0 in range(0, K_SPLIT, BK):
         a = _k_tile(a_ptrs, m_ok, rk + k0, K, EVEN_K)
         b = _k_tile(b_ptrs, n_ok, rk + k0, K, EVEN_K)
-        if W8:
+        if UPCAST:
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        elif W8:
             b = b.to(a.dtype)
         acc = tl.dot(a, tl.trans(b), acc, out_dtype=ACC)
         if GATED:
@@ -318,6 +325,7 @@ def splitk_kernel(
     K: tl.constexpr, K_SPLIT: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr,
     GATED: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, QUANT_A: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, RB: tl.constexpr, W8: tl.constexpr,
+    UPCAST: tl.constexpr = False,
 ):  # fmt: skip
     """C[M, N] = epilogue(A[M, K] @ B[N, K]^T) (and U for a gated pair), int8 in, int32
     sums; program (m, n, s) sums K slice s of tile (m, n). ``ws`` holds SPLIT_K > 1's
@@ -341,7 +349,7 @@ def splitk_kernel(
         s = _quantize_row(x_ptr, a_ptr, q_eps, q_max, K, RB)
     acc, acc_u = _sums(
         a_ptr, b_ptr, u_ptr, rm, rn, rk, M, N, stride_am, stride_bn,
-        K, K_SPLIT, EVEN_K, GATED, BM, BN, BK, W8,
+        K, K_SPLIT, EVEN_K, GATED, BM, BN, BK, W8, UPCAST,
     )  # fmt: skip
     if QUANT_A:
         sa = tl.where(rm < M, s, 0.0)
@@ -422,6 +430,7 @@ def splitk(
         GATED=gated, HAS_BIAS=bias is not None, HAS_RES=residual is not None,
         QUANT_A=quantize is not None, BM=cfg.bm, BN=cfg.bn, BK=cfg.bk,
         RB=min(triton.next_power_of_2(k), 32 if INTERPRET else 4096), W8=weight_only,
+        UPCAST=INTERPRET and weight_only,
         num_warps=cfg.warps, num_stages=stages,
     )  # fmt: skip
     return out
