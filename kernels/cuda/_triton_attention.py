@@ -292,6 +292,10 @@ def decode_attention(
     float; the result [B, Hq, 1, D], contiguous, in q's dtype. ``scale`` is the softmax scale
     itself (not 0 for None). L and B may be symbolic (dynamic shapes): they reach the kernels
     as run-time values; the slices are then those of the longest cache (of one sequence)."""
+    if INTERPRET and q.dtype == torch.bfloat16:  # the interpreter's bf16 dot is wrong (NumPy
+        # has no bf16; 8e8 for a softmax of unit values): float32 there, bf16 out
+        m32 = mask if mask is None or mask.dtype == torch.bool else mask.float()
+        return decode_attention(q.float(), k.float(), v.float(), m32, scale, tile).bfloat16()
     b, hq, _, d = q.shape
     hkv, length = k.shape[1], k.shape[2]
     d_pad = max(16, triton.next_power_of_2(d))
