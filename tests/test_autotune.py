@@ -263,7 +263,21 @@ def rows_chain(a: Tensor, wb: Tensor, wc: Tensor) -> Tensor:
 """
 
 
-def test_dynamic_dims_choose_per_bucket_at_run_time(folders):
+def test_dynamic_dims_choose_per_bucket_at_run_time(folders, monkeypatch):
+    # at a few rows rows_chain and the subgraph take microseconds alike, and a loaded CI host
+    # once timed the subgraph faster at the compile-time bucket (no site substituted): the
+    # subgraph 1 ms slower makes the few-rows choice the kernel's, the 300 rows' (50 ms of
+    # sleep) still the subgraph's
+    real = autotune.measure
+
+    def measure(*args, **kwargs):
+        out = real(*args, **kwargs)
+        for t in out:
+            if t.name == autotune.KEEP and t.us is not None:
+                t.us += 1000.0
+        return out
+
+    monkeypatch.setattr(autotune, "measure", measure)
     p, k = folders(ROWS)
     pdlkit.stats(reset=True)
     _, b, c = inputs()

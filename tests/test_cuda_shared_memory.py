@@ -26,6 +26,8 @@ def _compile(fn: Any, types: dict[str, str], consts: dict[str, Any], cfg: Any, s
     except ImportError as e:  # another Triton than 3.x
         pytest.skip(f"Triton's compiler API is not importable here: {e}")
     names = fn.arg_names
+    defaults = {p.name: p.default for p in fn.params if p.is_constexpr and p.has_default}
+    consts = defaults | consts  # constexprs a launch leaves to their defaults (UPCAST, ...)
     signature = {n: "constexpr" if n in consts else types.get(n, "i32") for n in names}
     aligned = [
         i
