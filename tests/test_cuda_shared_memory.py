@@ -53,9 +53,7 @@ def _splitk_shared(m: int, n: int, k: int, weight_only: bool, cc: int, limit: in
 
     cfg = S.w8_config(m, n, k) if weight_only else S.pick_split_config(m, n, k, False)
     monkeypatch.setattr(_common, "shared_limit", lambda: (cc // 10, limit))
-    stages = _common.fit_stages(
-        cfg.stages, cfg.bk * (cfg.bm * (1 + weight_only) + cfg.bn), "splitk"
-    )
+    stages = S.tile_stages(cfg, 1 + weight_only, False)  # as splitk() launches it
     k_split = triton.cdiv(triton.cdiv(k, cfg.split_k), cfg.bk) * cfg.bk  # as splitk() slices K
     split = triton.cdiv(k, k_split)
     consts: dict[str, Any] = dict(
@@ -99,7 +97,7 @@ def test_prefill_gemm_tile_fits_the_gpu(is_int, cc, limit, monkeypatch):
     cfg = G.pick_config(2048, 11008, 4096, is_int)  # 128 x 256 tiles
     monkeypatch.setattr(_common, "shared_limit", lambda: (cc // 10, limit))
     size = 1 if is_int else 2
-    stages = _common.fit_stages(cfg.stages, cfg.bk * (cfg.bm + cfg.bn) * size, "gemm_kernel")
+    stages = G.tile_stages(cfg, size, size, "gemm_kernel")  # as gemm() launches it
     dt = "*i8" if is_int else "*bf16"
     types = dict(
         a_ptr=dt, b_ptr=dt, c_ptr="*bf16", a_scale_ptr="*fp32", b_scale_ptr="*fp32",

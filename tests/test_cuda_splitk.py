@@ -203,14 +203,13 @@ def gpu_shared(monkeypatch):
 
 
 def test_a_tile_that_overflows_an_h100_gets_fewer_stages(gpu_shared):
-    from pdlkit.kernels.cuda._common import fit_stages
-    from pdlkit.kernels.cuda._triton_splitk import pick_split_config
+    from pdlkit.kernels.cuda._triton_splitk import pick_split_config, tile_stages
 
     gpu_shared(9, 232448)  # an H100 / H200
     cfg = pick_split_config(128, 4096, 4096, False)  # 128 x 32, K steps of 256, six stages
-    assert fit_stages(cfg.stages, cfg.bk * (cfg.bm + cfg.bn), "splitk") == 5  # 245,760 bytes
+    assert tile_stages(cfg, 1, False) == 5  # 245,760 bytes at six
     cfg = pick_split_config(64, 4096, 4096, False)  # the measured decode tile: as it is
-    assert fit_stages(cfg.stages, cfg.bk * (cfg.bm + cfg.bn), "splitk") == cfg.stages
+    assert tile_stages(cfg, 1, False) == cfg.stages
 
 
 def test_an_sm89_gpu_gets_fewer_stages_or_a_declined_kernel(gpu_shared):

@@ -21,9 +21,14 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from pdlkit.kernels.cuda._common import INTERPRET, fit_stages
+from pdlkit.kernels.cuda._common import INTERPRET
 from pdlkit.kernels.cuda._triton_gemm import ROW_BLOCK, quotient, row_warps
-from pdlkit.kernels.cuda._triton_splitk import SplitConfig, _epilogue, pick_grouped_config
+from pdlkit.kernels.cuda._triton_splitk import (
+    SplitConfig,
+    _epilogue,
+    pick_grouped_config,
+    tile_stages,
+)
 from pdlkit.runtime_abi.triton_binding import launch
 
 _RNE = tl.constexpr(12582912.0)  # 1.5 * 2**23: (y + c) - c rounds fp32 y to nearest even
@@ -170,7 +175,7 @@ def grouped_splitk(
     while len(weights) < 3:  # an unused third group: no tiles
         weights, scales, outs, tiles = [*weights, weights[0]], [*scales, scales[0]], [*outs, outs[0]], [*tiles, 0]  # fmt: skip
     grid = (triton.cdiv(m, cfg.bm), sum(tiles))
-    stages = fit_stages(cfg.stages, cfg.bk * (cfg.bm + cfg.bn), "grouped_splitk_kernel")
+    stages = tile_stages(cfg, 1, False, "grouped_splitk_kernel")
     launch(grouped_splitk_kernel)[grid](
         a, a_scale,
         weights[0], scales[0], outs[0], weights[0].shape[0], tiles[0],

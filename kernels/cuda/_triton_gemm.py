@@ -77,6 +77,13 @@ def pick_config(m: int, n: int, k: int, is_int: bool, gated: bool = False) -> Co
     return Config(64, 128, bk, 4, 4)
 
 
+def tile_stages(cfg: Config, a_size: int, b_size: int, kernel: str) -> int:
+    """``cfg``'s pipeline stages cut to this GPU's shared memory (``fit_stages``): a K step
+    holds BM x BK activations of ``a_size`` bytes and BN x BK weights of ``b_size`` bytes a
+    column and K position."""
+    return fit_stages(cfg.stages, cfg.bk * (cfg.bm * a_size + cfg.bn * b_size), kernel)
+
+
 @triton.jit
 def _act(y, ACT: tl.constexpr):
     if ACT == 1:
@@ -292,8 +299,7 @@ def gemm(
         a_scale_mode, a_scale_t, a_scale_v = 1, a, float(a_scale)
     os_, ozp, qmin, qmax = requant or (1.0, 0, 0, 0)
     grid = (triton.cdiv(m, cfg.bm) * triton.cdiv(n, cfg.bn),)
-    stage = cfg.bk * (cfg.bm * a.element_size() + cfg.bn * b.element_size())
-    stages = fit_stages(cfg.stages, stage, "gemm_kernel")
+    stages = tile_stages(cfg, a.element_size(), b.element_size(), "gemm_kernel")
     launch(gemm_kernel)[grid](
         a, b, out, a_scale_t, b_scale if b_scale is not None else a,  # a: a pointer not read
         bias if bias is not None else a, wsum if wsum is not None else a,
@@ -324,7 +330,7 @@ def gated(
     n = g.shape[0]
     cfg = config or pick_config(m, n, k, True, gated=True)
     grid = (triton.cdiv(m, cfg.bm) * triton.cdiv(n, cfg.bn),)
-    stages = fit_stages(cfg.stages, cfg.bk * (cfg.bm + 2 * cfg.bn), "gated_kernel")
+    stages = tile_stages(cfg, 1, 2, "gated_kernel")  # two int8 weights a column
     launch(gated_kernel)[grid](
         a, g, u, out, a_scale, g_scale, u_scale,
         m, n, a.stride(0), g.stride(0), out.stride(0),

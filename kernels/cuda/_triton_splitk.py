@@ -155,6 +155,14 @@ def w8_config(m: int, n: int, k: int, sms: int = 132) -> SplitConfig:
     return SplitConfig(bm, bn, 128, split, 4, 6 if bn == 32 else 4)
 
 
+def tile_stages(cfg: SplitConfig, a_size: int, gated: bool, kernel: str = "splitk_kernel") -> int:
+    """``cfg``'s pipeline stages cut to this GPU's shared memory (``fit_stages``): a K step
+    holds a BM x BK activation tile of ``a_size``-byte elements and BN x BK int8 weights
+    (two such tiles for a gated pair)."""
+    stage = cfg.bk * (cfg.bm * a_size + cfg.bn * (1 + gated))
+    return fit_stages(cfg.stages, stage, kernel)
+
+
 @triton.jit
 def _epilogue(
     acc, acc_u, rm, rn, c_ptr, stride_cm, a_scale_ptr, b_scale_ptr, u_scale_ptr, bias_ptr, M, N,
@@ -409,8 +417,7 @@ def splitk(
     else:
         cfg = config or pick_split_config(m, n, k, u is not None, sms)
     gated = u is not None
-    stage = cfg.bk * (cfg.bm * a.element_size() + cfg.bn * (1 + gated))
-    stages = fit_stages(cfg.stages, stage, "splitk_kernel")
+    stages = tile_stages(cfg, a.element_size(), gated)
     k_split = triton.cdiv(triton.cdiv(k, cfg.split_k), cfg.bk) * cfg.bk
     split = triton.cdiv(k, k_split)  # K slices that hold any of K
     grid_n, grid_m = triton.cdiv(n, cfg.bn), triton.cdiv(m, cfg.bm)
