@@ -11,33 +11,58 @@ calls (``w8_config``). On an H200 (benchmarks/results/cuda_llama_torchao_w8_h200
 decode step took 0.22 ms at one row (1.39x BF16 Inductor; Llama-3 GQA 1.41x), 0.42 ms at 64
 rows (0.98x; its GEMMs 0.76-1.01x of BF16 cuBLAS's there) and 0.97 ms at 256 (0.81x), where
 torchao's graph compiled by Inductor took 58 ms (64 rows) and 231 ms (256), growing with
-the rows. So prefill-sized calls take the kernel too (``w8_config``'s 128-row tiles; their
-speed is not measured yet: on a GPU the whole-graph check times them against Inductor's).
+the rows.
+
+Past 256 rows (prefill) the weight is widened to the activations' dtype by a Triton kernel
+(``_triton_widen.py``, exact) and multiplied by cuBLAS, the scale and bias in Inductor's
+epilogue: the streaming kernel's 128-row tiles took 5.3 ms for a 2048-row prefill of that
+Llama (0.57x BF16 Inductor's 3.1 ms; torchao's graph compiled by Inductor 1,804 ms). This
+path rounds the product to x's dtype before the scale, as torchao's own graph does. It is
+declared on its own too (``int8_weight_only_widened``, from 65 rows), so that measured
+choice can take it where it wins below that line.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
-from pdlkit.kernels.cuda._common import _CAPTURED, _splitk
-from pdlkit.runtime_abi.triton_binding import launched_by_inductor
+from pdlkit.kernels.cuda._common import _CAPTURED, _splitk, _triton
+from pdlkit.runtime_abi.triton_binding import launched_by_inductor, size_hint
 from torch import Tensor
 
 import pdlkit
 
 _FLOATS = [torch.bfloat16, torch.float16]
-
-
-@pdlkit.kernel(
-    implements="int8_weight_only_linear",
-    dtypes={"x": _FLOATS, "w": [torch.int8]},
-    shapes={"x": {"rank": 2}, "w": {"rank": 2, "contiguous": True}},
+_WEIGHT_ONLY: dict[str, Any] = {
+    "implements": "int8_weight_only_linear",
+    "dtypes": {"x": _FLOATS, "w": [torch.int8]},
+    "shapes": {"x": {"rank": 2}, "w": {"rank": 2, "contiguous": True}},
     **_CAPTURED,
-)
-@launched_by_inductor("pdlkit.kernels.cuda._triton_splitk")
+}
+_SPLITK = "pdlkit.kernels.cuda._triton_splitk"
+_WIDEN = "pdlkit.kernels.cuda._triton_widen"
+_STREAM_ROWS = 256  # the streaming kernel takes up to this many rows, the widened path more
+_WIDEN_ROWS = 64  # and the widened path, declared alone, from past this many
+
+
+def _widened(x: Tensor, w: Tensor, w_scale: Tensor, bias: Tensor | None) -> Tensor:
+    _triton()  # the same message when Triton is missing
+    from pdlkit.kernels.cuda import _triton_widen
+
+    y = torch.mm(x, _triton_widen.widen(w, x.dtype).t()) * w_scale.reshape(-1).to(x.dtype)
+    return y if bias is None else y + bias
+
+
+@pdlkit.kernel(**_WEIGHT_ONLY, priority=1)
+@launched_by_inductor(_SPLITK, _WIDEN)
 def int8_weight_only_triton(x: Tensor, w: Tensor, w_scale: Tensor, bias: Tensor | None) -> Tensor:
     """(x @ w.T) * w_scale (+ bias) with each int8 weight tile widened in registers; float32
-    sums, the scales rounded to x's dtype, one rounding of the result at the end."""
+    sums, the scales rounded to x's dtype, one rounding of the result at the end. Past 256
+    rows: the weight widened whole, then cuBLAS (:func:`int8_weight_only_widened`)."""
     m = x.shape[0]
+    if size_hint(m) > _STREAM_ROWS:  # a symbolic M by its hint: no guard on it
+        return _widened(x, w, w_scale, bias)
     out = torch.empty((m, w.shape[0]), dtype=x.dtype, device=x.device)
     return _splitk().splitk(
         x if x.stride(-1) == 1 else x.contiguous(),
@@ -48,3 +73,17 @@ def int8_weight_only_triton(x: Tensor, w: Tensor, w_scale: Tensor, bias: Tensor 
         bias=bias,
         weight_only=True,
     )
+
+
+@pdlkit.kernel(**_WEIGHT_ONLY, priority=0)
+@launched_by_inductor(_WIDEN)
+def int8_weight_only_widened(x: Tensor, w: Tensor, w_scale: Tensor, bias: Tensor | None) -> Tensor:
+    """The int8 weight widened to x's dtype by one Triton kernel (exact), then ``mm`` (cuBLAS)
+    and the scale and bias as torch ops: the product rounded to x's dtype before the scale,
+    as torchao's graph rounds it. From 65 rows: below, streaming the int8 weight once is
+    faster than reading it, writing it widened and reading that again."""
+    if size_hint(x.shape[0]) <= _WIDEN_ROWS:
+        raise pdlkit.KernelUnsupported(
+            f"{x.shape[0]} rows: the widened weight-only path takes more than {_WIDEN_ROWS}"
+        )
+    return _widened(x, w, w_scale, bias)
