@@ -6,7 +6,8 @@ The linears of a Llama layer at M rows (Llama-2-7B's and Llama-3-style GQA's; to
 Q, K and V apart): pdlkit's split-K kernel with ``weight_only`` (bf16 activations, int8
 weights widened in registers, ``kernels/cuda/_triton_splitk.py``), at its own pick
 (``w8_config``) and, with ``--sweep``, at each config of ``TILES`` that fits; BF16
-``F.linear`` (cuBLAS) on the same layer's bf16 weights is the peer. Timed as
+``F.linear`` (cuBLAS) on the same layer's bf16 weights is the peer. Past 64 rows the
+path that widens the weight whole and calls cuBLAS (``widened``) is timed too. Timed as
 ``cuda_decode.py`` times the int8 GEMMs: a CUDA graph of back-to-back calls over rotating
 weight copies (over three times L2's size), replay time per call; rates as bytes of weights
 streamed against the copy rate measured in the same run.
@@ -129,6 +130,12 @@ def row(m: int, n: int, k: int, sweep: bool) -> dict[str, Any]:
             )
         except Exception as e:
             print(f"  {m} x {n}x{k} {cfg}: {type(e).__name__}: {str(e)[:120]}", flush=True)
+    if m > 64:  # the weight widened whole, then cuBLAS (kernels/cuda/weight_only.py)
+        from pdlkit.kernels.cuda.weight_only import _widened
+
+        ws = x["s"].reshape(-1, 1)
+        calls = [functools.partial(_widened, x["x"], w, ws, None) for w in x["w"]]
+        timed["widened"] = graph_ms(_rotation(calls))
     del x
     wb = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(copies // 2 + 1)]
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
