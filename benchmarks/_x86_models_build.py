@@ -67,6 +67,9 @@ SCHEMES = {
     "int8-dynamic": "int8-dynamic",
     "int8-per-token": "int8-dynamic-per-token",
     "int8-dynamic-arm": "arm-dynamic",  # torchao's ArmInductorQuantizer, dynamic (_arm_dynamic)
+    # torchao's quantize_ on the FP32 model (_torchao): what its users compile with Inductor
+    "torchao-int8-dynamic": "torchao:Int8DynamicActivationInt8WeightConfig",
+    "torchao-int8-weight-only": "torchao:Int8WeightOnlyConfig",
 }
 DEFAULT_DTYPES = ("fp32", "bf16", "int8-static", "int8-dynamic")
 # peer: PyTorch's int8 path (Inductor with freezing)
@@ -115,6 +118,8 @@ def prepare(model: torch.nn.Module, x: torch.Tensor, dtype: str) -> tuple[Any, t
         return model, x
     if scheme == "arm-dynamic":
         return _arm_dynamic(model, x), x
+    if scheme.startswith("torchao:"):
+        return _torchao(model, scheme.split(":")[1]), x
     from pdlkit.quantization import quantize
 
     with torch.no_grad():
@@ -136,6 +141,18 @@ def _arm_dynamic(model: torch.nn.Module, x: torch.Tensor) -> Any:
         prepared = prepare_pt2e(exported, aiq.ArmInductorQuantizer().set_global(config))
         prepared(x)
         return convert_pt2e(prepared)
+
+
+def _torchao(model: torch.nn.Module, config: str) -> torch.nn.Module:
+    """A copy of ``model`` with torchao's ``quantize_(model, <config>())`` applied (its int8
+    tensor subclasses as the linears' weights; pdlkit desugars them when it compiles)."""
+    import copy
+
+    import torchao.quantization as tq
+
+    qm = copy.deepcopy(model)
+    tq.quantize_(qm, getattr(tq, config)())
+    return qm
 
 
 def int8_gemms(model: Any) -> tuple[int, int]:

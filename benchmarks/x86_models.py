@@ -15,7 +15,10 @@ a T5 encoder, DistilBERT and CLIP's vision tower on request). Dtypes (``--dtypes
 match), and, on request only, ``int8-per-token`` (scheme ``int8-dynamic-per-token``: plain torch
 ops around ``torch._int_mm``, the GPU form; no x86 pattern matches it) and ``int8-dynamic-arm``
 (torchao's ArmInductorQuantizer, dynamic: int8 activations, per-tensor weights; not through
-``quantize``, see ``_arm_dynamic``).
+``quantize``, see ``_arm_dynamic``); ``torchao-int8-dynamic`` and ``torchao-int8-weight-only``
+(torchao's ``quantize_`` with ``Int8DynamicActivationInt8WeightConfig`` /
+``Int8WeightOnlyConfig`` on the FP32 model: its tensor subclasses, compiled by Inductor as
+torchao's users compile them; the peer is Inductor).
 
 Configurations per (model, dtype), all compiled in ONE process, on the same model object:
 

@@ -229,6 +229,7 @@ class PdlkitBackend:
         self.session = CompileSession(keep_reports=explain_only)
         self._stamp: tuple[str, str] | None = None
         self._last_plan: tuple[tuple[Any, ...], Plan, tuple[str, str]] | None = None  # plan()
+        self._last_key = ""  # the whole-graph verdict key of the last graph compiled
 
     def plan(self, opts: Options) -> Plan:
         """``load_plan(opts)``, or the plan this backend loaded last when the options it
@@ -273,13 +274,9 @@ class PdlkitBackend:
         mode: str | None = None,
         options: Mapping[str, Any] | None = None,
     ) -> Callable[..., Any]:
-        if distributed.has_subclass_inputs(gm, example_inputs):  # DTensor: local tensors
-            return distributed.compile_desugared(
-                self, gm, example_inputs, mode=mode, options=options
-            )
-        opts = self.options.with_(options)
-        if mode is not None and mode != "default":  # torch.compile(..., mode=...)
-            opts = replace(opts, mode=mode)
+        if distributed.has_subclass_inputs(gm, example_inputs):  # DTensor, torchao's weights
+            return self._desugared(gm, example_inputs, mode, options)
+        opts = self._options(mode, options)
         patches = opts.config_patches()
         try:
             plan, self._stamp = self._plan_and_stamp(opts)
@@ -290,6 +287,7 @@ class PdlkitBackend:
             raise
         opts, plan, capture = self._for_this_graph(gm, example_inputs, opts, plan, patches)
         key = whole_graph.verdict_key(opts, plan, example_inputs, gm, self._stamp, bool(capture))
+        self._last_key = key
         known = whole_graph.known(key, opts) if not self.explain_only else None
         if known == graph_guard.INDUCTOR and self.on_report is None:
             return whole_graph.compile_inductor(gm, example_inputs, patches)
@@ -333,6 +331,36 @@ class PdlkitBackend:
         # that dynamic=True lifted a constant) counts its substitutions once
         for sub in report.substitutions:
             count("substitutions", sub.kernel)
+        return fn
+
+    def _options(self, mode: str | None, options: Mapping[str, Any] | None) -> Options:
+        opts = self.options.with_(options)
+        if mode is not None and mode != "default":  # torch.compile(..., mode=...)
+            opts = replace(opts, mode=mode)
+        return opts
+
+    def _desugared(
+        self,
+        gm: fx.GraphModule,
+        example_inputs: list[Any],
+        mode: str | None,
+        options: Mapping[str, Any] | None,
+    ) -> Callable[..., Any]:
+        """A graph with tensor-subclass inputs, desugared to plain tensors and compiled as any
+        graph is; where this host's cached verdict for it is Inductor's, compiled by Inductor
+        as Dynamo gave it, with no desugaring trace (whole_graph.subclass_key)."""
+        opts = self._options(mode, options)
+        try:
+            stamp: Any = self._plan_and_stamp(opts)[1]
+        except Exception:  # the compilation below reports it
+            stamp = None
+        outer = whole_graph.subclass_key(opts, example_inputs, gm, stamp)
+        known = whole_graph.known(outer, opts) == graph_guard.INDUCTOR
+        if known and not self.explain_only and self.on_report is None:
+            return whole_graph.compile_inductor(gm, example_inputs, opts.config_patches())
+        self._last_key = ""
+        fn = distributed.compile_desugared(self, gm, example_inputs, mode=mode, options=options)
+        whole_graph.desugared_verdict(outer, self._last_key, opts)
         return fn
 
     def _compiled(
@@ -559,30 +587,5 @@ def explain(
             f"{k.name} v{k.version} ({k.op}, {k.device})" for k in plan.registry.kernels.values()
         ],
         graphs=reports,
-        model_notes=subclass_weights(model),
+        model_notes=distributed.subclass_weights(model),
     )
-
-
-def subclass_weights(model: Any) -> list[str]:
-    """A note on a module whose parameters or buffers are torchao tensor subclasses
-    (``quantize_`` makes its weights ``Int8Tensor`` and the like), shown when nothing matched:
-    their ops reach the graph as the subclass dispatches them, and the shipped patterns take
-    only the int8 dynamic and weight-only configs' linears on CUDA (matcher/canonical_int8.py,
-    patterns/cuda/torchao_weight_only.pdl.mlir). Empty for other tensors (a DTensor's graph
-    is matched as its local ops) and for a model that is not a module."""
-    if not isinstance(model, torch.nn.Module):
-        return []
-    kinds = Counter(
-        f"{type(t).__module__}.{type(t).__qualname__}"
-        for t in [*model.parameters(), *model.buffers()]
-        if distributed.is_torchao(t)
-    )
-    if not kinds:
-        return []
-    found = ", ".join(f"{name} x{n}" for name, n in kinds.most_common())
-    return [
-        f"the model's weights are torchao tensor subclasses ({found}): their ops reach the "
-        "graph as the subclass dispatches them; pdlkit's shipped patterns take the linears of "
-        "torchao's Int8DynamicActivationInt8WeightConfig and Int8WeightOnlyConfig on CUDA "
-        "only, and otherwise int8 graphs as PT2E or `pdlkit.quantization.quantize` makes them"
-    ]

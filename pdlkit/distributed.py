@@ -42,6 +42,7 @@ import json
 import os
 import re
 import warnings
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -119,6 +120,31 @@ def _is_subclass(v: Any) -> bool:
 def is_torchao(t: Any) -> bool:
     """Whether ``t`` is one of torchao's tensor subclasses (``quantize_``'s weights)."""
     return type(t).__module__.split(".")[0] == "torchao"
+
+
+def subclass_weights(model: Any) -> list[str]:
+    """A note on a module whose parameters or buffers are torchao tensor subclasses
+    (``quantize_`` makes its weights ``Int8Tensor`` and the like), shown when nothing matched:
+    their ops reach the graph as the subclass dispatches them, and the shipped patterns take
+    only the int8 dynamic and weight-only configs' linears on CUDA (matcher/canonical_int8.py,
+    patterns/cuda/torchao_weight_only.pdl.mlir). Empty for other tensors (a DTensor's graph
+    is matched as its local ops) and for a model that is not a module."""
+    if not isinstance(model, torch.nn.Module):
+        return []
+    kinds = Counter(
+        f"{type(t).__module__}.{type(t).__qualname__}"
+        for t in [*model.parameters(), *model.buffers()]
+        if is_torchao(t)
+    )
+    if not kinds:
+        return []
+    found = ", ".join(f"{name} x{n}" for name, n in kinds.most_common())
+    return [
+        f"the model's weights are torchao tensor subclasses ({found}): their ops reach the "
+        "graph as the subclass dispatches them; pdlkit's shipped patterns take the linears of "
+        "torchao's Int8DynamicActivationInt8WeightConfig and Int8WeightOnlyConfig on CUDA "
+        "only, and otherwise int8 graphs as PT2E or `pdlkit.quantization.quantize` makes them"
+    ]
 
 
 def has_subclass_inputs(gm: fx.GraphModule, example_inputs: list[Any]) -> bool:

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import pdlkit
-from pdlkit.backend import subclass_weights
+from pdlkit.distributed import subclass_weights
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("torchao") is None,
@@ -94,3 +94,48 @@ def test_explain_says_a_torchao_models_weights_are_subclasses() -> None:
 def test_a_model_of_plain_tensors_gets_no_subclass_note() -> None:
     assert subclass_weights(_mlp()) == []
     assert subclass_weights(lambda x: x) == []
+
+
+def _compile_counting_desugars(m, x, monkeypatch) -> tuple[dict, int]:
+    """(pdlkit.stats() of one fresh compilation with measured choice, how many desugaring
+    traces it made)."""
+    from pdlkit import distributed
+
+    traces = []
+    real = distributed.desugar
+    monkeypatch.setattr(distributed, "desugar", lambda *a: traces.append(1) or real(*a))
+    torch._dynamo.reset()
+    pdlkit.stats(reset=True)
+    with torch.no_grad():
+        pdlkit.optimize(m, autotune="cached")(x)
+    return pdlkit.stats(), len(traces)
+
+
+def test_a_torchao_graph_left_to_inductor_is_not_desugared_again(
+    tmp_path, monkeypatch, steady_host
+) -> None:
+    # nothing substituted on the CPU: the first compilation caches Inductor's verdict, and the
+    # next one compiles Dynamo's graph as torch.compile does, without the desugaring trace
+    monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
+    m, x = _quantized("int8-dynamic"), torch.randn(8, 64)
+    first, first_traces = _compile_counting_desugars(m, x, monkeypatch)
+    assert first_traces == 1 and first["graphs_left_to_inductor"] == 0
+    second, second_traces = _compile_counting_desugars(m, x, monkeypatch)
+    assert second_traces == 0 and second["graphs_left_to_inductor"] == 1
+    with torch.no_grad():
+        torch._dynamo.reset()
+        inductor = torch.compile(m)(x)
+        torch._dynamo.reset()
+        ours = pdlkit.optimize(m, autotune="cached")(x)
+    assert torch.equal(ours, inductor)
+
+
+def test_the_verdict_of_a_torchao_graph_is_not_the_float_models(
+    tmp_path, monkeypatch, steady_host
+) -> None:
+    # the FP32 model's Dynamo graph has the same text; its inputs are plain tensors
+    monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
+    x = torch.randn(8, 64)
+    _compile_counting_desugars(_mlp(), x, monkeypatch)
+    stats, traces = _compile_counting_desugars(_quantized("int8-dynamic"), x, monkeypatch)
+    assert traces == 1 and stats["graphs_left_to_inductor"] == 0
