@@ -230,6 +230,7 @@ class PdlkitBackend:
         self._stamp: tuple[str, str] | None = None
         self._last_plan: tuple[tuple[Any, ...], Plan, tuple[str, str]] | None = None  # plan()
         self._last_key = ""  # the whole-graph verdict key of the last graph compiled
+        self._desugaring = False  # compiling a desugared graph (compile_desugared)
 
     def plan(self, opts: Options) -> Plan:
         """``load_plan(opts)``, or the plan this backend loaded last when the options it
@@ -358,10 +359,26 @@ class PdlkitBackend:
         known = whole_graph.known(outer, opts) == graph_guard.INDUCTOR
         if known and not self.explain_only and self.on_report is None:
             return whole_graph.compile_inductor(gm, example_inputs, opts.config_patches())
-        self._last_key = ""
-        fn = distributed.compile_desugared(self, gm, example_inputs, mode=mode, options=options)
-        whole_graph.desugared_verdict(outer, self._last_key, opts)
+        self._last_key, self._desugaring = "", True
+        try:
+            fn = distributed.compile_desugared(
+                self, gm, example_inputs, partial(self._plain, gm, example_inputs, opts, outer),
+                mode=mode, options=options,
+            )  # fmt: skip
+        finally:
+            self._desugaring = False
         return fn
+
+    def _plain(
+        self, gm: fx.GraphModule, example_inputs: list[Any], opts: Options, outer: str
+    ) -> Callable[..., Any]:
+        """Dynamo's graph with subclass inputs, nothing substituted in its desugared form: as
+        Inductor compiles it, and the verdict (whole_graph.subclass_key) cached."""
+        whole_graph.desugared_verdict(outer, self._last_key, opts)
+        return cast(
+            Callable[..., Any],
+            inductor_options.compile_substituted(gm, example_inputs, opts.config_patches()),
+        )
 
     def _compiled(
         self,
@@ -395,6 +412,8 @@ class PdlkitBackend:
             return whole_graph.faster_graph(*args)
         if not report.substitutions:
             whole_graph.nothing_substituted(key, known, report)
+            if self._desugaring:  # compile_desugared compiles Dynamo's own graph
+                return distributed.nothing_substituted
         return cast(
             Callable[..., Any],
             inductor_options.compile_substituted(chosen, example_inputs, patches),

@@ -337,12 +337,25 @@ def _needs_grad(example_inputs: list[Any]) -> bool:
     )
 
 
+def nothing_substituted(*args: Any) -> Any:
+    """What a backend returns for a desugared graph in which nothing was substituted, in
+    place of its code (:func:`compile_desugared` compiles Dynamo's graph instead)."""
+    raise AssertionError("a marker, not code: compile_desugared compiles Dynamo's graph")
+
+
 def compile_desugared(
-    backend: Callable[..., Any], gm: fx.GraphModule, example_inputs: list[Any], **kw: Any
+    backend: Callable[..., Any],
+    gm: fx.GraphModule,
+    example_inputs: list[Any],
+    plain: Callable[[], Callable[..., Any]] | None = None,
+    **kw: Any,
 ) -> Callable[..., Any]:
-    """Compile a graph with DTensor inputs: desugared, then through ``backend`` like any
-    graph of plain tensors. A graph that needs gradients goes to Inductor whole, with a
-    warning: the desugaring trace runs below autograd (inference only)."""
+    """Compile a graph with tensor-subclass inputs (DTensor, torchao's int8 weights):
+    desugared, then through ``backend`` like any graph of plain tensors; where ``backend``
+    substituted nothing (it returns :func:`nothing_substituted`), ``plain()``: Dynamo's graph
+    as ``torch.compile`` compiles it, the numbers and Inductor's cache entries its own. A graph
+    that needs gradients goes to Inductor whole, with a warning: the desugaring trace runs
+    below autograd (inference only)."""
     from torch._inductor.compile_fx import compile_fx
 
     if _needs_grad(example_inputs):
@@ -353,7 +366,11 @@ def compile_desugared(
         )
         return cast(Callable[..., Any], compile_fx(gm, example_inputs))
     d = desugar(gm, example_inputs)
-    return d.call(backend(d.gm, d.inputs, **kw))
+    fn = backend(d.gm, d.inputs, **kw)
+    if fn is nothing_substituted:
+        assert plain is not None, "a backend marks nothing substituted only when given plain"
+        return plain()
+    return d.call(fn)
 
 
 # -- checks every rank makes before substituting ------------------------------------------------

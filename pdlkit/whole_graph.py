@@ -114,10 +114,12 @@ def subclass_key(opts: Options, example_inputs: list[Any], gm: fx.GraphModule, s
     as Dynamo gives it, before the desugaring trace (``distributed.compile_desugared``): its
     text, its inputs' shapes, dtypes and classes (the same text with plain tensors is
     another graph), the plan. "" where no verdict of it is cached: autotune off, no plan,
-    dynamic shapes, a training graph. Set by :func:`desugared_verdict`; a compilation that
-    finds it Inductor's compiles Dynamo's graph as ``torch.compile`` would (bert-mini with
-    torchao's int8 dynamic weights, 2-core EPYC: a second compile took 1.6 s against
-    Inductor's 1.0, 0.6 s of it the desugaring trace, though nothing was substituted)."""
+    dynamic shapes, a training graph. Set by :func:`desugared_verdict` where nothing was
+    substituted (and Dynamo's graph was compiled as ``torch.compile`` compiles it); a
+    compilation that finds it compiles Dynamo's graph so again, with no desugaring trace, and
+    finds Inductor's cache entries of the first (bert-mini with torchao's int8 dynamic
+    weights, 2-core EPYC: a second compile took 1.6 s against Inductor's 1.0, 0.6 s of it the
+    desugaring trace; now 1.0 s)."""
     if resolve_mode(opts.autotune) == "off" or stamp is None:
         return ""
     if graph_buckets.dynamic_dims(gm) or graph_guard.untimeable(gm, example_inputs):
