@@ -132,7 +132,9 @@ def w8_config(m: int, n: int, k: int, sms: int = 132) -> SplitConfig:
     is over 8192 (the down projections), and until a narrow weight's tiles make 128 programs.
     More rows, for weights 4096 wide or more: 128 x 128 tiles with K steps of 64 for the
     wide ones, 64 x 128 with K split in two for the long ones, else 128 x 64. Past 256 rows
-    (prefill; not measured) 128-row tiles, 128 or 64 columns, one K slice."""
+    128-row tiles, 128 or 64 columns, one K slice: for direct calls only, since the weight-only
+    kernel widens the weight whole there and calls cuBLAS, 1.3-2.2x faster than these tiles at
+    512 and 2048 rows on an H200 (kernels/cuda/weight_only.py)."""
     if INTERPRET:
         return pick_split_config(m, n, k, False, sms)
     m = size_hint(m)  # a symbolic M by its hint: no guard on it

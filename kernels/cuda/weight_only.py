@@ -15,8 +15,9 @@ the rows.
 
 Past 256 rows (prefill) the weight is widened to the activations' dtype by a Triton kernel
 (``_triton_widen.py``, exact) and multiplied by cuBLAS, the scale and bias in Inductor's
-epilogue: the streaming kernel's 128-row tiles took 5.3 ms for a 2048-row prefill of that
-Llama (0.57x BF16 Inductor's 3.1 ms; torchao's graph compiled by Inductor 1,804 ms). This
+epilogue: the streaming kernel's 128-row tiles took 5.4 ms for a 2048-row prefill of that
+Llama (0.60x BF16 Inductor's graph; torchao's graph compiled by Inductor 1,804 ms), this path
+3.5 ms (0.93x; Llama-3 GQA 0.95x; cuda_llama_*_torchao_w8_prefill_h200_*.md). This
 path rounds the product to x's dtype before the scale, as torchao's own graph does. It is
 declared on its own too (``int8_weight_only_widened``, from 65 rows), so that measured
 choice can take it where it wins below that line.
