@@ -20,7 +20,10 @@ Llama (0.60x BF16 Inductor's graph; torchao's graph compiled by Inductor 1,804 m
 3.5 ms (0.93x; Llama-3 GQA 0.95x; cuda_llama_*_torchao_w8_prefill_h200_*.md). This
 path rounds the product to x's dtype before the scale, as torchao's own graph does. It is
 declared on its own too (``int8_weight_only_widened``, from 65 rows), so that measured
-choice can take it where it wins below that line.
+choice can weigh it below that line: on an H200 the streaming tiles win or tie there (128
+and 256 rows; at 512 the widened path is 1.3-1.6x faster and at 2048 up to 2.2x:
+cuda_weight_only_h200_widened_*.md), and where a small GPU's shared memory refuses their
+tiles, it is what is left.
 """
 
 from __future__ import annotations
