@@ -22,8 +22,7 @@ path rounds the product to x's dtype before the scale, as torchao's own graph do
 declared on its own too (``int8_weight_only_widened``, from 65 rows), so that measured
 choice can weigh it below that line: on an H200 the streaming tiles win or tie there (128
 and 256 rows; at 512 the widened path is 1.3-1.6x faster and at 2048 up to 2.2x:
-cuda_weight_only_h200_widened_*.md), and where a small GPU's shared memory refuses their
-tiles, it is what is left.
+cuda_weight_only_h200_widened_*.md).
 """
 
 from __future__ import annotations
