@@ -70,6 +70,9 @@ SCHEMES = {
     # torchao's quantize_ on the FP32 model (_torchao): what its users compile with Inductor
     "torchao-int8-dynamic": "torchao:Int8DynamicActivationInt8WeightConfig",
     "torchao-int8-weight-only": "torchao:Int8WeightOnlyConfig",
+    # the same on the BF16 model (its input stays token ids; images in bf16)
+    "torchao-int8-dynamic-bf16": "torchao-bf16:Int8DynamicActivationInt8WeightConfig",
+    "torchao-intx-weight-only-bf16": "torchao-bf16:IntxWeightOnlyConfig",
 }
 DEFAULT_DTYPES = ("fp32", "bf16", "int8-static", "int8-dynamic")
 # peer: PyTorch's int8 path (Inductor with freezing)
@@ -118,8 +121,12 @@ def prepare(model: torch.nn.Module, x: torch.Tensor, dtype: str) -> tuple[Any, t
         return model, x
     if scheme == "arm-dynamic":
         return _arm_dynamic(model, x), x
-    if scheme.startswith("torchao:"):
-        return _torchao(model, scheme.split(":")[1]), x
+    if scheme.startswith("torchao"):
+        kind, config = scheme.split(":")
+        bf16 = kind == "torchao-bf16"
+        if bf16 and x.is_floating_point():
+            x = x.to(torch.bfloat16)
+        return _torchao(model, config, torch.bfloat16 if bf16 else None), x
     from pdlkit.quantization import quantize
 
     with torch.no_grad():
@@ -143,14 +150,17 @@ def _arm_dynamic(model: torch.nn.Module, x: torch.Tensor) -> Any:
         return convert_pt2e(prepared)
 
 
-def _torchao(model: torch.nn.Module, config: str) -> torch.nn.Module:
-    """A copy of ``model`` with torchao's ``quantize_(model, <config>())`` applied (its int8
-    tensor subclasses as the linears' weights; pdlkit desugars them when it compiles)."""
+def _torchao(model: torch.nn.Module, config: str, dtype: torch.dtype | None) -> torch.nn.Module:
+    """A copy of ``model`` (in ``dtype``, if given) with torchao's ``quantize_(model,
+    <config>())`` applied (its tensor subclasses as the linears' weights; pdlkit desugars them
+    when it compiles)."""
     import copy
 
     import torchao.quantization as tq
 
     qm = copy.deepcopy(model)
+    if dtype is not None:
+        qm = qm.to(dtype)
     tq.quantize_(qm, getattr(tq, config)())
     return qm
 

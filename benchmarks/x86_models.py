@@ -18,7 +18,9 @@ ops around ``torch._int_mm``, the GPU form; no x86 pattern matches it) and ``int
 ``quantize``, see ``_arm_dynamic``); ``torchao-int8-dynamic`` and ``torchao-int8-weight-only``
 (torchao's ``quantize_`` with ``Int8DynamicActivationInt8WeightConfig`` /
 ``Int8WeightOnlyConfig`` on the FP32 model: its tensor subclasses, compiled by Inductor as
-torchao's users compile them; the peer is Inductor).
+torchao's users compile them; the peer is Inductor), and ``torchao-int8-dynamic-bf16`` and
+``torchao-intx-weight-only-bf16`` (the same on the BF16 model; ``IntxWeightOnlyConfig``'s
+defaults).
 
 Configurations per (model, dtype), all compiled in ONE process, on the same model object:
 

@@ -56,9 +56,10 @@ class KernelChoice(Protocol):
     """What matching asks about each match (implemented by matcher/pick.py)."""
 
     def eligible(
-        self, op: str, pin: str | None, examples: list[Any], outputs: list[fx.Node]
+        self, op: str, pin: str | None, args: list[Any], examples: list[Any], outputs: list[fx.Node]
     ) -> tuple[list[Any], list[str]] | str:
-        """The kernels that may run here, with the others and why not; or why none may."""
+        """The kernels that may run here (``args``: the arguments as FX nodes or constants,
+        ``examples`` their values), with the others and why not; or why none may."""
         ...
 
     def choose(
@@ -320,7 +321,8 @@ class MatchSession:
         """The record for this match (None: no substitution, with a near miss saying why):
         the eligible kernels whose meta function agrees, the first of them unless kernel
         choice measures them against the replaced subgraph (matcher/choose.py)."""
-        found = self.choice.eligible(op_name, self.pattern.kernel, examples, outputs)
+        args = [self.fx_arg(r) for r in refs]
+        found = self.choice.eligible(op_name, self.pattern.kernel, args, examples, outputs)
         if isinstance(found, str):
             self.near_miss(at, found)
             return None

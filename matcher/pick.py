@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.fx as fx
@@ -49,11 +49,15 @@ class RegistryChoice:
         self._meta_seen: dict[tuple[Any, ...], str] = {}
 
     def eligible(
-        self, op: str, pin: str | None, examples: list[Any], outputs: list[fx.Node]
+        self, op: str, pin: str | None, args: list[Any], examples: list[Any], outputs: list[fx.Node]
     ) -> tuple[list[KernelDecl], list[str]] | str:
         """The eligible kernels whose meta function agrees, and the kernels passed over
-        with why; or why no kernel can run here."""
+        with why; or why no kernel can run here. Not a kernel that would keep the pack of a
+        tensor the graph computes (:func:`computed_packed`)."""
         cands, passed_over = self.registry.candidates(op, examples, self.target, pin)
+        computed = [why for k in cands if (why := computed_packed(k, args))]
+        cands = [k for k in cands if not computed_packed(k, args)]
+        passed_over = [*passed_over, *computed]
         if not cands:
             return f"no eligible kernel for {op!r}: {'; '.join(passed_over)}"
         agree = [k for k in cands if not self._meta_mismatch(k, examples, outputs)]
@@ -70,12 +74,15 @@ class RegistryChoice:
         if self.tuner is None:
             return Choice(agree[0])
         pin = rec.pattern.kernel
+        args = [s.fx_arg(r) for r in rec.args]
         if pin is not None:
             others, _ = self.registry.candidates(rec.op, examples, self.target)
             agree = [
-                k for k in others if not self._meta_mismatch(k, examples, rec.outputs)
+                k
+                for k in others
+                if not self._meta_mismatch(k, examples, rec.outputs)
+                and not computed_packed(k, args)
             ] or agree
-        args = [s.fx_arg(r) for r in rec.args]
         fallback = fallback_module(s.gm, s, rec)
         decision = self.tuner.choose(rec.op, agree, args, fallback, rec.slice, at, pin)
         if decision.choice == KEEP:
@@ -128,6 +135,44 @@ class RegistryChoice:
                     f"the replaced subgraph produces {list(w.shape)} {w.dtype}"
                 )
         return ""
+
+
+def _view(n: fx.Node) -> bool:
+    """Whether ``n`` is a view of its first argument (its op's schema says that its result
+    aliases that argument: ``t``, ``numpy_T``, ``permute``, ``view``, ...), not a cast (``to``
+    is annotated so too, but a cast to another dtype is a new tensor at each call)."""
+    if n.op != "call_function" or getattr(n.target, "_opname", "") == "to":
+        return False
+    schema = getattr(n.target, "_schema", None)
+    info = schema.returns[0].alias_info if schema is not None and schema.returns else None
+    return info is not None and not info.is_write and isinstance(n.args[0], fx.Node)
+
+
+def computed_packed(k: KernelDecl, args: Sequence[Any]) -> str:
+    """Why ``k`` cannot run at a site whose arguments are ``args`` (FX nodes or constants),
+    "" where it can: a kernel that pre-packs a tensor (``prepack_arg``, ``prepack_with``)
+    keeps the pack for the next call, so that tensor must be a graph input (a parameter or
+    buffer, as Dynamo lifts them) or a constant, or a view of one. A tensor the graph computes
+    (torchao's ``dequantize_affine`` of an int8 weight, a cast) is a new value at each call,
+    and Inductor writes it into a buffer it may reuse for the next layer's: the pack found
+    there was another layer's (bert-mini with torchao's IntxWeightOnlyConfig in bf16 and
+    ``linear_bf16``: largest error 0.66, cosine 0.19 on a 2-layer Llama)."""
+    if k.prepack is None:
+        return ""
+    for name in (k.prepack_arg, *k.prepack_with):
+        i = k.params.index(name) if name in k.params else len(args)
+        node = args[i] if i < len(args) else None
+        root = node
+        while isinstance(root, fx.Node) and _view(root):
+            root = cast(fx.Node, root.args[0])
+        if isinstance(root, fx.Node) and root.op not in ("placeholder", "get_attr"):
+            assert isinstance(node, fx.Node)
+            view = f"{node.name}, a view of " if node is not root else ""
+            return (
+                f"kernel {k.name} pre-packs {name}, which the graph computes at each call "
+                f"({view}{root.name} = {root.target}): not a constant"
+            )
+    return ""
 
 
 def _signature(values: Sequence[Any]) -> tuple[Any, ...]:
