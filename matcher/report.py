@@ -83,6 +83,21 @@ class GraphReport:
     graph_after: str = field(default="", repr=False)
     fx_nodes: list[NodeInfo] = field(default_factory=list, repr=False)  # kept by explain()
 
+    def merge(self, region: GraphReport) -> None:
+        """Add the findings of a region of this graph (``retrace.mode_regions``); a pattern
+        is silent only if it is silent in both."""
+        self.nodes += region.nodes
+        self.substitutions += region.substitutions
+        self.near_misses += region.near_misses
+        self.kept += region.kept
+        self.silent = {k: v for k, v in self.silent.items() if k in region.silent}
+        for name, n in region.canonicalized.items():
+            self.canonicalized[name] = self.canonicalized.get(name, 0) + n
+        for name, lines in region.why.items():
+            self.why[name] = self.why.get(name, []) + lines
+        for phase, seconds in region.timings.items():
+            self.timings[phase] = self.timings.get(phase, 0.0) + seconds
+
 
 @dataclass
 class PatternInfo:

@@ -118,7 +118,7 @@ def run_pass(
         restore(outcome.graph)  # inexact canonical spellings no kernel claimed
     report.canonicalized = dict(canonical)
     for sub, enabled in mode_regions(traced, bool(grads)):  # a graph each, static priority
-        _merge(report, _substitute_region(sub, enabled, plan, kw))
+        report.merge(_substitute_region(sub, enabled, plan, kw))
     report.timings = {"retrace": t1 - t0, "canonicalize": t_canon, **report.timings}
     _note_tuning(report, tuner)
     if keep_text:
@@ -166,22 +166,6 @@ def _substitute_region(
         restore(sub)
     outcome.report.canonicalized = dict(canonical)
     return outcome.report
-
-
-def _merge(report: GraphReport, region: GraphReport) -> None:
-    """Add a region's findings to its graph's report; a pattern is silent only if it is
-    silent in both."""
-    report.nodes += region.nodes
-    report.substitutions += region.substitutions
-    report.near_misses += region.near_misses
-    report.kept += region.kept
-    report.silent = {k: v for k, v in report.silent.items() if k in region.silent}
-    for name, count_ in region.canonicalized.items():
-        report.canonicalized[name] = report.canonicalized.get(name, 0) + count_
-    for name, lines in region.why.items():
-        report.why[name] = report.why.get(name, []) + lines
-    for phase, seconds in region.timings.items():
-        report.timings[phase] = report.timings.get(phase, 0.0) + seconds
 
 
 def _tuner(
@@ -348,37 +332,35 @@ class PdlkitBackend:
         options: Mapping[str, Any] | None,
     ) -> Callable[..., Any]:
         """A graph with tensor-subclass inputs, desugared to plain tensors and compiled as any
-        graph is; where this host's cached verdict for it is Inductor's, compiled by Inductor
-        as Dynamo gave it, with no desugaring trace (whole_graph.subclass_key)."""
+        graph is; where nothing is substituted there, Dynamo's graph as Inductor compiles it,
+        and the next time (the verdict cached: whole_graph.subclass_key) with no desugaring."""
         opts = self._options(mode, options)
         try:
             stamp: Any = self._plan_and_stamp(opts)[1]
         except Exception:  # the compilation below reports it
             stamp = None
-        outer = whole_graph.subclass_key(opts, example_inputs, gm, stamp)
+        outer, patches = (
+            whole_graph.subclass_key(opts, example_inputs, gm, stamp),
+            opts.config_patches(),
+        )
         known = whole_graph.known(outer, opts) == graph_guard.INDUCTOR
         if known and not self.explain_only and self.on_report is None:
-            return whole_graph.compile_inductor(gm, example_inputs, opts.config_patches())
+            return whole_graph.compile_inductor(gm, example_inputs, patches)
+
+        def plain() -> Callable[..., Any]:
+            whole_graph.desugared_verdict(outer, self._last_key, opts)
+            return cast(
+                Callable[..., Any],
+                inductor_options.compile_substituted(gm, example_inputs, patches),
+            )
+
         self._last_key, self._desugaring = "", True
         try:
-            fn = distributed.compile_desugared(
-                self, gm, example_inputs, partial(self._plain, gm, example_inputs, opts, outer),
-                mode=mode, options=options,
-            )  # fmt: skip
+            return distributed.compile_desugared(
+                self, gm, example_inputs, plain, mode=mode, options=options
+            )
         finally:
             self._desugaring = False
-        return fn
-
-    def _plain(
-        self, gm: fx.GraphModule, example_inputs: list[Any], opts: Options, outer: str
-    ) -> Callable[..., Any]:
-        """Dynamo's graph with subclass inputs, nothing substituted in its desugared form: as
-        Inductor compiles it, and the verdict (whole_graph.subclass_key) cached."""
-        whole_graph.desugared_verdict(outer, self._last_key, opts)
-        return cast(
-            Callable[..., Any],
-            inductor_options.compile_substituted(gm, example_inputs, opts.config_patches()),
-        )
 
     def _compiled(
         self,
