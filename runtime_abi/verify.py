@@ -12,7 +12,8 @@ input modified, an exception, or no answer within the pattern's ``timeout`` -- w
 naming the pattern, the kernel, the call site and the error, and every later call of that
 shape at that site runs the reference subgraph. ``pdlkit.stats()`` counts
 ``verifications`` and ``disabled``. ``verify=True`` (:func:`strict`) checks each site's
-first call the same way and raises :class:`KernelCallError` instead.
+first call the same way (counted in ``verifications`` too) and raises
+:class:`KernelCallError` instead.
 
 Tolerances per output dtype, unless the pattern's manifest entry declares ``tolerance:``
 (a number is rtol, or ``{rtol: ..., atol: ...}``) or ``timeout:`` (seconds): floating outputs pass when
@@ -282,6 +283,7 @@ def strict(cs: Any, args: tuple[Any, ...], attempt: Callable[..., Any]) -> Any:
     ref = as_list(cs.fallback(*args))
     copies = snapshot(decl, args)
     out = attempt(cs, copies)
+    count("verifications", decl.name)  # as first_call counts them (stats() showed 0 here)
     why = modified(decl, args, copies)
     if why:
         raise KernelCallError(

@@ -96,6 +96,16 @@ def test_verify_catches_a_kernel_computing_the_wrong_function(tmp_path):
         f(torch.randn(2, 8))
 
 
+def test_strict_verification_is_counted_in_stats(tmp_path):
+    model, f = compile_with(
+        tmp_path, lin_kernel("lin_relu", "k_right", "return torch.relu(x @ w.t() + b)"), verify=True
+    )
+    pdlkit.stats(reset=True)
+    with torch.no_grad():
+        f(torch.randn(2, 8))
+    assert pdlkit.stats()["verifications"] == 1
+
+
 def test_declaration_is_validated_when_declared():
     with pytest.raises(
         pdlkit.KernelDeclarationError, match=r"test_runtime\.py:\d+: kernel 'k': dtypes names 'y'"
