@@ -54,9 +54,8 @@ class RegistryChoice:
         """The eligible kernels whose meta function agrees, and the kernels passed over
         with why; or why no kernel can run here. Not a kernel that would keep the pack of a
         tensor the graph computes (:func:`computed_packed`)."""
-        cands, passed_over = self.registry.candidates(op, examples, self.target, pin)
-        computed = [why for k in cands if (why := computed_packed(k, args))]
-        cands = [k for k in cands if not computed_packed(k, args)]
+        found, passed_over = self.registry.candidates(op, examples, self.target, pin)
+        cands, computed = constant_packs(found, args)
         passed_over = [*passed_over, *computed]
         if not cands:
             return f"no eligible kernel for {op!r}: {'; '.join(passed_over)}"
@@ -77,11 +76,9 @@ class RegistryChoice:
         args = [s.fx_arg(r) for r in rec.args]
         if pin is not None:
             others, _ = self.registry.candidates(rec.op, examples, self.target)
+            others, _ = constant_packs(others, args)
             agree = [
-                k
-                for k in others
-                if not self._meta_mismatch(k, examples, rec.outputs)
-                and not computed_packed(k, args)
+                k for k in others if not self._meta_mismatch(k, examples, rec.outputs)
             ] or agree
         fallback = fallback_module(s.gm, s, rec)
         decision = self.tuner.choose(rec.op, agree, args, fallback, rec.slice, at, pin)
@@ -173,6 +170,15 @@ def computed_packed(k: KernelDecl, args: Sequence[Any]) -> str:
                 f"({view}{root.name} = {root.target}): not a constant"
             )
     return ""
+
+
+def constant_packs(
+    kernels: list[KernelDecl], args: Sequence[Any]
+) -> tuple[list[KernelDecl], list[str]]:
+    """(the kernels that may run at a site whose arguments are ``args``, why each other may
+    not): :func:`computed_packed` for each."""
+    whys = {k.name: computed_packed(k, args) for k in kernels}
+    return [k for k in kernels if not whys[k.name]], [w for w in whys.values() if w]
 
 
 def _signature(values: Sequence[Any]) -> tuple[Any, ...]:
