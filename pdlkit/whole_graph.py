@@ -129,8 +129,8 @@ def subclass_key(opts: Options, example_inputs: list[Any], gm: fx.GraphModule, s
 
 
 def desugared_verdict(outer: str, inner: str, opts: Options) -> None:
-    """After a desugared compilation: where its graph's verdict (key ``inner``) is Inductor's
-    (nothing substituted, or Inductor's graph measured faster), Dynamo's graph (``outer``,
+    """After a desugared compilation in which nothing was substituted: where its graph's
+    verdict (key ``inner``) was cached as Inductor's, Dynamo's graph (``outer``,
     :func:`subclass_key`) gets the same verdict."""
     if outer and known(inner, opts) == graph_guard.INDUCTOR:
         graph_guard.remember(outer, Decision(graph_guard.INDUCTOR, [], "measured"))

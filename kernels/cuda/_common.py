@@ -38,6 +38,14 @@ def _splitk() -> Any:
     return _triton_splitk
 
 
+def _widen() -> Any:
+    """kernels/cuda/_triton_widen.py (an int8 weight widened whole), or why not (no Triton)."""
+    _triton()  # the same message when Triton is missing
+    from pdlkit.kernels.cuda import _triton_widen
+
+    return _triton_widen
+
+
 _DECODE_ROWS = 256  # the split-K declarations take up to this many rows
 
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from pdlkit.kernels.cuda._common import _CAPTURED, _splitk, _triton
+from pdlkit.kernels.cuda._common import _CAPTURED, _splitk, _widen
 from pdlkit.runtime_abi.triton_binding import launched_by_inductor, size_hint
 from torch import Tensor
 
@@ -50,10 +50,7 @@ _WIDEN_ROWS = 64  # and the widened path, declared alone, from past this many
 
 
 def _widened(x: Tensor, w: Tensor, w_scale: Tensor, bias: Tensor | None) -> Tensor:
-    _triton()  # the same message when Triton is missing
-    from pdlkit.kernels.cuda import _triton_widen
-
-    y = torch.mm(x, _triton_widen.widen(w, x.dtype).t()) * w_scale.reshape(-1).to(x.dtype)
+    y = torch.mm(x, _widen().widen(w, x.dtype).t()) * w_scale.reshape(-1).to(x.dtype)
     return y if bias is None else y + bias
 
 
@@ -79,7 +76,8 @@ def int8_weight_only_triton(x: Tensor, w: Tensor, w_scale: Tensor, bias: Tensor 
             bias=bias,
             weight_only=True,
         )
-    except pdlkit.KernelUnsupported:  # its tiles do not fit this GPU's shared memory
+    except pdlkit.KernelUnsupported:  # its tiles do not fit this GPU's shared memory (no
+        # Triton at all raises again below, with the same message)
         return _widened(x, w, w_scale, bias)  # still far faster than torchao's graph
 
 
