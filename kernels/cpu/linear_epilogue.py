@@ -104,10 +104,17 @@ def _onednn(x: Tensor, packed: Tensor, bias: Tensor | None, post: str, algorithm
     return y.reshape(*x.shape[:-1], y.shape[-1])
 
 
+# oneDNN's BF16 matmul needs avx512bw/vl/dq or avx_ne_convert (an AVX2-only CPU such as an AMD
+# EPYC 7003 lacks both: the weight's reorder raises there); torch's own check says which,
+# so on such a host these kernels take FP32 only and BF16 sites keep Inductor's code.
+_ONEDNN_FLOATS = _FLOATS if torch.ops.mkldnn._is_mkldnn_bf16_supported() else [torch.float32]
+
 if torch.backends.mkldnn.is_available():
     _PACKED = {"prepack": _pack, "prepack_arg": "weight", "priority": 1, "device": "cpu"}
 
-    @pdlkit.kernel(implements="linear_gelu", dtypes={"x": _FLOATS, "weight": _FLOATS}, **_PACKED)
+    @pdlkit.kernel(
+        implements="linear_gelu", dtypes={"x": _ONEDNN_FLOATS, "weight": _ONEDNN_FLOATS}, **_PACKED
+    )
     def linear_gelu_onednn(
         x: Tensor, weight: Tensor, bias: Tensor | None, approximate: str
     ) -> Tensor:
@@ -120,7 +127,7 @@ if torch.backends.mkldnn.is_available():
 
     @pdlkit.kernel(
         implements="linear_relu",
-        dtypes={"x": _FLOATS, "weight": _FLOATS},
+        dtypes={"x": _ONEDNN_FLOATS, "weight": _ONEDNN_FLOATS},
         **_PACKED,
         **_RELU_GRAD,
     )
@@ -132,7 +139,7 @@ if torch.backends.mkldnn.is_available():
 
     @pdlkit.kernel(
         implements="linear",
-        dtypes={"x": _FLOATS, "weight": _FLOATS},
+        dtypes={"x": _ONEDNN_FLOATS, "weight": _ONEDNN_FLOATS},
         **_PACKED,
         **_LINEAR_GRAD,
     )
