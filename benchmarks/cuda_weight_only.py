@@ -22,7 +22,7 @@ import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import astuple
+from dataclasses import astuple, replace
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -58,10 +58,12 @@ SMEM = 227 * 1024
 
 
 def candidates(m: int, n: int, k: int, sweep: bool) -> list[Any]:
-    """None (the kernel's own pick), then with ``sweep`` the TILES that fit."""
-    from pdlkit.kernels.cuda._triton_splitk import SplitConfig
+    """None (the kernel's own pick) and the pick with the dot's operands swapped (the widened
+    weight first: ``SplitConfig.swap``), then with ``sweep`` the TILES that fit, each both ways."""
+    from pdlkit.kernels.cuda._triton_gemm import _sms
+    from pdlkit.kernels.cuda._triton_splitk import SplitConfig, w8_config
 
-    out: list[Any] = [None]
+    out: list[Any] = [None, replace(w8_config(m, n, k, _sms()), swap=True)]
     if not sweep:
         return out
     bms = [min(64, max(16, 1 << (m - 1).bit_length()))] if m <= 64 else [64, 128]
@@ -72,7 +74,7 @@ def candidates(m: int, n: int, k: int, sweep: bool) -> list[Any]:
                 continue
             if not 16 <= tiles * split <= 4096:
                 continue
-            out.append(SplitConfig(bm, bn, bk, split, warps, stages))
+            out += [SplitConfig(bm, bn, bk, split, warps, stages, swap) for swap in (False, True)]
     return out
 
 

@@ -21,7 +21,7 @@ pytest.importorskip("triton", reason="Triton is not installed (pip install trito
 
 _SCRIPT = textwrap.dedent(
     """
-    import json, torch
+    import dataclasses, json, torch
     import torch.nn.functional as F
     from pdlkit.kernels.cuda import _triton_fused as Fz, _triton_splitk as S
     torch.manual_seed(0)
@@ -67,9 +67,11 @@ _SCRIPT = textwrap.dedent(
     exact3 = (a.double() @ w3.double().T).half()
     out["weight_only_exact"] = {}
     for name in ("one slice", "wide, three slices"):
-        y = torch.full((m, n), float("nan")).half()
-        S.splitk(a, None, w3, ones_n, y, config=configs[name], weight_only=True)
-        out["weight_only_exact"][name] = bool((y == exact3).all())
+        for swap in (False, True):  # the widened weight as the dot's first operand, or second
+            y = torch.full((m, n), float("nan")).half()
+            cfg = dataclasses.replace(configs[name], swap=swap)
+            S.splitk(a, None, w3, ones_n, y, config=cfg, weight_only=True)
+            out["weight_only_exact"][name + (", swapped" if swap else "")] = bool((y == exact3).all())
     print(json.dumps(out))
     """
 )
@@ -103,7 +105,11 @@ def test_grouped_qkv_with_a_given_config_sums_exactly_in_interpreter(interpreted
 
 def test_weight_only_sums_exactly_with_k_split_in_interpreter(interpreted):
     # float32 partial sums in a float32 workspace, added by each tile's last slice
-    assert interpreted["weight_only_exact"] == {"one slice": True, "wide, three slices": True}
+    # and with the dot's operands swapped (SplitConfig.swap): the sums come out transposed
+    assert interpreted["weight_only_exact"] == {
+        "one slice": True, "one slice, swapped": True,
+        "wide, three slices": True, "wide, three slices, swapped": True,
+    }  # fmt: skip
 
 
 def _int_mm(q: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -161,7 +167,11 @@ def test_gpu_decode_gemm_of_65_to_128_rows_launches_and_sums_exactly(m):
 
 
 @needs_gpu
-@pytest.mark.parametrize("cfg", [(64, 128, 128, 4, 4, 4), (16, 64, 256, 8, 4, 4), None])
+@pytest.mark.parametrize(
+    "cfg",
+    [(64, 128, 128, 4, 4, 4), (16, 64, 256, 8, 4, 4), (128, 64, 128, 1, 4, 4, True),
+     (64, 128, 64, 2, 4, 4, True), None],
+)  # fmt: skip
 def test_gpu_weight_only_slices_sum_exactly(cfg):
     from pdlkit.kernels.cuda import _triton_splitk as S
 
@@ -186,6 +196,7 @@ def test_weight_only_tiles_follow_the_measured_winners():
     assert w8_config(64, 14336, 4096) == SplitConfig(64, 64, 128, 1, 4, 4)  # GQA gate, up
     assert w8_config(256, 14336, 4096) == SplitConfig(128, 128, 64, 1, 4, 4)
     assert w8_config(256, 4096, 11008) == SplitConfig(64, 128, 64, 2, 4, 4)
+    assert w8_config(256, 4096, 4096) == SplitConfig(128, 64, 128, 1, 4, 4, swap=True)  # o
     # prefill-sized calls: one K slice (no workspace of partial sums the size of the output)
     assert w8_config(2048, 4096, 11008).split_k == 1
 

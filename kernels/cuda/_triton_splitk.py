@@ -54,6 +54,7 @@ class SplitConfig:
     split_k: int
     warps: int
     stages: int
+    swap: bool = False  # weight-only: the widened weight is the dot's first operand
 
 
 _TILES = 96  # row x column tiles the widest BN must still leave (the sweep's winners)
@@ -134,18 +135,21 @@ def w8_config(m: int, n: int, k: int, sms: int = 132) -> SplitConfig:
     wide ones, 64 x 128 with K split in two for the long ones, else 128 x 64. Past 256 rows
     128-row tiles, 128 or 64 columns, one K slice: for direct calls only, since the weight-only
     kernel widens the weight whole there and calls cuBLAS, 1.3-2.2x faster than these tiles at
-    512 and 2048 rows on an H200 (kernels/cuda/weight_only.py)."""
+    512 and 2048 rows on an H200 (kernels/cuda/weight_only.py). The 128 x 64 tiles put the
+    widened weight first in the dot (``swap``): 28.4-28.6 against 29.3-30.0 us for the 4096 x
+    4096 weight at 128 and 256 rows; elsewhere swapping won 0-5%, within the runs' spread,
+    so the mixed-input gap to BF16 cuBLAS (0.5-0.65x there) is not the dot's operand order
+    (benchmarks/results/cuda_weight_only_h200_swap_7bc765e.md)."""
     if INTERPRET:
         return pick_split_config(m, n, k, False, sms)
     m = size_hint(m)  # a symbolic M by its hint: no guard on it
+    narrow = SplitConfig(128, 64, 128, 1, 4, 4, swap=True)  # 4096 x 4096 at 128-256 rows: 3-5%
     if m > 256:
-        return (
-            SplitConfig(128, 128, 64, 1, 4, 4) if n > 8192 else SplitConfig(128, 64, 128, 1, 4, 4)
-        )
+        return SplitConfig(128, 128, 64, 1, 4, 4) if n > 8192 else narrow
     if m > 64 and n >= 4096:
         if n > 8192:
             return SplitConfig(128, 128, 64, 1, 4, 4)
-        return SplitConfig(64, 128, 64, 2, 4, 4) if k > 8192 else SplitConfig(128, 64, 128, 1, 4, 4)
+        return SplitConfig(64, 128, 64, 2, 4, 4) if k > 8192 else narrow
     bm = min(64, max(16, triton.next_power_of_2(m)))
     wide = n >= 12288 if m <= 16 else n > 4096
     bn = 64 if wide or k > 8192 else 32
@@ -254,14 +258,16 @@ def _sums(
     a_ptr, b_ptr, u_ptr, rm, rn, rk, M, N, stride_am, stride_bn,
     K: tl.constexpr, K_SPLIT: tl.constexpr, EVEN_K: tl.constexpr, GATED: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, W8: tl.constexpr = False,
-    UPCAST: tl.constexpr = False,
+    UPCAST: tl.constexpr = False, SWAP: tl.constexpr = False,
 ):  # fmt: skip
     """The int32 sums of one K slice (positions rk + k0): A[rm] @ B[rn]^T, and U's for a
     gated pair; up to ``stages`` K steps of loads in flight. ``W8``: A is float (bf16 /
     fp16) and B's int8 tiles are widened to A's dtype in registers: float32 sums. ``UPCAST``
     (Triton's interpreter): both to float32 first, since the interpreter's bf16 dot is wrong
     (NumPy has no bf16; a bf16 weight-only call read 7e8 where 8 was right); their products
-    are exact in float32 either way."""
+    are exact in float32 either way. ``SWAP`` (W8): B^T's sums, B @ A^T, so that the widened
+    weight is the dot's first operand, which Hopper's wgmma takes from registers (its second
+    must be in shared memory: B widened as the second operand goes back through it)."""
     ACC: tl.constexpr = tl.float32 if W8 else tl.int32
     m_ok = (rm < M)[:, None]
     n_ok = (rn < N)[:, None]
@@ -271,6 +277,7 @@ def _sums(
         u_ptrs = u_ptr + rn[:, None] * stride_bn + rk[None, :]
     acc = tl.zeros((BM, BN), dtype=ACC)
     acc_u = tl.zeros((BM, BN), dtype=ACC)
+    acc_t = tl.zeros((BN, BM), dtype=ACC)
     for k0 in range(0, K_SPLIT, BK):
         a = _k_tile(a_ptrs, m_ok, rk + k0, K, EVEN_K)
         b = _k_tile(b_ptrs, n_ok, rk + k0, K, EVEN_K)
@@ -279,13 +286,18 @@ def _sums(
             b = b.to(tl.float32)
         elif W8:
             b = b.to(a.dtype)
-        acc = tl.dot(a, tl.trans(b), acc, out_dtype=ACC)
+        if SWAP:
+            acc_t = tl.dot(b, tl.trans(a), acc_t, out_dtype=ACC)
+        else:
+            acc = tl.dot(a, tl.trans(b), acc, out_dtype=ACC)
         if GATED:
             u = _k_tile(u_ptrs, n_ok, rk + k0, K, EVEN_K)
             acc_u = tl.dot(a, tl.trans(u), acc_u, out_dtype=tl.int32)
             u_ptrs += BK
         a_ptrs += BK
         b_ptrs += BK
+    if SWAP:
+        acc = tl.trans(acc_t)
     return acc, acc_u
 
 
@@ -335,7 +347,7 @@ def splitk_kernel(
     K: tl.constexpr, K_SPLIT: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr,
     GATED: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, QUANT_A: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, RB: tl.constexpr, W8: tl.constexpr,
-    UPCAST: tl.constexpr = False,
+    UPCAST: tl.constexpr = False, SWAP: tl.constexpr = False,
 ):  # fmt: skip
     """C[M, N] = epilogue(A[M, K] @ B[N, K]^T) (and U for a gated pair), int8 in, int32
     sums; program (m, n, s) sums K slice s of tile (m, n). ``ws`` holds SPLIT_K > 1's
@@ -359,7 +371,7 @@ def splitk_kernel(
         s = _quantize_row(x_ptr, a_ptr, q_eps, q_max, K, RB)
     acc, acc_u = _sums(
         a_ptr, b_ptr, u_ptr, rm, rn, rk, M, N, stride_am, stride_bn,
-        K, K_SPLIT, EVEN_K, GATED, BM, BN, BK, W8, UPCAST,
+        K, K_SPLIT, EVEN_K, GATED, BM, BN, BK, W8, UPCAST, SWAP,
     )  # fmt: skip
     if QUANT_A:
         sa = tl.where(rm < M, s, 0.0)
@@ -439,7 +451,7 @@ def splitk(
         GATED=gated, HAS_BIAS=bias is not None, HAS_RES=residual is not None,
         QUANT_A=quantize is not None, BM=cfg.bm, BN=cfg.bn, BK=cfg.bk,
         RB=min(triton.next_power_of_2(k), 32 if INTERPRET else 4096), W8=weight_only,
-        UPCAST=INTERPRET and weight_only,
+        UPCAST=INTERPRET and weight_only, SWAP=cfg.swap and weight_only and not gated,
         num_warps=cfg.warps, num_stages=stages,
     )  # fmt: skip
     return out
