@@ -157,19 +157,27 @@ def choose(
         fns, failed = _compiled(others)
         fns = {SUBSTITUTED: ours, **fns}
         runs = [(n, _call(f, tensors)) for n, f in fns.items()]
-        timings = _measure(runs, device)
-        first = ""
-        if _undecided(timings):
-            timings = _more_rounds(timings, _measure(runs, device))
-        elif _contradicts(timings, saved_us):
-            first, timings = _first_look(timings), _measure(runs, device)
-        _note_rounds(timings, first)
-        timings += failed + skipped
+        timings = _rounds(runs, device, saved_us) + failed + skipped
     decision = Decision(_faster(timings), timings)
     if autotune.trusted(decision):  # a busy host's verdict holds for this compilation only
         cache.put(key, decision)
     loaded.unload(decision.choice)
     return decision.choice, fns[decision.choice], decision
+
+
+def _rounds(
+    runs: list[tuple[str, Callable[[], Any]]], device: str, saved_us: float | None
+) -> list[Timing]:
+    """The candidates' paired rounds: more where undecided, a second look where Inductor's
+    graph won against the sites' saving (the first look's verdict is noted beside it)."""
+    timings = _measure(runs, device)
+    first = ""
+    if _undecided(timings):
+        timings = _more_rounds(timings, _measure(runs, device))
+    elif _contradicts(timings, saved_us):
+        first, timings = _first_look(timings), _measure(runs, device)
+    _note_rounds(timings, first)
+    return timings
 
 
 _Make = Callable[[], Callable[..., Any]]

@@ -85,3 +85,35 @@ def run(p, k, mode, **kw):
 
 def calls(st, kernel):
     return st["by_kernel"].get(kernel, {}).get("kernel_calls", 0)
+
+
+# -- whole graphs for graph_guard.choose (test_autotune_graph*.py) --
+
+
+def graph_maker(compiled: list, name: str, seconds: float):
+    """A whole graph's compile for graph_guard.choose: it notes ``name`` in ``compiled`` and
+    gives code that takes ``seconds`` per call."""
+    import time
+
+    def make():
+        compiled.append(name)
+        return lambda *a: time.sleep(seconds)
+
+    return make
+
+
+def recorded_measures(monkeypatch):
+    """graph_guard._measure, recording each call's timings as it returned them (a copy of
+    the list: graph_guard.choose adds its failed and skipped graphs to it)."""
+    from pdlkit.matcher import graph_guard
+
+    calls = []
+    real = graph_guard._measure
+
+    def recorded(runs, device, *settled):
+        timings = real(runs, device, *settled)
+        calls.append(list(timings))
+        return timings
+
+    monkeypatch.setattr(graph_guard, "_measure", recorded)
+    return calls

@@ -186,6 +186,22 @@ def test_a_kernel_whose_copies_would_take_over_the_budget_is_stopped_on_its_firs
     assert set(ran) == {0}
 
 
+def test_a_rotation_whose_calls_fill_its_share_runs_one_warm_call_not_four():
+    """Calls of a third of the share (BF16 GEMMs without BF16 hardware run for seconds): the
+    first call and one warm one decide, within the budget, where four warm calls would
+    double it."""
+    ran: list[int] = []
+
+    def call(i: int) -> None:
+        ran.append(i)
+        time.sleep(0.04)
+
+    slow = cold.Rotation([lambda i=i: call(i) for i in range(4)])  # 4 x 40 ms > 0.1 s
+    (t,) = autotune.measure([("slow", slow)], "cpu", budget=0.1)
+    assert t.note == "stopped: over the budget" and t.us is not None and t.us >= 40_000
+    assert ran == [0, 0]
+
+
 def test_a_bucket_chosen_at_run_time_is_timed_on_copies_of_the_weight_too(folders, monkeypatch):
     """Dynamic dims: a new bucket's timing at run time rotates through as many copies of the
     site's weight as the compile-time timing did (same values)."""

@@ -8,6 +8,8 @@ The subject is autotune_chain.py's matmul chain.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 from autotune_chain import FAST, SLOW, Chain, calls, inputs, run
@@ -16,6 +18,22 @@ from pdlkit.runtime_abi import autotune
 from pdlkit.runtime_abi.capability import host
 
 import pdlkit
+
+_RUNS: list[float] = []
+
+
+def _slow_site(x):
+    """A subgraph's run of 0.1 s (BF16 GEMMs on a CPU without BF16 arithmetic: 0.4 s)."""
+    _RUNS.append(time.perf_counter())
+    time.sleep(0.1)
+    return x + 1
+
+
+torch.fx.wrap("_slow_site")
+
+
+def _calls_slow_site(x):
+    return _slow_site(x)
 
 
 def test_bad_subgraph_timing_setting_is_one_clear_error(monkeypatch):
@@ -183,3 +201,14 @@ def test_without_a_kept_match_the_smaller_pattern_still_applies(folders):
     p, k = folders(ONE)
     st = run(_two_patterns(p), k, "full")
     assert calls(st, "one_linear") == 2
+
+
+def test_bounds_of_a_subgraph_slower_than_its_budget_take_one_sample():
+    """With a 0.2 s budget, runs of 0.1 s: one warm-up run and one sample (its extern ops, its
+    whole run), where the four samples taken whatever their length made 11 runs, 1.1 s."""
+    from pdlkit.matcher import lowered
+
+    gm = torch.fx.symbolic_trace(_calls_slow_site)
+    _RUNS.clear()
+    lower, upper = lowered.bounds([(gm, (torch.zeros(2),))], budget=0.2)
+    assert len(_RUNS) == 3 and upper >= 100_000
