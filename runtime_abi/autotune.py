@@ -272,9 +272,9 @@ def _prescreen(
     """The rotations among ``candidates`` (copies of their weights, matcher/cold.py) that are
     not timed on their copies, by a first call, a warm-up (:data:`WARM_S`) and
     :data:`HOT_CALLS` more on the first copy (the model's own weights; one, where those
-    would take the first call past the ``share``): those whose first call took the whole ``budget``, or whose warm
-    calls are over the budget's ``share`` there, or whose copies would be (stopped, timed by
-    that), as :func:`_first_calls` decides for the others; and those over :data:`HOT_SLACK`
+    would take the first call past the ``share``): those whose first call took the whole
+    ``budget``, or whose warm calls are over the budget's ``share`` there, or whose copies
+    would be (stopped, timed by that), as :func:`_first_calls` decides for the others; and those over :data:`HOT_SLACK`
     times the fastest (excluded). One that raises is left to :func:`measure`, which says so."""
     done: dict[str, Timing] = {}
     hot: dict[str, float] = {}

@@ -10,11 +10,11 @@ import time
 
 import pytest
 import torch
+from autotune_chain import graph_maker
 from pdlkit.matcher import choose, graph_guard
 from pdlkit.matcher.report import GraphReport
 from pdlkit.runtime_abi import autotune
 from pdlkit.runtime_abi.autotune import KEEP, Decision, Timing
-from test_autotune_graph import _graph_maker
 
 import pdlkit
 
@@ -105,7 +105,7 @@ def test_a_large_saving_timed_on_a_busy_host_still_times_inductors_graph(tmp_pat
 
     with pytest.warns(UserWarning, match="host was busy"):
         graph_guard.choose(
-            "k", busy, _graph_maker(compiled, "inductor", 0.001), (torch.randn(2),), "cached",
+            "k", busy, graph_maker(compiled, "inductor", 0.001), (torch.randn(2),), "cached",
             5000.0,
         )  # fmt: skip
     assert compiled == ["substituted", "inductor"]
