@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -68,10 +69,17 @@ def test_demo_runs_end_to_end():
     assert p.stdout is not None
     first = p.stdout.readline()
     first_s = time.perf_counter() - t0
+    second = p.stdout.readline()  # "[1/5] importing torch and pdlkit ... 1.4 s", after the import
+    second_s = time.perf_counter() - t0
     rest, err = p.communicate(timeout=600)
-    out = first + rest
+    out = first + second + rest
     assert p.returncode == 0, out + err
-    assert first.startswith("pdlkit demo: ") and first_s < 2.0, (first, first_s)
+    # the first line comes before torch's import (its seconds pass between the two lines), not
+    # within a wall-clock bound: on a busy 2-core VM the line took 2.5 s
+    import_s = float(re.search(r"\.\.\. ([0-9.]+) s", second).group(1))
+    assert first.startswith("pdlkit demo: ") and second_s - first_s >= 0.8 * import_s, (
+        first, second, first_s, second_s,
+    )  # fmt: skip
     assert len(out.splitlines()) <= 40, out
     assert "linear_gelu -> linear_gelu_onednn: 2x" in out
     assert "linear_relu -> linear_relu_onednn: 2x" in out
