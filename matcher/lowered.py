@@ -285,8 +285,8 @@ def bounds(
             highs.append(time.perf_counter() - t0)
             lows.append(interp.extern)
             # past the deadline, four samples, or fewer where four would not fit the budget
-            # (GPT-2's BF16 GEMMs on a CPU without BF16 arithmetic: 0.4 s a run; the site's
-            # bounds took 16 s of a 2 s budget)
+            # (GPT-2's BF16 GEMMs on a CPU without BF16 arithmetic: the site's timing took
+            # 16 s of a 2 s budget)
             if time.perf_counter() > deadline and (i >= 3 or highs[-1] * 4 > budget):
                 break
     return min(lows) * 1e6, statistics.median_high(highs) * 1e6

@@ -173,14 +173,19 @@ def test_a_kernel_slow_for_its_first_milliseconds_of_work_is_still_timed_on_copi
     assert t_warm.us < t_steady.us
 
 
-def test_a_kernel_whose_copies_would_take_over_the_budget_is_stopped_on_its_first():
+def _sleeping(copies: int, seconds: float) -> tuple[cold.Rotation, list[int]]:
+    """A rotation over ``copies`` calls that sleep ``seconds``, and the copies it ran, in order."""
     ran: list[int] = []
 
     def call(i: int) -> None:
         ran.append(i)
-        time.sleep(0.02)
+        time.sleep(seconds)
 
-    slow = cold.Rotation([lambda i=i: call(i) for i in range(64)])  # 64 x 20 ms > 0.2 s
+    return cold.Rotation([lambda i=i: call(i) for i in range(copies)]), ran
+
+
+def test_a_kernel_whose_copies_would_take_over_the_budget_is_stopped_on_its_first():
+    slow, ran = _sleeping(64, 0.02)  # 64 x 20 ms > 0.2 s
     (t,) = autotune.measure([("slow", slow)], "cpu", budget=0.2)
     assert t.note == "stopped: over the budget" and t.us is not None and t.us >= 20_000
     assert set(ran) == {0}
@@ -190,13 +195,7 @@ def test_a_rotation_whose_calls_fill_its_share_runs_one_warm_call_not_four():
     """Calls of a third of the share (BF16 GEMMs without BF16 hardware run for seconds): the
     first call and one warm one decide, within the budget, where four warm calls would
     double it."""
-    ran: list[int] = []
-
-    def call(i: int) -> None:
-        ran.append(i)
-        time.sleep(0.04)
-
-    slow = cold.Rotation([lambda i=i: call(i) for i in range(4)])  # 4 x 40 ms > 0.1 s
+    slow, ran = _sleeping(4, 0.04)  # 4 x 40 ms > 0.1 s
     (t,) = autotune.measure([("slow", slow)], "cpu", budget=0.1)
     assert t.note == "stopped: over the budget" and t.us is not None and t.us >= 40_000
     assert ran == [0, 0]

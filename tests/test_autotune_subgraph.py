@@ -23,7 +23,7 @@ _RUNS: list[float] = []
 
 
 def _slow_site(x):
-    """A subgraph's run of 0.1 s (BF16 GEMMs on a CPU without BF16 arithmetic: 0.4 s)."""
+    """A subgraph's run of 0.1 s (BF16 GEMMs on a CPU without BF16 arithmetic run longer)."""
     _RUNS.append(time.perf_counter())
     time.sleep(0.1)
     return x + 1
