@@ -166,8 +166,7 @@ def _pt2e(
         ) from e
     dynamic_dims = describe_dynamic(exported)  # before torchao's passes rewrite the inputs' meta
     prepared_counts = prepare_for_quantizer(exported)
-    config = default_config(is_dynamic=dynamic, reduce_range=int16_pairs())
-    quantizer = quantizer_cls().set_global(config)
+    quantizer = quantizer_cls().set_global(default_config(is_dynamic=dynamic))
     with _torchao_step("prepare_pt2e (the quantizer annotating the graph)"):
         prepared = prepare_pt2e(exported, quantizer)
     # Dynamic: one run still matters, the weight observers record their ranges then.
@@ -181,21 +180,6 @@ def _pt2e(
         warnings.warn(f"pdlkit.quantization.quantize: {summary}", stacklevel=3)
     converted.pdlkit_quantization = summary
     return _inference_only(converted)
-
-
-def int16_pairs() -> bool:
-    """Whether oneDNN's u8 x s8 GEMM on this CPU adds pairs of products in int16 (x86 without
-    VNNI: ``vpmaddubsw``), which saturates for 8-bit activations: 2 x 255 x 128 > 32767. There
-    activations are quantized to 7 bits (X86InductorQuantizer's ``reduce_range``), as PyTorch's
-    fbgemm backend did: 158 quanta off at one int8 site of an AVX2-only EPYC with 8-bit
-    activations, none with 7-bit ones (tests/test_autotune_subgraph.py's site)."""
-    import platform
-
-    from pdlkit.runtime_abi.capability import cpu_flags
-
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return False
-    return not ({"avx512_vnni", "avx_vnni", "amx_int8"} & cpu_flags("x86_64"))
 
 
 def _first_line(e: BaseException) -> str:

@@ -149,35 +149,3 @@ def test_metrics():
     assert isinstance(max_abs_error(a, a), float)
     with pytest.raises(ValueError, match="shapes differ"):
         cosine_similarity(a, a.reshape(-1))
-
-
-@pytest.mark.parametrize(
-    "flags, pairs",
-    [({"avx2"}, True), ({"avx2", "avx512_vnni"}, False), ({"avx2", "avx_vnni"}, False)],
-)
-def test_int16_pairs_are_read_off_the_cpus_vnni_flags(monkeypatch, flags, pairs):
-    from pdlkit.quantization import pt2e
-    from pdlkit.runtime_abi import capability
-
-    monkeypatch.setattr(capability, "cpu_flags", lambda arch: set(flags))
-    monkeypatch.setattr("platform.machine", lambda: "x86_64")
-    assert pt2e.int16_pairs() is pairs
-
-
-@needs_torchao
-@pytest.mark.parametrize("scheme", INT8)
-@pytest.mark.parametrize("pairs, qmax", [(True, 127), (False, 255)])
-def test_activations_take_7_bits_where_int8_gemms_add_int16_pairs(
-    mlp, monkeypatch, scheme, pairs, qmax
-):
-    """Without VNNI oneDNN's u8 x s8 GEMM saturates pairs of 8-bit products in int16: the
-    activations' quantization range is halved there (reduce_range), and only there."""
-    from pdlkit.quantization import pt2e
-
-    monkeypatch.setattr(pt2e, "int16_pairs", lambda: pairs)
-    model, x = mlp
-    q = quantize(model, (x,), scheme=scheme)
-    ops = ("quantize_per_tensor", "choose_qparams")
-    nodes = [n for n in q.graph.nodes if any(o in str(n.target) for o in ops)]
-    assert nodes and all(qmax in n.args for n in nodes), [n.args for n in nodes]
-    torch.testing.assert_close(_hidden(q(x)), model(x), rtol=0.1, atol=0.1)
