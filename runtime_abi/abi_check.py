@@ -87,31 +87,46 @@ def check_kernel(
             rows.append(Row(decl.name, label, "FAIL", why))
             continue
         on_device = [_to(s, decl.device) for s in samples]  # references run on the CPU copies
-        try:
-            torch.library.opcheck(op, (*_first_accepted(op, on_device), 0))
-            rows.append(Row(decl.name, f"opcheck {label}", "PASS"))
-        except Exception as e:
-            why = f"{type(e).__name__}: {str(e).splitlines()[0]}"
-            rows.append(Row(decl.name, f"opcheck {label}", "FAIL", why))
+        rows.append(_opcheck(decl, op, on_device, label))
         rows.append(_compare(decl, op, reference, samples, on_device, label))
     return rows
+
+
+def _opcheck(decl: KernelDecl, op: Any, samples: list[tuple[Any, ...]], label: str) -> Row:
+    """``torch.library.opcheck`` on the first example the kernel runs; a kernel that declines
+    every example (``KernelUnsupported``) fails with its last reason: nothing was checked."""
+    args, declined = _first_accepted(op, samples)
+    if args is None:
+        why = f"declines every example input of op {decl.op!r} (the last: {declined}); "
+        why += "give the op an example the kernel accepts"
+        return Row(decl.name, f"opcheck {label}", "FAIL", why)
+    try:
+        torch.library.opcheck(op, (*args, 0))
+    except Exception as e:
+        return Row(
+            decl.name, f"opcheck {label}", "FAIL", f"{type(e).__name__}: {str(e).splitlines()[0]}"
+        )
+    return Row(decl.name, f"opcheck {label}", "PASS")
 
 
 def _to(args: tuple[Any, ...], device: str) -> tuple[Any, ...]:
     return tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
 
 
-def _first_accepted(op: Any, samples: list[tuple[Any, ...]]) -> tuple[Any, ...]:
-    """The first example the kernel does not decline (opcheck needs a call that runs)."""
+def _first_accepted(op: Any, samples: list[tuple[Any, ...]]) -> tuple[tuple[Any, ...] | None, str]:
+    """The first example the kernel does not decline (opcheck needs a call that runs), or
+    None and the last reason it gave for declining."""
+    declined = ""
     for args in samples:
         try:
             op(*args, 0)
-        except KernelUnsupported:
+        except KernelUnsupported as e:
+            declined = str(e).splitlines()[0] if str(e) else "KernelUnsupported"
             continue
         except Exception:
-            return args  # let opcheck report it
-        return args
-    return samples[0]
+            return args, ""  # let opcheck report it
+        return args, ""
+    return None, declined
 
 
 def _compare(

@@ -54,6 +54,22 @@ def k_scribbler(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
     assert rc == 1 and "modified its input" in out
 
 
+def test_a_kernel_declining_every_example_fails_with_its_reason(tmp_path, capsys):
+    rc, out = _check(
+        tmp_path,
+        """
+@pdlkit.kernel(op="linear_relu", meta=meta, dtypes={"x": [torch.float32]})
+def k_picky(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+    raise pdlkit.KernelUnsupported(f"{x.shape[0]} rows: takes more than 4096")
+""",
+        capsys,
+    )
+    assert rc == 1
+    line = next(s for s in out.splitlines() if s.startswith("k_picky") and "opcheck" in s)
+    assert "FAIL" in line and "declines every example input of op 'linear_relu'" in line
+    assert "takes more than 4096" in line
+
+
 def test_kernel_for_another_isa_is_skipped_not_failed(tmp_path, capsys):
     rc, out = _check(
         tmp_path,
