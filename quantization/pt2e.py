@@ -50,6 +50,7 @@ def quantize(
     calibration: Iterable[tuple[Any, ...]] | None = None,
     scheme: str = "int8-static",
     dynamic_shapes: Any = "auto",
+    reduce_range: bool | None = None,
 ) -> torch.nn.Module:
     """Quantize ``model`` for inference with ``scheme``; the input model is left unchanged.
 
@@ -80,6 +81,12 @@ def quantize(
     shapes only; anything else is passed to ``torch.export.export`` as is, e.g.
     ``({0: torch.export.Dim("batch")},)``.
 
+    ``reduce_range=True`` (int8-static / int8-dynamic): 7-bit activations (torchao's advice
+    for x86 CPUs without VNNI, where oneDNN's u8 x s8 GEMM, PyTorch's int8 path's and pdlkit's,
+    adds pairs of products in int16 and saturates for 8 bits: int8 GPT-2 0.31 off its eager run
+    on an AVX2-only EPYC, 0.04 on an AVX-512 one), one bit less precise on every host. None
+    keeps 8 bits and warns on such a CPU (:func:`int16_pairs`); False keeps them silently.
+
     Before the quantizer annotates the graph, dead outputs are removed, in-place ops made
     functional, each call of a module called twice (ResNet's ``relu``) given a partition of
     its own, and GEMMs written as ``matmul`` / ``addmm`` with a weight (GPT-2's ``Conv1D``)
@@ -109,7 +116,9 @@ def quantize(
     model.eval()
     try:
         with torch.no_grad():
-            return _pt2e(model, example_inputs, calibration, scheme, dynamic_shapes)
+            config = {"is_dynamic": scheme == "int8-dynamic"}
+            config["reduce_range"] = _reduce_range(reduce_range)
+            return _pt2e(model, example_inputs, calibration, config, dynamic_shapes)
     finally:
         model.train(was_training)
 
@@ -146,7 +155,7 @@ def _pt2e(
     model: torch.nn.Module,
     example_inputs: tuple[Any, ...],
     calibration: Iterable[tuple[Any, ...]] | None,
-    scheme: str,
+    config: dict[str, bool],
     dynamic_shapes: Any,
 ) -> torch.fx.GraphModule:
     from pdlkit.quantization.prepare import prepare_for_quantizer
@@ -154,7 +163,8 @@ def _pt2e(
     from pdlkit.quantization.summary import summarize
 
     prepare_pt2e, convert_pt2e, quantizer_cls, default_config = _torchao()
-    dynamic = scheme == "int8-dynamic"
+    dynamic = config["is_dynamic"]
+    scheme = "int8-dynamic" if dynamic else "int8-static"
     try:
         exported = capture(model, example_inputs, dynamic_shapes)
     except Exception as e:
@@ -166,7 +176,7 @@ def _pt2e(
         ) from e
     dynamic_dims = describe_dynamic(exported)  # before torchao's passes rewrite the inputs' meta
     prepared_counts = prepare_for_quantizer(exported)
-    quantizer = quantizer_cls().set_global(default_config(is_dynamic=dynamic))
+    quantizer = quantizer_cls().set_global(default_config(**config))
     with _torchao_step("prepare_pt2e (the quantizer annotating the graph)"):
         prepared = prepare_pt2e(exported, quantizer)
     # Dynamic: one run still matters, the weight observers record their ranges then.
@@ -180,6 +190,37 @@ def _pt2e(
         warnings.warn(f"pdlkit.quantization.quantize: {summary}", stacklevel=3)
     converted.pdlkit_quantization = summary
     return _inference_only(converted)
+
+
+def _reduce_range(asked: bool | None) -> bool:
+    """``quantize``'s ``reduce_range``: as asked; None is False, with a warning on an x86 CPU
+    whose int8 GEMM adds pairs of products in int16 (:func:`int16_pairs`)."""
+    if asked is not None:
+        return bool(asked)
+    if int16_pairs():
+        warnings.warn(
+            "pdlkit.quantization.quantize: this x86 CPU has no VNNI (avx512_vnni, avx_vnni or "
+            "AMX): oneDNN's int8 GEMM, PyTorch's and pdlkit's, adds pairs of 8-bit products in "
+            "int16 here and saturates, so int8 results can be far off the model's; pass "
+            "reduce_range=True for 7-bit activations (exact here, one bit less precise on "
+            "every host), or reduce_range=False to keep 8 bits without this warning",
+            stacklevel=4,
+        )
+    return False
+
+
+def int16_pairs() -> bool:
+    """Whether oneDNN's u8 x s8 GEMM on this CPU adds pairs of products in int16 (x86
+    without VNNI: ``vpmaddubsw``), which saturates for 8-bit activations:
+    2 x 255 x 127 > 32767."""
+    import platform
+
+    from pdlkit.runtime_abi.capability import cpu_flags
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    flags = cpu_flags("x86_64")  # empty where /proc/cpuinfo is not readable: not known
+    return bool(flags) and not ({"avx512_vnni", "avx_vnni", "amx_int8"} & flags)
 
 
 def _first_line(e: BaseException) -> str:

@@ -28,6 +28,7 @@ _X86_FLAGS = {
     "avx512_vnni": "avx512_vnni",
     "avx512vnni": "avx512_vnni",
     "avx512_bf16": "avx512_bf16",
+    "avx_vnni": "avx_vnni",  # 256-bit VNNI (Intel client CPUs): oneDNN's int8 sums in int32
     "amx_tile": "amx_tile",
     "amx_int8": "amx_int8",
     "amx_bf16": "amx_bf16",

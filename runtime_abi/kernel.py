@@ -40,7 +40,8 @@ _OP = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 DEVICES = ("cpu", "cuda")
 FEATURES = frozenset(
     {
-        "avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16",
+        "avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8",
+        "amx_bf16",
         "asimddp", "i8mm", "bf16", "sve", "sve2", "sm_80", "sm_90", "sm_100",
     }
 )  # fmt: skip

@@ -149,3 +149,56 @@ def test_metrics():
     assert isinstance(max_abs_error(a, a), float)
     with pytest.raises(ValueError, match="shapes differ"):
         cosine_similarity(a, a.reshape(-1))
+
+
+@pytest.mark.parametrize(
+    "flags, pairs",
+    [
+        ({"avx2"}, True),
+        ({"avx2", "avx512_vnni"}, False),
+        ({"avx2", "avx_vnni"}, False),
+        (set(), False),  # /proc/cpuinfo not read: not known, no warning
+    ],
+)
+def test_int16_pairs_are_read_off_the_cpus_vnni_flags(monkeypatch, flags, pairs):
+    from pdlkit.quantization import pt2e
+    from pdlkit.runtime_abi import capability
+
+    monkeypatch.setattr(capability, "cpu_flags", lambda arch: set(flags))
+    monkeypatch.setattr("platform.machine", lambda: "x86_64")
+    assert pt2e.int16_pairs() is pairs
+
+
+def _activation_qmax(q: torch.fx.GraphModule) -> set[int]:
+    ops = ("quantize_per_tensor", "choose_qparams")
+    nodes = [n for n in q.graph.nodes if any(o in str(n.target) for o in ops)]
+    assert nodes
+    return {a for n in nodes for a in n.args if a in (127, 255)}
+
+
+@needs_torchao
+@pytest.mark.parametrize("scheme", INT8)
+def test_reduce_range_quantizes_activations_to_7_bits(mlp, scheme):
+    model, x = mlp
+    q = quantize(model, (x,), scheme=scheme, reduce_range=True)
+    assert _activation_qmax(q) == {127}
+    torch.testing.assert_close(_hidden(q(x)), model(x), rtol=0.1, atol=0.1)
+
+
+@needs_torchao
+@pytest.mark.parametrize("pairs", [True, False])
+def test_a_cpu_without_vnni_is_warned_and_keeps_8_bits(mlp, monkeypatch, recwarn, pairs):
+    """Without VNNI oneDNN's u8 x s8 GEMM saturates pairs of 8-bit products in int16: the
+    default keeps torchao's 8-bit activations and says so, naming the option."""
+    from pdlkit.quantization import pt2e
+
+    monkeypatch.setattr(pt2e, "int16_pairs", lambda: pairs)
+    model, x = mlp
+    q = quantize(model, (x,), scheme="int8-static")
+    assert _activation_qmax(q) == {255}
+    said = [str(w.message) for w in recwarn if "no VNNI" in str(w.message)]
+    assert len(said) == (1 if pairs else 0)
+    assert not said or "reduce_range=True" in said[0]
+    recwarn.clear()
+    quantize(model, (x,), scheme="int8-static", reduce_range=False)
+    assert not [w for w in recwarn if "no VNNI" in str(w.message)]
