@@ -11,8 +11,20 @@ from typing import Any
 
 import pytest
 import torch
+from pdlkit.runtime_abi.capability import host
+from pdlkit.runtime_abi.native_build import host_arch
 
 import pdlkit
+
+# This host's CPU, named once for every test file: the ISA features pdlkit's x86 kernels
+# require (runtime_abi/capability.py reads them off /proc/cpuinfo), and whether torch's oneDNN
+# has BF16 matmuls (not without avx512bw/vl/dq or avx_ne_convert: an AVX2-only CPU has none,
+# and the oneDNN BF16 kernels are declared for FP32 only there).
+VNNI = host_arch() == "x86_64" and "avx512_vnni" in host().features
+AVX512_BF16 = host_arch() == "x86_64" and "avx512_bf16" in host().features
+AMX_INT8 = "amx_int8" in host().features
+AMX_BF16 = "amx_bf16" in host().features
+ONEDNN_BF16 = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 # Tests of the substitution machinery expect the static choice (which kernel measures fastest
 # depends on the host and its load); tests/test_autotune*.py turn measurement on where it is
@@ -39,10 +51,8 @@ def on_this_host(kernel: str) -> str:
     """The kernel that static priority runs on this host in place of the VNNI / AVX512_BF16
     ``kernel``: its AMX twin where the host has AMX (``qlinear_q_vnni`` -> ``qlinear_q_amx``,
     ``linear_bf16`` -> ``linear_bf16_amx``), else ``kernel`` itself."""
-    from pdlkit.runtime_abi.capability import host
-
-    feature = "amx_bf16" if kernel.endswith("bf16") else "amx_int8"
-    if kernel not in _AMX_TWINS or feature not in host().features:
+    amx = AMX_BF16 if kernel.endswith("bf16") else AMX_INT8
+    if kernel not in _AMX_TWINS or not amx:
         return kernel
     return kernel.removesuffix("_vnni") + "_amx"
 

@@ -13,9 +13,8 @@ import time
 import pytest
 import torch
 from autotune_chain import FAST, SLOW, Chain, calls, inputs, run
-from conftest import LINEAR, pdl_pattern, write
+from conftest import LINEAR, VNNI, pdl_pattern, write
 from pdlkit.runtime_abi import autotune
-from pdlkit.runtime_abi.capability import host
 
 import pdlkit
 
@@ -71,7 +70,7 @@ def test_the_proxy_of_an_int8_site_is_the_onednn_call_inductor_makes_under_freez
     from pdlkit.matcher import lowered
 
     gm, args = _int8_site()
-    if "avx512_vnni" not in host().features:
+    if not VNNI:
         # without VNNI oneDNN sums u8 x s8 pairs in int16 (vpmaddubsw), which saturates for
         # 8-bit weights (158 quanta off here on an AVX2-only EPYC): 7-bit weights cannot
         args[1] = args[1] // 2

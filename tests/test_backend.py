@@ -7,7 +7,15 @@ import time
 
 import pytest
 import torch
-from conftest import KERNEL_HEADER, MLP, linear_act_pattern, make_folders, sigmoid_kernel, write
+from conftest import (
+    KERNEL_HEADER,
+    MLP,
+    ONEDNN_BF16,
+    linear_act_pattern,
+    make_folders,
+    sigmoid_kernel,
+    write,
+)
 
 import pdlkit
 
@@ -152,7 +160,7 @@ def test_bf16_model_substitutes_and_matches_eager(mlp):
         torch.testing.assert_close(y, model(x), rtol=1.6e-2, atol=1e-2)
     # both sites take a kernel; where oneDNN has no BF16 matmul (an AVX2-only CPU) the plain
     # linear has none to take and keeps Inductor's code, linear + relu takes addmm + relu_
-    want = 2 if torch.ops.mkldnn._is_mkldnn_bf16_supported() else 1
+    want = 2 if ONEDNN_BF16 else 1
     assert y.dtype == torch.bfloat16 and pdlkit.stats()["kernel_calls"] == want
 
 

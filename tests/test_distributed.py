@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 import torch.fx as fx
 import torch.multiprocessing as mp
-from pdlkit.runtime_abi.capability import host
+from conftest import ONEDNN_BF16, VNNI
 from torch import nn
 from torch._opaque_base import OpaqueBase
 
@@ -373,7 +373,7 @@ def test_dtensor_tensor_parallel_equals_unsharded_and_substitutes_each_local_gem
         fp32, bf16 = res["fp32"], res["bf16"]
         assert fp32["subs_full"] == 2 and fp32["subs_tp"] == fp32["subs_full"], (r, fp32)
         # where oneDNN has no BF16 matmul (AVX2-only CPUs) the plain linear keeps Inductor's code
-        bf16_sites = 2 if torch.ops.mkldnn._is_mkldnn_bf16_supported() else 1
+        bf16_sites = 2 if ONEDNN_BF16 else 1
         assert bf16["subs_tp"] == bf16["subs_full"] == bf16_sites, (r, bf16)
         assert fp32["err"] < 1e-5, (r, fp32)
         assert bf16["err"] <= 2 * max(bf16["err_full"], 1e-2), (r, bf16)
@@ -401,7 +401,7 @@ def test_int8_models_sharded_per_rank_substitute_as_unsharded(tmp_path):
     for r, res in enumerate(results):
         static, per_token = res["int8-static"], res["int8-dynamic-per-token"]
         assert static["subs_tp"] == static["subs_full"], (r, static)
-        if "avx512_vnni" in host().features:  # the x86 int8 kernels' one requirement
+        if VNNI:  # the x86 int8 kernels' one requirement
             assert static["subs_full"] >= 2, (r, static)
         assert per_token["subs_tp"] == per_token["subs_full"], (r, per_token)
         for name, m in res.items():  # shard-local activation scales: int8 rounding apart

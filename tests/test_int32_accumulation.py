@@ -16,18 +16,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from pdlkit.runtime_abi.capability import host
-from pdlkit.runtime_abi.native_build import host_arch
+from conftest import VNNI
 from pdlkit.runtime_abi.registry import load_kernel_file
 
 import pdlkit
 
 ROOT = Path(__file__).resolve().parents[1]
 X86 = ROOT / "kernels" / "x86"
-ON_VNNI = host_arch() == "x86_64" and "avx512_vnni" in host().features
 HAS_CC = shutil.which(os.environ.get("CC", "cc")) is not None
 vnni_only = pytest.mark.skipif(
-    not (ON_VNNI and HAS_CC), reason="needs an x86-64 CPU with avx512_vnni and a C compiler"
+    not (VNNI and HAS_CC), reason="needs an x86-64 CPU with avx512_vnni and a C compiler"
 )
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import VNNI
 from pdlkit.runtime_abi import native
 from pdlkit.runtime_abi.binding import bind
-from pdlkit.runtime_abi.capability import host
 from pdlkit.runtime_abi.kernel import KernelUnsupported
 from pdlkit.runtime_abi.registry import KernelLoadError, KernelRegistry, load_kernel_file
 
@@ -26,7 +26,7 @@ CC = shutil.which("cc")
 
 needs_cc = pytest.mark.skipif(CC is None, reason="no C compiler (`cc`) on PATH")
 needs_vnni = pytest.mark.skipif(
-    CC is None or "avx512_vnni" not in host().features,
+    CC is None or not VNNI,
     reason="needs `cc` and a CPU with AVX-512 VNNI (the int8 GEMM kernel runs only there)",
 )
 

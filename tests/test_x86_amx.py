@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from pdlkit.runtime_abi.capability import NAMED, host
+from conftest import AMX_BF16, AMX_INT8
+from pdlkit.runtime_abi.capability import NAMED
 from pdlkit.runtime_abi.registry import KernelRegistry, load_kernel_file
 from x86_amx_common import ROOT, _call, _operands, skip_module_without_vnni_build
 
@@ -19,8 +20,7 @@ import pdlkit
 
 skip_module_without_vnni_build()
 
-HAS_AMX = "amx_int8" in host().features
-needs_amx = pytest.mark.skipif(not HAS_AMX, reason="needs amx_int8 (lscpu)")
+needs_amx = pytest.mark.skipif(not AMX_INT8, reason="needs amx_int8 (lscpu)")
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +108,7 @@ def test_amx_kernel_runs_the_vnni_path_where_the_tiles_do_not_fit(
     x, w, ws, b, x_zp = _operands(m, k, n, x_dtype)
     name = "qlinear_q" if out is not None else "qlinear"
     got, p = _call(amx[f"{name}_amx"], x, x_zp, w, ws, b, post, algo, out)
-    fits = HAS_AMX and k % 64 == 0 and m >= 32
+    fits = AMX_INT8 and k % 64 == 0 and m >= 32
     assert lib.uses_amx(p, m, x_dtype) == fits
     peer, _ = _call(vnni[f"{name}_vnni"], x, x_zp, w, ws, b, post, algo, out)
     assert torch.equal(got, peer)  # exact int32 sums either way, one epilogue
@@ -135,7 +135,7 @@ def test_the_shipped_build_passes_its_tile_self_test():
     from pdlkit.runtime_abi.native_build import build_library
 
     lib = build_library(v.SOURCE, "x86_64", extra=("-fopenmp",))
-    assert _tiles(lib) == (1, int("amx_bf16" in host().features))
+    assert _tiles(lib) == (1, int(AMX_BF16))
 
 
 @needs_amx
@@ -227,7 +227,7 @@ def test_xnnpack_per_tensor_graph_is_substituted():
     assert (got - ref).abs().max().item() <= 0.0050 * 1.01  # one output step of the last q
     st = pdlkit.stats()
     assert st["fallbacks"] == 0
-    assert f"qlinear_q_pt_{'amx' if HAS_AMX else 'vnni'}" in st["by_kernel"]
+    assert f"qlinear_q_pt_{'amx' if AMX_INT8 else 'vnni'}" in st["by_kernel"]
 
 
 def test_per_tensor_kernel_with_a_new_bias_tensor_each_call(amx):

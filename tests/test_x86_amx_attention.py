@@ -20,10 +20,9 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
-from pdlkit.runtime_abi.capability import host
-from pdlkit.runtime_abi.native_build import host_arch
+from conftest import AMX_BF16, AVX512_BF16, VNNI
 
-if host_arch() != "x86_64" or "avx512_bf16" not in host().features:
+if not AVX512_BF16:
     pytest.skip(
         "the attention kernel needs an x86-64 CPU with AVX512_BF16", allow_module_level=True
     )
@@ -37,9 +36,7 @@ from pdlkit.runtime_abi.dlopen import open_library  # noqa: E402
 from pdlkit.runtime_abi.native_build import build_library  # noqa: E402
 from pdlkit.runtime_abi.native_load import load_native_library  # noqa: E402
 
-HAS_AMX_BF16 = "amx_bf16" in host().features
-needs_amx_bf16 = pytest.mark.skipif(not HAS_AMX_BF16, reason="needs amx_bf16 (lscpu)")
-HAS_VNNI = "avx512_vnni" in host().features
+needs_amx_bf16 = pytest.mark.skipif(not AMX_BF16, reason="needs amx_bf16 (lscpu)")
 
 
 class Built:
@@ -246,7 +243,7 @@ def _qkv_call(built: Built, args: list, n_threads: int) -> tuple[torch.Tensor, i
 
 @pytest.fixture(scope="module")
 def qkv_libs() -> Callable[[str], Built]:
-    if not HAS_VNNI:
+    if not VNNI:
         pytest.skip("qkv_attention_q_merged needs avx512_vnni")
     cache: dict[str, Built] = {}
 

@@ -8,19 +8,19 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from pdlkit.runtime_abi.capability import host
+from conftest import AMX_BF16, AVX512_BF16
 from pdlkit.runtime_abi.registry import load_kernel_file
 from x86_amx_common import ROOT, skip_module_without_vnni_build
 
 skip_module_without_vnni_build()
 
-HAS_AMX_BF16 = "amx_bf16" in host().features and "avx512_bf16" in host().features
+HAS_AMX_BF16 = AMX_BF16 and AVX512_BF16
 needs_amx_bf16 = pytest.mark.skipif(not HAS_AMX_BF16, reason="needs amx_bf16 (lscpu)")
 
 
 @pytest.fixture(scope="module")
 def bf16():
-    if "avx512_bf16" not in host().features:
+    if not AVX512_BF16:
         pytest.skip("the BF16 kernels are declared for avx512_bf16 hosts")
     return {k.name: k for k in load_kernel_file(ROOT / "kernels" / "x86" / "linear_bf16.py")}
 
@@ -89,7 +89,7 @@ def test_bf16_amx_tiles_within_bf16_rounding(bf16, m, k, n, gelu):
 def test_emulated_amx_bf16_blocking_within_bf16_rounding(m, k, n):
     """gemm_bf16.c's AMX blocking (K chunks of 384, panel groups, AVX512_BF16 tail rows) with
     TDPBF16PS emulated: within bf16 rounding of the float32 reference."""
-    if "avx512_bf16" not in host().features:
+    if not AVX512_BF16:
         pytest.skip("the tail rows run the AVX512_BF16 micro-kernel: needs avx512_bf16")
     from pdlkit.kernels.x86 import linear_bf16 as lb
     from pdlkit.runtime_abi.native_build import build_library
@@ -107,7 +107,7 @@ def test_emulated_amx_bf16_blocking_within_bf16_rounding(m, k, n):
 def emulated_bf16():
     """gemm_bf16.c built with -DPDLKIT_AMX_EMULATE: its kernels by name and the library's count
     of 32 x 32 halves run on (emulated) tiles, pdlkit_amx_gemm_halves()."""
-    if "avx512_bf16" not in host().features:
+    if not AVX512_BF16:
         pytest.skip("the tail rows and the reference run the AVX512_BF16 path: needs avx512_bf16")
     import ctypes
     import hashlib

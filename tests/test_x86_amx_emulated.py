@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from pdlkit.runtime_abi.capability import host
+from conftest import AVX512_BF16
 from x86_amx_common import _call, _operands, skip_module_without_vnni_build
 
 skip_module_without_vnni_build()
@@ -122,7 +122,7 @@ def test_emulated_amx_qkv_attention_matches_the_vnni_path():
     has no AMX): the projections' sums are the same, so is everything after them (both built
     with the attention on the vector units, -DPDLKIT_ATTENTION_NO_AMX: its tile path is
     tests/test_x86_amx_attention.py's)."""
-    if "avx512_bf16" not in host().features:
+    if not AVX512_BF16:
         pytest.skip("the attention needs avx512_bf16")
     from pdlkit.kernels.x86 import qlinear_vnni as v
     from pdlkit.runtime_abi.native_build import build_library

@@ -9,12 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from pdlkit.runtime_abi.capability import host
-from pdlkit.runtime_abi.native_build import host_arch
+from conftest import AVX512_BF16
 
 import pdlkit
 
-if host_arch() != "x86_64" or "avx512_bf16" not in host().features:
+if not AVX512_BF16:
     pytest.skip(
         "the attention kernel needs an x86-64 CPU with AVX512_BF16", allow_module_level=True
     )

@@ -11,16 +11,15 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import on_this_host
-from pdlkit.runtime_abi.capability import host
-from pdlkit.runtime_abi.native_build import build_library, host_arch
+from conftest import AVX512_BF16, on_this_host
+from pdlkit.runtime_abi.native_build import build_library
 from pdlkit.runtime_abi.registry import load_kernel_file
 
 import pdlkit
 
 ROOT = Path(__file__).resolve().parents[1]
 
-if host_arch() != "x86_64" or "avx512_bf16" not in host().features:
+if not AVX512_BF16:
     pytest.skip(
         "the BF16 GEMM kernels are declared for x86-64 hosts with avx512_bf16",
         allow_module_level=True,

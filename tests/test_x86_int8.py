@@ -6,15 +6,15 @@ import shutil
 
 import pytest
 import torch
+from conftest import AMX_INT8, VNNI
 from conftest import pt2e as quantized
-from pdlkit.runtime_abi.capability import host
 
 import pdlkit
 
 pt2e = pytest.importorskip(
     "torchao.quantization.pt2e.quantize_pt2e", reason="needs torchao (pip install -e '.[quant]')"
 )
-if "avx512_vnni" not in host().features:
+if not VNNI:
     pytest.skip(
         "the oneDNN int8 kernels are declared for avx512_vnni hosts", allow_module_level=True
     )
@@ -111,7 +111,7 @@ def test_dynamic_int8_runs_the_vnni_gemm_with_each_calls_scale():
         x2 = 5 * torch.randn(4, 16) + 2  # another range: another scale and zero point
         torch.testing.assert_close(f(x2), q(x2), rtol=1e-4, atol=1e-4)
     by = pdlkit.stats()["by_kernel"]
-    engine = "amx" if "amx_int8" in host().features else "vnni"
+    engine = "amx" if AMX_INT8 else "vnni"
     assert by[f"qlinear_dynamic_{engine}"]["kernel_calls"] == 4
 
 
@@ -164,7 +164,7 @@ def test_arm_style_dynamic_graph_with_per_tensor_weights_runs_the_vnni_gemm():
     x = torch.randn(4, 16)
     config = aiq.get_default_arm_inductor_quantization_config(is_dynamic=True)
     q = quantized(Net(16, 32, "gelu").eval(), x, aiq.ArmInductorQuantizer().set_global(config))
-    engine = "amx" if "amx_int8" in host().features else "vnni"
+    engine = "amx" if AMX_INT8 else "vnni"
     chosen = sorted((s.pattern, s.kernel) for s in pdlkit.explain(q, x).substitutions)
     assert chosen == [
         ("pt_qlinear_dyn", f"qlinear_dynamic_pt_{engine}"),

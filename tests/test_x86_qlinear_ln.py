@@ -10,16 +10,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import on_this_host
-from pdlkit.runtime_abi.capability import host
-from pdlkit.runtime_abi.native_build import host_arch
+from conftest import VNNI, on_this_host
 from pdlkit.runtime_abi.registry import load_kernel_file
 
 import pdlkit
 
 ROOT = Path(__file__).resolve().parents[1]
 
-if host_arch() != "x86_64" or "avx512_vnni" not in host().features:
+if not VNNI:
     pytest.skip(
         "the VNNI kernels are declared for x86-64 hosts with avx512_vnni", allow_module_level=True
     )

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from pdlkit.runtime_abi.capability import host
-from pdlkit.runtime_abi.native_build import host_arch
+from conftest import VNNI
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -19,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def skip_module_without_vnni_build() -> None:
     """Skips the test module that calls it (at its import) where qgemm_vnni.c's kernels cannot
     be built and run, or the PT2E reference is missing."""
-    if host_arch() != "x86_64" or "avx512_vnni" not in host().features:
+    if not VNNI:
         pytest.skip(
             "the AMX kernels run their VNNI path where a call does not fit the tiles: needs "
             "avx512_vnni",
