@@ -308,7 +308,12 @@ def pt2e(model: torch.nn.Module, x: torch.Tensor, quantizer: Any) -> torch.nn.Mo
 
     prepared = prepare_pt2e(torch.export.export(model, (x,)).module(), quantizer)
     prepared(x)
-    return convert_pt2e(prepared)
+    converted = convert_pt2e(prepared)
+    if not any("quantize" in str(n.target) for n in converted.graph.nodes):
+        # torch 2.11 with torchao 0.18 (the GPU machine's host): convert_pt2e gave a graph of
+        # linear and relu only, while pdlkit.quantization.quantize's own flow quantizes there
+        pytest.skip(f"torchao's PT2E flow quantized nothing here (torch {torch.__version__})")
+    return converted
 
 
 @pytest.fixture
