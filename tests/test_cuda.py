@@ -203,6 +203,23 @@ def test_cuda_target_refuses_to_compile_on_a_cpu_host():
             pdlkit.optimize(model, target="cuda-sm90")(torch.randn(4, 64))
 
 
+def test_pt2e_gemm_sees_weight_zero_points_written_in_place():
+    """The CUDA PT2E GEMM reads the weight zero points once per tensor and version: a write in
+    place is seen (nonzero zero points: the kernel declines, the reference runs)."""
+    from pathlib import Path
+
+    import pdlkit.kernels
+    from pdlkit.runtime_abi.registry import load_kernel_file
+
+    gemm = Path(pdlkit.kernels.__file__).parent / "cuda" / "gemm.py"
+    zero = next(iter(load_kernel_file(gemm))).fn.__globals__["_zero_points_zero"]
+    w_zp = torch.zeros(8, dtype=torch.int64)
+    assert zero(w_zp) and zero(w_zp)
+    w_zp[3] = 5
+    assert not zero(w_zp)
+    assert zero(torch.zeros(4, dtype=torch.int64))
+
+
 def test_unquantized_model_keeps_per_token_ops_exact():
     x = torch.randn(7, 33)
     q, s = quantize_per_token(x)

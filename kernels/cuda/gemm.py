@@ -45,6 +45,7 @@ from pdlkit.kernels.cuda._common import (
     one_per_row,
 )
 from pdlkit.runtime_abi.dtypes import quantized_dtype
+from pdlkit.runtime_abi.prepack import version_of
 from pdlkit.runtime_abi.triton_binding import launched_by_inductor, size_hint
 from torch import Tensor
 
@@ -254,9 +255,23 @@ def _pack_pt2e(w_q: Tensor, attrs: Any) -> tuple[Tensor, Tensor]:
     return w_q.contiguous(), w_q.to(torch.int32).sum(dim=1, dtype=torch.int32)
 
 
-_ZP_ZERO: dict[int, bool] = {}  # id(weight zero points) -> all zero
+# id(weight zero points) -> (their version, all zero): an in-place write checks them again
+_ZP_ZERO: dict[int, tuple[int, bool]] = {}
 _POST = {("none", ""): "none", ("relu", ""): "relu", ("gelu", "none"): "gelu"}
 _POST[("gelu", "tanh")] = "gelu_tanh"
+
+
+def _zero_points_zero(w_zp: Tensor) -> bool:
+    """Whether the weight zero points are all zero: read off the GPU once per tensor and
+    version (a compiled graph passes the same constant every call)."""
+    hit = _ZP_ZERO.get(id(w_zp))
+    if hit is not None and hit[0] == version_of(w_zp):
+        return hit[1]
+    if hit is None:
+        weakref.finalize(w_zp, _ZP_ZERO.pop, id(w_zp), None)
+    zero = not bool(w_zp.any())
+    _ZP_ZERO[id(w_zp)] = (version_of(w_zp), zero)
+    return zero
 
 
 def _pt2e(
@@ -276,11 +291,7 @@ def _pt2e(
     post = _POST.get((post_op, algorithm))
     if post is None:
         raise pdlkit.KernelUnsupported(f"post op {(post_op, algorithm)}")
-    zero = _ZP_ZERO.get(id(w_zp))
-    if zero is None:  # once per weight tensor: the check reads the GPU
-        zero = _ZP_ZERO[id(w_zp)] = not bool(w_zp.any())
-        weakref.finalize(w_zp, _ZP_ZERO.pop, id(w_zp), None)
-    if not zero:
+    if not _zero_points_zero(w_zp):
         raise pdlkit.KernelUnsupported("asymmetric int8 weights (a non-zero weight zero point)")
     w, wsum = cast(tuple[Tensor, Tensor], w_q)
     dtype = torch.float32 if requant is None else quantized_dtype(requant[2])
