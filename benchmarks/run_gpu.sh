@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU half of pdlkit's checks on a CUDA machine (the lent GPU machine): installs pdlkit
 # and any other carried wheels from .whl/ and torch-mlir from its carry tarball, then runs the
-# parts named (all of tests, abi-check and gemm when none is); logs land in ${OUT:-benchmarks/results}.
+# parts named (all of tests, abi-check and gemm when none is; abi-check: every CUDA kernel file and
+# the opt-in ones, about 80 s on an H200); logs land in ${OUT:-benchmarks/results}.
 #   here:  pip wheel --no-deps -w .whl . && ../shared/tools/gpu-carry-torch-mlir
 #   there: bash benchmarks/run_gpu.sh [tests [test files] [pytest args]] [abi] [gemm [--sweep] [--quick]]
 #                                      [decode [--sweep]] [weightonly [--sweep]] [llama [cuda_llama.py args]]
@@ -42,7 +43,7 @@ for p in "${parts[@]}"; do
       (cd /tmp/t && eval python3 -m pytest -q -p no:cacheprovider $files ${args[tests]}) 2>&1 \
         | tee "$out/cuda_tests.log" | tail -25 ;;
     abi) (cd /tmp/t && python3 -c "import sys; from pdlkit.cli import main; sys.exit(main())" \
-            abi-check /tmp/site/pdlkit/kernels/cuda/gemm.py /tmp/site/pdlkit/kernels/_optin) 2>&1 \
+            abi-check /tmp/site/pdlkit/kernels/cuda /tmp/site/pdlkit/kernels/_optin) 2>&1 \
             | tee "$out/cuda_abi_check.log" | tail -4 ;;
     gemm) eval python3 /tmp/t/benchmarks/cuda_gemm.py --out "$out" ${args[gemm]} 2>&1 \
             | tee "$out/cuda_gemm.log" ;;
