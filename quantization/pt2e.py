@@ -116,9 +116,8 @@ def quantize(
     model.eval()
     try:
         with torch.no_grad():
-            config = {"is_dynamic": scheme == "int8-dynamic"}
-            config["reduce_range"] = _reduce_range(reduce_range)
-            return _pt2e(model, example_inputs, calibration, config, dynamic_shapes)
+            bits7 = _reduce_range(reduce_range)
+            return _pt2e(model, example_inputs, calibration, scheme, dynamic_shapes, bits7)
     finally:
         model.train(was_training)
 
@@ -155,16 +154,16 @@ def _pt2e(
     model: torch.nn.Module,
     example_inputs: tuple[Any, ...],
     calibration: Iterable[tuple[Any, ...]] | None,
-    config: dict[str, bool],
+    scheme: str,
     dynamic_shapes: Any,
+    reduce_range: bool,
 ) -> torch.fx.GraphModule:
     from pdlkit.quantization.prepare import prepare_for_quantizer
     from pdlkit.quantization.shapes import capture, describe_dynamic
     from pdlkit.quantization.summary import summarize
 
     prepare_pt2e, convert_pt2e, quantizer_cls, default_config = _torchao()
-    dynamic = config["is_dynamic"]
-    scheme = "int8-dynamic" if dynamic else "int8-static"
+    dynamic = scheme == "int8-dynamic"
     try:
         exported = capture(model, example_inputs, dynamic_shapes)
     except Exception as e:
@@ -176,7 +175,9 @@ def _pt2e(
         ) from e
     dynamic_dims = describe_dynamic(exported)  # before torchao's passes rewrite the inputs' meta
     prepared_counts = prepare_for_quantizer(exported)
-    quantizer = quantizer_cls().set_global(default_config(**config))
+    quantizer = quantizer_cls().set_global(
+        default_config(is_dynamic=dynamic, reduce_range=reduce_range)
+    )
     with _torchao_step("prepare_pt2e (the quantizer annotating the graph)"):
         prepared = prepare_pt2e(exported, quantizer)
     # Dynamic: one run still matters, the weight observers record their ranges then.
