@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 import torch.fx as fx
 import torch.multiprocessing as mp
-from conftest import ONEDNN_BF16, VNNI
+from conftest import VNNI
 from torch import nn
 from torch._opaque_base import OpaqueBase
 
@@ -372,9 +372,7 @@ def test_dtensor_tensor_parallel_equals_unsharded_and_substitutes_each_local_gem
     for r, res in enumerate(dtensor_results):
         fp32, bf16 = res["fp32"], res["bf16"]
         assert fp32["subs_full"] == 2 and fp32["subs_tp"] == fp32["subs_full"], (r, fp32)
-        # where oneDNN has no BF16 matmul (AVX2-only CPUs) the plain linear keeps Inductor's code
-        bf16_sites = 2 if ONEDNN_BF16 else 1
-        assert bf16["subs_tp"] == bf16["subs_full"] == bf16_sites, (r, bf16)
+        assert bf16["subs_tp"] == bf16["subs_full"] == 2, (r, bf16)
         assert fp32["err"] < 1e-5, (r, fp32)
         assert bf16["err"] <= 2 * max(bf16["err_full"], 1e-2), (r, bf16)
 
