@@ -405,7 +405,7 @@ def _subgraph_time(
         try:
             low = lowered.as_inductor_lowers(subgraph.module(), reals[0], constants, freezing)
             runs = [(low.module, reals[0])] + [(low.on(r), r) for r in reals[1:]]
-            lower, upper = lowered.bounds(runs, budget)
+            lower, upper = lowered.bounds(runs, budget, best)
         except Exception:  # a rewrite this subgraph does not take: Inductor's code is timed
             proxy = False
         else:
