@@ -145,7 +145,7 @@ def test_the_subgraph_is_compiled_only_on_request(folders, monkeypatch):
         return original(self, *a, **kw)
 
     monkeypatch.setattr(fallback.ReplacedSubgraph, "compile", counting)
-    monkeypatch.setattr(lowered, "bounds", lambda runs, budget: (0.0, 1e9))
+    monkeypatch.setattr(lowered, "bounds", lambda runs, budget, best_us=None: (0.0, 1e9))
     p, k = folders(FAST)
     (sub,) = pdlkit.explain(
         Chain(), *inputs(), patterns=p, kernels=k, autotune="full"
