@@ -225,16 +225,20 @@ def _calls_fast_site(x):
     return _counted(torch.ops.aten.mm.default(x, x))  # an extern op: its time is the lower bound
 
 
-def test_bounds_of_a_subgraph_a_kernel_beats_twice_over_stop_after_two_samples():
-    """A subgraph whose library calls alone take over twice the fastest kernel's time has lost:
-    two samples, not the four its budget would allow."""
+def test_bounds_of_a_subgraph_a_kernel_beats_stop_early(monkeypatch):
+    """A subgraph whose library calls alone take over 10x the fastest kernel's time has lost
+    after one sample, over 2x after two: not the four its budget would allow."""
     from pdlkit.matcher import lowered
 
     gm = torch.fx.symbolic_trace(_calls_fast_site)
-    _RUNS.clear()
     x = torch.randn(64, 64)
-    lowered.bounds([(gm, (x,))], budget=10.0, best_us=0.01)
     warm = 3  # warm-up runs, then each sample runs the module twice (extern ops, whole run)
+    _RUNS.clear()
+    lowered.bounds([(gm, (x,))], budget=10.0, best_us=0.01)
+    assert len(_RUNS) == warm + 2 * 1
+    monkeypatch.setattr(lowered, "FAR", float("inf"))  # 2x: two samples
+    _RUNS.clear()
+    lowered.bounds([(gm, (x,))], budget=10.0, best_us=0.01)
     assert len(_RUNS) == warm + 2 * 2
     _RUNS.clear()
     lowered.bounds([(gm, (x,))], budget=10.0, best_us=1e6)  # the kernel is slower
