@@ -84,10 +84,8 @@ def quantize(
     ``reduce_range=True`` (int8-static / int8-dynamic): 7-bit activations (torchao's advice
     for x86 CPUs without VNNI, where oneDNN's u8 x s8 GEMM, PyTorch's int8 path's and pdlkit's,
     adds pairs of products in int16 and saturates for 8 bits: int8 GPT-2 0.31 off its eager run
-    on an AVX2-only EPYC, 0.04 on an AVX-512 one), one bit less precise on every host, and
-    the x86 kernels that requantize take only full 8-bit ranges (on a Xeon with AMX a tiny
-    BERT ran 2 kernels, not 9). None keeps 8 bits and warns on such a CPU
-    (:func:`int16_pairs`); False keeps them silently.
+    on an AVX2-only EPYC, 0.04 on an AVX-512 one), one bit less precise on every host. None
+    keeps 8 bits and warns on such a CPU (:func:`int16_pairs`); False keeps them silently.
 
     Before the quantizer annotates the graph, dead outputs are removed, in-place ops made
     functional, each call of a module called twice (ResNet's ``relu``) given a partition of

@@ -84,3 +84,11 @@ def short_name(dtype: torch.dtype) -> str:
 def quantized_dtype(qmin: int) -> torch.dtype:
     """The integer dtype of a quantized output whose range starts at ``qmin``."""
     return torch.uint8 if qmin >= 0 else torch.int8
+
+
+def within_8_bits(qmin: int, qmax: int) -> bool:
+    """Whether [qmin, qmax] lies within its dtype's range (:func:`quantized_dtype`): [0, 255],
+    or a part of it such as the [0, 127] of 7-bit activations (``reduce_range``); a kernel
+    that saturates to the whole dtype then clamps to [qmin, qmax], which gives the same codes."""
+    lo, hi = (0, 255) if qmin >= 0 else (-128, 127)
+    return lo <= qmin <= qmax <= hi

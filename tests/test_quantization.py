@@ -202,3 +202,15 @@ def test_a_cpu_without_vnni_is_warned_and_keeps_8_bits(mlp, monkeypatch, recwarn
     recwarn.clear()
     quantize(model, (x,), scheme="int8-static", reduce_range=False)
     assert not [w for w in recwarn if "no VNNI" in str(w.message)]
+
+
+@pytest.mark.parametrize(
+    "qmin, qmax, ok",
+    [(0, 255, True), (-128, 127, True), (0, 127, True), (-64, 63, True), (0, 256, False),
+     (-129, 127, False), (-128, 128, False), (10, 5, False)],
+)  # fmt: skip
+def test_an_output_range_within_8_bits(qmin, qmax, ok):
+    """Requantizing kernels take uint8, int8, or a part of one (7-bit codes)."""
+    from pdlkit.runtime_abi.dtypes import within_8_bits
+
+    assert within_8_bits(qmin, qmax) is ok

@@ -88,14 +88,14 @@ def _operands(g, x_shape, n, w_zp_nonzero):
 
 
 @pytest.mark.parametrize(("post", "algo"), POSTS)
-@pytest.mark.parametrize("signed_out", [False, True])
-def test_matches_the_reference_within_one_code(kernel, post, algo, signed_out):
+# (qmin, qmax, zero point): uint8, int8, and 7-bit codes (quantize(..., reduce_range=True))
+@pytest.mark.parametrize("qrange", [(0, 255, 3), (-128, 127, -5), (0, 127, 3)])
+def test_matches_the_reference_within_one_code(kernel, post, algo, qrange):
     g = torch.Generator().manual_seed(0)
     for x_shape, n in SHAPES:
         for w_zp_nonzero in (False, True):
             k = x_shape[-1]
             x_q, w_q, ws, wz, b = _operands(g, x_shape, n, w_zp_nonzero)
-            qrange = (-128, 127, -5) if signed_out else (0, 255, 3)
             # out_scale small enough for the outputs to span (and saturate) the code range
             args = (
                 x_q, 0.02, 117, w_q, ws, wz, b, 0.01 * math.sqrt(k), qrange[2], qrange[0],
@@ -329,3 +329,15 @@ def test_scales_and_bias_are_read_at_every_call(kernel):
     want = _reference(x_q, 0.02, 120, w_q, ws, wz, b, 0.05, 3, 0, 255, "none", "")
     assert (call().int() - want.int()).abs().max() <= 1
     assert not torch.equal(first, want)
+
+
+def test_onednn_kernel_gives_7_bit_codes_as_the_reference():
+    """oneDNN saturates to the whole uint8 range; qlinear_q_onednn clamps a 7-bit output range
+    ([0, 127]: quantize(..., reduce_range=True)) after it, the reference's codes."""
+    onednn = {k.name: k for k in load_kernel_file(ROOT / "kernels" / "x86" / "qlinear_onednn.py")}
+    g = torch.Generator().manual_seed(0)
+    x_q, w_q, ws, wz, b = _operands(g, (9, 64), 40, False)
+    args = (x_q, 0.02, 117, w_q, ws, wz, b, 0.08, 3, 0, 127, "relu", "")
+    want, got = _reference(*args), _call(onednn["qlinear_q_onednn"], args)
+    assert want.max().item() == 127 and got.max().item() == 127  # saturated codes
+    assert (got.int() - want.int()).abs().max().item() <= 1

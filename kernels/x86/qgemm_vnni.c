@@ -831,7 +831,9 @@ static int qg_range(const pdlkit_call_frame *f, pdlkit_qgemm_params *p) {
     const pdlkit_attribute *oz = x86_attr(f->attrs, f->num_attrs, "out_zp", PDLKIT_KIND_INT);
     const pdlkit_attribute *lo = x86_attr(f->attrs, f->num_attrs, "out_qmin", PDLKIT_KIND_INT);
     const pdlkit_attribute *hi = x86_attr(f->attrs, f->num_attrs, "out_qmax", PDLKIT_KIND_INT);
-    if (!os || !oz || !lo || !hi || !((lo->i == 0 && hi->i == 255) || (lo->i == -128 && hi->i == 127)))
+    /* [0, 255], [-128, 127] or a part of one (7-bit codes: reduce_range): the epilogue clamps
+     * to [qmin, qmax] itself */
+    if (!os || !oz || !lo || !hi || lo->i > hi->i || lo->i < -128 || hi->i > (lo->i < 0 ? 127 : 255))
         return -1;
     p->inv_out_scale = (float)(1.0 / os->f); /* rounded to float, as quantize_per_tensor does */
     p->out_zp = (int32_t)oz->i, p->qmin = (int32_t)lo->i, p->qmax = (int32_t)hi->i;
@@ -890,7 +892,7 @@ static int32_t qg_params(const pdlkit_call_frame *f, const x86_pack_header *h, c
     }
     if (mode == MODE_Q || mode == MODE_LN_Q) {
         const int sgn = qg_range(f, p);
-        if (sgn < 0) return X86_ERR(f, PDLKIT_UNSUPPORTED, "output range not [0, 255] or [-128, 127]");
+        if (sgn < 0) return X86_ERR(f, PDLKIT_UNSUPPORTED, "output range not within [0, 255] or [-128, 127]");
         if (mode == MODE_Q) p->out_kind = sgn ? OUT_S8 : OUT_U8;
     }
     return PDLKIT_OK;
@@ -1106,7 +1108,7 @@ static int32_t qkv_attn(const pdlkit_call_frame *f, int64_t b, int64_t s, int64_
                        (long long)s, (long long)n);
     if (!(os->f > 0.0) || !isfinite(os->f)) return X86_ERR(f, PDLKIT_UNSUPPORTED, "out_scale %g", os->f);
     pdlkit_qgemm_params q;
-    if (qg_range(f, &q) < 0) return X86_ERR(f, PDLKIT_UNSUPPORTED, "output range not [0, 255] or [-128, 127]");
+    if (qg_range(f, &q) < 0) return X86_ERR(f, PDLKIT_UNSUPPORTED, "output range not within [0, 255] or [-128, 127]");
     memset(a, 0, sizeof(*a));
     a->B = b, a->H = n / d, a->Sq = a->Sk = s, a->D = d;
     a->scale = (float)(scale->f > 0.0 ? scale->f : 1.0 / sqrt((double)d));

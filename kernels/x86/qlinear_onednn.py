@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 from pdlkit.kernels.x86._native_gemm import int32_exact_k
-from pdlkit.runtime_abi.dtypes import quantized_dtype
+from pdlkit.runtime_abi.dtypes import quantized_dtype, within_8_bits
 from pdlkit.runtime_abi.prepack import version_of
 from torch import Tensor
 
@@ -145,9 +145,9 @@ def qlinear_q_onednn(
     post_op, algorithm,
 ) -> Tensor:  # fmt: skip
     """quantize(act(dequantize(x_q) @ dequantize(w_q).T + bias)) in one oneDNN call; w_q arrives packed."""
-    if (out_qmin, out_qmax) not in ((0, 255), (-128, 127)):
+    if not within_8_bits(out_qmin, out_qmax):
         raise pdlkit.KernelUnsupported(f"output range [{out_qmin}, {out_qmax}]")
-    return _call(
+    out = _call(
         x_q,
         x_scale,
         x_zp,
@@ -160,6 +160,9 @@ def qlinear_q_onednn(
         quantized_dtype(out_qmin),
         _post(post_op, algorithm),
     )
+    if (out_qmin, out_qmax) not in ((0, 255), (-128, 127)):  # part of the range: 7 bits
+        out.clamp_(out_qmin, out_qmax)  # oneDNN saturated to the dtype; the same codes then
+    return out
 
 
 @pdlkit.kernel(implements="qlinear", **_ONEDNN)
