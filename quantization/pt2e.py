@@ -214,11 +214,9 @@ def int16_pairs() -> bool:
     """Whether oneDNN's u8 x s8 GEMM on this CPU adds pairs of products in int16 (x86
     without VNNI: ``vpmaddubsw``), which saturates for 8-bit activations:
     2 x 255 x 127 > 32767."""
-    import platform
+    from pdlkit.runtime_abi.capability import cpu_flags, host_arch
 
-    from pdlkit.runtime_abi.capability import cpu_flags
-
-    if platform.machine().lower() not in ("x86_64", "amd64"):
+    if host_arch() != "x86_64":
         return False
     flags = cpu_flags("x86_64")  # empty where /proc/cpuinfo is not readable: not known
     return bool(flags) and not ({"avx512_vnni", "avx_vnni", "amx_int8"} & flags)

@@ -139,12 +139,18 @@ def features_off(raw: str | None = None) -> frozenset[str]:
     return frozenset(off)
 
 
+def host_arch() -> str:
+    """This machine's CPU architecture by pdlkit's names: x86_64 or aarch64 (amd64 and arm64
+    as other systems spell them)."""
+    arch = platform.machine().lower()
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(arch, arch)
+
+
 @functools.cache
 def host() -> Target:
     """The machine this process runs on (CPU features from /proc/cpuinfo, CUDA from torch),
     less what :data:`FEATURES_OFF_ENV` turns off (read once, at the first call)."""
-    arch = platform.machine().lower()
-    arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(arch, arch)
+    arch = host_arch()
     features = cpu_flags(arch)
     devices = {"cpu"}
     import torch

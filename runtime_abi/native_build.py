@@ -34,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import platform
 import shutil
 import subprocess
 import tempfile
@@ -43,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pdlkit.runtime_abi.capability import host_arch
 from pdlkit.runtime_abi.dlopen import open_library
 from pdlkit.runtime_abi.native_abi import HEADER
 from pdlkit.runtime_abi.native_load import load_native_library
@@ -74,11 +74,6 @@ APT_PACKAGES = {"aarch64": "gcc-aarch64-linux-gnu"}
 
 class BuildError(PdlkitError, RuntimeError):
     """A native build failed or its compiler is missing; the message says what to install."""
-
-
-def host_arch() -> str:
-    arch = platform.machine().lower()
-    return {"amd64": "x86_64", "arm64": "aarch64"}.get(arch, arch)
 
 
 def compiler_for(arch: str) -> str:
