@@ -90,5 +90,11 @@ def within_8_bits(qmin: int, qmax: int) -> bool:
     """Whether [qmin, qmax] lies within its dtype's range (:func:`quantized_dtype`): [0, 255],
     or a part of it such as the [0, 127] of 7-bit activations (``reduce_range``); a kernel
     that saturates to the whole dtype then clamps to [qmin, qmax], which gives the same codes."""
-    lo, hi = (0, 255) if qmin >= 0 else (-128, 127)
-    return lo <= qmin <= qmax <= hi
+    dtype = torch.iinfo(quantized_dtype(qmin))
+    return dtype.min <= qmin <= qmax <= dtype.max
+
+
+def whole_dtype(qmin: int, qmax: int) -> bool:
+    """Whether [qmin, qmax] is the whole range of its dtype (:func:`quantized_dtype`)."""
+    dtype = torch.iinfo(quantized_dtype(qmin))
+    return (qmin, qmax) == (dtype.min, dtype.max)

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 from pdlkit.kernels.x86._native_gemm import int32_exact_k
-from pdlkit.runtime_abi.dtypes import quantized_dtype, within_8_bits
+from pdlkit.runtime_abi.dtypes import quantized_dtype, whole_dtype, within_8_bits
 from pdlkit.runtime_abi.prepack import version_of
 from torch import Tensor
 
@@ -160,7 +160,7 @@ def qlinear_q_onednn(
         quantized_dtype(out_qmin),
         _post(post_op, algorithm),
     )
-    if (out_qmin, out_qmax) not in ((0, 255), (-128, 127)):  # part of the range: 7 bits
+    if not whole_dtype(out_qmin, out_qmax):  # part of the range: 7 bits
         out.clamp_(out_qmin, out_qmax)  # oneDNN saturated to the dtype; the same codes then
     return out
 
