@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 import torch.fx as fx
-from pdlkit.matcher import cold, lowered
+from pdlkit.matcher import cold, hedges, lowered
 from pdlkit.matcher.canonicalize import weight_views
 from pdlkit.runtime_abi import autotune, triton_binding
 from pdlkit.runtime_abi.autotune import KEEP, Decision, Excluded, Timing
@@ -115,9 +115,9 @@ class Tuner:
         # False: every site takes a kernel (:meth:`kernels_only`) even where its subgraph
         # measured faster (the whole-graph check's "kernels only" graph: graph_guard.py)
         self.keep = True
-        # whether that graph would differ from this one at some site (worth compiling); whether
-        # static priority's would differ from both (a kernels-only choice not a site's first)
-        self.kernels_differ = self.static_differs = False
+        # what the sites at which that graph, or static priority's, would differ from this one
+        # take: whether each is worth compiling (matcher/hedges.py)
+        self.stakes = hedges.Stakes()
         self.unsteady = False  # a site timed on a busy host (autotune.trusted): cache no verdict
         self.per_bucket = False  # the graph is checked whole per shape bucket (see pick.py)
 
@@ -263,9 +263,8 @@ class Tuner:
         else:
             other = kernels_only(decision, [k.name for k in cands])
             decision = decision if autotune.trusted(decision) else other  # no ranking
-            self.kernels_differ |= other.choice != decision.choice
             top, ran = cands[0].name, {t.name for t in decision.timings if t.ran()}
-            self.static_differs |= top in ran and other.choice not in (KEEP, top)
+            self.stakes.add(decision, other.choice, top if top in ran else None)
             decision = decision if self.keep else other
         self._account(decision)
         return decision

@@ -20,7 +20,7 @@ import dataclasses
 import math
 import statistics
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -98,6 +98,7 @@ def choose(
     kernels_only: Callable[[], Callable[..., Any]] | None = None,
     static: Callable[[], Callable[..., Any]] | None = None,
     written: Sequence[int] = (),
+    left_out: Mapping[str, str] | None = None,
 ) -> tuple[str, Callable[..., Any], Decision]:
     """Compile and time both graphs (``substituted`` / ``inductor`` compile one each), or
     read the verdict from the decision cache; return the verdict and the faster graph's code.
@@ -127,7 +128,8 @@ def choose(
 
     ``written``: positions of example inputs the graph writes in place (a KV cache): every
     graph runs on one copy of those (graph_writes.scratch_inputs), the caller's stay as they
-    were."""
+    were. ``left_out``: hedges not compiled, and why (matcher/hedges.py), noted in the
+    verdict's timings."""
     makers = _makers(substituted, inductor, kernels_only, static)
     cache = autotune.decision_cache()
     decision = cache.get(key) if mode == "cached" else None
@@ -140,7 +142,7 @@ def choose(
     device = autotune.device_of(tensors)
     with torch.no_grad(), uncounted():
         confident, timings = _confident(lambda: ours(*tensors), device, saved_us)
-        skipped = []
+        skipped = [Timing(name, None, why) for name, why in (left_out or {}).items()]
         if confident:
             note = f"not compiled: the sites save {saved_us:.0f} us, over {CONFIDENT:.0%}"
             skipped.append(Timing(INDUCTOR, None, note))

@@ -26,6 +26,7 @@ import hashlib
 from typing import Any, Protocol
 
 import torch.fx as fx
+from pdlkit.matcher.hedges import Stakes
 from pdlkit.matcher.match import MatchSession
 from pdlkit.matcher.patterns import PatternSet
 from pdlkit.matcher.records import Const, ListRef, NodeRef, Record, Ref, SubRef
@@ -69,7 +70,8 @@ def encode(digest: str, s: MatchSession, silent: dict[str, str], tuner: Any) -> 
     tuned = None
     if tuner is not None:
         decided = {k: d.choice for k, d in tuner.decided.items()}
-        tuned = [tuner.saved_us, tuner.kernels_differ, tuner.static_differs, decided]
+        stakes = tuner.stakes
+        tuned = [tuner.saved_us, stakes.kernels_differ, stakes.static_differs, decided]
     kept = [_from_cache(k) for k in s.kept]
     return {"graph": digest, "records": [_record(r) for r in s.records], "kept": kept,
             "silent": silent, "tuner": tuned}  # fmt: skip
@@ -143,7 +145,8 @@ def recall(
     s.kept = [str(k) for k in body["kept"]]
     report.silent.update({str(k): str(v) for k, v in body["silent"].items()})
     if tuner is not None and body["tuner"] is not None:
-        tuner.saved_us, tuner.kernels_differ, tuner.static_differs, _ = body["tuner"]
+        tuner.saved_us, kernels_differ, static_differs, _ = body["tuner"]
+        tuner.stakes = Stakes.settled(bool(kernels_differ), bool(static_differs))
     _count_hits(s, tuner)
     count("matches_from_disk", "(whole graph)")
     return s

@@ -133,8 +133,9 @@ def _note_tuning(report: GraphReport, tuner: Any) -> None:
     time apart from the PDL application's, inside which it measured."""
     if tuner is None:
         return
-    report.sites_saved_us, report.kernels_differ = tuner.saved_us, tuner.kernels_differ
-    report.static_differs = tuner.static_differs
+    report.sites_saved_us, stakes = tuner.saved_us, tuner.stakes
+    report.kernels_differ, report.static_differs = stakes.kernels_differ, stakes.static_differs
+    report.hedges_left_out = stakes.left_out()
     report.sites_unsteady = tuner.unsteady
     if tuner.seconds:
         report.timings["pdl_apply"] -= tuner.seconds

@@ -205,6 +205,7 @@ def faster_graph(
             again(False, report.kernels_differ),
             again(True, report.static_differs),
             graph_writes.written_inputs(gm),
+            report.hedges_left_out,
         )
     finally:
         deferred.restore()

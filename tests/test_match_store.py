@@ -15,6 +15,7 @@ import torch
 from autotune_chain import FAST, Chain, calls, inputs, run
 from conftest import counted_calls
 from pdlkit.matcher import record_memo
+from pdlkit.matcher.hedges import Stakes
 from pdlkit.matcher.to_mlir import GraphImporter
 from pdlkit.runtime_abi import autotune
 from pdlkit.runtime_abi.registry import Restricted
@@ -160,7 +161,7 @@ def test_records_of_a_site_the_decision_cache_now_decides_otherwise_are_not_repl
 
 class _Tuner:
     unsteady = False
-    saved_us, kernels_differ, static_differs = 10.0, False, True
+    saved_us, stakes = 10.0, Stakes.settled(kernels_differ=False, static_differs=True)
     decided = {"site": autotune.Decision("fast_chain")}
 
 
