@@ -199,12 +199,15 @@ def _cache_folder(out_dir: Path | None, arch: str) -> Path:
 
 
 @contextlib.contextmanager
-def _locked(folder: Path) -> Iterator[None]:
-    """One builder at a time per cache folder (other processes included): a library and its
-    record are written together."""
+def _locked(folder: Path, name: str) -> Iterator[None]:
+    """One builder at a time of the file ``name`` in the cache folder (other processes
+    included): a library and its record are written together. Other libraries build
+    alongside (a registry loads its kernel files side by side: registry.load_files)."""
     import fcntl
 
-    fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fd = os.open(
+        folder / f".{name}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+    )
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -249,7 +252,7 @@ def _build(
     found = _cached(out, strict=False)
     if found is not None:
         return found
-    with _locked(folder):
+    with _locked(folder, out.name):
         found = _cached(out)
         if found is not None:
             return found
