@@ -115,8 +115,8 @@ class Tuner:
         # False: every site takes a kernel (:meth:`kernels_only`) even where its subgraph
         # measured faster (the whole-graph check's "kernels only" graph: graph_guard.py)
         self.keep = True
-        # what the sites at which that graph, or static priority's, would differ from this one
-        # take: whether each is worth compiling (matcher/hedges.py)
+        # how far that graph's sites, and static priority's, are from this one's: which of
+        # them the whole-graph check compiles (matcher/hedges.py)
         self.stakes = hedges.Stakes()
         self.unsteady = False  # a site timed on a busy host (autotune.trusted): cache no verdict
         self.per_bucket = False  # the graph is checked whole per shape bucket (see pick.py)

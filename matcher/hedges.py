@@ -1,19 +1,22 @@
-"""Whether the whole-graph check's hedges are worth compiling: the graph with a kernel at every
-site (graph_guard.KERNELS) and static priority's (graph_guard.STATIC).
+"""Which of the whole-graph check's other graphs are worth compiling: the graph with a kernel
+at every site (graph_guard.KERNELS) and static priority's (graph_guard.STATIC).
 
     before: bert-mini BF16 on the AVX2-only AMD EPYC, 2 threads: 24 of 25 sites took a kernel,
-            the pooler's linear (84 us eager, 131 us as a kernel) kept its subgraph, so the
-            kernels-only graph differed there alone; it was compiled and timed as a third
-            graph, 28.1 against 28.3 ms: about 5 s of a 17.7 s first compile (Inductor's own
-            10.0 s) to tell apart graphs that can differ by 0.3%
-    after:  a hedge is compiled only where the sites at which it differs from the substituted
-            graph take at least :data:`SHARE` of all the sites' time: that is the most it can
-            gain there, and a smaller gain is under the check's own margin (autotune.MARGIN);
-            explain says so where one is left out
+            the pooler's linear kept its subgraph (84 us eager, 131 us as a kernel), so the
+            kernels-only graph differed there alone; both graphs were compiled and timed,
+            25.3 against 25.5 ms: a whole Inductor compile (about 5 s of a 17.7 s first
+            compile; Inductor's own took 10.0 s) for graphs 47 us apart by their sites
+    after:  where the kernels-only graph's sites add up to within :data:`SHARE` of the
+            measured choice's (the check's own margin: it could not tell them apart), the
+            kernels-only graph is compiled in its place, alone; static priority's graph is
+            compiled only where its sites differ from the measured choice's by that much
 
-A site's stake is what its chosen implementation takes (the substituted graph's time there,
-the most a different choice can save), unknown (infinite) where that was not timed; the sites'
-time is the chosen implementations' summed over every site, a lower bound of the graph's.
+Why the kernels-only graph, not the measured choice: whenever the check compiled both, it took
+the kernels-only graph, by more than its sites said (the 16-core Xeon with AMX, 16 threads:
+bert-mini BF16 2820 against 3440 us, first_compile_hedges_xeon16_t16.md; Llama int8-static
+3.13 against 4.25 ms, ViT int8-static 10.00 against 10.89 ms, x86_models_xeon16_t16_gpt2_llama_
+vit_c887840.md): a site left to Inductor between kernel sites costs more in the graph than
+alone. Sites whose timings are unknown count as infinitely apart.
 """
 
 from __future__ import annotations
@@ -24,67 +27,83 @@ from dataclasses import dataclass
 from pdlkit.runtime_abi import autotune
 from pdlkit.runtime_abi.autotune import KEEP, Decision
 
-# the share of the sites' time below which a hedge is not compiled (the check's margin)
+# sites' timings that add up to within this share of the measured choice's are a tie
 SHARE = autotune.MARGIN
 
 
-def chosen_us(decision: Decision) -> float:
-    """What ``decision``'s choice took at its site (its estimate where a proxy timed it:
-    the larger figure); infinite where it was not timed."""
+def took_us(decision: Decision, name: str) -> float:
+    """What ``name`` took at ``decision``'s site (its estimate where a proxy timed it, the
+    larger figure); infinite where it was not timed."""
     for t in decision.timings:
-        if t.name == decision.choice and t.us is not None:
+        if t.name == name and t.us is not None:
             return t.us
     return math.inf
 
 
+def _gap(other: float, chosen: float) -> float:
+    """How much slower ``other`` measured than the chosen implementation (infinite where
+    either was not timed)."""
+    return other - chosen if math.isfinite(other) and math.isfinite(chosen) else math.inf
+
+
 @dataclass
 class Stakes:
-    """What the sites at which each hedge differs take, summed over a compilation's sites."""
+    """How far the other graphs' sites are from the measured choice's, over a compilation."""
 
-    kernels_us: float = 0.0  # sites where the kernels-only graph differs from the substituted
-    static_us: float = 0.0  # sites where static priority's does
+    kernels_sites: int = 0  # sites where the kernels-only graph differs from the measured choice
+    kernels_us: float = 0.0  # how much slower its choices measured there, summed
+    static_us: float = 0.0  # the same for static priority's graph
     static_apart: bool = False  # static priority's differs from the kernels-only graph somewhere
-    sites_us: float = 0.0  # every site's chosen implementation (where timed)
+    sites_us: float = 0.0  # every site's measured choice (where timed)
 
     def add(self, decision: Decision, kernels_choice: str, static_choice: str | None) -> None:
         """One site: its ``decision``, and the kernels-only and static graphs' choices there
         (``static_choice`` None: static priority's kernel did not run, and is not compared)."""
-        us = chosen_us(decision)
+        us = took_us(decision, decision.choice)
         self.sites_us += 0.0 if math.isinf(us) else us
         if kernels_choice != decision.choice:
-            self.kernels_us += us
+            self.kernels_sites += 1
+            self.kernels_us += _gap(took_us(decision, kernels_choice), us)
         if static_choice is not None and static_choice != decision.choice:
-            self.static_us += us
+            self.static_us += _gap(took_us(decision, static_choice), us)
             self.static_apart |= kernels_choice not in (KEEP, static_choice)
 
     @classmethod
-    def settled(cls, kernels_differ: bool, static_differs: bool) -> Stakes:
+    def settled(cls, kernels_instead: bool, kernels_differ: bool, static_differs: bool) -> Stakes:
         """Stakes that give these verdicts (match records kept on disk keep only those)."""
-        return cls(math.inf if kernels_differ else 0.0, math.inf if static_differs else 0.0,
-                   static_differs)  # fmt: skip
+        far = math.inf if kernels_differ else 0.0  # 0.0: a tie against the 1 us below
+        return cls(int(kernels_instead or kernels_differ), far,
+                   math.inf if static_differs else 0.0, static_differs, 1.0)  # fmt: skip
 
-    def _worth(self, us: float) -> bool:
-        return us > 0 and us >= SHARE * self.sites_us
+    def _tie(self, us: float) -> bool:
+        return us < SHARE * self.sites_us
+
+    @property
+    def kernels_instead(self) -> bool:
+        """The kernels-only graph differs, within the margin: it is compiled in place of the
+        measured choice's, alone."""
+        return self.kernels_sites > 0 and self._tie(self.kernels_us)
 
     @property
     def kernels_differ(self) -> bool:
-        return self._worth(self.kernels_us)
+        """The kernels-only graph differs by more: both are compiled and timed."""
+        return self.kernels_sites > 0 and not self._tie(self.kernels_us)
 
     @property
     def static_differs(self) -> bool:
-        return self.static_apart and self._worth(self.static_us)
+        return self.static_apart and not self._tie(self.static_us)
 
-    def left_out(self) -> dict[str, str]:
-        """Each hedge that differs from the substituted graph but is not compiled, and why
-        (for explain, by graph_guard's names)."""
+    def notes(self) -> dict[str, str]:
+        """What explain says of each graph these stakes decided (by graph_guard's names)."""
         out = {}
-        for name, us, differs in (
-            ("kernels only", self.kernels_us, self.kernels_differ),
-            ("static priority", self.static_us, self.static_differs),
-        ):
-            if us > 0 and not differs and (name == "kernels only" or self.static_apart):
-                out[name] = (
-                    f"not compiled: it differs at sites taking {us:.0f} us, under "
-                    f"{SHARE:.0%} of the sites' {self.sites_us:.0f} us"
-                )
+        if self.kernels_instead:
+            out["kernels only"] = (
+                f"compiled in place of the measured choice: its sites add {self.kernels_us:.0f} "
+                f"us, under {SHARE:.0%} of the sites' {self.sites_us:.0f} us"
+            )
+        if self.static_apart and not self.static_differs:
+            out["static priority"] = (
+                f"not compiled: its sites add {self.static_us:.0f} us, under {SHARE:.0%} of "
+                f"the sites' {self.sites_us:.0f} us"
+            )
         return out

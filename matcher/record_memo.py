@@ -36,7 +36,7 @@ from pdlkit.runtime_abi.binding_stats import count
 
 from pdlkit.errors import PdlkitError
 
-FORMAT = 1
+FORMAT = 2  # 2: the tuner's hedges as three flags (matcher/hedges.py)
 
 
 class Memo(Protocol):
@@ -70,8 +70,9 @@ def encode(digest: str, s: MatchSession, silent: dict[str, str], tuner: Any) -> 
     tuned = None
     if tuner is not None:
         decided = {k: d.choice for k, d in tuner.decided.items()}
-        stakes = tuner.stakes
-        tuned = [tuner.saved_us, stakes.kernels_differ, stakes.static_differs, decided]
+        st = tuner.stakes
+        hedges = [st.kernels_instead, st.kernels_differ, st.static_differs]
+        tuned = [tuner.saved_us, hedges, decided]
     kept = [_from_cache(k) for k in s.kept]
     return {"graph": digest, "records": [_record(r) for r in s.records], "kept": kept,
             "silent": silent, "tuner": tuned}  # fmt: skip
@@ -145,8 +146,8 @@ def recall(
     s.kept = [str(k) for k in body["kept"]]
     report.silent.update({str(k): str(v) for k, v in body["silent"].items()})
     if tuner is not None and body["tuner"] is not None:
-        tuner.saved_us, kernels_differ, static_differs, _ = body["tuner"]
-        tuner.stakes = Stakes.settled(bool(kernels_differ), bool(static_differs))
+        tuner.saved_us, hedges, _ = body["tuner"]
+        tuner.stakes = Stakes.settled(*(bool(h) for h in hedges))
     _count_hits(s, tuner)
     count("matches_from_disk", "(whole graph)")
     return s

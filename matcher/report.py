@@ -72,8 +72,8 @@ class GraphReport:
     sites_saved_us: float | None = None  # the substituted sites' measured saving (choose.py)
     kernels_differ: bool = False  # a kernel at every site would change some site (choose.py)
     static_differs: bool = False  # static priority's graph differs from both (choose.py)
-    # a graph of those two that differs too little to compile, and why (matcher/hedges.py)
-    hedges_left_out: dict[str, str] = field(default_factory=dict)
+    kernels_instead: bool = False  # the kernels-only graph is compiled in place (hedges.py)
+    hedge_notes: dict[str, str] = field(default_factory=dict)  # why, by graph (hedges.py)
     sites_unsteady: bool = False  # some site was timed on a busy host (choose.py)
     skipped: str = ""  # why the whole graph was left alone
     canonicalized: dict[str, int] = field(default_factory=dict)  # canonicalize rule -> count

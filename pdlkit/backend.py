@@ -135,7 +135,7 @@ def _note_tuning(report: GraphReport, tuner: Any) -> None:
         return
     report.sites_saved_us, stakes = tuner.saved_us, tuner.stakes
     report.kernels_differ, report.static_differs = stakes.kernels_differ, stakes.static_differs
-    report.hedges_left_out = stakes.left_out()
+    report.kernels_instead, report.hedge_notes = stakes.kernels_instead, stakes.notes()
     report.sites_unsteady = tuner.unsteady
     if tuner.seconds:
         report.timings["pdl_apply"] -= tuner.seconds

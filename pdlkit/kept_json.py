@@ -59,8 +59,9 @@ class KeptJson:
         return True
 
     def read(self, key: str) -> dict[str, Any] | None:
-        """The body kept under ``key``, or None: none kept, or one that does not parse, fails
-        its checksum or was written for another key or format (said once, via :meth:`ignore`)."""
+        """The body kept under ``key``, or None: none kept, one of another format (another
+        pdlkit version wrote it: no warning), or one that does not parse, fails its checksum
+        or was written for another key (said once, via :meth:`ignore`)."""
         folder = self.folder()
         if folder is None:
             return None
@@ -70,8 +71,10 @@ class KeptJson:
                 return None
             data = json.loads(raw)
             body = {k: v for k, v in data.items() if k != "sha256"}
-            if data.get("sha256") != _checksum(body) or data.get("format") != self.version:
-                raise Unreadable("checksum or format does not match")
+            if data.get("sha256") != _checksum(body):
+                raise Unreadable("checksum does not match")
+            if data.get("format") != self.version:
+                return None  # another pdlkit's: expected after an upgrade, written again
             if data.get("key") != key:
                 raise Unreadable("written for another key")
             return body

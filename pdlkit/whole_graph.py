@@ -28,7 +28,7 @@ from pdlkit.matcher import graph_buckets, graph_guard, graph_writes
 from pdlkit.matcher.report import GraphReport
 from pdlkit.plan import Options, Plan
 from pdlkit.runtime_abi import autotune
-from pdlkit.runtime_abi.autotune import Decision, resolve_mode
+from pdlkit.runtime_abi.autotune import Decision, Timing, resolve_mode
 from pdlkit.runtime_abi.binding import DeferredChecks
 from pdlkit.runtime_abi.binding_stats import count
 
@@ -194,10 +194,13 @@ def faster_graph(
 
         return make
 
+    # the kernels-only graph in place of the measured choice's, within the check's margin of it
+    instead = again(False, report.kernels_instead)
+    notes = dict(report.hedge_notes)
     try:
         verdict, fn, decision = graph_guard.choose(
             graph_guard.graph_key(gm, example_inputs, kernels),
-            lambda: compiled(traced),
+            instead or (lambda: compiled(traced)),
             lambda: compile_fx(gm, example_inputs, config_patches=dict(opts.config_patches())),
             example_inputs,
             resolve_mode(opts.autotune),
@@ -205,10 +208,12 @@ def faster_graph(
             again(False, report.kernels_differ),
             again(True, report.static_differs),
             graph_writes.written_inputs(gm),
-            report.hedges_left_out,
+            {n: why for n, why in notes.items() if not (instead and n == graph_guard.KERNELS)},
         )
     finally:
         deferred.restore()
+    if instead is not None:  # the graph timed as "substituted" was the kernels-only one
+        verdict, decision = _instead(verdict, decision, notes[graph_guard.KERNELS])
     report.whole_graph = decision.describe()
     if verdict != graph_guard.SUBSTITUTED:
         for k in kernels:
@@ -220,6 +225,21 @@ def faster_graph(
     if key and verdict != graph_guard.SUBSTITUTED and trusted:
         graph_guard.remember(key, Decision(verdict, [], "measured"))
     return cast(Callable[..., Any], fn)
+
+
+def _instead(verdict: str, decision: Decision, why: str) -> tuple[str, Decision]:
+    """The verdict and timings of a check whose substituted graph was the kernels-only graph
+    (matcher/hedges.py), named so."""
+    kernels = graph_guard.KERNELS
+    timings = [
+        Timing(kernels, t.us, f"{why}; {t.note}" if t.note else why, t.low, t.rounds)
+        if t.name == graph_guard.SUBSTITUTED
+        else t
+        for t in decision.timings
+    ]
+    if verdict == graph_guard.SUBSTITUTED:
+        verdict = kernels
+    return verdict, Decision(verdict, timings, decision.source)
 
 
 def per_bucket(

@@ -161,7 +161,8 @@ def test_records_of_a_site_the_decision_cache_now_decides_otherwise_are_not_repl
 
 class _Tuner:
     unsteady = False
-    saved_us, stakes = 10.0, Stakes.settled(kernels_differ=False, static_differs=True)
+    saved_us = 10.0
+    stakes = Stakes.settled(kernels_instead=True, kernels_differ=False, static_differs=True)
     decided = {"site": autotune.Decision("fast_chain")}
 
 
@@ -177,10 +178,26 @@ def test_records_a_later_matching_might_not_make_again_are_not_kept(folders):
         record_memo.encode("d", s, {}, busy)
     assert record_memo.encode("d", s, {}, _Tuner())["tuner"] == [
         10.0,
-        False,
-        True,
+        [True, False, True],
         {"site": "fast_chain"},
     ]
+
+
+def test_records_another_pdlkit_kept_in_another_format_are_matched_again_without_a_word(
+    folders, imports, tmp_path
+):
+    p, k = folders(FAST)
+    run(p, k, "cached")
+    (path,) = _kept(tmp_path)
+    data = json.loads(path.read_text())
+    body = {key: v for key, v in data.items() if key != "sha256"} | {"format": 1}
+    path.write_text(json.dumps({**body, "sha256": kept_json._checksum(body)}))
+    imports.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        st = run(p, k, "cached")
+    assert len(imports) == 1 and st["matches_from_disk"] == 0 and calls(st, "fast_chain") == 1
+    assert json.loads(path.read_text())["format"] == record_memo.FORMAT  # kept again
 
 
 def test_no_records_are_kept_without_a_verdict_key_or_with_full():

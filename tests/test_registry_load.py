@@ -39,9 +39,7 @@ def meeting(monkeypatch):
     return shared
 
 
-def test_two_files_of_a_folder_load_at_the_same_time_and_register_in_file_order(
-    tmp_path, meeting
-):
+def test_two_files_of_a_folder_load_at_the_same_time_and_register_in_file_order(tmp_path, meeting):
     write(tmp_path, "b_second.py", KERNEL.format(op="same_op", name="b_kernel"))
     write(tmp_path, "a_first.py", KERNEL.format(op="same_op", name="a_kernel"))
     reg = KernelRegistry.from_folders([tmp_path])
