@@ -99,6 +99,7 @@ def choose(
     static: Callable[[], Callable[..., Any]] | None = None,
     written: Sequence[int] = (),
     left_out: Mapping[str, str] | None = None,
+    first: str = SUBSTITUTED,
 ) -> tuple[str, Callable[..., Any], Decision]:
     """Compile and time both graphs (``substituted`` / ``inductor`` compile one each), or
     read the verdict from the decision cache; return the verdict and the faster graph's code.
@@ -129,35 +130,37 @@ def choose(
     ``written``: positions of example inputs the graph writes in place (a KV cache): every
     graph runs on one copy of those (graph_writes.scratch_inputs), the caller's stay as they
     were. ``left_out``: hedges not compiled, and why (matcher/hedges.py), noted in the
-    verdict's timings."""
+    verdict's timings. ``first``: the name ``substituted`` is timed and cached under
+    (:data:`KERNELS` where the kernels-only graph stands in for it, without ``kernels_only``)."""
     makers = _makers(substituted, inductor, kernels_only, static)
+    if first != SUBSTITUTED:
+        assert first not in makers, f"{first} given twice"
+        makers = {first if n == SUBSTITUTED else n: m for n, m in makers.items()}
     cache = autotune.decision_cache()
     decision = cache.get(key) if mode == "cached" else None
     if decision is not None and decision.choice in makers:
         return decision.choice, makers[decision.choice](), decision
     loaded = candidate_code.Loaded()  # the losers' code is unloaded below
     makers = {n: loaded.tracked(n, m) for n, m in makers.items()}
-    ours = makers[SUBSTITUTED]()
+    ours = makers[first]()
     tensors = graph_writes.scratch_inputs(example_inputs, written)
     device = autotune.device_of(tensors)
     with torch.no_grad(), uncounted():
-        confident, timings = _confident(lambda: ours(*tensors), device, saved_us)
+        confident, timings = _confident(lambda: ours(*tensors), device, saved_us, first)
         skipped = [Timing(name, None, why) for name, why in (left_out or {}).items()]
         if confident:
             note = f"not compiled: the sites save {saved_us:.0f} us, over {CONFIDENT:.0%}"
             skipped.append(Timing(INDUCTOR, None, note))
             if kernels_only is None and static is None:
-                decision = Decision(SUBSTITUTED, [*timings, *skipped])
+                decision = Decision(first, [*timings, *skipped])
                 cache.put(key, decision)
-                return SUBSTITUTED, ours, decision
+                return first, ours, decision
         # confident: Inductor's graph is beaten, yet the kernels-only or static graph may not be
         others = {
-            n: m
-            for n, m in makers.items()
-            if n != SUBSTITUTED and not (confident and n == INDUCTOR)
+            n: m for n, m in makers.items() if n != first and not (confident and n == INDUCTOR)
         }
         fns, failed = _compiled(others)
-        fns = {SUBSTITUTED: ours, **fns}
+        fns = {first: ours, **fns}
         runs = [(n, _call(f, tensors)) for n, f in fns.items()]
         timings = _rounds(runs, device, saved_us) + failed + skipped
     decision = Decision(_faster(timings), timings)
@@ -201,7 +204,7 @@ GLANCE, GLANCE_SHARE = 3, 0.7
 
 
 def _confident(
-    run: Callable[[], Any], device: str, saved_us: float | None
+    run: Callable[[], Any], device: str, saved_us: float | None, name: str = SUBSTITUTED
 ) -> tuple[bool, list[Timing]]:
     """Whether the sites' saving is at least CONFIDENT of the substituted graph's time, timed
     steadily (see :func:`choose`), and that graph's timings (none when a glance sufficed)."""
@@ -209,12 +212,10 @@ def _confident(
         return False, []
     budget = BUDGETS * autotune.budget_s()
     # on CUDA as the host issues the calls, as _measure's rounds time them
-    (glance,) = autotune.measure(
-        [(SUBSTITUTED, run)], device, budget, samples=GLANCE, gpu_time=False
-    )
+    (glance,) = autotune.measure([(name, run)], device, budget, samples=GLANCE, gpu_time=False)
     if glance.us is None or saved_us < GLANCE_SHARE * CONFIDENT * glance.us:
         return False, []
-    alone = [(SUBSTITUTED, run)]
+    alone = [(name, run)]
     timings = _measure(alone, device, _clear_of(saved_us))
     if _saves_enough(saved_us, timings[0]) and not autotune.steady(timings[0]):
         timings = _measure(alone, device, _clear_of(saved_us))  # a second look (SECOND_LOOK)
@@ -247,7 +248,7 @@ def _contradicts(timings: Sequence[Timing], saved_us: float | None) -> bool:
     """Whether Inductor's graph won these rounds while the sites, each timed on its own, said
     the substituted graph saves at least MARGIN of its time (see :data:`SECOND_LOOK`)."""
     t = {x.name: x for x in timings}
-    ours = t.get(SUBSTITUTED)
+    ours = timings[0] if timings and timings[0].name != INDUCTOR else None  # timed first
     if not saved_us or ours is None or ours.us is None or _faster(timings) != INDUCTOR:
         return False
     return INDUCTOR in t and t[INDUCTOR].us is not None and saved_us >= autotune.MARGIN * ours.us

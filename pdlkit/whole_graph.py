@@ -209,11 +209,12 @@ def faster_graph(
             again(True, report.static_differs),
             graph_writes.written_inputs(gm),
             {n: why for n, why in notes.items() if not (instead and n == graph_guard.KERNELS)},
+            graph_guard.KERNELS if instead else graph_guard.SUBSTITUTED,
         )
     finally:
         deferred.restore()
-    if instead is not None:  # the graph timed as "substituted" was the kernels-only one
-        verdict, decision = _instead(verdict, decision, notes[graph_guard.KERNELS])
+    if instead is not None:
+        decision = _noted(decision, graph_guard.KERNELS, notes[graph_guard.KERNELS])
     report.whole_graph = decision.describe()
     if verdict != graph_guard.SUBSTITUTED:
         for k in kernels:
@@ -227,19 +228,15 @@ def faster_graph(
     return cast(Callable[..., Any], fn)
 
 
-def _instead(verdict: str, decision: Decision, why: str) -> tuple[str, Decision]:
-    """The verdict and timings of a check whose substituted graph was the kernels-only graph
-    (matcher/hedges.py), named so."""
-    kernels = graph_guard.KERNELS
+def _noted(decision: Decision, name: str, why: str) -> Decision:
+    """``decision`` with ``why`` added to the note of the graph ``name`` (for explain)."""
     timings = [
-        Timing(kernels, t.us, f"{why}; {t.note}" if t.note else why, t.low, t.rounds)
-        if t.name == graph_guard.SUBSTITUTED
+        Timing(t.name, t.us, f"{why}; {t.note}" if t.note else why, t.low, t.rounds)
+        if t.name == name
         else t
         for t in decision.timings
     ]
-    if verdict == graph_guard.SUBSTITUTED:
-        verdict = kernels
-    return verdict, Decision(verdict, timings, decision.source)
+    return Decision(decision.choice, timings, decision.source)
 
 
 def per_bucket(

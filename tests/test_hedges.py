@@ -100,7 +100,7 @@ def _by_size(keep_small_us: float):
 def _verdict_timings(cache) -> list[list]:
     entries = json.loads(next(cache.glob("**/host-*.json")).read_text())
     graphs = [d["timings"] for d in entries["decisions"].values()]
-    return [t for t in graphs if any(row[0] == graph_guard.SUBSTITUTED for row in t)]
+    return [t for t in graphs if any(row[0] == graph_guard.INDUCTOR for row in t)]
 
 
 @pytest.mark.parametrize("keep_small_us, both", [(50.0, False), (1_000.0, True)])
@@ -130,17 +130,16 @@ def test_the_kernels_only_graph_takes_the_place_of_one_within_the_margin(
         assert names[:2] == [graph_guard.SUBSTITUTED, graph_guard.KERNELS]
         assert calls(st, "fast_chain") == 1  # the substituted graph: the small site kept
     else:  # one graph with substitutions compiled and timed: the kernels-only one
-        assert names == [graph_guard.SUBSTITUTED, graph_guard.INDUCTOR]
+        assert names == [graph_guard.KERNELS, graph_guard.INDUCTOR]
         assert calls(st, "fast_chain") == 2  # both sites take the kernel
 
 
-def test_explain_names_the_kernels_only_graph_that_stood_in_and_why():
-    from pdlkit.whole_graph import _instead
+def test_explain_says_why_the_kernels_only_graph_stood_in():
+    from pdlkit.whole_graph import _noted
 
-    timed = Decision(graph_guard.SUBSTITUTED, [Timing(graph_guard.SUBSTITUTED, 10.0),
-                                               Timing(graph_guard.INDUCTOR, 12.0)])  # fmt: skip
-    verdict, decision = _instead(graph_guard.SUBSTITUTED, timed, "compiled in place: why")
-    assert verdict == graph_guard.KERNELS
+    timed = Decision(graph_guard.KERNELS, [Timing(graph_guard.KERNELS, 10.0),
+                                           Timing(graph_guard.INDUCTOR, 12.0)])  # fmt: skip
+    decision = _noted(timed, graph_guard.KERNELS, "compiled in place: why")
     assert decision.describe() == (
         "measured: kernels only 10.0 us (compiled in place: why), inductor 12.0 us -> kernels only"
     )
