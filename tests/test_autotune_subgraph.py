@@ -227,7 +227,8 @@ def _calls_fast_site(x):
 
 def test_bounds_of_a_subgraph_a_kernel_beats_stop_early(monkeypatch):
     """A subgraph whose library calls alone take over 10x the fastest kernel's time has lost
-    after one sample, over 2x after two: not the four its budget would allow."""
+    after one sample (its first warm-up run ends the warm-up too), over 2x after two: not the
+    four its budget would allow."""
     from pdlkit.matcher import lowered
 
     gm = torch.fx.symbolic_trace(_calls_fast_site)
@@ -235,7 +236,7 @@ def test_bounds_of_a_subgraph_a_kernel_beats_stop_early(monkeypatch):
     warm = 3  # warm-up runs, then each sample runs the module twice (extern ops, whole run)
     _RUNS.clear()
     lowered.bounds([(gm, (x,))], budget=10.0, best_us=0.01)
-    assert len(_RUNS) == warm + 2 * 1
+    assert len(_RUNS) == 1 + 2 * 1
     monkeypatch.setattr(lowered, "FAR", float("inf"))  # 2x: two samples
     _RUNS.clear()
     lowered.bounds([(gm, (x,))], budget=10.0, best_us=0.01)
@@ -243,3 +244,16 @@ def test_bounds_of_a_subgraph_a_kernel_beats_stop_early(monkeypatch):
     _RUNS.clear()
     lowered.bounds([(gm, (x,))], budget=10.0, best_us=1e6)  # the kernel is slower
     assert len(_RUNS) >= warm + 2 * 4
+
+
+def test_bounds_beaten_by_far_warm_only_the_copies_they_sample():
+    """Twenty copies of the weights, the kernel 10x faster than the first warm-up run: one
+    warm-up run, then the second copy warmed before the sample that takes it: 4 runs, where
+    warming every copy first took 22."""
+    from pdlkit.matcher import lowered
+
+    gm = torch.fx.symbolic_trace(_calls_fast_site)
+    runs = [(gm, (torch.randn(64, 64),)) for _ in range(20)]
+    _RUNS.clear()
+    lowered.bounds(runs, budget=10.0, best_us=0.01)
+    assert len(_RUNS) == 1 + 1 + 2
