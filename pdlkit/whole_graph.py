@@ -208,7 +208,7 @@ def faster_graph(
             again(False, report.kernels_differ),
             again(True, report.static_differs),
             graph_writes.written_inputs(gm),
-            {n: why for n, why in notes.items() if not (instead and n == graph_guard.KERNELS)},
+            {n: why for n, why in notes.items() if n != graph_guard.KERNELS},  # said below
             graph_guard.KERNELS if instead else graph_guard.SUBSTITUTED,
         )
     finally:
