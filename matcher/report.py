@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pdlkit.matcher.hedges import Stakes
 from pdlkit.matcher.html_report import NodeInfo, write_html
 from pdlkit.runtime_abi.autotune import MARGIN
 
@@ -70,10 +71,8 @@ class GraphReport:
     kept: list[str] = field(default_factory=list)  # matches left to Inductor: measured faster
     whole_graph: str = ""  # the substituted graph against Inductor's, timed (graph_guard.py)
     sites_saved_us: float | None = None  # the substituted sites' measured saving (choose.py)
-    kernels_differ: bool = False  # a kernel at every site would change some site (choose.py)
-    static_differs: bool = False  # static priority's graph differs from both (choose.py)
-    kernels_instead: bool = False  # the kernels-only graph is compiled in place (hedges.py)
-    hedge_notes: dict[str, str] = field(default_factory=dict)  # why, by graph (hedges.py)
+    # which other graphs with substitutions the whole-graph check compiles (choose.py's tuner)
+    hedges: Stakes = field(default_factory=Stakes)
     sites_unsteady: bool = False  # some site was timed on a busy host (choose.py)
     skipped: str = ""  # why the whole graph was left alone
     canonicalized: dict[str, int] = field(default_factory=dict)  # canonicalize rule -> count

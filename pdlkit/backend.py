@@ -133,9 +133,7 @@ def _note_tuning(report: GraphReport, tuner: Any) -> None:
     time apart from the PDL application's, inside which it measured."""
     if tuner is None:
         return
-    report.sites_saved_us, stakes = tuner.saved_us, tuner.stakes
-    report.kernels_differ, report.static_differs = stakes.kernels_differ, stakes.static_differs
-    report.kernels_instead, report.hedge_notes = stakes.kernels_instead, stakes.notes()
+    report.sites_saved_us, report.hedges = tuner.saved_us, tuner.stakes
     report.sites_unsteady = tuner.unsteady
     if tuner.seconds:
         report.timings["pdl_apply"] -= tuner.seconds

@@ -195,8 +195,9 @@ def faster_graph(
         return make
 
     # the kernels-only graph in place of the measured choice's, within the check's margin of it
-    instead = again(False, report.kernels_instead)
-    notes = dict(report.hedge_notes)
+    hedges = report.hedges
+    instead = again(False, hedges.kernels_instead)
+    notes = hedges.notes()
     try:
         verdict, fn, decision = graph_guard.choose(
             graph_guard.graph_key(gm, example_inputs, kernels),
@@ -205,8 +206,8 @@ def faster_graph(
             example_inputs,
             resolve_mode(opts.autotune),
             report.sites_saved_us,
-            again(False, report.kernels_differ),
-            again(True, report.static_differs),
+            again(False, hedges.kernels_differ),
+            again(True, hedges.static_differs),
             graph_writes.written_inputs(gm),
             {n: why for n, why in notes.items() if n != graph_guard.KERNELS},  # said below
             graph_guard.KERNELS if instead else graph_guard.SUBSTITUTED,
