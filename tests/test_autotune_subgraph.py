@@ -112,6 +112,40 @@ def test_a_broadcast_add_is_not_folded_into_the_int8_gemm():
     assert low.module(*args).shape == gm(*args).shape
 
 
+def _int8_conv_site():
+    """A PT2E int8 convolution subgraph (ViT's patch embedding) and its arguments (weight and
+    bias constants: indices 1 and 2)."""
+    from torch.ao.quantization.fx import _decomposed  # noqa: F401 (registers the ops)
+
+    qd = torch.ops.quantized_decomposed
+
+    def site(qx, qw, b):
+        x = qd.dequantize_per_tensor.default(qx, 0.02, 128, 0, 255, torch.uint8)
+        w = qd.dequantize_per_channel.default(qw, torch.full((8,), 0.01),
+                                              torch.zeros(8, dtype=torch.int64), 0, -128, 127,
+                                              torch.int8)  # fmt: skip
+        return torch.ops.aten.conv2d.default(x, w, b, [4, 4])
+
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randint(0, 255, (1, 3, 16, 16), dtype=torch.uint8, generator=g),
+            torch.randint(-127, 127, (8, 3, 4, 4), dtype=torch.int8, generator=g),
+            torch.randn(8, generator=g)]  # fmt: skip
+    return torch.fx.symbolic_trace(site), args
+
+
+def test_an_int8_convolution_left_in_float_makes_the_proxy_unfaithful():
+    """Inductor lowers an int8 convolution to oneDNN's int8 op under freezing; the proxy runs
+    it in float, so its library call's time is no lower bound and the site's subgraph is timed
+    as Inductor compiles it (a float convolution's time had picked a kernel 24% slower)."""
+    from pdlkit.matcher import lowered
+
+    gm, args = _int8_conv_site()
+    low = lowered.as_inductor_lowers(gm, args, (1, 2), freezing=True)
+    assert not low.faithful
+    assert low.module(*args).shape == gm(*args).shape  # timed only: conversions stand in
+    assert lowered.as_inductor_lowers(gm, args, (1, 2), freezing=False).faithful
+
+
 def test_without_freezing_the_proxy_keeps_the_float_gemm():
     from pdlkit.matcher import lowered
 
