@@ -4,7 +4,7 @@
     python benchmarks/x86_site_savings.py --cases llama:int8-dynamic,vit:int8-static --threads 2
 
 The whole-graph check (``pdlkit/matcher/graph_guard.py``) leaves Inductor's graph uncompiled
-where the sites' own timings save at least ``CONFIDENT`` (30% since 8d498a2, 15% before) of the substituted graph's time:
+where the sites' own timings save at least ``CONFIDENT`` (15%) of the substituted graph's time:
 that compile is most of a first compile's cost (``first_compile_split.py``). This script asks
 whether a lower threshold would be safe. For each model and dtype (``x86_models.py``'s, random
 weights) it compiles with ``pdlkit.optimize`` (the default mode, caches cold) with the threshold

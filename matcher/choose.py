@@ -104,16 +104,14 @@ class Tuner:
         self.decided: dict[str, Decision] = {}  # site key -> decision (also record_memo.py's)
         self.cache = autotune.decision_cache()
         self.budget = autotune.budget_s()
-        # the weights a call of the model reads (a site is timed where they leave its own: cold.py)
         consts = [self.value(n) for n in gm.graph.nodes if n.op == "get_attr"]
-        self.model_bytes = cold.model_bytes([*example_inputs, *consts])
+        self.model_bytes = cold.model_bytes([*example_inputs, *consts])  # a call's weights: cold.py
         self.seconds = 0.0  # spent measuring in this compilation
-        # what the substituted sites save against their subgraphs, by their timings: the
-        # whole-graph check skips compiling Inductor's graph when this is a large share of the
-        # substituted graph's time; None once a site's saving is unknown (:meth:`_account`)
+        # what the substituted sites save against their subgraphs (:meth:`_account`), for the
+        # whole-graph check's confidence (graph_guard.CONFIDENT); None once one is unknown
         self.saved_us: float | None = 0.0
-        # False: every site takes a kernel (:meth:`kernels_only`) even where its subgraph
-        # measured faster (the whole-graph check's "kernels only" graph: graph_guard.py)
+        # False: every site takes a kernel even where its subgraph measured faster (the
+        # whole-graph check's "kernels only" graph: :meth:`kernels_only`, graph_guard.py)
         self.keep = True
         # how far that graph's sites, and static priority's, are from this one's: which of
         # them the whole-graph check compiles (matcher/hedges.py)
@@ -266,13 +264,16 @@ class Tuner:
             top, ran = cands[0].name, {t.name for t in decision.timings if t.ran()}
             self.stakes.add(decision, other.choice, top if top in ran else None)
             decision = decision if self.keep else other
-        self._account(decision)
+        self._account(decision, any(isinstance(a, fx.Node) and _computes_qparams(a) for a in args))
         return decision
 
-    def _account(self, decision: Decision) -> None:
+    def _account(self, decision: Decision, dynamic: bool = False) -> None:
         """Add a site's saving to :attr:`saved_us`: against a proxy's lower bound (its library
-        calls alone), unknown (None) from a pin or from timings a busy host made untrusted."""
-        if decision.choice == KEEP or self.saved_us is None:
+        calls alone), unknown (None) from a pin or from timings a busy host made untrusted.
+        A ``dynamic`` site (its activation's qparams computed in the graph) adds nothing: alone
+        it misjudged the graph around it (AVX-512 EPYC: GPT-2 int8-dynamic's sites saved 20% of
+        the graph, which ran 10% slower than Inductor's; x86_site_savings_epyc_avx512_t2_*.md)."""
+        if decision.choice == KEEP or self.saved_us is None or dynamic:
             return
         t = {x.name: x.us if x.low is None else x.low for x in decision.timings}
         keep, ours = t.get(KEEP), t.get(decision.choice)
