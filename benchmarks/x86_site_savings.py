@@ -31,6 +31,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _x86_models_build import build, prepare  # noqa: E402
 from machine import host_header  # noqa: E402
+from measure import write_report  # noqa: E402
 from x86_models import PT2E, inductor_cache  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -118,9 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         *rows,
         "",
     ])  # fmt: skip
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
-    print(f"written to {args.out}")
+    write_report(args.out, text)
     return 0
 
 
