@@ -7,9 +7,10 @@
 pdlkit times "keep the subgraph" at each matched site by a proxy (``pdlkit/matcher/lowered.py``:
 the library calls Inductor makes for the subgraph on the CPU, the rest of its ops eagerly)
 instead of compiling the subgraph with Inductor (``PDLKIT_AUTOTUNE_SUBGRAPH=compile``). For
-every site of bert-mini (or ``--model``) this script compiles it with ``pdlkit.optimize(m, autotune="full")``
-(Inductor's freezing on for the int8 dtypes, as x86_models.py) and, once pdlkit has decided
-the site, times side by side, round-robin on the same arguments: each kernel, the subgraph
+every site of bert-mini (or ``--model``) this script compiles it with
+``pdlkit.optimize(m, autotune="full")`` (Inductor's freezing on for the int8 dtypes, as
+x86_models.py) and, once pdlkit has decided the site, times side by side, round-robin on
+the same arguments: each kernel, the subgraph
 compiled by Inductor (its weights constants under freezing) and the proxy. It prints the
 choice each subgraph timing leads to, pdlkit's own choice (with the bound or estimate it used),
 and the seconds compiling the subgraph took against pdlkit's default path. The proxy does not
@@ -39,10 +40,10 @@ RESULTS = HERE / "results" / "x86_subgraph_proxy.md"
 
 
 def site_rows(dtype: str, rows: list[dict[str, Any]], model_name: str = "bert-mini") -> None:
-    """Compile ``model_name`` (x86_models.py's) of ``dtype`` with pdlkit, recording each site into ``rows``: pdlkit's
-    own decision (its default path), then the kernels, the compiled subgraph and the proxy
-    timed again together, round-robin (the same conditions for all: a machine's speed drifts
-    between phases, on a Xeon with AMX by up to 2x)."""
+    """Compile ``model_name`` (x86_models.py's) of ``dtype`` with pdlkit, recording each site
+    into ``rows``: pdlkit's own decision (its default path), then the kernels, the compiled
+    subgraph and the proxy timed again together, round-robin (the same conditions for all: a
+    machine's speed drifts between phases, on a Xeon with AMX by up to 2x)."""
     from pdlkit.matcher import choose, cold, lowered
     from pdlkit.runtime_abi import autotune
 

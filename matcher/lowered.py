@@ -65,8 +65,8 @@ def _quant_ops() -> tuple[set[Any], Any, set[Any]]:
 
 class Lowered:
     """The subgraph rewritten as Inductor lowers it: ``module`` runs on the same arguments
-    as the subgraph; ``faithful`` is False where an int8 GEMM was left unlowered under
-    freezing (its eager time then says nothing of Inductor's, which calls oneDNN).
+    as the subgraph; ``faithful`` is False where an int8 GEMM or convolution was left in
+    float under freezing (its eager time then says nothing of Inductor's, which calls oneDNN).
     ``packs``: per weight packed into a buffer of ``module``, (buffer name, the argument's
     index, the activation's shape), so that :meth:`on` packs another copy of the weights."""
 
@@ -118,32 +118,28 @@ def as_inductor_lowers(
     values = dict(zip(phs, real, strict=False))
     constants = {phs[i] for i in frozen if i < len(phs)}
     packs: list[tuple[str, int, list[int]]] = []
-    faithful = True
     for lin in [n for n in gm.graph.nodes if n.target is aten.linear.default]:
         w = lin.args[1]
         if not (isinstance(w, fx.Node) and w.target is dq_w):
             continue  # a float GEMM: eager linear calls the same library as Inductor
         pack = _lower_qlinear(gm, lin, values, constants, dq_act)
-        if pack is None:
-            faithful = False
-        else:
+        if pack is not None:
             name, qw, x_shape = pack
             packs.append((name, phs.index(qw), x_shape))
-    if any(_float_for_int8(n, dq_w) for n in gm.graph.nodes):
-        faithful = False
     _conversions(gm)
     gm.graph.eliminate_dead_code()
     gm.recompile()
+    faithful = not any(_float_for_int8(n, dq_w) for n in gm.graph.nodes)
     return Lowered(gm, faithful, packs)
 
 
 def _float_for_int8(n: fx.Node, dq_w: Any) -> bool:
-    """Whether ``n`` is a library call other than a linear on a dequantized int8 weight: an int8
-    convolution, which Inductor's freezing passes lower to ``onednn.qconv_pointwise`` and the
-    proxy leaves in float. Its time is then no lower bound on Inductor's (ViT's int8 patch
-    embedding on the AVX-512 EPYC, 2 threads: 1380 us as a float convolution, 642 us as
+    """Whether ``n`` is a library call on a dequantized int8 weight that the lowering left in
+    float: a linear it could not lower, or a convolution (Inductor's freezing passes lower it
+    to ``onednn.qconv_pointwise``). Its time is then no lower bound on Inductor's (ViT's int8
+    patch embedding on the AVX-512 EPYC, 2 threads: 1380 us as a float convolution, 642 us as
     Inductor's code; the site took a kernel 24% slower than the subgraph it replaced)."""
-    if n.op != "call_function" or n.target not in EXTERN or n.target is aten.linear.default:
+    if n.op != "call_function" or n.target not in EXTERN:
         return False
     return any(isinstance(a, fx.Node) and a.target is dq_w for a in n.args)
 
