@@ -94,7 +94,10 @@ def pick_split_config(m: int, n: int, k: int, gated: bool, sms: int = 132) -> Sp
     H200: ``_tile``'s BM and BN, ``_config``'s BK; one K slice, since splitting K lost at every
     shape measured (with atomic partial sums by 1.1x to 5x; with stored ones, H200, 64 rows:
     Llama-3's down 21.4 against 20.4 us, o 10.4 against 7.9, gate/up 45 against 33), unless
-    there are too few tiles to occupy an eighth of the SMs."""
+    there are too few tiles to occupy an eighth of the SMs. Two slices do halve the activation
+    bytes each program re-reads from L2 (1.4-2.7 us of a one-slice down projection), but
+    adding the slices' sums costs 2.2-2.4 us at 64 rows, by a counter, flags or atomic adds
+    alike (H200, benchmarks/results/cuda_decode_probe_h200_047065e.md)."""
     if INTERPRET:
         return SplitConfig(16, 16, 32, 2 if k >= 64 else 1, 1, 1)
     m = size_hint(m)  # a symbolic M by its hint: no guard on it
