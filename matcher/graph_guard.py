@@ -68,6 +68,11 @@ def graph_key(gm: fx.GraphModule, example_inputs: Sequence[Any], kernels: Sequen
 # the others' predictions of 1-66% never had the graph's gain the wrong way round on the
 # AVX-512 EPYC (benchmarks/x86_site_savings.py, results/x86_site_savings_epyc_avx512_t2_*.md)
 CONFIDENT = 0.15
+# ... and at or above which the saving is not believed: Inductor's graph would have to take
+# twice the substituted graph's time. The right predictions reached 66% (ViT int8-static,
+# +38% measured); 131% was bert-mini FP32 at 16 threads on the Xeon with AMX, whose graph ran
+# 1.6% slower than Inductor's (results/x86_site_savings_xeon16_t16_retime_047065e.md)
+BELIEVABLE = 1.0
 
 
 def plan_key(gm: fx.GraphModule, example_inputs: Sequence[Any], plan: str) -> str:
@@ -210,7 +215,8 @@ def _confident(
     run: Callable[[], Any], device: str, saved_us: float | None, name: str = SUBSTITUTED
 ) -> tuple[bool, list[Timing]]:
     """Whether the sites' saving is at least CONFIDENT of the substituted graph's time, timed
-    steadily (see :func:`choose`), and that graph's timings (none when a glance sufficed)."""
+    steadily (see :func:`choose`), and under BELIEVABLE of it; and that graph's timings (none
+    when a glance sufficed)."""
     if saved_us is None or saved_us <= 0:
         return False, []
     budget = BUDGETS * autotune.budget_s()
@@ -226,6 +232,9 @@ def _confident(
     if confident and not autotune.steady(timings[0]):  # the sites' timings are suspect too
         confident = False
         _warn_busy(timings[0])
+    elif confident and saved_us >= BELIEVABLE * (timings[0].us or 0.0):
+        confident = False
+        _warn_unbelievable(saved_us, timings[0])
     return confident, timings
 
 
@@ -268,6 +277,15 @@ def _warn_busy(t: Timing) -> None:
         f"pdlkit: whole-graph check: the host was busy while timing (the substituted graph's "
         f"rounds spread {autotune.spread(t) or 0.0:.0%} of their median): the sites' measured "
         f"saving is not trusted, Inductor's graph is compiled and timed too",
+        stacklevel=4,
+    )
+
+
+def _warn_unbelievable(saved_us: float, t: Timing) -> None:
+    warnings.warn(
+        f"pdlkit: whole-graph check: the sites' own timings say they save {saved_us:.0f} us, "
+        f"as much as the graph with them takes ({t.us or 0.0:.0f} us; see BELIEVABLE): not "
+        f"believed, Inductor's graph is compiled and timed too",
         stacklevel=4,
     )
 
