@@ -64,6 +64,8 @@ def one_case(case: str, retime: int = 0) -> dict[str, Any]:
                *rest: Any, **kw: Any) -> Any:  # fmt: skip
         out = original(key, sub, ind, ex, mode, saved_us, *rest, **kw)
         seen.update(saved=saved_us, choice=out[0], timings={t.name: t.us for t in out[2].timings})
+        print("check's rounds (ms):", {t.name: [round(v * 1e3, 2) for v in t.rounds or []]
+                                       for t in out[2].timings}, flush=True)  # fmt: skip
         return out
 
     original_rounds = graph_guard._rounds
@@ -83,9 +85,10 @@ def one_case(case: str, retime: int = 0) -> dict[str, Any]:
             compiled(x)
             if retime and seen.get("runs"):
                 fns = {**dict(seen["runs"]), "compiled model": lambda: compiled(x)}
-                seen["retimed"] = {
-                    n: statistics.median(ts) * 1e6 for n, ts in interleaved(fns, retime, 3).items()
-                }
+                windows = interleaved(fns, retime, 3)
+                print("windows (ms):", {n: [round(v * 1e3, 2) for v in ts]
+                                        for n, ts in windows.items()}, flush=True)  # fmt: skip
+                seen["retimed"] = {n: statistics.median(ts) * 1e6 for n, ts in windows.items()}
                 again = graph_guard._measure(seen["runs"], "cpu")  # the check's own method
                 seen["remeasured"] = {t.name: t.us for t in again}
     finally:
