@@ -61,8 +61,8 @@ def one_case(case: str, retime: int = 0) -> dict[str, Any]:
     original, confident = graph_guard.choose, graph_guard.CONFIDENT
 
     def choose(key: str, sub: Any, ind: Any, ex: Any, mode: str, saved_us: Any = None,
-               *rest: Any, **kw: Any) -> Any:  # fmt: skip
-        out = original(key, sub, ind, ex, mode, saved_us, *rest, **kw)
+               **kw: Any) -> Any:  # fmt: skip
+        out = original(key, sub, ind, ex, mode, saved_us, **kw)
         seen.update(saved=saved_us, choice=out[0], timings={t.name: t.us for t in out[2].timings})
         print("check's rounds (ms):", {t.name: [round(v * 1e3, 2) for v in t.rounds or []]
                                        for t in out[2].timings}, flush=True)  # fmt: skip

@@ -103,6 +103,7 @@ def choose(
     example_inputs: Sequence[Any],
     mode: str,
     saved_us: float | None = None,
+    *,
     kernels_only: Callable[[], Callable[..., Any]] | None = None,
     static: Callable[[], Callable[..., Any]] | None = None,
     written: Sequence[int] = (),

@@ -206,11 +206,11 @@ def faster_graph(
             example_inputs,
             resolve_mode(opts.autotune),
             report.sites_saved_us,
-            again(False, hedges.kernels_differ),
-            again(True, hedges.static_differs),
-            graph_writes.written_inputs(gm),
-            {n: why for n, why in notes.items() if n != graph_guard.KERNELS},  # said below
-            graph_guard.KERNELS if instead else graph_guard.SUBSTITUTED,
+            kernels_only=again(False, hedges.kernels_differ),
+            static=again(True, hedges.static_differs),
+            written=graph_writes.written_inputs(gm),
+            left_out={n: why for n, why in notes.items() if n != graph_guard.KERNELS},  # below
+            first=graph_guard.KERNELS if instead else graph_guard.SUBSTITUTED,
         )
     finally:
         deferred.restore()

@@ -189,7 +189,7 @@ def test_a_large_measured_saving_still_times_the_kernels_only_graph(tmp_path, mo
 
     verdict, _, decision = graph_guard.choose(
         "k", graph("mix", 0.002), graph("inductor", 0.003), (torch.randn(2),), "cached",
-        1200.0, graph("kernels", 0.0005),
+        1200.0, kernels_only=graph("kernels", 0.0005),
     )  # fmt: skip
     assert verdict == graph_guard.KERNELS and compiled == ["mix", "kernels"]
     assert "inductor excluded (not compiled: the sites save 1200 us" in decision.describe()
@@ -323,10 +323,10 @@ def test_the_kernels_only_graph_is_a_third_candidate(tmp_path, monkeypatch):
         return graph_maker(compiled, name, seconds)
 
     args = ("k", graph("mix", 0.002), graph("inductor", 0.002), (torch.randn(2),), "cached")
-    verdict, _, decision = graph_guard.choose(*args, None, graph("kernels", 0.0005))
+    verdict, _, decision = graph_guard.choose(*args, kernels_only=graph("kernels", 0.0005))
     assert verdict == graph_guard.KERNELS and compiled == ["mix", "kernels", "inductor"]
     assert "kernels only" in decision.describe()
-    again, _, _ = graph_guard.choose(*args, None, graph("kernels", 0.0005))
+    again, _, _ = graph_guard.choose(*args, kernels_only=graph("kernels", 0.0005))
     assert again == graph_guard.KERNELS and compiled[3:] == ["kernels"]
 
 

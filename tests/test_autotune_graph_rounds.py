@@ -231,7 +231,13 @@ def test_without_inductors_graph_the_graphs_with_substitutions_take_early_rounds
     measured = recorded_measures(monkeypatch)
     graph = graph_maker([], "x", 0.001)
     verdict, _, _ = graph_guard.choose(
-        "k", graph, graph_maker([], "i", 0.003), (torch.randn(2),), "cached", 900.0, graph
+        "k",
+        graph,
+        graph_maker([], "i", 0.003),
+        (torch.randn(2),),
+        "cached",
+        900.0,
+        kernels_only=graph,
     )
     assert verdict in (graph_guard.SUBSTITUTED, graph_guard.KERNELS)
     early = graph_guard.EARLY
