@@ -87,13 +87,7 @@ def one_case(case: str, retime: int = 0, static: bool = False) -> dict[str, Any]
             compiled = pdlkit.optimize(model)
             compiled(x)
             if retime and seen.get("runs"):
-                fns = {**dict(seen["runs"]), "compiled model": lambda: compiled(x)}
-                windows = interleaved(fns, retime, 3)
-                print("windows (ms):", {n: [round(v * 1e3, 2) for v in ts]
-                                        for n, ts in windows.items()}, flush=True)  # fmt: skip
-                seen["retimed"] = {n: statistics.median(ts) * 1e6 for n, ts in windows.items()}
-                again = graph_guard._measure(seen["runs"], "cpu")  # the check's own method
-                seen["remeasured"] = {t.name: t.us for t in again}
+                seen.update(_retimed(seen["runs"], lambda: compiled(x), retime))
     finally:
         graph_guard.choose, graph_guard.CONFIDENT = original, confident
         graph_guard._rounds = original_rounds
@@ -101,6 +95,22 @@ def one_case(case: str, retime: int = 0, static: bool = False) -> dict[str, Any]
         torch._inductor.config.freezing = False
     seen.pop("runs", None)
     return {"case": case, **seen}
+
+
+def _retimed(runs: list[Any], model: Any, windows: int) -> dict[str, dict[str, float]]:
+    """The check's graphs (``runs``: its (name, call) pairs) and the compiled model's call,
+    timed after the compile: medians of alternating windows of three calls, and the graphs
+    timed again the check's own way (graph_guard._measure)."""
+    from pdlkit.matcher import graph_guard
+
+    per_call = interleaved({**dict(runs), "compiled model": model}, windows, 3)
+    print("windows (ms):", {n: [round(v * 1e3, 2) for v in ts]
+                            for n, ts in per_call.items()}, flush=True)  # fmt: skip
+    again = graph_guard._measure(runs, "cpu")
+    return {
+        "retimed": {n: statistics.median(ts) * 1e6 for n, ts in per_call.items()},
+        "remeasured": {t.name: t.us for t in again},
+    }
 
 
 def row(r: dict[str, Any]) -> str:
