@@ -25,6 +25,7 @@ kernels without the check ran 0.72x the peer in x86_models.py).
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import sys
@@ -48,10 +49,13 @@ CASES = [f"{m}:{d}" for m in ("bert-mini", "gpt2", "llama", "vit")
          for d in ("fp32", "bf16", "int8-static", "int8-dynamic")]  # fmt: skip
 
 
-def one_case(case: str, retime: int = 0, static: bool = False) -> dict[str, Any]:
+def one_case(
+    case: str, retime: int = 0, static: bool = False, no_gc: bool = False
+) -> dict[str, Any]:
     """Compile ``case`` ("model:dtype") from cold caches with Inductor's graph always timed;
     the sites' saving and the check's timings (and with ``retime``, theirs after compiling)."""
     from pdlkit.matcher import graph_guard, hedges
+    from pdlkit.runtime_abi import autotune
 
     import pdlkit
 
@@ -72,10 +76,27 @@ def one_case(case: str, retime: int = 0, static: bool = False) -> dict[str, Any]
 
     def rounds(runs: Any, *args: Any) -> Any:  # the graphs' calls, as the check makes them
         seen["runs"] = list(runs)
-        return original_rounds(runs, *args)
+        out = original_rounds(runs, *args)
+        if retime:  # the same graphs again the check's way, still inside the compile
+            print("inside the compile:", _context(), flush=True)
+            seen["inside"] = {t.name: t.us for t in graph_guard._measure(runs, "cpu")}
+        return out
 
     graph_guard.choose, graph_guard.CONFIDENT = choose, float("inf")
     graph_guard._rounds = rounds
+    original_sample = autotune._sample
+    if no_gc:  # every timed call with the garbage collector off, as timeit times
+
+        def sample(*args: Any, **kw: Any) -> Any:
+            on = gc.isenabled()
+            gc.disable()
+            try:
+                return original_sample(*args, **kw)
+            finally:
+                if on:
+                    gc.enable()
+
+        autotune._sample = sample
     differs = hedges.Stakes.static_differs
     if static:  # static priority's graph a candidate wherever it differs, ties included
         hedges.Stakes.static_differs = property(lambda self: self.static_apart)
@@ -91,6 +112,7 @@ def one_case(case: str, retime: int = 0, static: bool = False) -> dict[str, Any]
     finally:
         graph_guard.choose, graph_guard.CONFIDENT = original, confident
         graph_guard._rounds = original_rounds
+        autotune._sample = original_sample
         hedges.Stakes.static_differs = differs
         torch._inductor.config.freezing = False
     seen.pop("runs", None)
@@ -103,6 +125,7 @@ def _retimed(runs: list[Any], model: Any, windows: int) -> dict[str, dict[str, f
     timed again the check's own way (graph_guard._measure)."""
     from pdlkit.matcher import graph_guard
 
+    print("after the compile:", _context(), flush=True)
     per_call = interleaved({**dict(runs), "compiled model": model}, windows, 3)
     print("windows (ms):", {n: [round(v * 1e3, 2) for v in ts]
                             for n, ts in per_call.items()}, flush=True)  # fmt: skip
@@ -111,6 +134,28 @@ def _retimed(runs: list[Any], model: Any, windows: int) -> dict[str, dict[str, f
         "retimed": {n: statistics.median(ts) * 1e6 for n, ts in per_call.items()},
         "remeasured": {t.name: t.us for t in again},
     }
+
+
+def _context() -> dict[str, Any]:
+    """What else runs in this process and under it: Python threads, torch's threads, child
+    processes and their CPU over 0.2 s (psutil, where installed), the load average."""
+    import threading
+
+    ctx: dict[str, Any] = {"threads": sorted(t.name for t in threading.enumerate())}
+    ctx["gc counts"], ctx["gc objects"] = gc.get_count(), len(gc.get_objects())
+    ctx["torch threads"] = torch.get_num_threads()
+    ctx["load"] = os.getloadavg()[0]
+    try:
+        import psutil
+    except ImportError:
+        return ctx
+    kids = psutil.Process().children(recursive=True)
+    for k in kids:
+        k.cpu_percent(None)
+    time.sleep(0.2)
+    ctx["children"] = len(kids)
+    ctx["children cpu %"] = round(sum(k.cpu_percent(None) for k in kids if k.is_running()), 1)
+    return ctx
 
 
 def row(r: dict[str, Any]) -> str:
@@ -123,9 +168,10 @@ def row(r: dict[str, Any]) -> str:
     saved_text = "-" if saved is None else f"{saved:.0f}"
     again = ", ".join(f"{n} {us / 1e3:.2f} ms" for n, us in r.get("retimed", {}).items())
     check = ", ".join(f"{n} {us / 1e3:.2f} ms" for n, us in r.get("remeasured", {}).items())
+    inside = ", ".join(f"{n} {us / 1e3:.2f} ms" for n, us in r.get("inside", {}).items())
     return (
         f"| {r['case']} | {saved_text} | {pred} | {gain} | {r.get('choice', '-')} | {times} "
-        f"| {again or '-'} | {check or '-'} |"
+        f"| {inside or '-'} | {again or '-'} | {check or '-'} |"
     )
 
 
@@ -136,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--retime", type=int, default=0, help="windows to time the graphs again")
     ap.add_argument("--static", action="store_true", help="static priority's graph timed on ties")
+    ap.add_argument("--no-gc", action="store_true", help="time with the garbage collector off")
     args = ap.parse_args(argv)
     warnings.filterwarnings("ignore")
     torch.set_num_threads(args.threads)
@@ -143,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for case in args.cases.split(","):
         try:
-            r = one_case(case, args.retime, args.static)
+            r = one_case(case, args.retime, args.static, args.no_gc)
         except Exception as e:  # a case that does not compile is said, the others go on
             r = {"case": case, "choice": f"failed: {type(e).__name__}: {str(e)[:120]}"}
         rows.append(row(r))
@@ -153,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"Generated by `python benchmarks/x86_site_savings.py --cases {args.cases}"
         f" --threads {args.threads}{f' --retime {args.retime}' if args.retime else ''}"
-        f"{' --static' if args.static else ''}` in {time.perf_counter() - start:.0f} s (its docstring"
+        f"{' --static' if args.static else ''}{' --no-gc' if args.no_gc else ''}` in {time.perf_counter() - start:.0f} s (its docstring"
         " says how).",
         "",
         *host_header(args.threads),
@@ -162,14 +209,15 @@ def main(argv: list[str] | None = None) -> int:
         " with CONFIDENT); `predicted`: that as a share of the graph with substitutions"
         " timed first (`unknown`: a pin or a busy host's site timing); `measured`: Inductor's"
         " graph against that graph in the check (positive: the substitutions are faster);"
-        " `verdict`: the graph that runs; `again`: with `--retime`, the same graphs timed after"
+        " `verdict`: the graph that runs; `inside`: with `--retime`, the same graphs timed the"
+        " check's way again right after its rounds, still inside the compile; `again`: the same graphs timed after"
         " the compile (medians of alternating windows), and the compiled model's call;"
         " `again, the check's way`: the same graphs after the compile, timed as the check"
         " times them (graph_guard._measure).",
         "",
-        "| case | saved us | predicted | measured | verdict | check's medians | again "
+        "| case | saved us | predicted | measured | verdict | check's medians | inside | again "
         "| again, the check's way |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
         *rows,
         "",
     ])  # fmt: skip
