@@ -190,15 +190,23 @@ def run(
     )  # fmt: skip
 
 
-def probe_case(
-    m: int, n: int, k: int, copy_gbs: float, tiles: list[tuple[int, ...]], variants: list[str]
-) -> list[dict[str, Any]]:
-    copies = weight_copies(n * k)
+def operands(
+    m: int, n: int, k: int, copies: int
+) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Random int8 weights (``copies`` of [n, k]), int8 activations [m, k], their scales per
+    row and column, and a bf16 output [m, n], on the GPU."""
     ws = [torch.randint(-127, 128, (n, k), dtype=torch.int8, device="cuda") for _ in range(copies)]
     a = torch.randint(-127, 128, (m, k), dtype=torch.int8, device="cuda")
     sa = torch.rand(m, device="cuda") * 0.01
     sb = torch.rand(n, device="cuda") * 0.01
-    c = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+    return ws, a, sa, sb, torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+
+
+def probe_case(
+    m: int, n: int, k: int, copy_gbs: float, tiles: list[tuple[int, ...]], variants: list[str]
+) -> list[dict[str, Any]]:
+    copies = weight_copies(n * k)
+    ws, a, sa, sb, c = operands(m, n, k, copies)
     ref = ((a.float() @ ws[0].float().T) * sa[:, None] * sb).bfloat16()
     _WS["ws"] = torch.empty(m * n * 8, dtype=torch.int32, device="cuda")
     _WS["counters"] = torch.zeros(1 << 16, dtype=torch.int32, device="cuda")

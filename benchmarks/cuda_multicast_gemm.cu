@@ -121,19 +121,8 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint3
 
 __device__ __forceinline__ void fence_regs(int32_t& r) { asm volatile("" : "+r"(r)::"memory"); }
 
-template <int BN>
+template <int BN>  // BN columns: the variants below use 32
 __device__ __forceinline__ void wgmma_s8(int32_t (&d)[BN / 2], uint64_t da, uint64_t db);
-
-template <>
-__device__ __forceinline__ void wgmma_s8<16>(int32_t (&d)[8], uint64_t da, uint64_t db) {
-    asm volatile(
-        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, 1, 0;\n\t"
-        "wgmma.mma_async.sync.aligned.m64n16k32.s32.s8.s8 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p;\n\t}"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]),
-          "+r"(d[7])
-        : "l"(da), "l"(db));
-}
 
 template <>
 __device__ __forceinline__ void wgmma_s8<32>(int32_t (&d)[16], uint64_t da, uint64_t db) {
@@ -144,21 +133,6 @@ __device__ __forceinline__ void wgmma_s8<32>(int32_t (&d)[16], uint64_t da, uint
         : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]),
           "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]),
           "+r"(d[14]), "+r"(d[15])
-        : "l"(da), "l"(db));
-}
-
-template <>
-__device__ __forceinline__ void wgmma_s8<64>(int32_t (&d)[32], uint64_t da, uint64_t db) {
-    asm volatile(
-        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, 1, 0;\n\t"
-        "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p;\n\t}"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]),
-          "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]),
-          "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]),
-          "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]),
-          "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31])
         : "l"(da), "l"(db));
 }
 
@@ -182,6 +156,9 @@ __device__ __forceinline__ void store_tile(const int32_t (&acc)[BN / 2], const f
             }
         }
 }
+
+// the bytes of one K step's activation tile: M rows rounded up to a core matrix's 8
+__device__ __forceinline__ uint32_t act_tile_bytes(int M, int BK) { return (M + 7) / 8 * 8 * BK; }
 
 // one K step (BK bytes) of wgmma m64nBNk32 on the buffers at a0 (activations) and b0 (weights)
 template <int BN, int BK>
@@ -210,8 +187,7 @@ __device__ __forceinline__ void gemm(const int8_t* __restrict__ a, const int8_t*
     uint64_t* full = reinterpret_cast<uint64_t*>(sw_tiles + STAGES * W_TILE);
     uint64_t* empty = full + STAGES;
     const int tid = threadIdx.x;
-    const int mr = (M + 7) / 8 * 8;
-    const uint32_t a_bytes = LOAD_A ? mr * BK : 0;
+    const uint32_t a_bytes = LOAD_A ? act_tile_bytes(M, BK) : 0;
     const uint32_t rank = CLUSTER > 1 ? cg::this_cluster().block_rank() : 0;
     const int tile = blockIdx.x, k_begin = 0, steps = KT;
     if (tid == 0) {
@@ -286,14 +262,12 @@ __device__ __forceinline__ void gemm_rings(const int8_t* __restrict__ a, const i
                                            __nv_bfloat16* __restrict__ c, int M, int N, int KT) {
     extern __shared__ __align__(1024) uint8_t smem[];
     constexpr int A_TILE = 64 * BK, W_TILE = BN * BK;
-    uint8_t* a_ring = smem;
-    uint8_t* w_ring = smem + AS * A_TILE;
-    uint64_t* w_full = reinterpret_cast<uint64_t*>(w_ring + WS * W_TILE);
-    uint64_t* w_empty = w_full + WS;
-    uint64_t* a_full = w_empty + WS;
-    uint64_t* a_empty = a_full + AS;
+    // shared memory: AS activation tiles, WS weight tiles, then the barriers, full before empty
+    uint8_t *a_ring = smem, *w_ring = smem + AS * A_TILE;
+    uint64_t* bars = reinterpret_cast<uint64_t*>(w_ring + WS * W_TILE);
+    uint64_t *w_full = bars, *w_empty = bars + WS, *a_full = bars + 2 * WS, *a_empty = a_full + AS;
     const int tid = threadIdx.x;
-    const uint32_t a_bytes = (M + 7) / 8 * 8 * BK;
+    const uint32_t a_bytes = act_tile_bytes(M, BK);
     if (tid == 0) {
         for (int s = 0; s < WS; ++s) mbar_init(&w_full[s], 1), mbar_init(&w_empty[s], 4);
         for (int s = 0; s < AS; ++s) mbar_init(&a_full[s], 1), mbar_init(&a_empty[s], 4);

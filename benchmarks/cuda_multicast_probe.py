@@ -41,8 +41,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cuda_decode import _rotation, copy_rate, graph_ms, stream_floor, weight_copies  # noqa: E402
-from cuda_decode_probe import _WS  # noqa: E402
-from cuda_decode_probe import run as triton_run
+from cuda_decode_probe import _WS, operands  # noqa: E402
+from cuda_decode_probe import run as triton_run  # noqa: E402
 from machine import host_header  # noqa: E402
 from measure import write_report  # noqa: E402
 
@@ -123,11 +123,7 @@ def probe_case(module: Any, m: int, n: int, k: int, names: list[str], gbs: float
     import cupy
 
     copies = weight_copies(n * k)
-    ws = [torch.randint(-127, 128, (n, k), dtype=torch.int8, device="cuda") for _ in range(copies)]
-    a = torch.randint(-127, 128, (m, k), dtype=torch.int8, device="cuda")
-    sa = torch.rand(m, device="cuda") * 0.01
-    sw = torch.rand(n, device="cuda") * 0.01
-    c = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+    ws, a, sa, sw, c = operands(m, n, k, copies)
     ref = ((a.double() @ ws[0].double().T) * sa[:, None].double() * sw.double()).float()
     row: dict[str, Any] = {"m": m, "n": n, "k": k, "errors": {}}
     row["floor_us"] = stream_floor(n * k, copies)["read_graph_ms"] * 1e3
