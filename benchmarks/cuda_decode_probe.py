@@ -17,6 +17,8 @@ epilogue of per-row and per-column scales), on the same tiles:
   pipeline these loads: far slower, a warning more than a measure);
 - ``warp-specialized``: Triton's ``tl.range(warp_specialize=True)`` (Triton 3.6 builds it
   for Hopper only with eight warps here);
+- ``evict first``: the weight loads with ``eviction_policy="evict_first"`` (the L2 hint was
+  worth 1.0-1.7 us to the hand-written kernel, cuda_multicast_probe_h200_dd95b4a.md);
 - ``library``: pdlkit's ``splitk`` on the same tile, tile counters kept between calls;
 - ``counter``, ``flags``, ``atomic``: three ways to add K slices' sums (``_reduce``).
 A tile with K slices (a fifth number) under ``base`` stores each slice's sums and stops:
@@ -50,11 +52,13 @@ VARIANTS = {
     "no A": (0, 1, 0, 0),
     "no dot": (1, 0, 0, 0),
     "warp-specialized": (1, 1, 0, 1),
+    "evict first": (1, 1, 0, 0),
     "library": (1, 1, 0, 0),
     "counter": (1, 1, 0, 0, 1),
     "flags": (1, 1, 0, 0, 2),
     "atomic": (1, 1, 0, 0, 3),
 }  # (LOAD_A, DOT, ROTATE, WS[, REDUCE: how K slices' sums are added, see _reduce])
+EVICT_FIRST = {"evict first"}  # variants whose weight loads ask L2 to evict them first
 # (M, N, K, name): Llama-2-7B's o and down, Llama-3's down, at 64 and 16 rows
 CASES = [
     (64, 4096, 11008, "down 4096x11008"),
@@ -127,7 +131,7 @@ def probe_kernel(
     a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, M, N: tl.constexpr, K: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
     LOAD_A: tl.constexpr, DOT: tl.constexpr, ROTATE: tl.constexpr, WS: tl.constexpr,
-    SPLIT: tl.constexpr, REDUCE: tl.constexpr, ws_ptr, flag_ptr,
+    SPLIT: tl.constexpr, REDUCE: tl.constexpr, ws_ptr, flag_ptr, EVICT: tl.constexpr = 0,
 ):  # fmt: skip
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -146,7 +150,10 @@ def probe_kernel(
         step = start + i
         step = tl.where(step >= STEPS, step - STEPS, step)
         k0 = step * BK
-        b = tl.load(b_ptr + rn[:, None] * K + k0 + rk[None, :])
+        if EVICT:
+            b = tl.load(b_ptr + rn[:, None] * K + k0 + rk[None, :], eviction_policy="evict_first")
+        else:
+            b = tl.load(b_ptr + rn[:, None] * K + k0 + rk[None, :])
         if LOAD_A:
             a = tl.load(a_ptr + rm[:, None] * K + k0 + rk[None, :], mask=m_ok, other=0)
         else:
@@ -186,7 +193,7 @@ def run(
         a, w, c, sa, sb, m, N=n, K=k, BM=bm, BN=bn, BK=bk,
         LOAD_A=load_a, DOT=dot, ROTATE=rot, WS=ws, SPLIT=split, REDUCE=reduce,
         ws_ptr=_WS["zeroed" if reduce == 3 else "ws"], flag_ptr=_WS["counters"],
-        num_warps=warps, num_stages=stages,
+        EVICT=int(variant in EVICT_FIRST), num_warps=warps, num_stages=stages,
     )  # fmt: skip
 
 
