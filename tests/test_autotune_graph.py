@@ -217,19 +217,26 @@ def test_an_unknown_saving_still_times_both_graphs(tmp_path, monkeypatch):
 def test_a_median_lead_won_in_a_few_rounds_keeps_inductors_graph(tmp_path, monkeypatch):
     """A substituted graph whose median beats Inductor's by far, but which was fast in only
     three rounds in five (and much slower in the others): the lead is not consistent, so
-    Inductor's graph runs. Medians alone would have chosen the substituted graph."""
-    import time
+    Inductor's graph runs. Medians alone would have chosen the substituted graph. The calls
+    advance a clock of the test's own, which the timing reads: a busy host cannot stretch
+    them (sleeping, this test once failed on a host another benchmark had just left)."""
+    import types
 
     from pdlkit.matcher import graph_guard
+    from pdlkit.runtime_abi import autotune
 
     monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
-    calls = []
+    clock, calls = [0.0], []
+    monkeypatch.setattr(autotune, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+
+    def taking(seconds):
+        clock[0] += seconds
 
     def erratic():  # 1 ms three calls in five, else 3 ms, against Inductor's steady 1.6 ms
-        return lambda *a: (calls.append(1), time.sleep(0.001 if len(calls) % 5 < 3 else 0.003))
+        return lambda *a: (calls.append(1), taking(0.001 if len(calls) % 5 < 3 else 0.003))
 
     verdict, _, decision = graph_guard.choose(
-        "k", erratic, graph_maker([], "inductor", 0.0016), (torch.randn(2),), "cached"
+        "k", erratic, lambda: lambda *a: taking(0.0016), (torch.randn(2),), "cached"
     )
     t = {x.name: x for x in decision.timings}
     assert t["substituted"].us < t["inductor"].us * 0.9  # the medians alone say substituted
