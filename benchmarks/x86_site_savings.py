@@ -19,7 +19,11 @@ threshold would have made slower.
 ran) are timed again, N alternating windows of three calls each, medians in the last column:
 whether the check's verdict holds outside the compile (seen on a 16-core Xeon with AMX:
 bert-mini BF16's graph of AMX kernels measured 1.25x Inductor's in the check, while the same
-kernels without the check ran 0.72x the peer in x86_models.py).
+kernels without the check ran 0.72x the peer in x86_models.py); with it, the same graphs are
+also timed the check's way right after its rounds, still inside the compile (``inside``), and
+the process's Python threads, child processes, garbage-collector counts and load are printed
+inside and after the compile. ``--no-gc``: every timed call with the garbage collector off.
+``--static``: static priority's graph is a candidate wherever it differs, ties included.
 """
 
 from __future__ import annotations
