@@ -21,8 +21,8 @@ whether the check's verdict holds outside the compile (seen on a 16-core Xeon wi
 bert-mini BF16's graph of AMX kernels measured 1.25x Inductor's in the check, while the same
 kernels without the check ran 0.72x the peer in x86_models.py); with it, the same graphs are
 also timed the check's way right after its rounds, still inside the compile (``inside``), and
-the process's Python threads, child processes, garbage-collector counts and load are printed
-inside and after the compile. ``--no-gc``: every timed call with the garbage collector off.
+the process's Python threads, OS threads (and those busy while it sleeps), child processes,
+garbage-collector counts and load are printed inside and after the compile. ``--no-gc``: every timed call with the garbage collector off.
 ``--static``: static priority's graph is a candidate wherever it differs, ties included.
 """
 
@@ -149,6 +149,7 @@ def _context() -> dict[str, Any]:
     ctx["gc counts"], ctx["gc objects"] = gc.get_count(), len(gc.get_objects())
     ctx["torch threads"] = torch.get_num_threads()
     ctx["load"] = os.getloadavg()[0]
+    ctx["native threads"], ctx["busy native threads"] = _busy_threads()
     try:
         import psutil
     except ImportError:
@@ -160,6 +161,34 @@ def _context() -> dict[str, Any]:
     ctx["children"] = len(kids)
     ctx["children cpu %"] = round(sum(k.cpu_percent(None) for k in kids if k.is_running()), 1)
     return ctx
+
+
+def _busy_threads(seconds: float = 0.2) -> tuple[int, list[str]]:
+    """This process's OS threads (OpenMP's workers among them), and those that used over a
+    tenth of a CPU in ``seconds`` while this thread slept: name, id and CPU share."""
+    clock = os.sysconf("SC_CLK_TCK")
+
+    def cpu() -> dict[str, tuple[str, int]]:
+        out = {}
+        for task in Path("/proc/self/task").iterdir():
+            try:
+                stat = (task / "stat").read_text()
+            except OSError:  # the thread ended
+                continue
+            name = stat[stat.index("(") + 1 : stat.rindex(")")]
+            fields = stat[stat.rindex(")") + 2 :].split()
+            out[task.name] = (name, int(fields[11]) + int(fields[12]))  # utime + stime
+        return out
+
+    before = cpu()
+    time.sleep(seconds)
+    after = cpu()
+    busy = []
+    for tid, (name, ticks) in after.items():
+        share = (ticks - before.get(tid, (name, ticks))[1]) / clock / seconds
+        if share > 0.1:
+            busy.append(f"{name} {tid} {share:.0%}")
+    return len(after), busy
 
 
 def row(r: dict[str, Any]) -> str:
