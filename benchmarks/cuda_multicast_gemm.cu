@@ -27,6 +27,12 @@
 
 namespace cg = cooperative_groups;
 
+// every kernel's parameters: A [M, K] and W [N, K] int8 packed (see the header), the scales per
+// row of A and per row of W, C [M, N] bf16, and K's steps of BK bytes
+#define GEMM_PARAMS                                                                                   \
+    const int8_t *__restrict__ a, const int8_t *__restrict__ w, const float *__restrict__ sa,         \
+        const float *__restrict__ sw, __nv_bfloat16 *__restrict__ c, int M, int N, int KT
+
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -177,9 +183,7 @@ __device__ __forceinline__ void mma_step(int32_t (&acc)[BN / 2], uint32_t a0, ui
 }
 
 template <int BN, int BK, int STAGES, int CLUSTER, bool LOAD_A, bool HINT, int ARRIVE, bool KOUTER, int PF>
-__device__ __forceinline__ void gemm(const int8_t* __restrict__ a, const int8_t* __restrict__ w,
-                                     const float* __restrict__ sa, const float* __restrict__ sw,
-                                     __nv_bfloat16* __restrict__ c, int M, int N, int KT) {
+__device__ __forceinline__ void gemm(GEMM_PARAMS) {
     extern __shared__ __align__(1024) uint8_t smem[];
     constexpr int A_TILE = 64 * BK, W_TILE = BN * BK;
     uint8_t* sa_tiles = smem;
@@ -257,9 +261,7 @@ __device__ __forceinline__ void gemm(const int8_t* __restrict__ a, const int8_t*
 // producer thread (warp 4: weights, warp 5: activations), so that the weights run further ahead
 // than the shared memory of equal rings allows (AS < WS).
 template <int BN, int BK, int WS, int AS, bool LOAD_A>
-__device__ __forceinline__ void gemm_rings(const int8_t* __restrict__ a, const int8_t* __restrict__ w,
-                                           const float* __restrict__ sa, const float* __restrict__ sw,
-                                           __nv_bfloat16* __restrict__ c, int M, int N, int KT) {
+__device__ __forceinline__ void gemm_rings(GEMM_PARAMS) {
     extern __shared__ __align__(1024) uint8_t smem[];
     constexpr int A_TILE = 64 * BK, W_TILE = BN * BK;
     // shared memory: AS activation tiles, WS weight tiles, then the barriers, full before empty
@@ -310,23 +312,72 @@ __device__ __forceinline__ void gemm_rings(const int8_t* __restrict__ a, const i
     }
 }
 
-// entry points, one per variant: mc_<BN>_<BK>_<STAGES>_<CLUSTER>_<LOAD_A>_<HINT>_<ARRIVE>_<KOUTER>_<PF> and
-// rings_<BN>_<BK>_<WS>_<AS>_<LOAD_A>. ARRIVE: 0: each consumer warp arrives on every cluster
-// CTA's empty barrier, release at cluster scope; 1: the same, CTA scope; 2: the four warps meet
-// at a named barrier, then one thread arrives (CTA scope).
+// The same GEMM loaded Ampere-style: the four warps of the consumer warpgroup copy each K step's
+// tiles themselves, 16 bytes a thread at a time (cp.async.cg, the weights with the evict-first
+// hint where HINT), STAGES - 1 steps ahead, and wait for them with cp.async's groups: no producer
+// warp, no mbarrier, no bulk copy engine (does the weights' stream go faster as many small
+// copies, as the read floor's loads are?).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, uint64_t policy, bool hint) {
+    if (hint)
+        asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(smem_u32(dst)),
+                     "l"(src), "l"(policy)
+                     : "memory");
+    else
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+}
+
+template <int BN, int BK, int STAGES, bool HINT>
+__device__ __forceinline__ void gemm_cpasync(GEMM_PARAMS) {
+    extern __shared__ __align__(1024) uint8_t smem[];
+    constexpr int A_TILE = 64 * BK, W_TILE = BN * BK;
+    uint8_t *a_ring = smem, *w_ring = smem + STAGES * A_TILE;
+    const int tid = threadIdx.x;
+    const uint32_t a_bytes = act_tile_bytes(M, BK);
+    const int8_t* wsrc = w + (size_t)blockIdx.x * KT * W_TILE;
+    const uint64_t policy = evict_first_policy();
+    auto load = [&](int k) {  // K step k into buffer k % STAGES, then one commit group
+        if (k < KT) {
+            const int s = k % STAGES;
+            for (int i = tid; i < W_TILE / 16; i += 128)
+                cp_async16(w_ring + s * W_TILE + 16 * i, wsrc + (size_t)k * W_TILE + 16 * i, policy, HINT);
+            for (int i = tid; i < (int)a_bytes / 16; i += 128)
+                cp_async16(a_ring + s * A_TILE + 16 * i, a + (size_t)k * a_bytes + 16 * i, 0, false);
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    };
+    int32_t acc[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) acc[i] = 0;
+    for (int k = 0; k < STAGES - 1; ++k) load(k);
+    for (int k = 0; k < KT; ++k) {
+        asm volatile("cp.async.wait_group %0;" ::"n"(STAGES - 2) : "memory");  // step k is in
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // visible to wgmma's reads
+        __syncthreads();
+        const int s = k % STAGES;
+        mma_step<BN, BK>(acc, smem_u32(a_ring + s * A_TILE), smem_u32(w_ring + s * W_TILE));
+        __syncthreads();  // buffer (k - 1) % STAGES read by every warp: refill it
+        load(k + STAGES - 1);
+    }
+    store_tile<BN>(acc, sa, sw, c, M, N, blockIdx.x * BN);
+}
+
+// entry points, one per variant: mc_<BN>_<BK>_<STAGES>_<CLUSTER>_<LOAD_A>_<HINT>_<ARRIVE>_<KOUTER>
+// _<PF>, rings_<BN>_<BK>_<WS>_<AS>_<LOAD_A> and cp_<BN>_<BK>_<STAGES>_<HINT>. ARRIVE: 0: each
+// consumer warp arrives on every cluster CTA's empty barrier, release at cluster scope; 1: the
+// same, CTA scope; 2: the four warps meet at a named barrier, then one thread arrives (CTA scope).
 #define VARIANT(BN, BK, ST, CL, LA, H, AR, KO, PF)                                                    \
     extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(160)                      \
-        mc_##BN##_##BK##_##ST##_##CL##_##LA##_##H##_##AR##_##KO##_##PF(                                \
-            const int8_t* a, const int8_t* w, const float* sa, const float* sw, __nv_bfloat16* c,      \
-            int M, int N, int KT) {                                                                    \
+        mc_##BN##_##BK##_##ST##_##CL##_##LA##_##H##_##AR##_##KO##_##PF(GEMM_PARAMS) {                 \
         gemm<BN, BK, ST, CL, LA, H, AR, KO, PF>(a, w, sa, sw, c, M, N, KT);                           \
     }
 #define RINGS(BN, BK, WS, AS, LA)                                                                     \
-    extern "C" __global__ void __launch_bounds__(192)                                                 \
-        rings_##BN##_##BK##_##WS##_##AS##_##LA(const int8_t* a, const int8_t* w, const float* sa,      \
-                                               const float* sw, __nv_bfloat16* c, int M, int N,        \
-                                               int KT) {                                               \
+    extern "C" __global__ void __launch_bounds__(192) rings_##BN##_##BK##_##WS##_##AS##_##LA(         \
+        GEMM_PARAMS) {                                                                                \
         gemm_rings<BN, BK, WS, AS, LA>(a, w, sa, sw, c, M, N, KT);                                    \
+    }
+#define CPASYNC(BN, BK, ST, H)                                                                        \
+    extern "C" __global__ void __launch_bounds__(128) cp_##BN##_##BK##_##ST##_##H(GEMM_PARAMS) {      \
+        gemm_cpasync<BN, BK, ST, H>(a, w, sa, sw, c, M, N, KT);                                       \
     }
 
 VARIANT(32, 256, 6, 1, 1, 1, 0, 0, 0)
@@ -344,3 +395,8 @@ VARIANT(32, 256, 6, 4, 1, 1, 1, 0, 0)
 VARIANT(32, 256, 6, 4, 1, 1, 0, 0, 0)
 RINGS(32, 256, 6, 6, 1)
 RINGS(32, 256, 16, 4, 1)
+CPASYNC(32, 256, 4, 1)
+CPASYNC(32, 256, 6, 1)
+CPASYNC(32, 256, 6, 0)
+CPASYNC(32, 128, 8, 1)
+CPASYNC(32, 128, 12, 1)

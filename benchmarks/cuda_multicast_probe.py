@@ -20,7 +20,9 @@ weights' stream alone, wrong sums), an L2 evict-first hint on the weights, how a
 the cluster's producers it has read a buffer (the .cu's last comment), the weights packed K
 step outer (at one step the CTAs read one run of bytes), and weight steps prefetched into L2
 past the ring. ``rings_<BN>_<BK>_<weight buffers>_<activation buffers>_<A>`` (kernel
-``gemm_rings``): separate rings with a producer each. Every variant's relative error against
+``gemm_rings``): separate rings with a producer each. ``cp_<BN>_<BK>_<stages>_<hint>`` (kernel
+``gemm_cpasync``): no producer warp, the warpgroup's own 16-byte ``cp.async`` copies, Ampere's
+way. Every variant's relative error against
 a float64 reference is reported; a wrong one's time is kept but marked.
 """
 
@@ -60,7 +62,7 @@ def variants() -> list[str]:
     """The entry points the .cu file instantiates (its VARIANT and RINGS lines), by name."""
     text = SOURCE.read_text()
     found = []
-    for macro, prefix in (("VARIANT", "mc"), ("RINGS", "rings")):
+    for macro, prefix in (("VARIANT", "mc"), ("RINGS", "rings"), ("CPASYNC", "cp")):
         for args in re.findall(rf"^{macro}\(([\d, ]+)\)", text, re.M):
             found.append(prefix + "_" + "_".join(x.strip() for x in args.split(",")))
     return found
@@ -105,6 +107,8 @@ class Launcher:
         self.fn = module.get_function(name)
         if kind == "mc":  # STAGES buffers of both operands
             self.block, self.smem = 160, v[2] * ((64 + self.bn) * self.bk + 16)
+        elif kind == "cp":  # the same buffers, no barriers: one warpgroup copies and multiplies
+            self.block, self.smem = 128, v[2] * (64 + self.bn) * self.bk
         else:  # WS weight buffers, AS activation buffers
             self.block = 192
             self.smem = v[2] * (self.bn * self.bk + 16) + v[3] * (64 * self.bk + 16)
