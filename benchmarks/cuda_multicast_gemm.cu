@@ -47,18 +47,7 @@ __device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
                  : "memory");
 }
 
-template <bool SPIN>
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-    if (SPIN) {
-        asm volatile(
-            "{\n\t.reg .pred P1;\n"
-            "LAB_WAIT:\n\t"
-            "mbarrier.test_wait.parity.acquire.cluster.shared::cta.b64 P1, [%0], %1;\n\t"
-            "@!P1 bra LAB_WAIT;\n\t}" ::"r"(smem_u32(bar)),
-            "r"(parity)
-            : "memory");
-        return;
-    }
     asm volatile(
         "{\n\t.reg .pred P1;\n"
         "LAB_WAIT:\n\t"
@@ -193,11 +182,11 @@ __device__ __forceinline__ void gemm(GEMM_PARAMS) {
     const int tid = threadIdx.x;
     const uint32_t a_bytes = LOAD_A ? act_tile_bytes(M, BK) : 0;
     const uint32_t rank = CLUSTER > 1 ? cg::this_cluster().block_rank() : 0;
-    const int tile = blockIdx.x, k_begin = 0, steps = KT;
+    const int tile = blockIdx.x;
     if (tid == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(&full[s], 1);
-            mbar_init(&empty[s], (ARRIVE == 2 ? 1 : 4) * CLUSTER);
+            mbar_init(&empty[s], 4 * CLUSTER);  // every consumer warp of the cluster
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -211,19 +200,18 @@ __device__ __forceinline__ void gemm(GEMM_PARAMS) {
             const uint64_t policy = evict_first_policy();
             // KOUTER: W packed [K / BK][N / BN][tile], so that at one K step the CTAs read one run
             const size_t w_step = KOUTER ? (size_t)gridDim.x * W_TILE : W_TILE;
-            const int8_t* wsrc = w + (KOUTER ? (size_t)tile * W_TILE : ((size_t)tile * KT + k_begin) * W_TILE);
-            const int8_t* asrc0 = a + (size_t)k_begin * a_bytes;
+            const int8_t* wsrc = w + (KOUTER ? (size_t)tile * W_TILE : (size_t)tile * KT * W_TILE);
             const uint32_t piece = a_bytes / CLUSTER;
-            for (int k = 0; k < steps; ++k) {
+            for (int k = 0; k < KT; ++k) {
                 const int s = k % STAGES;
                 if (PF > 0 && k == 0)  // PF: the first weight steps past the ring into L2 ahead
-                    for (int p = STAGES; p < STAGES + PF && p < steps; ++p) prefetch_l2(wsrc + p * w_step, W_TILE);
-                if (PF > 0 && k >= STAGES && k + PF < steps) prefetch_l2(wsrc + (k + PF) * w_step, W_TILE);
-                if (k >= STAGES) mbar_wait<false>(&empty[s], ((k / STAGES) - 1) & 1);
+                    for (int p = STAGES; p < STAGES + PF && p < KT; ++p) prefetch_l2(wsrc + p * w_step, W_TILE);
+                if (PF > 0 && k >= STAGES && k + PF < KT) prefetch_l2(wsrc + (k + PF) * w_step, W_TILE);
+                if (k >= STAGES) mbar_wait(&empty[s], ((k / STAGES) - 1) & 1);
                 mbar_expect_tx(&full[s], W_TILE + a_bytes);
                 bulk_copy(sw_tiles + s * W_TILE, wsrc + k * w_step, W_TILE, &full[s], policy, HINT);
                 if (LOAD_A) {
-                    const int8_t* asrc = asrc0 + (size_t)k * a_bytes + rank * piece;
+                    const int8_t* asrc = a + (size_t)k * a_bytes + rank * piece;
                     if (CLUSTER == 1)
                         bulk_copy(sa_tiles + s * A_TILE, asrc, a_bytes, &full[s], policy, false);
                     else
@@ -235,12 +223,11 @@ __device__ __forceinline__ void gemm(GEMM_PARAMS) {
     } else {  // the consumer warpgroup
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) acc[i] = 0;
-        for (int k = 0; k < steps; ++k) {
+        for (int k = 0; k < KT; ++k) {
             const int s = k % STAGES;
-            mbar_wait<false>(&full[s], (k / STAGES) & 1);
+            mbar_wait(&full[s], (k / STAGES) & 1);
             mma_step<BN, BK>(acc, smem_u32(sa_tiles + s * A_TILE), smem_u32(sw_tiles + s * W_TILE));
-            if (ARRIVE == 2) asm volatile("bar.sync 1, 128;" ::: "memory");  // the four warps done
-            if ((ARRIVE == 2 && tid == 0) || (ARRIVE != 2 && (tid & 31) == 0))  // buffer s read
+            if ((tid & 31) == 0)  // buffer s read by this warp
                 for (int r = 0; r < CLUSTER; ++r) {
                     if (CLUSTER == 1)
                         asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(&empty[s]))
@@ -281,14 +268,14 @@ __device__ __forceinline__ void gemm_rings(GEMM_PARAMS) {
         const int8_t* src = w + (size_t)blockIdx.x * KT * W_TILE;
         for (int k = 0; k < KT; ++k) {
             const int s = k % WS;
-            if (k >= WS) mbar_wait<false>(&w_empty[s], ((k / WS) - 1) & 1);
+            if (k >= WS) mbar_wait(&w_empty[s], ((k / WS) - 1) & 1);
             mbar_expect_tx(&w_full[s], W_TILE);
             bulk_copy(w_ring + s * W_TILE, src + (size_t)k * W_TILE, W_TILE, &w_full[s], policy, true);
         }
     } else if (tid == 160 && LOAD_A) {  // the activations' producer
         for (int k = 0; k < KT; ++k) {
             const int s = k % AS;
-            if (k >= AS) mbar_wait<false>(&a_empty[s], ((k / AS) - 1) & 1);
+            if (k >= AS) mbar_wait(&a_empty[s], ((k / AS) - 1) & 1);
             mbar_expect_tx(&a_full[s], a_bytes);
             bulk_copy(a_ring + s * A_TILE, a + (size_t)k * a_bytes, a_bytes, &a_full[s], 0, false);
         }
@@ -298,8 +285,8 @@ __device__ __forceinline__ void gemm_rings(GEMM_PARAMS) {
         for (int i = 0; i < BN / 2; ++i) acc[i] = 0;
         for (int k = 0; k < KT; ++k) {
             const int s = k % WS, t = k % AS;
-            mbar_wait<false>(&w_full[s], (k / WS) & 1);
-            if (LOAD_A) mbar_wait<false>(&a_full[t], (k / AS) & 1);
+            mbar_wait(&w_full[s], (k / WS) & 1);
+            if (LOAD_A) mbar_wait(&a_full[t], (k / AS) & 1);
             mma_step<BN, BK>(acc, smem_u32(a_ring + t * A_TILE), smem_u32(w_ring + s * W_TILE));
             if ((tid & 31) == 0) {
                 asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(&w_empty[s])) : "memory");
@@ -362,9 +349,9 @@ __device__ __forceinline__ void gemm_cpasync(GEMM_PARAMS) {
 }
 
 // entry points, one per variant: mc_<BN>_<BK>_<STAGES>_<CLUSTER>_<LOAD_A>_<HINT>_<ARRIVE>_<KOUTER>
-// _<PF>, rings_<BN>_<BK>_<WS>_<AS>_<LOAD_A> and cp_<BN>_<BK>_<STAGES>_<HINT>. ARRIVE: 0: each
-// consumer warp arrives on every cluster CTA's empty barrier, release at cluster scope; 1: the
-// same, CTA scope; 2: the four warps meet at a named barrier, then one thread arrives (CTA scope).
+// _<PF>, rings_<BN>_<BK>_<WS>_<AS>_<LOAD_A> and cp_<BN>_<BK>_<STAGES>_<HINT>. ARRIVE: each
+// consumer warp arrives on every cluster CTA's empty barrier, 0: with release semantics at
+// cluster scope, 1: at CTA scope.
 #define VARIANT(BN, BK, ST, CL, LA, H, AR, KO, PF)                                                    \
     extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(160)                      \
         mc_##BN##_##BK##_##ST##_##CL##_##LA##_##H##_##AR##_##KO##_##PF(GEMM_PARAMS) {                 \
