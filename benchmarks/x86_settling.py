@@ -7,7 +7,7 @@ the 16-core Xeon, and 0.6-0.7x a second later)
 Compiles bert-mini with static priority (``autotune="off"``: a kernel at every site) and with
 Inductor alone, then times the two alternately, three calls each, every quarter second for
 ``--seconds``, printing the medians over time; with the host's NUMA nodes, transparent huge
-page mode and NUMA balancing setting first.
+page mode and NUMA balancing setting first, after the host (CPU model, AMX, GPU: machine.py).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _x86_models_build import build, prepare  # noqa: E402
+from machine import host_header  # noqa: E402
 
 
 def facts() -> dict[str, str]:
@@ -44,8 +45,8 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--dtype", default="bf16")
     a = ap.parse_args()
-    print(facts(), flush=True)
     torch.set_num_threads(a.threads)
+    print("\n".join(host_header(a.threads)), facts(), sep="\n", flush=True)
     import pdlkit
 
     model, x = prepare(*build("bert-mini"), a.dtype)

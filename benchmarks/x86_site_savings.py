@@ -140,55 +140,55 @@ def _retimed(runs: list[Any], model: Any, windows: int) -> dict[str, dict[str, f
     }
 
 
-def _context() -> dict[str, Any]:
-    """What else runs in this process and under it: Python threads, torch's threads, child
-    processes and their CPU over 0.2 s (psutil, where installed), the load average."""
+def _context(seconds: float = 0.2) -> dict[str, Any]:
+    """What else runs in this process and under it: Python threads, torch's threads, the
+    process's OS threads and those that used over a tenth of a CPU in ``seconds`` while this
+    thread slept, child processes and their CPU over the same ``seconds`` (psutil, where
+    installed), the load average."""
     import threading
 
     ctx: dict[str, Any] = {"threads": sorted(t.name for t in threading.enumerate())}
     ctx["gc counts"], ctx["gc objects"] = gc.get_count(), len(gc.get_objects())
     ctx["torch threads"] = torch.get_num_threads()
     ctx["load"] = os.getloadavg()[0]
-    ctx["native threads"], ctx["busy native threads"] = _busy_threads()
     try:
         import psutil
+
+        kids = psutil.Process().children(recursive=True)
     except ImportError:
-        return ctx
-    kids = psutil.Process().children(recursive=True)
-    for k in kids:
-        k.cpu_percent(None)
-    time.sleep(0.2)
-    ctx["children"] = len(kids)
-    ctx["children cpu %"] = round(sum(k.cpu_percent(None) for k in kids if k.is_running()), 1)
+        kids = None
+    for k in kids or ():
+        k.cpu_percent(None)  # the first reading starts each child's window
+    before = _thread_ticks()
+    time.sleep(seconds)
+    after = _thread_ticks()
+    clock = os.sysconf("SC_CLK_TCK")
+    shares = {t: (ticks - before.get(t, (n, ticks))[1]) / clock / seconds
+              for t, (n, ticks) in after.items()}  # fmt: skip
+    ctx["native threads"] = len(after)
+    ctx["busy native threads"] = [
+        f"{after[t][0]} {t} {x:.0%}" for t, x in shares.items() if x > 0.1
+    ]
+    if kids is not None:
+        ctx["children"] = len(kids)
+        ctx["children cpu %"] = round(sum(k.cpu_percent(None) for k in kids if k.is_running()), 1)
     return ctx
 
 
-def _busy_threads(seconds: float = 0.2) -> tuple[int, list[str]]:
-    """This process's OS threads (OpenMP's workers among them), and those that used over a
-    tenth of a CPU in ``seconds`` while this thread slept: name, id and CPU share."""
-    clock = os.sysconf("SC_CLK_TCK")
-
-    def cpu() -> dict[str, tuple[str, int]]:
-        out = {}
-        for task in Path("/proc/self/task").iterdir():
-            try:
-                stat = (task / "stat").read_text()
-            except OSError:  # the thread ended
-                continue
-            name = stat[stat.index("(") + 1 : stat.rindex(")")]
-            fields = stat[stat.rindex(")") + 2 :].split()
-            out[task.name] = (name, int(fields[11]) + int(fields[12]))  # utime + stime
-        return out
-
-    before = cpu()
-    time.sleep(seconds)
-    after = cpu()
-    busy = []
-    for tid, (name, ticks) in after.items():
-        share = (ticks - before.get(tid, (name, ticks))[1]) / clock / seconds
-        if share > 0.1:
-            busy.append(f"{name} {tid} {share:.0%}")
-    return len(after), busy
+def _thread_ticks() -> dict[str, tuple[str, int]]:
+    """This process's OS threads (OpenMP's workers among them): id -> (name, utime + stime)."""
+    out = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:  # the thread ended
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        out[task.name] = (
+            stat[stat.index("(") + 1 : stat.rindex(")")],
+            int(fields[11]) + int(fields[12]),
+        )
+    return out
 
 
 def row(r: dict[str, Any]) -> str:
