@@ -24,6 +24,12 @@ also timed the check's way right after its rounds, still inside the compile (``i
 the process's Python threads, OS threads (and those busy while it sleeps), child processes,
 garbage-collector counts and load are printed inside and after the compile. ``--no-gc``: every timed call with the garbage collector off.
 ``--static``: static priority's graph is a candidate wherever it differs, ties included.
+``--settle S``: with ``--retime``, the graphs timed again every quarter second for S seconds
+inside the compile and after it (three calls each, alternating): whether the kernels' graph
+speeds up with time inside the compile as it does after it.
+``--profile N``: with ``--retime``, each graph's N calls under cProfile inside the compile and
+after it, the functions with the most own time printed side by side (where the time of the
+kernels' graph goes inside the compile).
 """
 
 from __future__ import annotations
@@ -54,7 +60,12 @@ CASES = [f"{m}:{d}" for m in ("bert-mini", "gpt2", "llama", "vit")
 
 
 def one_case(
-    case: str, retime: int = 0, static: bool = False, no_gc: bool = False
+    case: str,
+    retime: int = 0,
+    static: bool = False,
+    no_gc: bool = False,
+    profile: int = 0,
+    settle: float = 0.0,
 ) -> dict[str, Any]:
     """Compile ``case`` ("model:dtype") from cold caches with Inductor's graph always timed;
     the sites' saving and the check's timings (and with ``retime``, theirs after compiling)."""
@@ -84,6 +95,10 @@ def one_case(
         if retime:  # the same graphs again the check's way, still inside the compile
             print("inside the compile:", _context(), flush=True)
             seen["inside"] = {t.name: t.us for t in graph_guard._measure(runs, "cpu")}
+            if profile:
+                seen["profile inside"] = _profiled(runs, profile)
+            if settle:
+                _settling("inside the compile", runs, settle)
         return out
 
     graph_guard.choose, graph_guard.CONFIDENT = choose, float("inf")
@@ -112,7 +127,13 @@ def one_case(
             compiled = pdlkit.optimize(model)
             compiled(x)
             if retime and seen.get("runs"):
+                if settle:  # first: from the compile's end
+                    _settling("after the compile", seen["runs"], settle)
                 seen.update(_retimed(seen["runs"], lambda: compiled(x), retime))
+                if profile:
+                    _print_profiles(
+                        seen.pop("profile inside", {}), _profiled(seen["runs"], profile)
+                    )
     finally:
         graph_guard.choose, graph_guard.CONFIDENT = original, confident
         graph_guard._rounds = original_rounds
@@ -140,6 +161,54 @@ def _retimed(runs: list[Any], model: Any, windows: int) -> dict[str, dict[str, f
     }
 
 
+def _settling(where: str, runs: list[Any], seconds: float) -> None:
+    """Every quarter second for ``seconds``: three calls of each graph, alternating, their
+    medians printed in ms with the time since the first."""
+    start, rows = time.perf_counter(), []
+    while (now := time.perf_counter()) - start < seconds:
+        row = [f"{now - start:5.2f}s"]
+        for name, fn in runs:
+            times = []
+            for _ in range(3):
+                t = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - t)
+            row.append(f"{name} {statistics.median(times) * 1e3:.2f}")
+        rows.append(" ".join(row))
+        time.sleep(max(0.0, 0.25 - (time.perf_counter() - now)))
+    print(f"settling {where} (ms):", *rows, sep="\n  ", flush=True)
+
+
+def _profiled(runs: list[Any], calls: int) -> dict[str, dict[str, tuple[int, float]]]:
+    """Each graph's ``calls`` calls under cProfile: function -> (calls, own seconds)."""
+    import cProfile
+    import pstats
+
+    out = {}
+    for name, fn in runs:
+        fn()
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(calls):
+            fn()
+        prof.disable()
+        stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
+        out[name] = {f"{Path(f).name}:{line}({fn_name})": (int(cc[1]), float(cc[2]))
+                     for (f, line, fn_name), cc in stats.items()}  # fmt: skip
+    return out
+
+
+def _print_profiles(inside: dict[str, Any], after: dict[str, Any], top: int = 14) -> None:
+    """The functions with the most own time inside the compile, beside their time after it."""
+    for name, prof in inside.items():
+        later = after.get(name, {})
+        print(f"profile of {name}: own ms inside / after the compile (calls)")
+        print(f"  total {sum(v[1] for v in prof.values()) * 1e3:.1f} / "
+              f"{sum(v[1] for v in later.values()) * 1e3:.1f}")  # fmt: skip
+        for fn, (n, own) in sorted(prof.items(), key=lambda kv: -kv[1][1])[:top]:
+            print(f"  {own * 1e3:8.2f} / {later.get(fn, (0, 0.0))[1] * 1e3:8.2f}  ({n})  {fn}")
+
+
 def _context(seconds: float = 0.2) -> dict[str, Any]:
     """What else runs in this process and under it: Python threads, torch's threads, the
     process's OS threads and those that used over a tenth of a CPU in ``seconds`` while this
@@ -149,7 +218,18 @@ def _context(seconds: float = 0.2) -> dict[str, Any]:
 
     ctx: dict[str, Any] = {"threads": sorted(t.name for t in threading.enumerate())}
     ctx["gc counts"], ctx["gc objects"] = gc.get_count(), len(gc.get_objects())
+    ctx["gc generations"] = [len(gc.get_objects(g)) for g in range(3)]
+    ctx["gc young ms"] = _young_collection_ms()
     ctx["torch threads"] = torch.get_num_threads()
+    # what makes a pdlkit call site leave its direct path for the dispatcher (binding.py)
+    ctx["observers"] = {
+        "dispatch modes": torch._C._len_torch_dispatch_stack(),
+        "function mode": torch._C._is_torch_function_mode_enabled(),
+        "profiler": torch._C._autograd._profiler_enabled(),
+        "functorch": torch._C._functorch.peek_interpreter_stack() is not None,
+        "jit tracing": torch._C._get_tracing_state() is not None,
+        "grad": torch.is_grad_enabled(),
+    }
     ctx["load"] = os.getloadavg()[0]
     try:
         import psutil
@@ -173,6 +253,17 @@ def _context(seconds: float = 0.2) -> dict[str, Any]:
         ctx["children"] = len(kids)
         ctx["children cpu %"] = round(sum(k.cpu_percent(None) for k in kids if k.is_running()), 1)
     return ctx
+
+
+def _young_collection_ms() -> list[float]:
+    """What one collection of the young generations costs now, in ms: gen 0, then 0 and 1
+    (what an allocation-heavy call pays every 700 / 7,000 allocations)."""
+    out = []
+    for g in (0, 1):
+        t = time.perf_counter()
+        gc.collect(g)
+        out.append(round((time.perf_counter() - t) * 1e3, 2))
+    return out
 
 
 def _thread_ticks() -> dict[str, tuple[str, int]]:
@@ -216,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--retime", type=int, default=0, help="windows to time the graphs again")
     ap.add_argument("--static", action="store_true", help="static priority's graph timed on ties")
     ap.add_argument("--no-gc", action="store_true", help="time with the garbage collector off")
+    ap.add_argument("--profile", type=int, default=0, help="calls per graph under cProfile")
+    ap.add_argument("--settle", type=float, default=0.0, help="seconds of quarter-second timings")
     args = ap.parse_args(argv)
     warnings.filterwarnings("ignore")
     torch.set_num_threads(args.threads)
@@ -223,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for case in args.cases.split(","):
         try:
-            r = one_case(case, args.retime, args.static, args.no_gc)
+            r = one_case(case, args.retime, args.static, args.no_gc, args.profile, args.settle)
         except Exception as e:  # a case that does not compile is said, the others go on
             r = {"case": case, "choice": f"failed: {type(e).__name__}: {str(e)[:120]}"}
         rows.append(row(r))
