@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -190,8 +189,6 @@ def _rounds(
     if _undecided(timings):
         timings = _more_rounds(timings, _measure(runs, device))
     elif _contradicts(timings, saved_us):
-        if device == "cpu":
-            _settle(runs, min(SETTLE_S, BUDGETS * autotune.budget_s()))
         first, timings = _first_look(timings), _measure(runs, device)
     _note_rounds(timings, first)
     return timings
@@ -253,24 +250,6 @@ def _confident(
 # read 3.09 and 2.66 ms (x86_whole_graph_xeon16_bertmini_int8s_t16_ec31252.md). A verdict that holds
 # (the fusions an opaque call ends: int8 bert-mini 1.19x with every site a win) holds twice.
 SECOND_LOOK = "a second look"
-# On the CPU the graphs first run untimed, alternating, for SETTLE_S seconds (at most the
-# check's budget), and the second look is taken after them. Seen on the 16-core Xeon with AMX,
-# BF16 bert-mini at 16 threads: right after the compiles the kernels' graph read 4.1-5.4 ms a
-# call in the check's rounds against Inductor's 3.5-4.1, and the same two graphs, timed a
-# second later and still inside the compile, 2.1-4.3 against 3.3-4.6 (the kernels' faster in
-# every quarter-second sample); six compiles in six had kept Inductor's graph where the
-# kernels' then ran 0.58-0.74x its time (results/x86_site_savings_xeon16_t16_bf16_settle_*.md).
-# What settles is not known: neither OpenMP's wait policy, threads, the garbage collector nor
-# Python's own time differs.
-SETTLE_S = 1.0
-
-
-def _settle(runs: Sequence[tuple[str, Callable[[], Any]]], seconds: float) -> None:
-    """Call the graphs in turn, untimed, until ``seconds`` have passed."""
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        for _, run in runs:
-            run()
 
 
 def _saves_enough(saved_us: float, t: Timing) -> bool:

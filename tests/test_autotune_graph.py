@@ -247,39 +247,6 @@ def test_a_median_lead_won_in_a_few_rounds_keeps_inductors_graph(tmp_path, monke
                      decision.describe()), decision.describe()  # fmt: skip
 
 
-def test_a_graph_that_speeds_up_after_the_compiles_wins_the_settled_second_look(
-    tmp_path, monkeypatch
-):
-    """The substituted graph takes 3 ms a call for the first 0.6 s of the check (as the
-    kernels' graph read right after the compiles on a 16-core Xeon with AMX), then 1 ms;
-    Inductor's 2 ms throughout; the sites said they save 150 us. Inductor's graph wins the
-    first look, which contradicts the sites; the graphs run untimed for SETTLE_S, and the
-    second look chooses the substituted graph. The calls advance the test's own clock."""
-    import types
-
-    from pdlkit.matcher import graph_guard
-    from pdlkit.runtime_abi import autotune
-
-    monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
-    clock = [0.0]
-    fake = types.SimpleNamespace(perf_counter=lambda: clock[0])
-    monkeypatch.setattr(autotune, "time", fake)
-    monkeypatch.setattr(graph_guard, "time", fake)
-
-    def taking(seconds):
-        clock[0] += seconds
-
-    def settling():
-        return lambda *a: taking(0.003 if clock[0] < 0.6 else 0.001)
-
-    verdict, _, decision = graph_guard.choose(
-        "k", settling, lambda: lambda *a: taking(0.002), (torch.randn(2),), "cached", 150.0
-    )
-    assert verdict == graph_guard.SUBSTITUTED, decision.describe()
-    assert graph_guard.SECOND_LOOK in decision.describe()
-    assert clock[0] > graph_guard.SETTLE_S
-
-
 def test_whole_graphs_get_all_their_rounds_past_a_sites_budget(tmp_path, monkeypatch):
     """Two 5 ms graphs, a site's budget of 0.1 s: the whole-graph check still takes its 21
     rounds (0.21 s), within BUDGETS site budgets; with one budget it stopped after about 10."""
