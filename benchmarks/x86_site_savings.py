@@ -93,29 +93,14 @@ def one_case(
         seen["runs"] = list(runs)
         out = original_rounds(runs, *args)
         if retime:  # the same graphs again the check's way, still inside the compile
-            print("inside the compile:", _context(), flush=True)
-            seen["inside"] = {t.name: t.us for t in graph_guard._measure(runs, "cpu")}
-            if profile:
-                seen["profile inside"] = _profiled(runs, profile)
-            if settle:
-                _settling("inside the compile", runs, settle)
+            seen.update(_inside(runs, profile, settle))
         return out
 
     graph_guard.choose, graph_guard.CONFIDENT = choose, float("inf")
     graph_guard._rounds = rounds
     original_sample = autotune._sample
     if no_gc:  # every timed call with the garbage collector off, as timeit times
-
-        def sample(*args: Any, **kw: Any) -> Any:
-            on = gc.isenabled()
-            gc.disable()
-            try:
-                return original_sample(*args, **kw)
-            finally:
-                if on:
-                    gc.enable()
-
-        autotune._sample = sample
+        autotune._sample = _without_gc(original_sample)
     differs = hedges.Stakes.static_differs
     if static:  # static priority's graph a candidate wherever it differs, ties included
         hedges.Stakes.static_differs = property(lambda self: self.static_apart)
@@ -142,6 +127,35 @@ def one_case(
         torch._inductor.config.freezing = False
     seen.pop("runs", None)
     return {"case": case, **seen}
+
+
+def _inside(runs: list[Any], profile: int, settle: float) -> dict[str, Any]:
+    """Inside the compile, right after the check's rounds: the context, the graphs timed
+    again the check's way, and with ``profile`` / ``settle`` their profiles and samples."""
+    from pdlkit.matcher import graph_guard
+
+    print("inside the compile:", _context(), flush=True)
+    out: dict[str, Any] = {"inside": {t.name: t.us for t in graph_guard._measure(runs, "cpu")}}
+    if profile:
+        out["profile inside"] = _profiled(runs, profile)
+    if settle:
+        _settling("inside the compile", runs, settle)
+    return out
+
+
+def _without_gc(sample: Any) -> Any:
+    """``autotune._sample`` with the garbage collector off while it times."""
+
+    def without(*args: Any, **kw: Any) -> Any:
+        on = gc.isenabled()
+        gc.disable()
+        try:
+            return sample(*args, **kw)
+        finally:
+            if on:
+                gc.enable()
+
+    return without
 
 
 def _retimed(runs: list[Any], model: Any, windows: int) -> dict[str, dict[str, float]]:
