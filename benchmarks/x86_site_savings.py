@@ -27,6 +27,10 @@ garbage-collector counts and load are printed inside and after the compile. ``--
 ``--settle S``: with ``--retime``, the graphs timed again every quarter second for S seconds
 inside the compile and after it (three calls each, alternating): whether the kernels' graph
 speeds up with time inside the compile as it does after it.
+``--pause S``: the check's rounds start after a pause of S seconds; ``--pause-each S``: every
+timed sample (the sites', the check's, and those timed again) after a pause of S seconds
+(whether pauses undo the under-read seen on the Xeon, results/x86_site_savings_xeon16_t16_bf16
+_settle_74a8e7d.md).
 ``--profile N``: with ``--retime``, each graph's N calls under cProfile inside the compile and
 after it, the functions with the most own time printed side by side (where the time of the
 kernels' graph goes inside the compile).
@@ -59,16 +63,17 @@ CASES = [f"{m}:{d}" for m in ("bert-mini", "gpt2", "llama", "vit")
          for d in ("fp32", "bf16", "int8-static", "int8-dynamic")]  # fmt: skip
 
 
-def one_case(
-    case: str,
-    retime: int = 0,
-    static: bool = False,
-    no_gc: bool = False,
-    profile: int = 0,
-    settle: float = 0.0,
-) -> dict[str, Any]:
+def one_case(case: str, opts: argparse.Namespace | None = None) -> dict[str, Any]:
     """Compile ``case`` ("model:dtype") from cold caches with Inductor's graph always timed;
-    the sites' saving and the check's timings (and with ``retime``, theirs after compiling)."""
+    the sites' saving and the check's timings (and with ``opts.retime``, theirs after
+    compiling; ``opts``: the command line's options, see the module's docstring)."""
+    o = opts or argparse.Namespace()
+    retime, static, profile = (
+        getattr(o, "retime", 0),
+        getattr(o, "static", False),
+        getattr(o, "profile", 0),
+    )
+    settle, pause = getattr(o, "settle", 0.0), getattr(o, "pause", 0.0)
     from pdlkit.matcher import graph_guard, hedges
     from pdlkit.runtime_abi import autotune
 
@@ -91,6 +96,7 @@ def one_case(
 
     def rounds(runs: Any, *args: Any) -> Any:  # the graphs' calls, as the check makes them
         seen["runs"] = list(runs)
+        time.sleep(pause)  # --pause: the check's rounds after a pause
         out = original_rounds(runs, *args)
         if retime:  # the same graphs again the check's way, still inside the compile
             seen.update(_inside(runs, profile, settle))
@@ -99,8 +105,10 @@ def one_case(
     graph_guard.choose, graph_guard.CONFIDENT = choose, float("inf")
     graph_guard._rounds = rounds
     original_sample = autotune._sample
-    if no_gc:  # every timed call with the garbage collector off, as timeit times
+    if getattr(o, "no_gc", False):  # every timed call with the garbage collector off
         autotune._sample = _without_gc(original_sample)
+    if getattr(o, "pause_each", 0.0):  # a pause before every timed sample
+        autotune._sample = _paused(autotune._sample, o.pause_each)
     differs = hedges.Stakes.static_differs
     if static:  # static priority's graph a candidate wherever it differs, ties included
         hedges.Stakes.static_differs = property(lambda self: self.static_apart)
@@ -156,6 +164,16 @@ def _without_gc(sample: Any) -> Any:
                 gc.enable()
 
     return without
+
+
+def _paused(sample: Any, seconds: float) -> Any:
+    """``autotune._sample`` after a pause of ``seconds``."""
+
+    def paused(*args: Any, **kw: Any) -> Any:
+        time.sleep(seconds)
+        return sample(*args, **kw)
+
+    return paused
 
 
 def _retimed(runs: list[Any], model: Any, windows: int) -> dict[str, dict[str, float]]:
@@ -313,6 +331,19 @@ def row(r: dict[str, Any]) -> str:
     )
 
 
+def _command(args: argparse.Namespace) -> str:
+    """The options given, as a command line would give them (defaults left out)."""
+    parts = [f"--cases {args.cases}", f"--threads {args.threads}"]
+    for name in ("retime", "profile", "settle", "pause", "pause_each", "static", "no_gc"):
+        value = getattr(args, name)
+        flag = "--" + name.replace("_", "-")
+        if value is True:
+            parts.append(flag)
+        elif value:
+            parts.append(f"{flag} {value}")
+    return " ".join(parts)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default=",".join(CASES), help="model:dtype, comma-separated")
@@ -323,6 +354,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-gc", action="store_true", help="time with the garbage collector off")
     ap.add_argument("--profile", type=int, default=0, help="calls per graph under cProfile")
     ap.add_argument("--settle", type=float, default=0.0, help="seconds of quarter-second timings")
+    ap.add_argument("--pause", type=float, default=0.0, help="seconds before the check's rounds")
+    ap.add_argument("--pause-each", type=float, default=0.0, help="seconds before each sample")
     args = ap.parse_args(argv)
     warnings.filterwarnings("ignore")
     torch.set_num_threads(args.threads)
@@ -330,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for case in args.cases.split(","):
         try:
-            r = one_case(case, args.retime, args.static, args.no_gc, args.profile, args.settle)
+            r = one_case(case, args)
         except Exception as e:  # a case that does not compile is said, the others go on
             r = {"case": case, "choice": f"failed: {type(e).__name__}: {str(e)[:120]}"}
         rows.append(row(r))
@@ -338,10 +371,8 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n".join([
         "# The sites' predicted saving against the whole-graph check's measured gain (issue 21)",
         "",
-        f"Generated by `python benchmarks/x86_site_savings.py --cases {args.cases}"
-        f" --threads {args.threads}{f' --retime {args.retime}' if args.retime else ''}"
-        f"{' --static' if args.static else ''}{' --no-gc' if args.no_gc else ''}` in {time.perf_counter() - start:.0f} s (its docstring"
-        " says how).",
+        f"Generated by `python benchmarks/x86_site_savings.py {_command(args)}` in "
+        f"{time.perf_counter() - start:.0f} s (its docstring says how).",
         "",
         *host_header(args.threads),
         "",
