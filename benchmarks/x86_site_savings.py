@@ -27,6 +27,8 @@ garbage-collector counts and load are printed inside and after the compile. ``--
 ``--settle S``: with ``--retime``, the graphs timed again every quarter second for S seconds
 inside the compile and after it (three calls each, alternating): whether the kernels' graph
 speeds up with time inside the compile as it does after it.
+With ``--retime`` the graphs' page faults and context switches per call are printed right
+after the check's rounds (before any pause) and after the compile.
 ``--pause S``: the check's rounds start after a pause of S seconds; ``--pause-each S``: every
 timed sample (the sites', the check's, and those timed again) after a pause of S seconds
 (whether pauses undo the under-read seen on the Xeon, results/x86_site_savings_xeon16_t16_bf16
@@ -142,6 +144,7 @@ def _inside(runs: list[Any], profile: int, settle: float) -> dict[str, Any]:
     again the check's way, and with ``profile`` / ``settle`` their profiles and samples."""
     from pdlkit.matcher import graph_guard
 
+    print("inside the compile, per call:", _faults(runs), flush=True)  # before any pause
     print("inside the compile:", _context(), flush=True)
     out: dict[str, Any] = {"inside": {t.name: t.us for t in graph_guard._measure(runs, "cpu")}}
     if profile:
@@ -182,6 +185,7 @@ def _retimed(runs: list[Any], model: Any, windows: int) -> dict[str, dict[str, f
     timed again the check's own way (graph_guard._measure)."""
     from pdlkit.matcher import graph_guard
 
+    print("after the compile, per call:", _faults(runs), flush=True)
     print("after the compile:", _context(), flush=True)
     per_call = interleaved({**dict(runs), "compiled model": model}, windows, 3)
     print("windows (ms):", {n: [round(v * 1e3, 2) for v in ts]
@@ -191,6 +195,27 @@ def _retimed(runs: list[Any], model: Any, windows: int) -> dict[str, dict[str, f
         "retimed": {n: statistics.median(ts) * 1e6 for n, ts in per_call.items()},
         "remeasured": {t.name: t.us for t in again},
     }
+
+
+def _faults(runs: list[Any], calls: int = 10) -> dict[str, dict[str, float]]:
+    """Per call of each graph (``calls`` back to back): ms, and the process's minor page
+    faults and voluntary / involuntary context switches (all its threads: getrusage), as
+    a graph that allocates fresh buffers each call pays for them (glibc's mmap'd chunks)."""
+    import resource
+
+    out = {}
+    for name, fn in runs:
+        r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+        for _ in range(calls):
+            fn()
+        t1, r1 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
+        out[name] = {
+            "ms": round((t1 - t0) / calls * 1e3, 2),
+            "minor faults": round((r1.ru_minflt - r0.ru_minflt) / calls, 1),
+            "voluntary switches": round((r1.ru_nvcsw - r0.ru_nvcsw) / calls, 1),
+            "involuntary switches": round((r1.ru_nivcsw - r0.ru_nivcsw) / calls, 1),
+        }
+    return out
 
 
 def _settling(where: str, runs: list[Any], seconds: float) -> None:
