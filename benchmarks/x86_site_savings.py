@@ -69,13 +69,8 @@ def one_case(case: str, opts: argparse.Namespace | None = None) -> dict[str, Any
     """Compile ``case`` ("model:dtype") from cold caches with Inductor's graph always timed;
     the sites' saving and the check's timings (and with ``opts.retime``, theirs after
     compiling; ``opts``: the command line's options, see the module's docstring)."""
-    o = opts or argparse.Namespace()
-    retime, static, profile = (
-        getattr(o, "retime", 0),
-        getattr(o, "static", False),
-        getattr(o, "profile", 0),
-    )
-    settle, pause = getattr(o, "settle", 0.0), getattr(o, "pause", 0.0)
+    o = opts or _parser().parse_args([])
+    retime, static, profile, settle, pause = o.retime, o.static, o.profile, o.settle, o.pause
     from pdlkit.matcher import graph_guard, hedges
     from pdlkit.runtime_abi import autotune
 
@@ -107,9 +102,9 @@ def one_case(case: str, opts: argparse.Namespace | None = None) -> dict[str, Any
     graph_guard.choose, graph_guard.CONFIDENT = choose, float("inf")
     graph_guard._rounds = rounds
     original_sample = autotune._sample
-    if getattr(o, "no_gc", False):  # every timed call with the garbage collector off
+    if o.no_gc:  # every timed call with the garbage collector off
         autotune._sample = _without_gc(original_sample)
-    if getattr(o, "pause_each", 0.0):  # a pause before every timed sample
+    if o.pause_each:  # a pause before every timed sample
         autotune._sample = _paused(autotune._sample, o.pause_each)
     differs = hedges.Stakes.static_differs
     if static:  # static priority's graph a candidate wherever it differs, ties included
@@ -219,19 +214,17 @@ def _faults(runs: list[Any], calls: int = 10) -> dict[str, dict[str, float]]:
 
 
 def _settling(where: str, runs: list[Any], seconds: float) -> None:
-    """Every quarter second for ``seconds``: three calls of each graph, alternating, their
-    medians printed in ms with the time since the first."""
+    """Every quarter second for ``seconds``: one window of three calls of each graph, in
+    turn (measure.interleaved), their time per call printed in ms with the time since the
+    first."""
     start, rows = time.perf_counter(), []
     while (now := time.perf_counter()) - start < seconds:
-        row = [f"{now - start:5.2f}s"]
-        for name, fn in runs:
-            times = []
-            for _ in range(3):
-                t = time.perf_counter()
-                fn()
-                times.append(time.perf_counter() - t)
-            row.append(f"{name} {statistics.median(times) * 1e3:.2f}")
-        rows.append(" ".join(row))
+        window = interleaved(dict(runs), 1, 3)
+        rows.append(
+            " ".join(
+                [f"{now - start:5.2f}s"] + [f"{n} {t[0] * 1e3:.2f}" for n, t in window.items()]
+            )
+        )
         time.sleep(max(0.0, 0.25 - (time.perf_counter() - now)))
     print(f"settling {where} (ms):", *rows, sep="\n  ", flush=True)
 
@@ -357,19 +350,18 @@ def row(r: dict[str, Any]) -> str:
 
 
 def _command(args: argparse.Namespace) -> str:
-    """The options given, as a command line would give them (defaults left out)."""
+    """The options given, as a command line would give them (defaults left out but for the
+    cases and threads; ``--out`` left out)."""
     parts = [f"--cases {args.cases}", f"--threads {args.threads}"]
-    for name in ("retime", "profile", "settle", "pause", "pause_each", "static", "no_gc"):
-        value = getattr(args, name)
-        flag = "--" + name.replace("_", "-")
-        if value is True:
-            parts.append(flag)
-        elif value:
-            parts.append(f"{flag} {value}")
+    for action in _parser()._actions:
+        value, flag = getattr(args, action.dest, None), action.option_strings[-1]
+        if action.dest in ("help", "cases", "threads", "out") or value == action.default:
+            continue
+        parts.append(flag if value is True else f"{flag} {value}")
     return " ".join(parts)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default=",".join(CASES), help="model:dtype, comma-separated")
     ap.add_argument("--threads", type=int, default=2)
@@ -381,7 +373,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--settle", type=float, default=0.0, help="seconds of quarter-second timings")
     ap.add_argument("--pause", type=float, default=0.0, help="seconds before the check's rounds")
     ap.add_argument("--pause-each", type=float, default=0.0, help="seconds before each sample")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     warnings.filterwarnings("ignore")
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
