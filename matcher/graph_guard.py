@@ -17,8 +17,9 @@ more times has no effect a caller could see (:mod:`pdlkit.matcher.graph_writes`)
 from __future__ import annotations
 
 import dataclasses
-import math
 import statistics
+import threading
+import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -26,12 +27,20 @@ from typing import Any
 import torch
 import torch.fx as fx
 from pdlkit.matcher import candidate_code, graph_writes
+from pdlkit.matcher.graph_verdict import (
+    INDUCTOR,
+    SAMPLES,
+    SUBSTITUTED,
+    faster,
+    more_rounds,
+    note_rounds,
+    undecided,
+)
 from pdlkit.runtime_abi import autotune
 from pdlkit.runtime_abi.autograd import grad_inputs
 from pdlkit.runtime_abi.autotune import Decision, Timing
 from pdlkit.runtime_abi.binding_stats import uncounted
 
-SUBSTITUTED, INDUCTOR = "substituted", "inductor"
 KERNELS = "kernels only"  # a kernel at every site, near ties by priority (choose.kernels_only)
 STATIC = "static priority"  # each site's first kernel, as autotune="off" chooses
 
@@ -109,6 +118,7 @@ def choose(
     written: Sequence[int] = (),
     left_out: Mapping[str, str] | None = None,
     first: str = SUBSTITUTED,
+    later: Later | None = None,
 ) -> tuple[str, Callable[..., Any], Decision]:
     """Compile and time both graphs (``substituted`` / ``inductor`` compile one each), or
     read the verdict from the decision cache; return the verdict and the faster graph's code.
@@ -140,7 +150,10 @@ def choose(
     graph runs on one copy of those (graph_writes.scratch_inputs), the caller's stay as they
     were. ``left_out``: hedges not compiled, and why (matcher/hedges.py), noted in the
     verdict's timings. ``first``: the name ``substituted`` is timed and cached under
-    (:data:`KERNELS` where the kernels-only graph stands in for it, without ``kernels_only``)."""
+    (:data:`KERNELS` where the kernels-only graph stands in for it, without ``kernels_only``).
+    ``later``: on the CPU, a first look that contradicts the sites' saving is looked at again
+    after the compile (:class:`LaterLook`, returned as the code, with the first look's
+    decision, its source :data:`PENDING`), not at once."""
     makers = _makers(substituted, inductor, kernels_only, static)
     if first != SUBSTITUTED:
         assert first not in makers, f"{first} given twice"
@@ -171,8 +184,13 @@ def choose(
         fns, failed = _compiled(others)
         fns = {first: ours, **fns}
         runs = [(n, _call(f, tensors)) for n, f in fns.items()]
-        timings = _rounds(runs, device, saved_us) + failed + skipped
-    decision = Decision(_faster(timings), timings)
+        timings, pending = _rounds(runs, device, saved_us, later is not None and device == "cpu")
+        timings += failed + skipped
+    if pending and later is not None:
+        decision = Decision(faster(timings), timings, PENDING)
+        look = LaterLook(key, fns, decision, written, loaded, later)
+        return decision.choice, look, decision
+    decision = Decision(faster(timings), timings)
     if autotune.trusted(decision):  # a busy host's verdict holds for this compilation only
         cache.put(key, decision)
     loaded.unload(decision.choice)
@@ -180,18 +198,27 @@ def choose(
 
 
 def _rounds(
-    runs: list[tuple[str, Callable[[], Any]]], device: str, saved_us: float | None
-) -> list[Timing]:
+    runs: list[tuple[str, Callable[[], Any]]],
+    device: str,
+    saved_us: float | None,
+    defer: bool = False,
+    first: str = "",
+) -> tuple[list[Timing], bool]:
     """The candidates' paired rounds: more where undecided, a second look where Inductor's
-    graph won against the sites' saving (the first look's verdict is noted beside it)."""
+    graph won against the sites' saving (the first look's verdict is noted beside it, as is
+    ``first``, what an earlier look read); and whether that second look is put off to after
+    the compile (``defer``: :class:`LaterLook`)."""
     timings = _measure(runs, device)
-    first = ""
-    if _undecided(timings):
-        timings = _more_rounds(timings, _measure(runs, device))
+    pending = False
+    if undecided(timings):
+        timings = more_rounds(timings, _measure(runs, device))
     elif _contradicts(timings, saved_us):
-        first, timings = _first_look(timings), _measure(runs, device)
-    _note_rounds(timings, first)
-    return timings
+        if defer:
+            pending = True
+        else:
+            first, timings = _first_look(timings), _measure(runs, device)
+    note_rounds(timings, first)
+    return timings, pending
 
 
 _Make = Callable[[], Callable[..., Any]]
@@ -251,6 +278,92 @@ def _confident(
 # (the fusions an opaque call ends: int8 bert-mini 1.19x with every site a win) holds twice.
 SECOND_LOOK = "a second look"
 
+# On the CPU that second look (Inductor's graph winning against the sites' saving) is taken at
+# the first call of the model LATER_S or more after the first look, not at once: inside the
+# compile the 16-core Xeon with AMX read the kernels' graph slow look after look (BF16
+# bert-mini, 16 threads: Inductor's graph kept in 5 of 6 compiles at 3.5-5.4 against 3.8-4.8
+# ms), where the same rounds of the same graphs a second after the compile read 2.4-3.3
+# against 3.6-5.0 ms in 6 of 6 (results/x86_site_savings_xeon16_t16_bf16_inside_04cba62.md;
+# static priority's graph, no check, 0.65-0.77x Inductor's from 0.6 s after its compile on).
+# Until then Inductor's graph runs: the first look's winner, never slower by it.
+LATER_S = 1.0
+PENDING = "a first look, looked at again after the compile"
+
+
+@dataclasses.dataclass
+class Later:
+    """What a look after the compile (:class:`LaterLook`) needs from its compilation:
+    ``around`` wraps its timing (the substituted graphs' first-call checks put off:
+    binding.DeferredChecks), ``heard`` hears its verdict."""
+
+    around: Callable[[Callable[[], Any]], Any] = lambda timed: timed()
+    heard: Callable[[Decision], None] = lambda decision: None
+
+
+class LaterLook:
+    """The code of a graph whose verdict is looked at again after the compile (see
+    :data:`LATER_S`): ``first``'s choice runs until the first call LATER_S or more after it,
+    which times every candidate of ``fns`` on that call's inputs (those at ``written`` on
+    copies) as the check does, runs the faster, caches the verdict under ``key`` (where
+    steady), unloads the others' code and tells ``later.heard``. A look that raises keeps
+    the first look's choice, and says so once."""
+
+    def __init__(
+        self,
+        key: str,
+        fns: dict[str, Callable[..., Any]],
+        first: Decision,
+        written: Sequence[int],
+        loaded: candidate_code.Loaded,
+        later: Later,
+    ):
+        self.fn, self.decision = fns[first.choice], first
+        self._key, self._fns, self._written = key, dict(fns), tuple(written)
+        self._loaded, self._later = loaded, later
+        self._due = time.monotonic() + LATER_S
+        self._lock = threading.Lock()
+
+    def __call__(self, *args: Any) -> Any:
+        if self._fns and time.monotonic() >= self._due:
+            with self._lock:
+                if self._fns:
+                    self._look(args)
+        return self.fn(*args)
+
+    def _look(self, args: Sequence[Any]) -> None:
+        fns, self._fns = self._fns, {}
+        try:
+            self._decide(fns, args)
+        finally:  # the graphs not chosen, and the compilation's, are freed with their code
+            del self._later, self._loaded
+
+    def _decide(self, fns: dict[str, Callable[..., Any]], args: Sequence[Any]) -> None:
+        tensors = graph_writes.scratch_inputs(args, self._written)
+        runs = [(n, _call(f, tensors)) for n, f in fns.items()]
+        when = " after the compile"
+        try:
+            with torch.no_grad(), uncounted():
+                timings, _ = self._later.around(
+                    lambda: _rounds(
+                        runs, "cpu", None, first=_first_look(self.decision.timings, when)
+                    )
+                )
+        except Exception as e:  # noqa: BLE001 - any failure: the first look's choice stays
+            why = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
+            warnings.warn(
+                f"pdlkit: whole-graph check: the look after the compile failed ({why}); "
+                f"{self.decision.choice}'s graph runs",
+                stacklevel=4,
+            )
+            return
+        timings += [t for t in self.decision.timings if t.us is None]  # not compiled, and why
+        self.decision = Decision(faster(timings), timings)
+        self.fn = fns[self.decision.choice]
+        if autotune.trusted(self.decision):
+            autotune.decision_cache().put(self._key, self.decision)
+        self._loaded.unload(self.decision.choice)
+        self._later.heard(self.decision)
+
 
 def _saves_enough(saved_us: float, t: Timing) -> bool:
     """Whether the sites' saving is at least CONFIDENT of the substituted graph's time."""
@@ -262,15 +375,15 @@ def _contradicts(timings: Sequence[Timing], saved_us: float | None) -> bool:
     the substituted graph saves at least MARGIN of its time (see :data:`SECOND_LOOK`)."""
     t = {x.name: x for x in timings}
     ours = timings[0] if timings and timings[0].name != INDUCTOR else None  # timed first
-    if not saved_us or ours is None or ours.us is None or _faster(timings) != INDUCTOR:
+    if not saved_us or ours is None or ours.us is None or faster(timings) != INDUCTOR:
         return False
     return INDUCTOR in t and t[INDUCTOR].us is not None and saved_us >= autotune.MARGIN * ours.us
 
 
-def _first_look(timings: Sequence[Timing]) -> str:
+def _first_look(timings: Sequence[Timing], when: str = "") -> str:
     """What a first look that a second replaced had read (for explain)."""
     read = ", ".join(f"{t.name} {t.us:.0f} us" for t in timings if t.us is not None)
-    return f"{SECOND_LOOK}; the first read {read}"
+    return f"{SECOND_LOOK}{when}; the first read {read}"
 
 
 def _warn_busy(t: Timing) -> None:
@@ -312,11 +425,6 @@ def _call(fn: Callable[..., Any], tensors: list[Any]) -> Callable[[], Any]:
     return lambda: fn(*tensors)
 
 
-# samples per whole graph (round-robin, median): a graph runs for milliseconds, so these cost a
-# fraction of a second against the seconds its compile took; 9 (the sites' count) left verdicts
-# to chance on a loaded host (a Xeon with AMX, int8 bert-mini: verdicts 1.8% apart flipped
-# between runs while the compiled graphs differed by 5-10% either way over 21 rounds)
-SAMPLES = 21
 # the time the whole graphs' rounds may take, in sites' budgets (PDLKIT_AUTOTUNE_BUDGET): with
 # one, BERT-base 1x128's three graphs (75 ms a call each) got 7 rounds on the EPYC, and its
 # verdict kept Inductor's graph where kernels everywhere ran 0.946x its time; 21 rounds take
@@ -407,101 +515,3 @@ def _measure(
         gpu_time=False,
         settled=settled,
     )
-
-
-# the share of rounds a graph with substitutions must win against Inductor's, run for run
-WIN_SHARE = 0.7
-# an undecided verdict's second look (see _undecided): a one-sided sign test at this level
-SIGN_LEVEL = 0.04
-
-
-def _faster(timings: Sequence[Timing]) -> str:
-    """The fastest graph with substitutions, if it beats Inductor's by ``MARGIN`` (the sites'
-    margin: a gain smaller than that is within a shared host's noise, and the graph must never
-    be slower than Inductor's) and was the faster of the two in ``WIN_SHARE`` of the rounds
-    (:func:`consistent`); otherwise, or when they failed, Inductor's code."""
-    t = {x.name: x for x in timings}
-    best, theirs = _best_ours(t), t.get(INDUCTOR)
-    if best is None:
-        return INDUCTOR
-    if theirs is None or theirs.us is None:
-        return best.name
-    if (best.us or 0.0) >= theirs.us * (1 - autotune.MARGIN) or not consistent(best, theirs):
-        return INDUCTOR
-    return best.name
-
-
-def _best_ours(t: dict[str, Timing]) -> Timing | None:
-    """The fastest measured graph with substitutions (ties by name), or None."""
-    ours = [x for n, x in t.items() if n != INDUCTOR and x.us is not None]
-    return min(ours, key=lambda x: (x.us or 0.0, x.name)) if ours else None
-
-
-def _undecided(timings: Sequence[Timing]) -> bool:
-    """Whether the fastest graph with substitutions leads Inductor's by ``MARGIN`` on the
-    medians and was the faster in more than half of the rounds, yet in fewer than
-    ``WIN_SHARE`` of them: on a noisy host a real lead of a few percent looks like this in
-    21 rounds (seen on a 2-core Xeon with AMX, int8-dynamic bert-mini on 2 threads: the
-    kernels-only graph 5.2% ahead on the medians, per-round ratios from 0.8 to 1.4, and 0.93x
-    Inductor's time when measured at length). Such a verdict gets a second set of rounds."""
-    t = {x.name: x for x in timings}
-    best, theirs = _best_ours(t), t.get(INDUCTOR)
-    if best is None or theirs is None or theirs.us is None or not best.rounds:
-        return False
-    won, n = _wins(best, theirs)
-    led = (best.us or 0.0) < theirs.us * (1 - autotune.MARGIN)
-    return led and 2 * won > n and not consistent(best, theirs)
-
-
-def _more_rounds(first: Sequence[Timing], more: Sequence[Timing]) -> list[Timing]:
-    """Each graph's rounds of both measurements, its median over all of them."""
-    extra = {x.name: x.rounds for x in more}
-    merged = []
-    for x in first:
-        rounds = x.rounds + extra.get(x.name, [])
-        us = statistics.median(rounds) * 1e6 if rounds else x.us
-        merged.append(dataclasses.replace(x, us=us, rounds=rounds))
-    return merged
-
-
-def _sign_test(won: int, n: int) -> float:
-    """P(at least ``won`` wins in ``n`` fair coin flips): how likely a graph no faster than
-    Inductor's wins that many of the paired rounds."""
-    return sum(math.comb(n, k) for k in range(won, n + 1)) / 2**n if n else 1.0
-
-
-def _note_rounds(timings: list[Timing], first: str = "") -> None:
-    """Each graph with substitutions says in how many rounds it beat Inductor's (explain's
-    whole-graph line; what :func:`consistent` decides on), and what a first look that a
-    second replaced had read (``first``)."""
-    theirs = next((t for t in timings if t.name == INDUCTOR and t.rounds), None)
-    for t in timings:
-        if theirs is not None and t is not theirs and t.rounds:
-            won, n = _wins(t, theirs)
-            t.note = f"faster than inductor's in {won} of {n} rounds"
-            t.note += f"; {first}" if first else ""
-
-
-def _wins(ours: Timing, theirs: Timing) -> tuple[int, int]:
-    """(rounds ``ours`` was the faster in, rounds both ran)."""
-    pairs = list(zip(ours.rounds, theirs.rounds, strict=False))
-    return sum(a < b for a, b in pairs), len(pairs)
-
-
-def consistent(ours: Timing, theirs: Timing) -> bool:
-    """Whether ``ours`` was faster than ``theirs`` in at least ``WIN_SHARE`` of the rounds
-    both ran (each round runs every graph once, moments apart, so a burst of load on a shared
-    host hits both): a median lead alone is picked from noise too often where the graphs are
-    about as fast. Seen on a Xeon with AMX: FP32 bert-mini, whose verdict needs a 3% lead on
-    the medians, ran 1.027x and 1.036x Inductor's time with substitutions in two of four runs
-    of benchmarks/x86_models.py. Without paired rounds (a verdict read from the cache), the
-    medians decide. Over the rounds of an undecided verdict's second look (more than
-    ``SAMPLES``), a smaller share will do where it is significant (a one-sided sign test at
-    ``SIGN_LEVEL``) and the mean time leads by ``MARGIN`` as well: a graph fast in most rounds
-    but much slower in the others (its mean behind) still loses."""
-    won, n = _wins(ours, theirs)
-    if n == 0 or won >= WIN_SHARE * n:
-        return True
-    if n <= SAMPLES or _sign_test(won, n) > SIGN_LEVEL:
-        return False
-    return statistics.fmean(ours.rounds) < statistics.fmean(theirs.rounds) * (1 - autotune.MARGIN)

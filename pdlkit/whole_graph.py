@@ -19,6 +19,7 @@ this module connects them to a compilation (``pdlkit.backend.PdlkitBackend``).
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any, cast
 
 import torch.fx as fx
@@ -176,10 +177,12 @@ def faster_graph(
     kernels = [s.kernel for s in report.substitutions]
     other: dict[str, GraphReport] = {}
     deferred = DeferredChecks()  # timed as the model runs them, past their first checks
+    owners: list[fx.GraphModule] = []  # the same graphs, for a look after the compile
 
     def compiled(graph: fx.GraphModule) -> Callable[..., Any]:  # a graph with substitutions
         fn = inductor_options.compile_substituted(graph, example_inputs, patches)
         deferred.add(graph)
+        owners.append(graph)
         return cast(Callable[..., Any], fn)
 
     def again(static: bool, differs: bool) -> Callable[[], Callable[..., Any]] | None:
@@ -198,8 +201,18 @@ def faster_graph(
     hedges = report.hedges
     instead = again(False, hedges.kernels_instead)
     notes = hedges.notes()
+
+    def noted(decision: Decision) -> Decision:
+        if instead is None:
+            return decision
+        return _noted(decision, graph_guard.KERNELS, notes[graph_guard.KERNELS])
+
+    def heard(decision: Decision) -> None:  # the verdict of a look after the compile
+        _settled(noted(decision), report, key, kernels, other)
+
+    later = graph_guard.Later(partial(_checks_put_off, owners), heard)
     try:
-        verdict, fn, decision = graph_guard.choose(
+        _, fn, decision = graph_guard.choose(
             graph_guard.graph_key(gm, example_inputs, kernels),
             instead or (lambda: compiled(traced)),
             lambda: compile_fx(gm, example_inputs, config_patches=dict(opts.config_patches())),
@@ -211,11 +224,26 @@ def faster_graph(
             written=graph_writes.written_inputs(gm),
             left_out={n: why for n, why in notes.items() if n != graph_guard.KERNELS},  # below
             first=graph_guard.KERNELS if instead else graph_guard.SUBSTITUTED,
+            later=later,
         )
     finally:
         deferred.restore()
-    if instead is not None:
-        decision = _noted(decision, graph_guard.KERNELS, notes[graph_guard.KERNELS])
+    decision = noted(decision)
+    if decision.source == graph_guard.PENDING:
+        report.whole_graph = decision.describe()  # the verdict comes with the later look
+        count("graphs_looked_at_later", "(whole graph)")
+    else:
+        _settled(decision, report, key, kernels, other)
+    return cast(Callable[..., Any], fn)
+
+
+def _settled(
+    decision: Decision, report: GraphReport, key: str, kernels: list[str], other: dict
+) -> None:
+    """A compilation's whole-graph verdict: shown by explain, counted in ``stats()``, and
+    where it is not the substituted graph (and was not read on a busy host) remembered under
+    the plan's ``key``, so the next compilation skips the matching."""
+    verdict = decision.choice
     report.whole_graph = decision.describe()
     if verdict != graph_guard.SUBSTITUTED:
         for k in kernels:
@@ -226,7 +254,18 @@ def faster_graph(
     trusted = autotune.trusted(decision) and not report.sites_unsteady  # not on a busy host
     if key and verdict != graph_guard.SUBSTITUTED and trusted:
         graph_guard.remember(key, Decision(verdict, [], "measured"))
-    return cast(Callable[..., Any], fn)
+
+
+def _checks_put_off(owners: list[fx.GraphModule], timed: Callable[[], Any]) -> Any:
+    """``timed()`` with the first-call checks of the sites of ``owners`` put off
+    (binding.DeferredChecks), so the model's own first calls still check in full."""
+    checks = DeferredChecks()
+    for graph in owners:
+        checks.add(graph)
+    try:
+        return timed()
+    finally:
+        checks.restore()
 
 
 def _noted(decision: Decision, name: str, why: str) -> Decision:
@@ -258,14 +297,6 @@ def per_bucket(
     dims = graph_buckets.dynamic_dims(gm)
     kernels = [s.kernel for s in report.substitutions]
 
-    def deferred(timed: Callable[[], graph_buckets.Timed]) -> graph_buckets.Timed:
-        checks = DeferredChecks()  # timed as the model runs them, past their first checks
-        checks.add(traced)
-        try:
-            return timed()
-        finally:
-            checks.restore()
-
     graphs = graph_buckets.BucketedGraphs(
         dims,
         ours,
@@ -273,7 +304,7 @@ def per_bucket(
         graph_buckets.bucket_key(gm, example_inputs, kernels, dims),
         resolve_mode(opts.autotune),
         graph_writes.written_inputs(gm),
-        deferred,
+        partial(_checks_put_off, [traced]),
     )
     graphs.choose([graph_buckets.hinted(x) for x in example_inputs])
     ((b, decision),) = graphs.decisions.items()

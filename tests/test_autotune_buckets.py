@@ -80,7 +80,7 @@ def test_a_bucket_inductors_graph_won_runs_inductors_code(folders, monkeypatch):
     from pdlkit.matcher import graph_guard
 
     p, k = folders(FAST)
-    monkeypatch.setattr(graph_guard, "_faster", lambda timings: graph_guard.INDUCTOR)
+    monkeypatch.setattr(graph_guard, "faster", lambda timings: graph_guard.INDUCTOR)
     st = _run_rows(_compiled(p, k), [200, 300, 150])
     assert st["buckets_to_inductor"] == 2
     assert calls(st, "fast_chain") == 0  # the timing's calls are not the model's

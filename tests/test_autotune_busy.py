@@ -154,5 +154,5 @@ def test_a_site_timed_on_a_busy_host_goes_by_priority(folders, monkeypatch):
     monkeypatch.setattr(choose, "cached_or_measured", measured(STEADY_ROUNDS))
     # the site's choice runs (the whole-graph check would also time static priority's graph,
     # near_chain's, here as fast: either may win that)
-    monkeypatch.setattr(graph_guard, "_faster", lambda timings: graph_guard.SUBSTITUTED)
+    monkeypatch.setattr(graph_guard, "faster", lambda timings: graph_guard.SUBSTITUTED)
     assert calls(run(p, k, "full"), "fast_chain") == 1

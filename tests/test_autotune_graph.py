@@ -222,7 +222,7 @@ def test_a_median_lead_won_in_a_few_rounds_keeps_inductors_graph(tmp_path, monke
     them (sleeping, this test once failed on a host another benchmark had just left)."""
     import types
 
-    from pdlkit.matcher import graph_guard
+    from pdlkit.matcher import graph_guard, graph_verdict
     from pdlkit.runtime_abi import autotune
 
     monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
@@ -240,9 +240,9 @@ def test_a_median_lead_won_in_a_few_rounds_keeps_inductors_graph(tmp_path, monke
     )
     t = {x.name: x for x in decision.timings}
     assert t["substituted"].us < t["inductor"].us * 0.9  # the medians alone say substituted
-    assert not graph_guard.consistent(t["substituted"], t["inductor"])
+    assert not graph_verdict.consistent(t["substituted"], t["inductor"])
     assert verdict == graph_guard.INDUCTOR
-    # 60% of the rounds won: undecided after 21, so 21 more (graph_guard._undecided), still short
+    # 60% of the rounds won: undecided after 21, so 21 more (graph_verdict.undecided), still short
     assert re.search(r"substituted [\d.]+ us \(faster than inductor's in \d+ of 42 rounds\)",
                      decision.describe()), decision.describe()  # fmt: skip
 
@@ -308,8 +308,9 @@ def test_a_graph_inductor_won_is_not_matched_again(folders, monkeypatch):
     from pdlkit.matcher import graph_guard
 
     p, k = folders(FAST)
-    monkeypatch.setattr(graph_guard, "_faster", lambda timings: graph_guard.INDUCTOR)
+    monkeypatch.setattr(graph_guard, "faster", lambda timings: graph_guard.INDUCTOR)
     monkeypatch.setattr(graph_guard, "CONFIDENT", float("inf"))  # always compile both
+    monkeypatch.setattr(graph_guard, "LATER_S", 0.0)  # the look after the compile: first call
     first = run(p, k, "cached")
     assert first["substitutions_undone"] == 1 and first["graphs_left_to_inductor"] == 0
     second = run(p, k, "cached")
@@ -376,8 +377,9 @@ def test_explain_shows_the_whole_graph_verdict_optimize_took(folders, monkeypatc
 
     p, k = folders(FAST)
     assert _explained_whole_graph(p, k).startswith("not timed yet")
-    monkeypatch.setattr(graph_guard, "_faster", lambda timings: graph_guard.INDUCTOR)
+    monkeypatch.setattr(graph_guard, "faster", lambda timings: graph_guard.INDUCTOR)
     monkeypatch.setattr(graph_guard, "CONFIDENT", float("inf"))  # both graphs timed
+    monkeypatch.setattr(graph_guard, "LATER_S", 0.0)  # the look after the compile: first call
     run(p, k, "cached")
     shown = _explained_whole_graph(p, k)
     assert shown.startswith("cached verdict:") and shown.endswith("-> inductor")

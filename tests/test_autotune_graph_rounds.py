@@ -65,12 +65,12 @@ def test_many_rounds_won_with_the_mean_behind_are_not_consistent():
     """Won in 28 of 42 rounds (67%: a sign test's p = 0.02) by a little and lost in the others
     by far: the mean time is behind, so the graph is not consistently faster; lost by a
     little, it is."""
-    from pdlkit.matcher import graph_guard
+    from pdlkit.matcher import graph_verdict
 
     ours, theirs = _paired([0.90] * 28 + [2.0] * 14, [1.0] * 42)
-    assert not graph_guard.consistent(ours, theirs)
+    assert not graph_verdict.consistent(ours, theirs)
     ours, theirs = _paired([0.90] * 28 + [1.02] * 14, [1.0] * 42)
-    assert graph_guard.consistent(ours, theirs)
+    assert graph_verdict.consistent(ours, theirs)
 
 
 def _alone(ms: list[float]) -> list:

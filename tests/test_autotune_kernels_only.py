@@ -83,7 +83,7 @@ def _compiled(folders, monkeypatch, near_us: float, verdict: str | None):
     monkeypatch.setattr(choose, "decide", _fixed({"near_chain": near_us, "fast_chain": 100.0}))
     monkeypatch.setattr(graph_guard, "CONFIDENT", float("inf"))
     if verdict is not None:
-        monkeypatch.setattr(graph_guard, "_faster", lambda timings: verdict)
+        monkeypatch.setattr(graph_guard, "faster", lambda timings: verdict)
     p, k = folders(FAST, NEAR)
     return p, k, run(p, k, "cached")
 

@@ -112,7 +112,7 @@ def test_the_kernels_only_graph_takes_the_place_of_one_within_the_margin(
     3 ms of 10 ms: both graphs are compiled and timed."""
     monkeypatch.setattr(choose, "decide", _by_size(keep_small_us))
     monkeypatch.setattr(graph_guard, "CONFIDENT", float("inf"))  # Inductor's graph timed too
-    monkeypatch.setattr(graph_guard, "_faster", lambda timings: timings[0].name)
+    monkeypatch.setattr(graph_guard, "faster", lambda timings: timings[0].name)
     p, k = folders(FAST)
     g = torch.Generator().manual_seed(0)
     args = [torch.randn(s, generator=g) for s in [(384, 1), (1, 384), (384, 384)]]
