@@ -33,6 +33,10 @@ after the check's rounds (before any pause) and after the compile.
 timed sample (the sites', the check's, and those timed again) after a pause of S seconds
 (whether pauses undo the under-read seen on the Xeon, results/x86_site_savings_xeon16_t16_bf16
 _settle_74a8e7d.md).
+``--model-after S``: with ``--retime``, the compiled model called for S seconds more, then
+timed in windows beside the check's graphs (whether a verdict looked at again after the compile,
+graph_guard.LaterLook, took the faster graph), with pdlkit's counters. Inside the compile each
+graph is also timed the check's way alone (no other graph between its samples).
 ``--profile N``: with ``--retime``, each graph's N calls under cProfile inside the compile and
 after it, the functions with the most own time printed side by side (where the time of the
 kernels' graph goes inside the compile).
@@ -120,6 +124,8 @@ def one_case(case: str, opts: argparse.Namespace | None = None) -> dict[str, Any
                 if settle:  # first: from the compile's end
                     _settling("after the compile", seen["runs"], settle)
                 seen.update(_retimed(seen["runs"], lambda: compiled(x), retime))
+                if o.model_after:
+                    _model_after(seen["runs"], lambda: compiled(x), o.model_after)
                 if profile:
                     _print_profiles(
                         seen.pop("profile inside", {}), _profiled(seen["runs"], profile)
@@ -142,6 +148,8 @@ def _inside(runs: list[Any], profile: int, settle: float) -> dict[str, Any]:
     print("inside the compile, per call:", _faults(runs), flush=True)  # before any pause
     print("inside the compile:", _context(), flush=True)
     out: dict[str, Any] = {"inside": {t.name: t.us for t in graph_guard._measure(runs, "cpu")}}
+    alone = {n: graph_guard._measure([(n, fn)], "cpu", lambda f: False)[0].us for n, fn in runs}
+    print("inside the compile, each graph's rounds alone (us):", alone, flush=True)
     if profile:
         out["profile inside"] = _profiled(runs, profile)
     if settle:
@@ -190,6 +198,23 @@ def _retimed(runs: list[Any], model: Any, windows: int) -> dict[str, dict[str, f
         "retimed": {n: statistics.median(ts) * 1e6 for n, ts in per_call.items()},
         "remeasured": {t.name: t.us for t in again},
     }
+
+
+def _model_after(runs: list[Any], model: Any, seconds: float) -> None:
+    """The compiled model called back to back for ``seconds`` (a whole-graph verdict looked at
+    again after the compile takes its look in one of these calls: graph_guard.LaterLook),
+    then timed in windows beside the check's graphs; prints the windows and the counters."""
+    import pdlkit
+
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        model()
+    per_call = interleaved({**dict(runs), "compiled model": model}, 6, 3)
+    print(f"{seconds:g} s after the compile, windows (ms):", {n: [round(v * 1e3, 2) for v in ts]
+          for n, ts in per_call.items()}, flush=True)  # fmt: skip
+    st = pdlkit.stats()
+    keys = ("graphs_looked_at_later", "substitutions_undone", "kernel_calls")
+    print("stats:", {k: v for k, v in st.items() if k in keys}, flush=True)
 
 
 def _faults(runs: list[Any], calls: int = 10) -> dict[str, dict[str, float]]:
@@ -373,6 +398,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--settle", type=float, default=0.0, help="seconds of quarter-second timings")
     ap.add_argument("--pause", type=float, default=0.0, help="seconds before the check's rounds")
     ap.add_argument("--pause-each", type=float, default=0.0, help="seconds before each sample")
+    ap.add_argument("--model-after", type=float, default=0.0,
+                    help="with --retime: seconds of model calls, then windows again")  # fmt: skip
     return ap
 
 
