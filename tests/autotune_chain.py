@@ -117,3 +117,21 @@ def recorded_measures(monkeypatch):
 
     monkeypatch.setattr(graph_guard, "_measure", recorded)
     return calls
+
+
+def paired(ours_ms: list[float], theirs_ms: list[float]) -> list:
+    """A measurement of the substituted graph and Inductor's, round by round (ms per round)."""
+    return [_timing("substituted", ours_ms), _timing("inductor", theirs_ms)]
+
+
+def alone(ms: list[float]) -> list:
+    """A measurement of the substituted graph alone (graph_guard._confident's rounds)."""
+    return [_timing("substituted", ms)]
+
+
+def _timing(name: str, ms: list[float]):
+    import statistics
+
+    from pdlkit.runtime_abi.autotune import Timing
+
+    return Timing(name, statistics.median(ms) * 1e3, rounds=[v / 1e3 for v in ms])

@@ -5,20 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from autotune_chain import graph_maker, recorded_measures
-
-
-def _paired(ours_ms: list[float], theirs_ms: list[float]) -> list:
-    """A measurement's timings of the substituted graph and Inductor's, round by round."""
-    import statistics
-
-    from pdlkit.runtime_abi.autotune import Timing
-
-    def t(name, ms):
-        return Timing(name, statistics.median(ms) * 1e3, rounds=[v / 1e3 for v in ms])
-
-    return [t("substituted", ours_ms), t("inductor", theirs_ms)]
-
+from autotune_chain import alone, graph_maker, paired, recorded_measures
 
 # 21 paired rounds in which the substituted graph (0.9 ms) beats Inductor's (1.0 ms) in 13 and
 # loses by a little in 8: a 10% lead on the medians and 4.7% on the means, short of the 70% of
@@ -43,21 +30,21 @@ def test_an_undecided_lead_that_holds_over_more_rounds_wins(monkeypatch, tmp_pat
     """A lead won in 13 of 21 rounds is undecided; 21 more rounds with the same lead, won in 16
     (29 of 42: a sign test's p = 0.01) and the mean ahead too: the substituted graph runs."""
     more = ([0.90] * 16 + [1.02] * 5, [1.0] * 16 + [0.98] * 5)
-    verdict, measured = _choose_with(monkeypatch, tmp_path, [_paired(*_NOISY), _paired(*more)])
+    verdict, measured = _choose_with(monkeypatch, tmp_path, [paired(*_NOISY), paired(*more)])
     assert (verdict, measured) == ("substituted", 2)
 
 
 def test_an_undecided_lead_that_fades_keeps_inductors_graph(monkeypatch, tmp_path):
     """The same first look, then 21 rounds the graphs split evenly: Inductor's graph runs."""
     even = ([0.90] * 10 + [1.02] * 11, [1.0] * 10 + [0.98] * 11)
-    verdict, measured = _choose_with(monkeypatch, tmp_path, [_paired(*_NOISY), _paired(*even)])
+    verdict, measured = _choose_with(monkeypatch, tmp_path, [paired(*_NOISY), paired(*even)])
     assert (verdict, measured) == ("inductor", 2)
 
 
 def test_a_clear_verdict_is_measured_once(monkeypatch, tmp_path):
     """A lead won in 18 of 21 rounds decides at the first look: no second set of rounds."""
     clear = ([0.90] * 18 + [1.02] * 3, [1.0] * 18 + [0.98] * 3)
-    verdict, measured = _choose_with(monkeypatch, tmp_path, [_paired(*clear)])
+    verdict, measured = _choose_with(monkeypatch, tmp_path, [paired(*clear)])
     assert (verdict, measured) == ("substituted", 1)
 
 
@@ -67,19 +54,10 @@ def test_many_rounds_won_with_the_mean_behind_are_not_consistent():
     little, it is."""
     from pdlkit.matcher import graph_verdict
 
-    ours, theirs = _paired([0.90] * 28 + [2.0] * 14, [1.0] * 42)
+    ours, theirs = paired([0.90] * 28 + [2.0] * 14, [1.0] * 42)
     assert not graph_verdict.consistent(ours, theirs)
-    ours, theirs = _paired([0.90] * 28 + [1.02] * 14, [1.0] * 42)
+    ours, theirs = paired([0.90] * 28 + [1.02] * 14, [1.0] * 42)
     assert graph_verdict.consistent(ours, theirs)
-
-
-def _alone(ms: list[float]) -> list:
-    """A measurement of the substituted graph alone (graph_guard._confident's rounds)."""
-    import statistics
-
-    from pdlkit.runtime_abi.autotune import Timing
-
-    return [Timing("substituted", statistics.median(ms) * 1e3, rounds=[v / 1e3 for v in ms])]
 
 
 def _choose_saving(monkeypatch, tmp_path, saved_us: float, measurements: list):
@@ -109,7 +87,7 @@ def test_a_burst_in_the_substituted_graphs_rounds_is_looked_at_again(monkeypatch
     """A 600 us saving of a 1 ms graph, its first rounds unsteady and its second steady: the
     saving is trusted, and Inductor's graph is not compiled."""
     verdict, measured, compiled, _ = _choose_saving(
-        monkeypatch, tmp_path, 600.0, [_alone(_BURST), _alone([1.0] * 21)]
+        monkeypatch, tmp_path, 600.0, [alone(_BURST), alone([1.0] * 21)]
     )
     assert (verdict, measured, compiled) == ("substituted", 2, ["substituted"])
 
@@ -119,7 +97,7 @@ def test_rounds_unsteady_twice_compile_and_time_inductors_graph(monkeypatch, tmp
     says so), and Inductor's graph is compiled and timed, here the faster in every round of
     both looks at the two graphs (the first against the sites' saving)."""
 
-    looks = [_alone(_BURST), _alone(_BURST)] + [_paired([1.1] * 21, [1.0] * 21)] * 2
+    looks = [alone(_BURST), alone(_BURST)] + [paired([1.1] * 21, [1.0] * 21)] * 2
     with pytest.warns(UserWarning, match="the host was busy while timing"):
         verdict, measured, compiled, _ = _choose_saving(monkeypatch, tmp_path, 600.0, looks)
     assert (verdict, measured, compiled) == ("inductor", 4, ["substituted", "inductor"])
@@ -129,7 +107,7 @@ def test_inductors_graph_winning_against_the_sites_saving_is_timed_again(monkeyp
     """The sites saved 100 us of a 1 ms graph (not CONFIDENT: both graphs are timed), yet
     Inductor's graph won every round of a first look; a second look, in which the substituted
     graph wins every round, decides, and explain shows what the first had read."""
-    looks = [_alone([1.0] * 21), _paired([1.1] * 21, [1.0] * 21), _paired([0.9] * 21, [1.0] * 21)]
+    looks = [alone([1.0] * 21), paired([1.1] * 21, [1.0] * 21), paired([0.9] * 21, [1.0] * 21)]
     verdict, measured, _, decision = _choose_saving(monkeypatch, tmp_path, 100.0, looks)
     assert (verdict, measured) == ("substituted", 3)
     assert "a second look; the first read substituted 1100 us, inductor 1000 us" in (
@@ -140,7 +118,7 @@ def test_inductors_graph_winning_against_the_sites_saving_is_timed_again(monkeyp
 def test_inductors_graph_winning_both_looks_runs(monkeypatch, tmp_path):
     """The same, with the second look as the first: Inductor's graph runs (the fusions an
     opaque kernel call ends can make it faster whatever the sites saved)."""
-    looks = [_alone([1.0] * 21)] + [_paired([1.1] * 21, [1.0] * 21)] * 2
+    looks = [alone([1.0] * 21)] + [paired([1.1] * 21, [1.0] * 21)] * 2
     verdict, measured, _, _ = _choose_saving(monkeypatch, tmp_path, 100.0, looks)
     assert (verdict, measured) == ("inductor", 3)
 
@@ -148,7 +126,7 @@ def test_inductors_graph_winning_both_looks_runs(monkeypatch, tmp_path):
 def test_inductors_graph_winning_past_a_small_saving_is_timed_once(monkeypatch, tmp_path):
     """Sites that saved 10 us of an 1.1 ms graph (under MARGIN of it) do not contradict
     Inductor's graph winning: the verdict stands after one look at both graphs."""
-    looks = [_alone([1.0] * 21), _paired([1.1] * 21, [1.0] * 21)]
+    looks = [alone([1.0] * 21), paired([1.1] * 21, [1.0] * 21)]
     verdict, measured, _, _ = _choose_saving(monkeypatch, tmp_path, 10.0, looks)
     assert (verdict, measured) == ("inductor", 2)
 

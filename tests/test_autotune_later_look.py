@@ -5,26 +5,9 @@ runs the faster from then on."""
 
 from __future__ import annotations
 
-import statistics
-
 import pytest
 import torch
-from autotune_chain import FAST, run
-from pdlkit.runtime_abi.autotune import Timing
-
-
-def _paired(ours_ms: float, theirs_ms: float) -> list[Timing]:
-    """21 paired rounds: the substituted graph at ``ours_ms``, Inductor's at ``theirs_ms``."""
-
-    def t(name: str, ms: float) -> Timing:
-        rounds = [ms / 1e3] * 21
-        return Timing(name, statistics.median(rounds) * 1e6, rounds=rounds)
-
-    return [t("substituted", ours_ms), t("inductor", theirs_ms)]
-
-
-def _alone(ms: float) -> list[Timing]:
-    return [Timing("substituted", ms * 1e3, rounds=[ms / 1e3] * 21)]
+from autotune_chain import FAST, alone, paired, run
 
 
 def _graph(name: str, seen: list[str]):
@@ -70,7 +53,7 @@ def test_inductors_graph_runs_until_the_look_after_the_compile(monkeypatch, tmp_
     from pdlkit.runtime_abi import autotune
 
     heard: list = []
-    looks = [_alone(1.0), _paired(1.1, 1.0), _paired(0.9, 1.0)]
+    looks = [alone([1.0] * 21), paired([1.1] * 21, [1.0] * 21), paired([0.9] * 21, [1.0] * 21)]
     fn, decision, seen, given = _choose(monkeypatch, tmp_path, looks, heard)
     assert (decision.choice, decision.source) == ("inductor", graph_guard.PENDING)
     assert len(given) == 1  # the second look is still to come
@@ -85,7 +68,7 @@ def test_the_look_after_the_compile_decides_and_is_cached(monkeypatch, tmp_path)
     from pdlkit.runtime_abi import autotune
 
     heard: list = []
-    looks = [_alone(1.0), _paired(1.1, 1.0), _paired(0.9, 1.0)]
+    looks = [alone([1.0] * 21), paired([1.1] * 21, [1.0] * 21), paired([0.9] * 21, [1.0] * 21)]
     fn, _, seen, given = _choose(monkeypatch, tmp_path, looks, heard)
     _due_now(fn)
     assert [fn(torch.randn(2)), fn(torch.randn(2))] == ["substituted", "substituted"]
@@ -101,7 +84,7 @@ def test_a_look_after_the_compile_that_agrees_keeps_inductors_graph(monkeypatch,
     from pdlkit.runtime_abi import autotune
 
     heard: list = []
-    looks = [_alone(1.0), _paired(1.1, 1.0), _paired(1.1, 1.0)]
+    looks = [alone([1.0] * 21), paired([1.1] * 21, [1.0] * 21), paired([1.1] * 21, [1.0] * 21)]
     fn, _, _, _ = _choose(monkeypatch, tmp_path, looks, heard)
     _due_now(fn)
     assert fn(torch.randn(2)) == "inductor"
@@ -114,7 +97,9 @@ def test_a_look_after_the_compile_that_fails_keeps_inductors_graph(monkeypatch, 
     from pdlkit.runtime_abi import autotune
 
     heard: list = []
-    fn, _, _, given = _choose(monkeypatch, tmp_path, [_alone(1.0), _paired(1.1, 1.0)], heard)
+    fn, _, _, given = _choose(
+        monkeypatch, tmp_path, [alone([1.0] * 21), paired([1.1] * 21, [1.0] * 21)], heard
+    )
     _due_now(fn)
     with pytest.warns(UserWarning, match="the look after the compile failed"):
         assert fn(torch.randn(2)) == "inductor"  # _measure's list is empty: IndexError
@@ -132,7 +117,7 @@ def test_the_look_after_the_compile_writes_on_copies(monkeypatch, tmp_path):
 
         return make
 
-    looks = [_alone(1.0), _paired(1.1, 1.0), _paired(0.9, 1.0)]
+    looks = [alone([1.0] * 21), paired([1.1] * 21, [1.0] * 21), paired([0.9] * 21, [1.0] * 21)]
     graphs = (adding("substituted"), adding("inductor"))
     fn, _, _, _ = _choose(monkeypatch, tmp_path, looks, [], written=(0,), graphs=graphs)
     _due_now(fn)
@@ -148,7 +133,7 @@ def test_without_a_later_look_the_second_look_is_taken_at_once(monkeypatch, tmp_
 
     monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(graph_guard, "GLANCE_SHARE", 0.0)
-    given = [_alone(1.0), _paired(1.1, 1.0), _paired(0.9, 1.0)]
+    given = [alone([1.0] * 21), paired([1.1] * 21, [1.0] * 21), paired([0.9] * 21, [1.0] * 21)]
     monkeypatch.setattr(graph_guard, "_measure", lambda runs, device, *settled: given.pop(0))
     seen: list[str] = []
     verdict, fn, decision = graph_guard.choose(
