@@ -89,13 +89,16 @@ def one_case(case: str, opts: argparse.Namespace | None = None) -> dict[str, Any
                **kw: Any) -> Any:  # fmt: skip
         out = original(key, sub, ind, ex, mode, saved_us, **kw)
         seen.update(saved=saved_us, choice=out[0], timings={t.name: t.us for t in out[2].timings})
-        print("check's rounds (ms):", {t.name: [round(v * 1e3, 2) for v in t.rounds or []]
-                                       for t in out[2].timings}, flush=True)  # fmt: skip
+        print("check's rounds (ms):", _read(out[2].timings), flush=True)
         return out
 
     original_rounds = graph_guard._rounds
 
-    def rounds(runs: Any, *args: Any) -> Any:  # the graphs' calls, as the check makes them
+    def rounds(runs: Any, *args: Any, **kw: Any) -> Any:  # the check's calls of the graphs
+        if kw.get("first"):  # the look after the compile (graph_guard.LaterLook)
+            out = original_rounds(runs, *args, **kw)
+            print("the look after the compile's rounds (ms):", _read(out[0]), flush=True)
+            return out
         seen["runs"] = list(runs)
         time.sleep(pause)  # --pause: the check's rounds after a pause
         out = original_rounds(runs, *args)
@@ -200,6 +203,11 @@ def _retimed(runs: list[Any], model: Any, windows: int) -> dict[str, dict[str, f
     }
 
 
+def _read(timings: list[Any]) -> dict[str, list[float]]:
+    """Each graph's rounds (ms), as the check read them."""
+    return {t.name: [round(v * 1e3, 2) for v in t.rounds or []] for t in timings}
+
+
 def _model_after(runs: list[Any], model: Any, seconds: float) -> None:
     """The compiled model called back to back for ``seconds`` (a whole-graph verdict looked at
     again after the compile takes its look in one of these calls: graph_guard.LaterLook),
@@ -212,6 +220,11 @@ def _model_after(runs: list[Any], model: Any, seconds: float) -> None:
     per_call = interleaved({**dict(runs), "compiled model": model}, 6, 3)
     print(f"{seconds:g} s after the compile, windows (ms):", {n: [round(v * 1e3, 2) for v in ts]
           for n, ts in per_call.items()}, flush=True)  # fmt: skip
+    from pdlkit.matcher import graph_guard
+
+    looks = [o for o in gc.get_objects() if isinstance(o, graph_guard.LaterLook)]
+    print("looks after the compile:", [{"taken": not o._fns, "runs": o.decision.choice,
+          "verdict": o.decision.describe()} for o in looks], flush=True)  # fmt: skip
     st = pdlkit.stats()
     keys = ("graphs_looked_at_later", "substitutions_undone", "kernel_calls")
     print("stats:", {k: v for k, v in st.items() if k in keys}, flush=True)
@@ -406,6 +419,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     warnings.filterwarnings("ignore")
+    warnings.filterwarnings("always", message="pdlkit: whole-graph check")  # the check's own
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
     rows = []
