@@ -203,6 +203,14 @@ def _retimed(runs: list[Any], model: Any, windows: int) -> dict[str, dict[str, f
     }
 
 
+def _is(o: Any, cls: type) -> bool:
+    """isinstance, false for a weak proxy whose object is gone (gc lists those too)."""
+    try:
+        return isinstance(o, cls)
+    except ReferenceError:
+        return False
+
+
 def _read(timings: list[Any]) -> dict[str, list[float]]:
     """Each graph's rounds (ms), as the check read them."""
     return {t.name: [round(v * 1e3, 2) for v in t.rounds or []] for t in timings}
@@ -222,7 +230,7 @@ def _model_after(runs: list[Any], model: Any, seconds: float) -> None:
           for n, ts in per_call.items()}, flush=True)  # fmt: skip
     from pdlkit.matcher import graph_guard
 
-    looks = [o for o in gc.get_objects() if isinstance(o, graph_guard.LaterLook)]
+    looks = [o for o in gc.get_objects() if _is(o, graph_guard.LaterLook)]
     print("looks after the compile:", [{"taken": not o._fns, "runs": o.decision.choice,
           "verdict": o.decision.describe()} for o in looks], flush=True)  # fmt: skip
     st = pdlkit.stats()
