@@ -208,6 +208,7 @@ def faster_graph(
         return _noted(decision, graph_guard.KERNELS, notes[graph_guard.KERNELS])
 
     def heard(decision: Decision) -> None:  # the verdict of a look after the compile
+        count("graphs_looked_at_later", "(whole graph)")
         _settled(noted(decision), report, key, kernels, other)
 
     later = graph_guard.Later(partial(_checks_put_off, owners), heard)
@@ -231,7 +232,7 @@ def faster_graph(
     decision = noted(decision)
     if decision.source == graph_guard.PENDING:
         report.whole_graph = decision.describe()  # the verdict comes with the later look
-        count("graphs_looked_at_later", "(whole graph)")
+        count("graph_looks_due", "(whole graph)")
     else:
         _settled(decision, report, key, kernels, other)
     return cast(Callable[..., Any], fn)
