@@ -41,8 +41,16 @@ from pdlkit.runtime_abi.autograd import grad_inputs
 from pdlkit.runtime_abi.autotune import Decision, Timing
 from pdlkit.runtime_abi.binding_stats import uncounted
 
-KERNELS = "kernels only"  # a kernel at every site, near ties by priority (choose.kernels_only)
-STATIC = "static priority"  # each site's first kernel, as autotune="off" chooses
+#: A kernel at every site, near ties by priority (choose.kernels_only): a candidate where it
+#: differs from the substituted graph, as sites timed one by one do not add up (a Xeon with
+#: AMX: int8 bert-mini with six sites kept ran 1.07x PyTorch's int8 path, with every site's
+#: kernel 0.89x).
+KERNELS = "kernels only"
+#: Each site's first kernel, as autotune="off" chooses: a candidate where it differs from both
+#: others, as sites timed alone at many threads misrank kernels (16-core Xeon, Llama BF16, 16
+#: threads: oneDNN ahead of AMX at 2 of 4 sites; kernels only 0.983x Inductor's, AMX
+#: everywhere 0.94x).
+STATIC = "static priority"
 
 
 def timeable(gm: fx.GraphModule, example_inputs: Sequence[Any], captured: bool = False) -> bool:
@@ -134,17 +142,10 @@ def choose(
     a 2-core Xeon, GPT-2 int8-dynamic on 2 threads beside another busy process: sites timed
     10-50x slow "saved" 2.4 ms, and the substituted graph ran 1.17x PyTorch's int8 path).
 
-    ``kernels_only``: where it differs from the substituted graph (some sites kept their
-    subgraph because it measured faster on its own, or took a kernel near the fastest that
-    is not the first in priority), the graph with a kernel at every site, near ties going by
-    priority (matcher/choose.py's ``kernels_only``), timed as a third candidate
-    (:data:`KERNELS`): sites timed one by one do not add up (seen on a Xeon with AMX: int8
-    bert-mini with six sites kept ran 1.07x PyTorch's int8 path, with every site's kernel
-    0.89x).
-
-    ``static``: where it differs from both, static priority's graph (:data:`STATIC`): sites
-    timed alone at many threads misrank kernels (16-core Xeon, Llama BF16, 16 threads: oneDNN
-    ahead of AMX at 2 of 4 sites; kernels only 0.983x Inductor's, AMX everywhere 0.94x).
+    ``kernels_only`` / ``static``: where they differ, the graph with a kernel at every site
+    (:data:`KERNELS`: some sites kept their subgraph, or took a kernel near the fastest that
+    is not the first in priority) and static priority's (:data:`STATIC`), timed as further
+    candidates.
 
     ``written``: positions of example inputs the graph writes in place (a KV cache): every
     graph runs on one copy of those (graph_writes.scratch_inputs), the caller's stay as they
@@ -190,9 +191,16 @@ def choose(
         decision = Decision(faster(timings), timings, PENDING)
         look = LaterLook(key, fns, decision, written, loaded, later)
         return decision.choice, look, decision
-    decision = Decision(faster(timings), timings)
+    return _settle(key, fns, Decision(faster(timings), timings), loaded)
+
+
+def _settle(
+    key: str, fns: dict[str, Callable[..., Any]], decision: Decision, loaded: candidate_code.Loaded
+) -> tuple[str, Callable[..., Any], Decision]:
+    """The verdict's code, its verdict cached (where steady) and the other graphs' code
+    unloaded."""
     if autotune.trusted(decision):  # a busy host's verdict holds for this compilation only
-        cache.put(key, decision)
+        autotune.decision_cache().put(key, decision)
     loaded.unload(decision.choice)
     return decision.choice, fns[decision.choice], decision
 
@@ -357,11 +365,9 @@ class LaterLook:
             )
             return
         timings += [t for t in self.decision.timings if t.us is None]  # not compiled, and why
-        self.decision = Decision(faster(timings), timings)
-        self.fn = fns[self.decision.choice]
-        if autotune.trusted(self.decision):
-            autotune.decision_cache().put(self._key, self.decision)
-        self._loaded.unload(self.decision.choice)
+        _, self.fn, self.decision = _settle(
+            self._key, fns, Decision(faster(timings), timings), self._loaded
+        )
         self._later.heard(self.decision)
 
 
