@@ -302,10 +302,11 @@ PENDING = "a first look, looked at again after the compile"
 class Later:
     """What a look after the compile (:class:`LaterLook`) needs from its compilation:
     ``around`` wraps its timing (the substituted graphs' first-call checks put off:
-    binding.DeferredChecks), ``heard`` hears its verdict."""
+    binding.DeferredChecks), ``heard`` hears its verdict, ``failed`` why it failed."""
 
     around: Callable[[Callable[[], Any]], Any] = lambda timed: timed()
     heard: Callable[[Decision], None] = lambda decision: None
+    failed: Callable[[str], None] = lambda why: None
 
 
 class LaterLook:
@@ -358,11 +359,9 @@ class LaterLook:
                 )
         except Exception as e:  # noqa: BLE001 - any failure: the first look's choice stays
             why = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
-            warnings.warn(
-                f"pdlkit: whole-graph check: the look after the compile failed ({why}); "
-                f"{self.decision.choice}'s graph runs",
-                stacklevel=4,
-            )
+            said = f"the look after the compile failed ({why}); {self.decision.choice}'s graph runs"
+            warnings.warn(f"pdlkit: whole-graph check: {said}", stacklevel=4)
+            self._later.failed(said)
             return
         timings += [t for t in self.decision.timings if t.us is None]  # not compiled, and why
         _, self.fn, self.decision = _settle(

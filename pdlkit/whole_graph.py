@@ -211,7 +211,11 @@ def faster_graph(
         count("graphs_looked_at_later", "(whole graph)")
         _settled(noted(decision), report, key, kernels, other)
 
-    later = graph_guard.Later(partial(_checks_put_off, owners), heard)
+    def failed(why: str) -> None:  # a look after the compile that raised (warned already)
+        count("graph_looks_failed", "(whole graph)")
+        report.whole_graph = f"{report.whole_graph}; {why}"
+
+    later = graph_guard.Later(partial(_checks_put_off, owners), heard, failed)
     try:
         _, fn, decision = graph_guard.choose(
             graph_guard.graph_key(gm, example_inputs, kernels),

@@ -23,7 +23,7 @@ def _graph(name: str, seen: list[str]):
     return make
 
 
-def _choose(monkeypatch, tmp_path, looks: list, heard: list, written=(), graphs=None):
+def _choose(monkeypatch, tmp_path, looks: list, heard: list, written=(), graphs=None, failed=None):
     """graph_guard.choose with a 100 us saving of a 1 ms graph (Inductor's graph winning
     contradicts it) over ``looks`` given in advance, a later look allowed; returns the code,
     the first decision and what the calls ran."""
@@ -37,7 +37,7 @@ def _choose(monkeypatch, tmp_path, looks: list, heard: list, written=(), graphs=
     sub, ind = graphs or (_graph("substituted", seen), _graph("inductor", seen))
     _, fn, decision = graph_guard.choose(
         "k", sub, ind, (torch.randn(2),), "cached", 100.0, written=written,
-        later=graph_guard.Later(heard=heard.append),
+        later=graph_guard.Later(heard=heard.append, failed=[].append if failed is None else failed.append),
     )  # fmt: skip
     return fn, decision, seen, given
 
@@ -97,14 +97,16 @@ def test_a_look_after_the_compile_that_fails_keeps_inductors_graph(monkeypatch, 
     from pdlkit.runtime_abi import autotune
 
     heard: list = []
-    fn, _, _, given = _choose(
-        monkeypatch, tmp_path, [alone([1.0] * 21), paired([1.1] * 21, [1.0] * 21)], heard
-    )
+    failed: list = []
+    looks = [alone([1.0] * 21), paired([1.1] * 21, [1.0] * 21)]
+    fn, _, _, given = _choose(monkeypatch, tmp_path, looks, heard, failed=failed)
     _due_now(fn)
     with pytest.warns(UserWarning, match="the look after the compile failed"):
         assert fn(torch.randn(2)) == "inductor"  # _measure's list is empty: IndexError
     assert fn(torch.randn(2)) == "inductor"
     assert autotune.decision_cache().get("k") is None and heard == []
+    assert failed == ["the look after the compile failed (IndexError: pop from empty list); "
+                      "inductor's graph runs"]  # fmt: skip
 
 
 def test_the_look_after_the_compile_writes_on_copies(monkeypatch, tmp_path):
@@ -178,3 +180,21 @@ def test_a_model_runs_its_kernel_right_after_the_look(folders, monkeypatch):
     st = run(p, k, "cached")
     assert st["by_kernel"]["fast_chain"]["kernel_calls"] == 1
     assert st["graphs_looked_at_later"] == 1 and st.get("substitutions_undone", 0) == 0
+
+
+def test_a_failed_look_is_counted_and_the_model_stays_right(folders, monkeypatch):
+    """Through pdlkit.optimize, a look after the compile that raises: one warning, the output
+    right, stats() counts it failed and none taken, and no kernel call runs."""
+    from pdlkit.matcher import graph_guard
+
+    p, k = folders(FAST)
+    _contradicted(monkeypatch, later_s=0.0)
+
+    def broken(*args, **kw):
+        raise RuntimeError("timer broke")
+
+    monkeypatch.setattr(graph_guard, "_first_look", broken)  # called by the look alone
+    with pytest.warns(UserWarning, match="the look after the compile failed .RuntimeError"):
+        st = run(p, k, "cached")
+    assert st["graph_looks_failed"] == 1 and st.get("graphs_looked_at_later", 0) == 0
+    assert st["by_kernel"].get("fast_chain", {}).get("kernel_calls", 0) == 0
