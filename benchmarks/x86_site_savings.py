@@ -234,7 +234,13 @@ def _model_after(runs: list[Any], model: Any, seconds: float) -> None:
     print("looks after the compile:", [{"taken": not o._fns, "runs": o.decision.choice,
           "verdict": o.decision.describe()} for o in looks], flush=True)  # fmt: skip
     st = pdlkit.stats()
-    keys = ("graph_looks_due", "graphs_looked_at_later", "substitutions_undone", "kernel_calls")
+    keys = (
+        "graph_looks_due",
+        "graphs_looked_at_later",
+        "graph_looks_failed",
+        "substitutions_undone",
+        "kernel_calls",
+    )
     print("stats:", {k: v for k, v in st.items() if k in keys}, flush=True)
 
 
