@@ -88,7 +88,7 @@ def _early_compile(seen: dict[str, float]) -> None:
         return original(gm, inputs, **kw)
 
     backend.PdlkitBackend.__call__ = early  # type: ignore[method-assign]
-    cfx.compile_fx = compile_fx
+    cfx.compile_fx = compile_fx  # type: ignore[assignment]
 
 
 def child(variant: str, dtype: str, threads: int) -> dict[str, Any]:
