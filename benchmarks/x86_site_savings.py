@@ -194,8 +194,7 @@ def _retimed(runs: list[Any], model: Any, windows: int) -> dict[str, dict[str, f
     print("after the compile, per call:", _faults(runs), flush=True)
     print("after the compile:", _context(), flush=True)
     per_call = interleaved({**dict(runs), "compiled model": model}, windows, 3)
-    print("windows (ms):", {n: [round(v * 1e3, 2) for v in ts]
-                            for n, ts in per_call.items()}, flush=True)  # fmt: skip
+    print("windows (ms):", {n: _ms(ts) for n, ts in per_call.items()}, flush=True)
     again = graph_guard._measure(runs, "cpu")
     return {
         "retimed": {n: statistics.median(ts) * 1e6 for n, ts in per_call.items()},
@@ -211,9 +210,14 @@ def _is(o: Any, cls: type) -> bool:
         return False
 
 
+def _ms(seconds: Any) -> list[float]:
+    """Seconds as milliseconds to two places, for printing."""
+    return [round(v * 1e3, 2) for v in seconds]
+
+
 def _read(timings: list[Any]) -> dict[str, list[float]]:
     """Each graph's rounds (ms), as the check read them."""
-    return {t.name: [round(v * 1e3, 2) for v in t.rounds or []] for t in timings}
+    return {t.name: _ms(t.rounds or []) for t in timings}
 
 
 def _model_after(runs: list[Any], model: Any, seconds: float) -> None:
@@ -226,8 +230,8 @@ def _model_after(runs: list[Any], model: Any, seconds: float) -> None:
     while time.perf_counter() < end:
         model()
     per_call = interleaved({**dict(runs), "compiled model": model}, 6, 3)
-    print(f"{seconds:g} s after the compile, windows (ms):", {n: [round(v * 1e3, 2) for v in ts]
-          for n, ts in per_call.items()}, flush=True)  # fmt: skip
+    windows = {n: _ms(ts) for n, ts in per_call.items()}
+    print(f"{seconds:g} s after the compile, windows (ms):", windows, flush=True)
     from pdlkit.matcher import graph_guard
 
     looks = [o for o in gc.get_objects() if _is(o, graph_guard.LaterLook)]

@@ -23,6 +23,14 @@ def _graph(name: str, seen: list[str]):
     return make
 
 
+def _looks(*then_ms: float) -> list:
+    """The looks given in advance: the substituted graph alone at 1 ms (a 100 us saving is
+    10% of it), then both graphs with Inductor's (1 ms) winning against the substituted
+    graph's 1.1 ms, then a look at the substituted graph at each of ``then_ms``."""
+    second = [paired([ms] * 21, [1.0] * 21) for ms in then_ms]
+    return [alone([1.0] * 21), paired([1.1] * 21, [1.0] * 21), *second]
+
+
 def _choose(monkeypatch, tmp_path, looks: list, heard: list, written=(), graphs=None, failed=None):
     """graph_guard.choose with a 100 us saving of a 1 ms graph (Inductor's graph winning
     contradicts it) over ``looks`` given in advance, a later look allowed; returns the code,
@@ -37,7 +45,7 @@ def _choose(monkeypatch, tmp_path, looks: list, heard: list, written=(), graphs=
     sub, ind = graphs or (_graph("substituted", seen), _graph("inductor", seen))
     _, fn, decision = graph_guard.choose(
         "k", sub, ind, (torch.randn(2),), "cached", 100.0, written=written,
-        later=graph_guard.Later(heard=heard.append, failed=[].append if failed is None else failed.append),
+        later=graph_guard.Later(heard=heard.append, failed=(failed if failed is not None else []).append),
     )  # fmt: skip
     return fn, decision, seen, given
 
@@ -53,7 +61,7 @@ def test_inductors_graph_runs_until_the_look_after_the_compile(monkeypatch, tmp_
     from pdlkit.runtime_abi import autotune
 
     heard: list = []
-    looks = [alone([1.0] * 21), paired([1.1] * 21, [1.0] * 21), paired([0.9] * 21, [1.0] * 21)]
+    looks = _looks(0.9)
     fn, decision, seen, given = _choose(monkeypatch, tmp_path, looks, heard)
     assert (decision.choice, decision.source) == ("inductor", graph_guard.PENDING)
     assert len(given) == 1  # the second look is still to come
@@ -68,7 +76,7 @@ def test_the_look_after_the_compile_decides_and_is_cached(monkeypatch, tmp_path)
     from pdlkit.runtime_abi import autotune
 
     heard: list = []
-    looks = [alone([1.0] * 21), paired([1.1] * 21, [1.0] * 21), paired([0.9] * 21, [1.0] * 21)]
+    looks = _looks(0.9)
     fn, _, seen, given = _choose(monkeypatch, tmp_path, looks, heard)
     _due_now(fn)
     assert [fn(torch.randn(2)), fn(torch.randn(2))] == ["substituted", "substituted"]
@@ -84,7 +92,7 @@ def test_a_look_after_the_compile_that_agrees_keeps_inductors_graph(monkeypatch,
     from pdlkit.runtime_abi import autotune
 
     heard: list = []
-    looks = [alone([1.0] * 21), paired([1.1] * 21, [1.0] * 21), paired([1.1] * 21, [1.0] * 21)]
+    looks = _looks(1.1)
     fn, _, _, _ = _choose(monkeypatch, tmp_path, looks, heard)
     _due_now(fn)
     assert fn(torch.randn(2)) == "inductor"
@@ -98,7 +106,7 @@ def test_a_look_after_the_compile_that_fails_keeps_inductors_graph(monkeypatch, 
 
     heard: list = []
     failed: list = []
-    looks = [alone([1.0] * 21), paired([1.1] * 21, [1.0] * 21)]
+    looks = _looks()
     fn, _, _, given = _choose(monkeypatch, tmp_path, looks, heard, failed=failed)
     _due_now(fn)
     with pytest.warns(UserWarning, match="the look after the compile failed"):
@@ -119,7 +127,7 @@ def test_the_look_after_the_compile_writes_on_copies(monkeypatch, tmp_path):
 
         return make
 
-    looks = [alone([1.0] * 21), paired([1.1] * 21, [1.0] * 21), paired([0.9] * 21, [1.0] * 21)]
+    looks = _looks(0.9)
     graphs = (adding("substituted"), adding("inductor"))
     fn, _, _, _ = _choose(monkeypatch, tmp_path, looks, [], written=(0,), graphs=graphs)
     _due_now(fn)
@@ -135,7 +143,7 @@ def test_without_a_later_look_the_second_look_is_taken_at_once(monkeypatch, tmp_
 
     monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(graph_guard, "GLANCE_SHARE", 0.0)
-    given = [alone([1.0] * 21), paired([1.1] * 21, [1.0] * 21), paired([0.9] * 21, [1.0] * 21)]
+    given = _looks(0.9)
     monkeypatch.setattr(graph_guard, "_measure", lambda runs, device, *settled: given.pop(0))
     seen: list[str] = []
     verdict, fn, decision = graph_guard.choose(
