@@ -110,6 +110,9 @@ class Tuner:
         # what the substituted sites save against their subgraphs (:meth:`_account`), for the
         # whole-graph check's confidence (graph_guard.CONFIDENT); None once one is unknown
         self.saved_us: float | None = 0.0
+        # the counted sites' library calls that bound Inductor's time from below, one run of
+        # them each (Timing.extern), for the check's sweep of a saving as large as the graph
+        self.library_calls: list[Callable[[], float]] = []
         # False: every site takes a kernel even where its subgraph measured faster (the
         # whole-graph check's "kernels only" graph: :meth:`kernels_only`, graph_guard.py)
         self.keep = True
@@ -259,7 +262,7 @@ class Tuner:
         if pin is not None:
             decision = Decision(pin, decision.timings, "pinned")
         else:
-            other = kernels_only(decision, [k.name for k in cands])
+            other = hedges.kernels_only(decision, [k.name for k in cands])
             decision = decision if autotune.trusted(decision) else other  # no ranking
             top, ran = cands[0].name, {t.name for t in decision.timings if t.ran()}
             self.stakes.add(decision, other.choice, top if top in ran else None)
@@ -282,6 +285,9 @@ class Tuner:
             self.saved_us = None
         else:
             self.saved_us += max(keep - ours, 0.0)
+            bound = next((x.extern for x in decision.timings if x.name == KEEP), None)
+            if bound is not None:  # a decision read from the cache has none
+                self.library_calls.append(bound)
 
     def _measure(
         self,
@@ -320,22 +326,6 @@ class Tuner:
         if triton_binding.traced(k):  # timed as Inductor will launch it, not the runner
             return triton_binding.compiled_call(op, reals[0], sid), sid
         return cold.rotating([partial(op, *real, sid) for real in reals]), sid
-
-
-def kernels_only(decision: Decision, order: Sequence[str]) -> Decision:
-    """A site's choice in the kernels-only graph: the kernel of highest priority (``order``)
-    within :data:`autotune.KERNELS_TIE` of the fastest kernel (of all that ran, where a busy
-    host made the timings untrusted), even where the subgraph measured faster; ``decision``
-    as it is where no kernel was timed.
-
-        before: timings amx 417 us, onednn 334 us, subgraph 330 us -> keep the subgraph
-        after:  kernels only -> onednn (amx is 25% slower: no tie)"""
-    timings = [t for t in decision.timings if t.name != KEEP]
-    tie = autotune.KERNELS_TIE if autotune.trusted(decision) else float("inf")
-    best = autotune.fastest(timings, order, tie=tie)
-    if best == KEEP or best == decision.choice:
-        return decision
-    return Decision(best, decision.timings, "kernels only")
 
 
 def timing_site(
@@ -401,7 +391,7 @@ def _subgraph_time(
     freezing = bool(torch._inductor.config.freezing)
     constants = frozen if freezing else ()
     if device == "cpu":
-        proxy = autotune.subgraph_mode() == "proxy"
+        proxy, bound = autotune.subgraph_mode() == "proxy", None
         try:
             low = lowered.as_inductor_lowers(subgraph.module(), reals[0], constants, freezing)
             runs = [(low.module, reals[0])] + [(low.on(r), r) for r in reals[1:]]
@@ -410,14 +400,17 @@ def _subgraph_time(
             proxy = False
         else:
             floor = lower if low.faithful else None  # Inductor runs at least these calls
+            # those calls again, for the whole-graph check's sweep (graph_guard.BELIEVABLE)
+            bound = partial(lowered.extern_us, low.module, reals[0]) if floor else None
             if best is not None and best >= upper:
-                return Timing(KEEP, upper, "eager; every kernel is slower", floor)
+                return Timing(KEEP, upper, "eager; every kernel is slower", floor, extern=bound)
             if floor is not None and best is not None and best * (1 + autotune.MARGIN) < floor:
-                return Timing(KEEP, floor, "its library calls alone; a kernel is faster", floor)
+                note = "its library calls alone; a kernel is faster"
+                return Timing(KEEP, floor, note, floor, extern=bound)
             proxy = proxy and low.faithful
         if proxy:
             note = "proxy: Inductor's library calls" + (", oneDNN int8" if low.lowered else "")
-            return Timing(KEEP, upper, note + ", the rest eagerly", floor)
+            return Timing(KEEP, upper, note + ", the rest eagerly", floor, extern=bound)
     fn = subgraph.compile(list(reals[0]), constants)
     if fn is None:
         return Timing(KEEP, None, f"Inductor failed: {subgraph.compile_error}")

@@ -22,6 +22,7 @@ alone. Sites whose timings are unknown count as infinitely apart.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pdlkit.runtime_abi import autotune
@@ -107,3 +108,19 @@ class Stakes:
                 f"the sites' {self.sites_us:.0f} us"
             )
         return out
+
+
+def kernels_only(decision: Decision, order: Sequence[str]) -> Decision:
+    """A site's choice in the kernels-only graph: the kernel of highest priority (``order``)
+    within :data:`autotune.KERNELS_TIE` of the fastest kernel (of all that ran, where a busy
+    host made the timings untrusted), even where the subgraph measured faster; ``decision``
+    as it is where no kernel was timed.
+
+        before: timings amx 417 us, onednn 334 us, subgraph 330 us -> keep the subgraph
+        after:  kernels only -> onednn (amx is 25% slower: no tie)"""
+    timings = [t for t in decision.timings if t.name != KEEP]
+    tie = autotune.KERNELS_TIE if autotune.trusted(decision) else float("inf")
+    best = autotune.fastest(timings, order, tie=tie)
+    if best == KEEP or best == decision.choice:
+        return decision
+    return Decision(best, decision.timings, "kernels only")

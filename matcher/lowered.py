@@ -268,6 +268,15 @@ class _Timed(fx.Interpreter):
         return super().run_node(n)
 
 
+def extern_us(module: fx.GraphModule, real: Sequence[Any]) -> float:
+    """One eager run of ``module`` on ``real``: the microseconds spent in its extern ops
+    (the library calls Inductor makes for it: their time bounds Inductor's from below)."""
+    interp = _Timed(module)
+    with torch.no_grad():
+        interp.run(*real)
+    return interp.extern * 1e6
+
+
 # a subgraph whose library calls alone take BEATEN times a kernel's time in two samples, or
 # FAR times in one, has lost whatever the load: its sampling stops there (GPT-2 BF16 on the
 # AVX2-only EPYC, 2 threads: ATen's BF16 GEMMs 20-74x the widened kernels' time; its four

@@ -134,6 +134,7 @@ def _note_tuning(report: GraphReport, tuner: Any) -> None:
     if tuner is None:
         return
     report.sites_saved_us, report.hedges = tuner.saved_us, tuner.stakes
+    report.library_calls = tuner.library_calls
     report.sites_unsteady = tuner.unsteady
     if tuner.seconds:
         report.timings["pdl_apply"] -= tuner.seconds

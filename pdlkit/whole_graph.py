@@ -230,9 +230,11 @@ def faster_graph(
             left_out={n: why for n, why in notes.items() if n != graph_guard.KERNELS},  # below
             first=graph_guard.KERNELS if instead else graph_guard.SUBSTITUTED,
             later=later,
+            library_calls=report.library_calls,
         )
     finally:
         deferred.restore()
+        report.library_calls = []  # they hold the sites' weights (packed, under freezing)
     decision = noted(decision)
     if decision.source == graph_guard.PENDING:
         report.whole_graph = decision.describe()  # the verdict comes with the later look

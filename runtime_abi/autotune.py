@@ -167,6 +167,10 @@ class Timing:
     # seconds per call of each round of :func:`measure` (not cached: a decision read back
     # from the cache has none)
     rounds: list[float] = field(default_factory=list, repr=False, compare=False)
+    # with ``low``, on the CPU: one run of the library calls that bound Inductor's time from
+    # below, their microseconds (matcher/lowered.extern_us; not cached), for the whole-graph
+    # check's sweep of them (graph_guard.BELIEVABLE)
+    extern: Callable[[], float] | None = field(default=None, repr=False, compare=False)
 
     def ran(self) -> bool:
         """Timed to the end: neither excluded nor stopped over the site's budget."""

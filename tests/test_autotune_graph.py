@@ -122,8 +122,9 @@ def test_each_graph_is_timed_after_its_own_call(tmp_path, monkeypatch):
     assert verdict == "substituted" and ours.us is not None and ours.us < 1400, decision.describe()
 
 
-def _guarded(tmp_path, monkeypatch, saved_us):
-    """graph_guard.choose over a 1 ms substituted graph, with the sites' measured saving."""
+def _guarded(tmp_path, monkeypatch, saved_us, library_calls=()):
+    """graph_guard.choose over a 1 ms substituted graph, with the sites' measured saving (and
+    their library calls, each returning its microseconds)."""
     from pdlkit.matcher import graph_guard
 
     monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
@@ -132,8 +133,9 @@ def _guarded(tmp_path, monkeypatch, saved_us):
     substituted = graph_maker(compiled, "substituted", 0.001)
     inductor = graph_maker(compiled, "inductor", 0.0015)
     verdict, _, decision = graph_guard.choose(
-        "k", substituted, inductor, (torch.randn(2),), "cached", saved_us
-    )
+        "k", substituted, inductor, (torch.randn(2),), "cached", saved_us,
+        library_calls=library_calls,
+    )  # fmt: skip
     return verdict, compiled, decision
 
 
@@ -202,6 +204,42 @@ def test_a_saving_as_large_as_the_graph_is_not_believed(tmp_path, monkeypatch):
     with pytest.warns(UserWarning, match="save 1500 us, as much as the graph with them takes"):
         verdict, compiled, _ = _guarded(tmp_path, monkeypatch, 1500.0)
     assert compiled == ["substituted", "inductor"] and verdict == "substituted"
+
+
+def test_a_saving_as_large_as_the_graph_is_believed_where_its_library_calls_take_longer(
+    tmp_path, monkeypatch
+):
+    """The same 1.5 ms "saved" of a 1 ms graph, where the sites' library calls (the least that
+    Inductor's graph runs), swept one after another, take 1.6 ms: Inductor's graph cannot be
+    within CONFIDENT of the substituted one, and is not compiled (the AVX2 EPYC's BF16 sites:
+    ATen's BF16 GEMMs 20-74x the kernels' time)."""
+    calls = [lambda: 800.0, lambda: 800.0]
+    verdict, compiled, decision = _guarded(tmp_path, monkeypatch, 1500.0, calls)
+    assert verdict == "substituted" and compiled == ["substituted"]
+    assert "not compiled: the sites' library calls alone take 1600 us" in decision.describe()
+
+
+def test_a_saving_as_large_as_the_graph_is_not_believed_where_its_library_calls_are_quicker(
+    tmp_path, monkeypatch
+):
+    """The sites' library calls, swept, take 1.1 ms of a 1 ms substituted graph: under
+    CONFIDENT over it, so Inductor's graph is compiled and timed, and the warning says what
+    the sweep read."""
+    calls = [lambda: 600.0, lambda: 500.0]
+    with pytest.warns(UserWarning, match="library calls, run one after another, take 1100 us"):
+        _, compiled, _ = _guarded(tmp_path, monkeypatch, 1500.0, calls)
+    assert compiled == ["substituted", "inductor"]
+
+
+def test_a_library_call_that_raises_in_the_sweep_leaves_the_saving_unbelieved(
+    tmp_path, monkeypatch
+):
+    def broken():
+        raise RuntimeError("oneDNN: no primitive")
+
+    with pytest.warns(UserWarning, match="not believed"):
+        _, compiled, _ = _guarded(tmp_path, monkeypatch, 1500.0, [lambda: 5000.0, broken])
+    assert compiled == ["substituted", "inductor"]
 
 
 def test_a_small_measured_saving_still_times_both_graphs(tmp_path, monkeypatch):
@@ -383,3 +421,21 @@ def test_explain_shows_the_whole_graph_verdict_optimize_took(folders, monkeypatc
     run(p, k, "cached")
     shown = _explained_whole_graph(p, k)
     assert shown.startswith("cached verdict:") and shown.endswith("-> inductor")
+
+
+def test_a_sweep_far_over_what_is_needed_stops_after_two():
+    """Sweeps of the sites' library calls stop once the least of two is FAR_OVER what the
+    check needs (a 242 ms sweep against a 45 ms need took 1.5 s in six sweeps)."""
+    from pdlkit.matcher import graph_guard
+
+    runs = []
+    bound = graph_guard._swept([lambda: runs.append(1) or 300.0], need=100.0, budget=60.0)
+    assert bound == 300.0 and len(runs) == 2
+
+
+def test_a_sweep_near_what_is_needed_takes_the_least_of_all_sweeps():
+    from pdlkit.matcher import graph_guard
+
+    reads = iter([130.0, 120.0, 125.0, 110.0, 140.0, 90.0])
+    bound = graph_guard._swept([lambda: next(reads)], need=100.0, budget=60.0)
+    assert bound == 110.0  # SWEEPS (5) of them: the sixth is not taken

@@ -1,4 +1,4 @@
-"""The whole-graph check's kernels-only graph (matcher/choose.py's ``kernels_only``): a kernel
+"""The whole-graph check's kernels-only graph (matcher/hedges.py's ``kernels_only``): a kernel
 at every site, near ties going to the kernel of higher priority, compiled wherever it differs
 from the substituted graph; and static priority's graph, compiled wherever it differs from
 both."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from autotune_chain import FAST, calls, run
-from pdlkit.matcher import choose, graph_guard
+from pdlkit.matcher import choose, graph_guard, hedges
 from pdlkit.runtime_abi.autotune import KEEP, Decision, Timing, fastest
 
 ORDER = ["amx", "onednn"]  # priority order
@@ -22,18 +22,18 @@ def _decision(amx: float, onednn: float, keep: float) -> Decision:
 def test_a_near_tie_goes_to_the_kernel_of_higher_priority():
     d = _decision(amx=110.0, onednn=100.0, keep=200.0)
     assert d.choice == "onednn"  # the site's own choice: 10% is past its 3% tie
-    assert choose.kernels_only(d, ORDER).choice == "amx"
+    assert hedges.kernels_only(d, ORDER).choice == "amx"
 
 
 def test_a_clearly_faster_kernel_keeps_its_site():
     d = _decision(amx=130.0, onednn=100.0, keep=200.0)
-    assert choose.kernels_only(d, ORDER) is d
+    assert hedges.kernels_only(d, ORDER) is d
 
 
 def test_a_site_that_kept_its_subgraph_takes_a_kernel():
     d = _decision(amx=120.0, onednn=110.0, keep=90.0)
     assert d.choice == KEEP
-    other = choose.kernels_only(d, ORDER)
+    other = hedges.kernels_only(d, ORDER)
     assert other.choice == "amx" and other.source == "kernels only"
 
 
@@ -43,14 +43,14 @@ def test_timings_a_busy_host_made_untrusted_leave_the_kernel_to_priority():
     busy = [1.0e-4, 4.0e-4, 1.0e-4, 9.0e-4, 1.1e-4, 5.0e-4]
     timings = [Timing("amx", 200.0, rounds=busy), Timing("onednn", 100.0), Timing(KEEP, 90.0)]
     d = Decision(fastest(timings, ORDER), timings)
-    assert choose.kernels_only(d, ORDER).choice == "amx"
+    assert hedges.kernels_only(d, ORDER).choice == "amx"
     steady = [Timing("amx", 200.0), Timing("onednn", 100.0), Timing(KEEP, 90.0)]
-    assert choose.kernels_only(Decision(KEEP, steady), ORDER).choice == "onednn"
+    assert hedges.kernels_only(Decision(KEEP, steady), ORDER).choice == "onednn"
 
 
 def test_a_site_without_a_timed_kernel_is_left_as_it_is():
     d = Decision(KEEP, [Timing("amx", None, "declined"), Timing(KEEP, 90.0)])
-    assert choose.kernels_only(d, ORDER) is d
+    assert hedges.kernels_only(d, ORDER) is d
 
 
 def _fixed(us: dict[str, float | None]):
