@@ -14,6 +14,7 @@ import pytest
 import torch
 from autotune_chain import FAST, SLOW, Chain, calls, inputs, run
 from conftest import LINEAR, VNNI, pdl_pattern, write
+from pdlkit.matcher import choose
 from pdlkit.runtime_abi import autotune
 
 import pdlkit
@@ -291,3 +292,39 @@ def test_bounds_beaten_by_far_warm_only_the_copies_they_sample():
     _RUNS.clear()
     lowered.bounds(runs, budget=10.0, best_us=0.01)
     assert len(_RUNS) == 1 + 1 + 2
+
+
+class _Subgraph:
+    """What choose._subgraph_time reads of a replaced subgraph: its module (never compiled)."""
+
+    def __init__(self, gm):
+        self.gm = gm
+
+    def module(self):
+        return self.gm
+
+
+def test_a_float_sites_proxy_keeps_its_library_calls_for_the_whole_graph_sweep(monkeypatch):
+    """A float linear's proxy timing carries one run of its library calls (the whole-graph
+    check sweeps them where the sites' saving is as large as the graph: graph_guard's
+    BELIEVABLE), a run that returns their microseconds."""
+    monkeypatch.setattr(torch._inductor.config, "freezing", False)
+    aten = torch.ops.aten
+    gm = torch.fx.symbolic_trace(lambda x, w, b: aten.relu.default(aten.linear.default(x, w, b)))
+    reals = [[torch.randn(64, 128), torch.randn(256, 128), torch.randn(256)]]
+    t = choose._subgraph_time([autotune.Timing("k", 1.0)], _Subgraph(gm), reals, "cpu", 0.2, ())
+    assert t.name == autotune.KEEP and t.extern is not None and t.extern() > 0.0
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs oneDNN (mkldnn)")
+def test_an_int8_sites_onednn_call_is_not_swept(monkeypatch):
+    """oneDNN's int8 GEMM on a packed weight, swept at 16 threads on a Xeon with AMX, read
+    1.56x Inductor's whole bert-mini graph: not a lower bound, so no run is kept for the
+    sweep (the saving is then not believed past BELIEVABLE)."""
+    monkeypatch.setattr(torch._inductor.config, "freezing", True)
+    gm, args = _int8_site()
+    args[1] = args[1] // 2  # 7-bit weights: exact without VNNI too
+    t = choose._subgraph_time(
+        [autotune.Timing("k", 1.0)], _Subgraph(gm), [args], "cpu", 0.2, (1, 2)
+    )
+    assert t.name == autotune.KEEP and t.low is not None and t.extern is None
