@@ -22,10 +22,8 @@ bound there.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
-import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -37,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _x86_models_build import build, prepare  # noqa: E402
 from machine import host_header  # noqa: E402
 from measure import interleaved, md_table, write_report  # noqa: E402
-from x86_models import PT2E, inductor_cache  # noqa: E402
+from x86_models import cold_caches  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "x86_library_sweep.md"
 
@@ -62,9 +60,7 @@ def one_case(case: str, windows: int) -> list[Any]:
     graph_guard._confident = confident
     torch._dynamo.reset()
     try:
-        with tempfile.TemporaryDirectory() as tmp, inductor_cache(tmp), torch.no_grad():
-            os.environ["PDLKIT_CACHE_DIR"] = os.path.join(tmp, "pdlkit")
-            torch._inductor.config.freezing = dtype in PT2E
+        with cold_caches(dtype):
             ours = pdlkit.optimize(model)
             ours(x)
             theirs = torch.compile(model)
@@ -75,7 +71,6 @@ def one_case(case: str, windows: int) -> list[Any]:
                                    windows, 3)  # fmt: skip
     finally:
         graph_guard._confident = original
-        torch._inductor.config.freezing = False
     ms = {k: statistics.median(v) * 1e3 for k, v in per_call.items()}
     sweep, sub = seen.get("sweep"), seen.get("sub")
     ratio = f"{sweep / 1e3 / ms['inductor']:.2f}" if sweep else "-"

@@ -241,6 +241,17 @@ def inductor_cache(path: str) -> Iterator[None]:
             clear_caches()
 
 
+@contextlib.contextmanager
+def cold_caches(dtype: str) -> Iterator[None]:
+    """Every cache cold for a compile of a ``dtype`` model: Inductor's and pdlkit's decision
+    cache in a temporary folder, freezing on for the PT2E dtypes (as PyTorch's int8 path needs
+    it), no gradients; all as they were on exit."""
+    with tempfile.TemporaryDirectory() as tmp, inductor_cache(tmp), torch.no_grad():
+        with mock.patch.dict(os.environ, {"PDLKIT_CACHE_DIR": os.path.join(tmp, "pdlkit")}):
+            with mock.patch.object(torch._inductor.config, "freezing", dtype in PT2E):
+                yield
+
+
 def compile_round(
     case: Case, model: Any, x: torch.Tensor, ref: torch.Tensor, tmp: str, rnd: int = 0
 ) -> dict:

@@ -49,7 +49,6 @@ import gc
 import os
 import statistics
 import sys
-import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -62,7 +61,7 @@ from _x86_models_build import build, prepare  # noqa: E402
 from machine import host_header  # noqa: E402
 from measure import interleaved, write_report  # noqa: E402
 from pdlkit.matcher import choose as site_choice  # noqa: E402
-from x86_models import PT2E, inductor_cache  # noqa: E402
+from x86_models import cold_caches  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "x86_site_savings.md"
@@ -120,9 +119,7 @@ def one_case(case: str, opts: argparse.Namespace | None = None) -> dict[str, Any
         hedges.Stakes.static_differs = property(lambda self: self.static_apart)
     torch._dynamo.reset()
     try:
-        with tempfile.TemporaryDirectory() as tmp, inductor_cache(tmp), torch.no_grad():
-            os.environ["PDLKIT_CACHE_DIR"] = os.path.join(tmp, "pdlkit")
-            torch._inductor.config.freezing = dtype in PT2E
+        with cold_caches(dtype):
             compiled = pdlkit.optimize(model)
             compiled(x)
             if retime and seen.get("runs"):
@@ -141,7 +138,6 @@ def one_case(case: str, opts: argparse.Namespace | None = None) -> dict[str, Any
         site_choice.Tuner._account = original_account
         autotune._sample = original_sample
         hedges.Stakes.static_differs = differs
-        torch._inductor.config.freezing = False
     seen.pop("runs", None)
     return {"case": case, **seen}
 

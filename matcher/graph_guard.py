@@ -22,6 +22,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import torch
@@ -179,8 +180,7 @@ def choose(
     tensors = graph_writes.scratch_inputs(example_inputs, written)
     device = autotune.device_of(tensors)
     with torch.no_grad(), uncounted():
-        run = lambda: ours(*tensors)  # noqa: E731
-        why, timings = _confident(run, device, saved_us, first, library_calls)
+        why, timings = _confident(partial(ours, *tensors), device, saved_us, first, library_calls)
         skipped = [Timing(name, None, why) for name, why in (left_out or {}).items()]
         confident = bool(why)
         if confident:
