@@ -206,3 +206,43 @@ def test_a_failed_look_is_counted_and_the_model_stays_right(folders, monkeypatch
         st = run(p, k, "cached")
     assert st["graph_looks_failed"] == 1 and st.get("graphs_looked_at_later", 0) == 0
     assert st["by_kernel"].get("fast_chain", {}).get("kernel_calls", 0) == 0
+
+
+def _choose_unknown(monkeypatch, tmp_path, looks: list, later: bool):
+    """graph_guard.choose where the sites' saving is unknown (a pin, or a busy host's site
+    timings) over ``looks`` given in advance; returns the code, the first decision and the
+    looks not taken."""
+    from pdlkit.matcher import graph_guard
+
+    monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
+    given = list(looks)
+    monkeypatch.setattr(graph_guard, "_measure", lambda runs, device, *settled: given.pop(0))
+    seen: list[str] = []
+    _, fn, decision = graph_guard.choose(
+        "k", _graph("substituted", seen), _graph("inductor", seen), (torch.randn(2),),
+        "cached", None, later=graph_guard.Later() if later else None,
+    )  # fmt: skip
+    return fn, decision, given
+
+
+def test_inductors_win_where_the_saving_is_unknown_is_looked_at_after_the_compile(
+    monkeypatch, tmp_path
+):
+    """ViT BF16 at 16 threads on the Xeon with AMX: a site timed unsteady left the saving
+    unknown, and Inductor's graph won the first look; the look after the compile times the
+    graphs again and runs the faster."""
+    from pdlkit.matcher import graph_guard
+
+    looks = [paired([1.1] * 21, [1.0] * 21), paired([0.9] * 21, [1.0] * 21)]
+    fn, decision, given = _choose_unknown(monkeypatch, tmp_path, looks, later=True)
+    assert decision.source == graph_guard.PENDING and fn(torch.randn(2)) == "inductor"
+    _due_now(fn)
+    assert fn(torch.randn(2)) == "substituted" and given == []
+
+
+def test_an_unknown_saving_gets_no_second_look_inside_the_compile(monkeypatch, tmp_path):
+    """Without a look after the compile (CUDA), Inductor's win over an unknown saving stands:
+    the rounds are not taken twice inside the compile."""
+    looks = [paired([1.1] * 21, [1.0] * 21), paired([0.9] * 21, [1.0] * 21)]
+    fn, decision, given = _choose_unknown(monkeypatch, tmp_path, looks, later=False)
+    assert decision.choice == "inductor" and len(given) == 1
