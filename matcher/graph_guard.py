@@ -475,11 +475,7 @@ def _warn_busy(t: Timing) -> None:
 
 
 def _warn_unbelievable(saved_us: float, t: Timing, bound: float | None) -> None:
-    calls = (
-        f", and their library calls, run one after another, take {bound:.0f} us"
-        if bound is not None
-        else ""
-    )
+    calls = "" if bound is None else f", and their library calls, swept, take {bound:.0f} us"
     warnings.warn(
         f"pdlkit: whole-graph check: the sites' own timings say they save {saved_us:.0f} us, "
         f"as much as the graph with them takes ({t.us or 0.0:.0f} us{calls}; see BELIEVABLE): "

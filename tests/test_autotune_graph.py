@@ -226,7 +226,7 @@ def test_a_saving_as_large_as_the_graph_is_not_believed_where_its_library_calls_
     CONFIDENT over it, so Inductor's graph is compiled and timed, and the warning says what
     the sweep read."""
     calls = [lambda: 600.0, lambda: 500.0]
-    with pytest.warns(UserWarning, match="library calls, run one after another, take 1100 us"):
+    with pytest.warns(UserWarning, match="library calls, swept, take 1100 us"):
         _, compiled, _ = _guarded(tmp_path, monkeypatch, 1500.0, calls)
     assert compiled == ["substituted", "inductor"]
 
