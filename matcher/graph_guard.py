@@ -437,26 +437,29 @@ def _saves_enough(saved_us: float, t: Timing) -> bool:
     return t.us is not None and saved_us >= CONFIDENT * t.us
 
 
+def _won_by_inductor(timings: Sequence[Timing]) -> Timing | None:
+    """The graph with substitutions timed first, where both it and Inductor's graph were
+    timed and Inductor's won these rounds (None otherwise)."""
+    ours = timings[0] if timings and timings[0].name != INDUCTOR else None  # timed first
+    theirs = next((t for t in timings if t.name == INDUCTOR), None)
+    if ours is None or ours.us is None or theirs is None or theirs.us is None:
+        return None
+    return ours if faster(timings) == INDUCTOR else None
+
+
 def _contradicts(timings: Sequence[Timing], saved_us: float | None) -> bool:
     """Whether Inductor's graph won these rounds while the sites, each timed on its own, said
     the substituted graph saves at least MARGIN of its time (see :data:`SECOND_LOOK`)."""
-    t = {x.name: x for x in timings}
-    ours = timings[0] if timings and timings[0].name != INDUCTOR else None  # timed first
-    if not saved_us or ours is None or ours.us is None or faster(timings) != INDUCTOR:
-        return False
-    return INDUCTOR in t and t[INDUCTOR].us is not None and saved_us >= autotune.MARGIN * ours.us
+    ours = _won_by_inductor(timings)
+    return bool(saved_us) and ours is not None and saved_us >= autotune.MARGIN * (ours.us or 0.0)
 
 
 def _lost_unmeasured(timings: Sequence[Timing], saved_us: float | None) -> bool:
-    """Whether Inductor's graph won these rounds where the sites' saving is unknown (a pin,
-    or sites timed on a busy host): on the CPU such a first look is taken again after the
-    compile too (ViT BF16 at 16 threads on the Xeon with AMX: a site timed unsteady, the check
-    read a tie inside the compile and kept Inductor's graph, where the AMX kernels without the
-    check ran 0.920x it; results/x86_models_xeon16_t16_vit_bf16_2eb64ae.md)."""
-    ours = timings[0] if timings and timings[0].name != INDUCTOR else None
-    theirs = next((t for t in timings if t.name == INDUCTOR), None)
-    known = ours is not None and ours.us is not None and theirs is not None and theirs.us
-    return saved_us is None and bool(known) and faster(timings) == INDUCTOR
+    """Whether Inductor's graph won where the sites' saving is unknown (a pin, or a busy host):
+    on the CPU looked at again after the compile too (ViT BF16, 16 threads, Xeon with AMX: an
+    unsteady site, a tie read inside the compile, Inductor's graph kept where the AMX kernels
+    ran 0.920x it without the check; results/x86_models_xeon16_t16_vit_bf16_2eb64ae.md)."""
+    return saved_us is None and _won_by_inductor(timings) is not None
 
 
 def _first_look(timings: Sequence[Timing], when: str = "") -> str:

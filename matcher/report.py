@@ -72,7 +72,7 @@ class GraphReport:
     whole_graph: str = ""  # the substituted graph against Inductor's, timed (graph_guard.py)
     sites_saved_us: float | None = None  # the substituted sites' measured saving (choose.py)
     # their library calls that bound Inductor's time from below (choose.Tuner.library_calls),
-    # held until the whole-graph check has run (it frees them)
+    # held for the compile's whole-graph check (the backend frees them once it has compiled)
     library_calls: list[Callable[[], float]] = field(default_factory=list, repr=False)
     # which other graphs with substitutions the whole-graph check compiles (choose.py's tuner)
     hedges: Stakes = field(default_factory=Stakes)

@@ -294,29 +294,32 @@ class PdlkitBackend:
                 verdict_key=key,
                 per_bucket=per_bucket,
             )
-        whole_graph.note_unmeasured(
-            report, key, opts, plan, example_inputs, gm, not self.explain_only, bool(capture)
-        )
-        if report.skipped and not self.explain_only:
-            self.session.warn_once(
-                f"pdlkit: graph {index} left to Inductor: {report.skipped}", key="skipped"
+        try:
+            whole_graph.note_unmeasured(
+                report, key, opts, plan, example_inputs, gm, not self.explain_only, bool(capture)
             )
-        self.session.report(report, plan)
-        if self.on_report is not None:
-            self.on_report(report, plan)
-        if self.explain_only:
-            whole_graph.cached_verdict(report, gm, example_inputs, opts, plan, bool(capture))
-            return gm.forward
-        used.update(sub.kernel for sub in report.substitutions)
-        fn = self._compiled(
-            gm, traced, example_inputs, report, opts, plan, patches, key, known, capture,
-            per_bucket,
-        )  # fmt: skip
-        # counted once compiled: a compile Dynamo restarts (AOT autograd raises to make a float
-        # that dynamic=True lifted a constant) counts its substitutions once
-        for sub in report.substitutions:
-            count("substitutions", sub.kernel)
-        return fn
+            if report.skipped and not self.explain_only:
+                self.session.warn_once(
+                    f"pdlkit: graph {index} left to Inductor: {report.skipped}", key="skipped"
+                )
+            self.session.report(report, plan)
+            if self.on_report is not None:
+                self.on_report(report, plan)
+            if self.explain_only:
+                whole_graph.cached_verdict(report, gm, example_inputs, opts, plan, bool(capture))
+                return gm.forward
+            used.update(sub.kernel for sub in report.substitutions)
+            fn = self._compiled(
+                gm, traced, example_inputs, report, opts, plan, patches, key, known, capture,
+                per_bucket,
+            )  # fmt: skip
+            # counted once compiled: a compile Dynamo restarts (AOT autograd raises to make a float
+            # that dynamic=True lifted a constant) counts its substitutions once
+            for sub in report.substitutions:
+                count("substitutions", sub.kernel)
+            return fn
+        finally:  # the sites' library calls serve this compile's whole-graph check alone
+            report.library_calls = []
 
     def _options(self, mode: str | None, options: Mapping[str, Any] | None) -> Options:
         opts = self.options.with_(options)

@@ -234,7 +234,6 @@ def faster_graph(
         )
     finally:
         deferred.restore()
-        report.library_calls = []  # they hold the sites' weights (packed, under freezing)
     decision = noted(decision)
     if decision.source == graph_guard.PENDING:
         report.whole_graph = decision.describe()  # the verdict comes with the later look

@@ -31,10 +31,14 @@ def _looks(*then_ms: float) -> list:
     return [alone([1.0] * 21), paired([1.1] * 21, [1.0] * 21), *second]
 
 
-def _choose(monkeypatch, tmp_path, looks: list, heard: list, written=(), graphs=None, failed=None):
+def _choose(
+    monkeypatch, tmp_path, looks: list, heard: list, written=(), graphs=None, failed=None,
+    saved=100.0, later=True,
+):  # fmt: skip
     """graph_guard.choose with a 100 us saving of a 1 ms graph (Inductor's graph winning
-    contradicts it) over ``looks`` given in advance, a later look allowed; returns the code,
-    the first decision and what the calls ran."""
+    contradicts it; ``saved``: another, or None for an unknown one) over ``looks`` given in
+    advance, a later look allowed (``later``); returns the code, the first decision, what the
+    calls ran and the looks not taken."""
     from pdlkit.matcher import graph_guard
 
     monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
@@ -43,9 +47,12 @@ def _choose(monkeypatch, tmp_path, looks: list, heard: list, written=(), graphs=
     monkeypatch.setattr(graph_guard, "_measure", lambda runs, device, *settled: given.pop(0))
     seen: list[str] = []
     sub, ind = graphs or (_graph("substituted", seen), _graph("inductor", seen))
+    told = graph_guard.Later(
+        heard=heard.append, failed=(failed if failed is not None else []).append
+    )
     _, fn, decision = graph_guard.choose(
-        "k", sub, ind, (torch.randn(2),), "cached", 100.0, written=written,
-        later=graph_guard.Later(heard=heard.append, failed=(failed if failed is not None else []).append),
+        "k", sub, ind, (torch.randn(2),), "cached", saved, written=written,
+        later=told if later else None,
     )  # fmt: skip
     return fn, decision, seen, given
 
@@ -208,23 +215,6 @@ def test_a_failed_look_is_counted_and_the_model_stays_right(folders, monkeypatch
     assert st["by_kernel"].get("fast_chain", {}).get("kernel_calls", 0) == 0
 
 
-def _choose_unknown(monkeypatch, tmp_path, looks: list, later: bool):
-    """graph_guard.choose where the sites' saving is unknown (a pin, or a busy host's site
-    timings) over ``looks`` given in advance; returns the code, the first decision and the
-    looks not taken."""
-    from pdlkit.matcher import graph_guard
-
-    monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
-    given = list(looks)
-    monkeypatch.setattr(graph_guard, "_measure", lambda runs, device, *settled: given.pop(0))
-    seen: list[str] = []
-    _, fn, decision = graph_guard.choose(
-        "k", _graph("substituted", seen), _graph("inductor", seen), (torch.randn(2),),
-        "cached", None, later=graph_guard.Later() if later else None,
-    )  # fmt: skip
-    return fn, decision, given
-
-
 def test_inductors_win_where_the_saving_is_unknown_is_looked_at_after_the_compile(
     monkeypatch, tmp_path
 ):
@@ -234,7 +224,7 @@ def test_inductors_win_where_the_saving_is_unknown_is_looked_at_after_the_compil
     from pdlkit.matcher import graph_guard
 
     looks = [paired([1.1] * 21, [1.0] * 21), paired([0.9] * 21, [1.0] * 21)]
-    fn, decision, given = _choose_unknown(monkeypatch, tmp_path, looks, later=True)
+    fn, decision, _, given = _choose(monkeypatch, tmp_path, looks, [], saved=None)
     assert decision.source == graph_guard.PENDING and fn(torch.randn(2)) == "inductor"
     _due_now(fn)
     assert fn(torch.randn(2)) == "substituted" and given == []
@@ -244,5 +234,5 @@ def test_an_unknown_saving_gets_no_second_look_inside_the_compile(monkeypatch, t
     """Without a look after the compile (CUDA), Inductor's win over an unknown saving stands:
     the rounds are not taken twice inside the compile."""
     looks = [paired([1.1] * 21, [1.0] * 21), paired([0.9] * 21, [1.0] * 21)]
-    fn, decision, given = _choose_unknown(monkeypatch, tmp_path, looks, later=False)
+    _, decision, _, given = _choose(monkeypatch, tmp_path, looks, [], saved=None, later=False)
     assert decision.choice == "inductor" and len(given) == 1
