@@ -8,7 +8,7 @@ take ``CONFIDENT`` more than that graph (``pdlkit/matcher/graph_guard.py``, ``BE
 then Inductor's graph is not compiled. That holds only if the sweep never reads more than
 Inductor's whole graph takes. For each case (``x86_models.py``'s models and dtypes, random
 weights, caches cold) this compiles the model with ``pdlkit.optimize`` and, inside the check,
-sweeps every case's library calls (``SWEEPS`` sweeps, the least taken, whatever the saving);
+sweeps every case's library calls (``matcher/lowered.py``'s ``SWEEPS`` sweeps, the least taken, whatever the saving);
 then compiles it with Inductor alone and times both compiled models in alternating windows.
 
 Columns: ``sweep`` the least sweep; ``substituted`` the substituted graph's time inside the
@@ -42,7 +42,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "x86_library_sweep.md"
 
 def one_case(case: str, windows: int) -> list[Any]:
     """One row: the sweep, the check's view, and both compiled models' medians (ms)."""
-    from pdlkit.matcher import graph_guard
+    from pdlkit.matcher import graph_guard, lowered
 
     import pdlkit
 
@@ -52,7 +52,7 @@ def one_case(case: str, windows: int) -> list[Any]:
     original = graph_guard._confident
 
     def confident(run: Any, device: str, saved: Any, first: str = "", calls: Any = ()) -> Any:
-        seen["sweep"] = graph_guard._swept(calls, float("inf"), 60.0) if calls else None
+        seen["sweep"] = lowered.swept(calls, float("inf"), 60.0) if calls else None
         why, timings = original(run, device, saved, first, calls)
         seen.update(saved=saved, why=why, sub=timings[0].us if timings else None)
         return why, timings

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 import torch.fx as fx
-from pdlkit.matcher import candidate_code, graph_writes
+from pdlkit.matcher import candidate_code, graph_writes, lowered
 from pdlkit.matcher.graph_verdict import (
     INDUCTOR,
     SAMPLES,
@@ -142,20 +142,15 @@ def choose(
     read the verdict from the decision cache; return the verdict and the faster graph's code.
 
     ``saved_us``: what the substituted sites saved against their subgraphs, each timed on its
-    own (matcher/choose.py). When that is at least :data:`CONFIDENT` of the substituted
-    graph's own time, Inductor's graph is not compiled (a whole Inductor compile: most of the
-    first compile's cost), and the substituted graph wins unless the kernels-only graph
-    (below) measures faster: the sites' saving says nothing about that one. Not when the
-    substituted graph's own rounds were unsteady twice (``autotune.steady``: the host was
-    busy, and the sites' timings with it; :data:`SECOND_LOOK`): then Inductor's graph is
-    compiled and timed as well, and where it wins against the sites' saving, timed again (seen on
-    a 2-core Xeon, GPT-2 int8-dynamic on 2 threads beside another busy process: sites timed
-    10-50x slow "saved" 2.4 ms, and the substituted graph ran 1.17x PyTorch's int8 path).
+    own (matcher/choose.py). At :data:`CONFIDENT` of the substituted graph's own time or more,
+    Inductor's graph is not compiled (most of the first compile's cost), and the substituted
+    graph wins unless the kernels-only graph (below) is faster. Not where the substituted
+    graph's own rounds were unsteady twice (the host was busy, and the sites' timings with it:
+    a 2-core Xeon's sites, timed 10-50x slow, "saved" 2.4 ms of a GPT-2 int8 graph that ran
+    1.17x PyTorch's); then Inductor's graph is timed too (and again where it wins: SECOND_LOOK).
 
-    ``kernels_only`` / ``static``: where they differ, the graph with a kernel at every site
-    (:data:`KERNELS`: some sites kept their subgraph, or took a kernel near the fastest that
-    is not the first in priority) and static priority's (:data:`STATIC`), timed as further
-    candidates.
+    ``kernels_only`` / ``static``: further candidates where they differ, the graph with a
+    kernel at every site (:data:`KERNELS`) and static priority's (:data:`STATIC`).
 
     ``written``: positions of example inputs the graph writes in place (a KV cache): every
     graph runs on one copy of those (graph_writes.scratch_inputs), the caller's stay as they
@@ -164,8 +159,9 @@ def choose(
     (:data:`KERNELS` where the kernels-only graph stands in for it, without ``kernels_only``).
     ``later``: on the CPU, a first look that contradicts the sites' saving is looked at again
     after the compile (:class:`LaterLook`, returned as the code, with the first look's
-    decision, its source :data:`PENDING`), not at once. ``library_calls``: the substituted
-    sites' library calls that bound Inductor's time from below (see :data:`BELIEVABLE`)."""
+    decision, its source :data:`PENDING`), not at once; so is the graph of a compile before
+    this one whose look was still to come (:data:`LATER_KEY`). ``library_calls``: the
+    substituted sites' library calls that bound Inductor's time from below (BELIEVABLE)."""
     makers = _makers(substituted, inductor, kernels_only, static)
     if first != SUBSTITUTED:
         assert first not in makers, f"{first} given twice"
@@ -179,6 +175,9 @@ def choose(
     ours = makers[first]()
     tensors = graph_writes.scratch_inputs(example_inputs, written)
     device = autotune.device_of(tensors)
+    hint = cache.get(key + LATER_KEY) if mode == "cached" and device == "cpu" else None
+    if hint is not None and later is not None:
+        return _looked_at_later(key, hint, makers, first, ours, written, loaded, later)
     with torch.no_grad(), uncounted():
         why, timings = _confident(partial(ours, *tensors), device, saved_us, first, library_calls)
         skipped = [Timing(name, None, why) for name, why in (left_out or {}).items()]
@@ -200,6 +199,7 @@ def choose(
         timings += failed + skipped
     if pending and later is not None:
         decision = Decision(faster(timings), timings, PENDING)
+        cache.put(key + LATER_KEY, decision)
         look = LaterLook(key, fns, decision, written, loaded, later)
         return decision.choice, look, decision
     return _settle(key, fns, Decision(faster(timings), timings), loaded)
@@ -289,51 +289,12 @@ def _confident(
     if saved_us < BELIEVABLE * (graph.us or 0.0):
         return f"the sites save {saved_us:.0f} us, over {CONFIDENT:.0%}", timings
     need = (1 + CONFIDENT) * (graph.us or 0.0)
-    bound = _swept(library_calls, need, autotune.budget_s())
+    bound = lowered.swept(library_calls, need, autotune.budget_s())
     if bound is not None and bound >= need:
         why = f"the sites' library calls alone take {bound:.0f} us or more, {CONFIDENT:.0%} over it"
         return why, timings
     _warn_unbelievable(saved_us, graph, bound)
     return "", timings
-
-
-# sweeps of the sites' library calls, the least taken: at most SWEEPS, at least two (the
-# first may still be creating oneDNN's primitives), no more once the least is FAR_OVER times
-# what is asked of it, and none past that point (bert-mini BF16 on the AVX2 EPYC: sweeps of
-# 242 ms against a 45 ms need)
-SWEEPS, FAR_OVER = 5, 2.0
-
-
-def _swept(calls: Sequence[Callable[[], float]], need: float, budget: float) -> float | None:
-    """The least time, in microseconds, of a few sweeps of ``calls`` (each runs one site's
-    library calls and returns their time), one after another as the graph runs them, within
-    about ``budget`` seconds; a sweep stops once it has shown ``need`` reached by far (then
-    it is at least FAR_OVER times ``need``). None without calls, or where one raises."""
-    if not calls:
-        return None
-    sweeps: list[float] = []
-    deadline = time.perf_counter() + budget
-    try:
-        with torch.no_grad(), uncounted():
-            while len(sweeps) < SWEEPS:
-                sweeps.append(_sweep(calls, FAR_OVER * need))
-                if len(sweeps) >= 2 and (
-                    min(sweeps) >= FAR_OVER * need or time.perf_counter() > deadline
-                ):
-                    break
-    except Exception:  # noqa: BLE001 - no bound: Inductor's graph is compiled and timed
-        return None
-    return min(sweeps)
-
-
-def _sweep(calls: Sequence[Callable[[], float]], enough: float) -> float:
-    """One sweep's microseconds, its calls stopped once they add up to ``enough``."""
-    total = 0.0
-    for c in calls:
-        total += c()
-        if total >= enough:
-            break
-    return total
 
 
 # Where a first look disagrees with what the sites measured, the rounds are taken once more and
@@ -430,6 +391,39 @@ class LaterLook:
             self._key, fns, Decision(faster(timings), timings), self._loaded
         )
         self._later.heard(self.decision)
+
+
+# Where a compile left its verdict to the look after it (PENDING), the first look is cached
+# under the graph's key + LATER_KEY until that look's verdict is: the next compile of the
+# graph takes no rounds inside it, which misled on this host (LATER_S), but compiles the
+# graphs, from Inductor's warm caches, for the look after it (seen on the Xeon with AMX, ViT
+# BF16 at 16 threads: a second compile 2.46x Inductor's, 1.3 against 0.5 s, where the look
+# had not been taken, results/x86_models_xeon16_t16_bf16_all_5666d05.md).
+LATER_KEY = " (its look after the compile still to come)"
+
+
+def _looked_at_later(
+    key: str,
+    hint: Decision,
+    makers: dict[str, _Make],
+    first: str,
+    ours: Callable[..., Any],
+    written: Sequence[int],
+    loaded: candidate_code.Loaded,
+    later: Later,
+) -> tuple[str, Callable[..., Any], Decision]:
+    """The graphs of ``makers`` compiled (``first``'s is ``ours``), and the code of a look
+    after the compile that runs the earlier compile's first choice (``hint``) until then."""
+    fns, failed = _compiled({n: m for n, m in makers.items() if n != first})
+    fns = {first: ours, **fns}
+    earlier = [
+        Timing(t.name, t.us, "; ".join(filter(None, ["an earlier compile's", t.note])), t.low)
+        for t in hint.timings
+        if t.us is not None
+    ]
+    choice = hint.choice if hint.choice in fns else first
+    decision = Decision(choice, [*earlier, *failed], PENDING)
+    return choice, LaterLook(key, fns, decision, written, loaded, later), decision
 
 
 def _saves_enough(saved_us: float, t: Timing) -> bool:

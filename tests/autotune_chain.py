@@ -90,14 +90,46 @@ def calls(st, kernel):
 # -- whole graphs for graph_guard.choose (test_autotune_graph*.py) --
 
 
-def graph_maker(compiled: list, name: str, seconds: float):
+class Clock:
+    """The check's clock in a test (:func:`install_clock`): it reads the seconds the timed calls
+    say they take. A graph that sleeps reads longer and unsteady on a loaded host, which
+    changes the check's path: ``sleep(0.001)`` read as 1.4 ms makes a graph's 1.6 ms of
+    library calls under CONFIDENT over it, and 1.5 ms saved no longer "as large as the graph"."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    monotonic = perf_counter
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def install_clock(monkeypatch) -> Clock:
+    """A :class:`Clock` that the whole-graph check (graph_guard) and the timing it calls
+    (autotune) read in place of the host's."""
+    from pdlkit.matcher import graph_guard
+    from pdlkit.runtime_abi import autotune
+
+    clock = Clock()
+    for module in (autotune, graph_guard):
+        monkeypatch.setattr(module, "time", clock)
+    return clock
+
+
+def graph_maker(compiled: list, name: str, seconds: float, clock: Clock | None = None):
     """A whole graph's compile for graph_guard.choose: it notes ``name`` in ``compiled`` and
-    gives code that takes ``seconds`` per call."""
+    gives code that takes ``seconds`` per call (on ``clock``, where given; else it sleeps)."""
     import time
+
+    wait = clock.sleep if clock is not None else time.sleep
 
     def make():
         compiled.append(name)
-        return lambda *a: time.sleep(seconds)
+        return lambda *a: wait(seconds)
 
     return make
 

@@ -12,7 +12,16 @@ import re
 
 import pytest
 import torch
-from autotune_chain import FAST, SLOW, calls, graph_maker, inputs, recorded_measures, run
+from autotune_chain import (
+    FAST,
+    SLOW,
+    calls,
+    graph_maker,
+    inputs,
+    install_clock,
+    recorded_measures,
+    run,
+)
 from autotune_chain import Chain as autotune_chain_model
 
 import pdlkit
@@ -62,25 +71,21 @@ def test_an_older_graph_keeps_its_shared_site_when_the_newer_one_is_freed():
     assert sites.site(key) is None
 
 
-def test_whole_graph_keeps_inductors_code_when_it_is_faster(tmp_path, monkeypatch, steady_host):
+def test_whole_graph_keeps_inductors_code_when_it_is_faster(tmp_path, monkeypatch):
     """The last check (matcher/graph_guard.py): the two compiled graphs timed as wholes; the
-    verdict is cached, so a second compilation compiles only the winner (``steady_host``: the
-    fast graph's calls take well under a microsecond, which a loaded host can make look
-    unsteady)."""
+    verdict is cached, so a second compilation compiles only the winner."""
     from pdlkit.matcher import graph_guard
 
     monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
-    compiled = []
+    compiled, clock = [], install_clock(monkeypatch)
 
     def compile_slow():
         compiled.append("substituted")
-        return lambda *a: time.sleep(0.002)
+        return lambda *a: clock.sleep(0.002)
 
     def compile_fast():
         compiled.append("inductor")
-        return lambda *a: None
-
-    import time
+        return lambda *a: clock.sleep(0.0002)
 
     args = (torch.randn(2),)
     verdict, fn, decision = graph_guard.choose("k1", compile_slow, compile_fast, args, "cached")
@@ -94,23 +99,21 @@ def test_each_graph_is_timed_after_its_own_call(tmp_path, monkeypatch):
     """A graph whose data another graph evicts runs slowly right after that one, but a model
     runs call after call: the substituted graph here takes 1 ms after itself and 3 ms right
     after Inductor's (1.5 ms either way), so it wins, as it does when the model runs alone."""
-    import time
-
     from pdlkit.matcher import graph_guard
 
     monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
-    last = [""]
+    last, clock = [""], install_clock(monkeypatch)
 
     def substituted():
         def call(*a):
-            time.sleep(0.001 if last[0] == "substituted" else 0.003)
+            clock.sleep(0.001 if last[0] == "substituted" else 0.003)
             last[0] = "substituted"
 
         return call
 
     def inductor():
         def call(*a):
-            time.sleep(0.0015)
+            clock.sleep(0.0015)
             last[0] = "inductor"
 
         return call
@@ -128,10 +131,10 @@ def _guarded(tmp_path, monkeypatch, saved_us, library_calls=()):
     from pdlkit.matcher import graph_guard
 
     monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
-    compiled = []
+    compiled, clock = [], install_clock(monkeypatch)
 
-    substituted = graph_maker(compiled, "substituted", 0.001)
-    inductor = graph_maker(compiled, "inductor", 0.0015)
+    substituted = graph_maker(compiled, "substituted", 0.001, clock)
+    inductor = graph_maker(compiled, "inductor", 0.0015, clock)
     verdict, _, decision = graph_guard.choose(
         "k", substituted, inductor, (torch.randn(2),), "cached", saved_us,
         library_calls=library_calls,
@@ -184,10 +187,10 @@ def test_a_large_measured_saving_still_times_the_kernels_only_graph(tmp_path, mo
     from pdlkit.matcher import graph_guard
 
     monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
-    compiled = []
+    compiled, clock = [], install_clock(monkeypatch)
 
     def graph(name, seconds):
-        return graph_maker(compiled, name, seconds)
+        return graph_maker(compiled, name, seconds, clock)
 
     verdict, _, decision = graph_guard.choose(
         "k", graph("mix", 0.002), graph("inductor", 0.003), (torch.randn(2),), "cached",
@@ -258,17 +261,10 @@ def test_a_median_lead_won_in_a_few_rounds_keeps_inductors_graph(tmp_path, monke
     Inductor's graph runs. Medians alone would have chosen the substituted graph. The calls
     advance a clock of the test's own, which the timing reads: a busy host cannot stretch
     them (sleeping, this test once failed on a host another benchmark had just left)."""
-    import types
-
     from pdlkit.matcher import graph_guard, graph_verdict
-    from pdlkit.runtime_abi import autotune
 
     monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
-    clock, calls = [0.0], []
-    monkeypatch.setattr(autotune, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
-
-    def taking(seconds):
-        clock[0] += seconds
+    calls, taking = [], install_clock(monkeypatch).sleep
 
     def erratic():  # 1 ms three calls in five, else 3 ms, against Inductor's steady 1.6 ms
         return lambda *a: (calls.append(1), taking(0.001 if len(calls) % 5 < 3 else 0.003))
@@ -292,9 +288,11 @@ def test_whole_graphs_get_all_their_rounds_past_a_sites_budget(tmp_path, monkeyp
 
     monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("PDLKIT_AUTOTUNE_BUDGET", "0.1")
+    clock = install_clock(monkeypatch)
     _, _, decision = graph_guard.choose(
-        "k", graph_maker([], "s", 0.005), graph_maker([], "i", 0.005), (torch.randn(2),), "cached"
-    )
+        "k", graph_maker([], "s", 0.005, clock), graph_maker([], "i", 0.005, clock),
+        (torch.randn(2),), "cached",
+    )  # fmt: skip
     assert [len(t.rounds) for t in decision.timings] == [graph_guard.SAMPLES] * 2
 
 
@@ -363,10 +361,10 @@ def test_the_kernels_only_graph_is_a_third_candidate(tmp_path, monkeypatch):
     from pdlkit.matcher import graph_guard
 
     monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
-    compiled = []
+    compiled, clock = [], install_clock(monkeypatch)
 
     def graph(name, seconds):
-        return graph_maker(compiled, name, seconds)
+        return graph_maker(compiled, name, seconds, clock)
 
     args = ("k", graph("mix", 0.002), graph("inductor", 0.002), (torch.randn(2),), "cached")
     verdict, _, decision = graph_guard.choose(*args, kernels_only=graph("kernels", 0.0005))
@@ -426,26 +424,26 @@ def test_explain_shows_the_whole_graph_verdict_optimize_took(folders, monkeypatc
 def test_a_sweep_far_over_what_is_needed_stops_after_two():
     """Sweeps of the sites' library calls stop once the least of two is FAR_OVER what the
     check needs (a 242 ms sweep against a 45 ms need took 1.5 s in six sweeps)."""
-    from pdlkit.matcher import graph_guard
+    from pdlkit.matcher import lowered
 
     runs = []
-    bound = graph_guard._swept([lambda: runs.append(1) or 300.0], need=100.0, budget=60.0)
+    bound = lowered.swept([lambda: runs.append(1) or 300.0], need=100.0, budget=60.0)
     assert bound == 300.0 and len(runs) == 2
 
 
 def test_a_sweep_near_what_is_needed_takes_the_least_of_all_sweeps():
-    from pdlkit.matcher import graph_guard
+    from pdlkit.matcher import lowered
 
     reads = iter([130.0, 120.0, 125.0, 110.0, 140.0, 90.0])
-    bound = graph_guard._swept([lambda: next(reads)], need=100.0, budget=60.0)
+    bound = lowered.swept([lambda: next(reads)], need=100.0, budget=60.0)
     assert bound == 110.0  # SWEEPS (5) of them: the sixth is not taken
 
 
 def test_a_sweep_stops_its_calls_once_they_are_far_over_what_is_needed():
     """GPT-2 BF16 on the AVX2 EPYC: ATen's BF16 GEMMs 20-74x the kernels' time; a sweep
     need not run the rest of them once the first are FAR_OVER what the check needs."""
-    from pdlkit.matcher import graph_guard
+    from pdlkit.matcher import lowered
 
     later = []
-    bound = graph_guard._swept([lambda: 250.0, lambda: later.append(1) or 1.0], 100.0, 60.0)
+    bound = lowered.swept([lambda: 250.0, lambda: later.append(1) or 1.0], 100.0, 60.0)
     assert bound == 250.0 and later == []

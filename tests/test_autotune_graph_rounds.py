@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from autotune_chain import alone, graph_maker, paired, recorded_measures
+from autotune_chain import alone, graph_maker, install_clock, paired, recorded_measures
 
 # 21 paired rounds in which the substituted graph (0.9 ms) beats Inductor's (1.0 ms) in 13 and
 # loses by a little in 8: a 10% lead on the medians and 4.7% on the means, short of the 70% of
@@ -132,17 +132,16 @@ def test_inductors_graph_winning_past_a_small_saving_is_timed_once(monkeypatch, 
 
 
 def _rounds_of(tmp_path, monkeypatch, substituted_s, inductor_s):
-    """graph_guard.choose over two sleeping graphs: the verdict and each graph's rounds (a
-    sleep's jitter on a busy host is not the subject: any spread counts as steady)."""
+    """graph_guard.choose over two graphs that take the given seconds on the check's clock:
+    the verdict and each graph's rounds."""
     from pdlkit.matcher import graph_guard
-    from pdlkit.runtime_abi import autotune
 
     monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(autotune, "STEADY", float("inf"))
+    clock = install_clock(monkeypatch)
     verdict, _, decision = graph_guard.choose(
         "k",
-        graph_maker([], "substituted", substituted_s),
-        graph_maker([], "inductor", inductor_s),
+        graph_maker([], "substituted", substituted_s, clock),
+        graph_maker([], "inductor", inductor_s, clock),
         (torch.randn(2),),
         "cached",
     )
@@ -151,8 +150,7 @@ def _rounds_of(tmp_path, monkeypatch, substituted_s, inductor_s):
 
 def test_a_decisive_lead_ends_the_rounds_early(tmp_path, monkeypatch):
     """A substituted graph at a fifth of Inductor's time, faster in every round: its verdict
-    is settled after EARLY rounds, not SAMPLES (the rounds are most of a large graph's check).
-    (At half, one round of a 1 ms sleep read past 2 ms on a busy 2-core VM: not decisive.)"""
+    is settled after EARLY rounds, not SAMPLES (the rounds are most of a large graph's check)."""
     from pdlkit.matcher import graph_guard
 
     verdict, rounds = _rounds_of(tmp_path, monkeypatch, 0.001, 0.005)
@@ -202,16 +200,15 @@ def test_without_inductors_graph_the_graphs_with_substitutions_take_early_rounds
     substituted one: the graph alone and the two together take EARLY rounds each, not
     SAMPLES (neither choice can lose to Inductor's code)."""
     from pdlkit.matcher import graph_guard
-    from pdlkit.runtime_abi import autotune
 
     monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(autotune, "STEADY", float("inf"))  # a sleep's jitter is not the subject
+    clock = install_clock(monkeypatch)
     measured = recorded_measures(monkeypatch)
-    graph = graph_maker([], "x", 0.001)
+    graph = graph_maker([], "x", 0.001, clock)
     verdict, _, _ = graph_guard.choose(
         "k",
         graph,
-        graph_maker([], "i", 0.003),
+        graph_maker([], "i", 0.003, clock),
         (torch.randn(2),),
         "cached",
         900.0,

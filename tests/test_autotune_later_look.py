@@ -94,6 +94,29 @@ def test_the_look_after_the_compile_decides_and_is_cached(monkeypatch, tmp_path)
     )
 
 
+def test_the_next_compile_of_a_graph_still_to_be_looked_at_takes_no_rounds(
+    monkeypatch, tmp_path
+):
+    """A compile left its verdict to the look after it, and that look was never taken (the
+    process ended first): the next compile of the graph compiles both graphs but takes no
+    rounds inside the compile, runs the first look's choice, and its own look after the
+    compile decides (and is cached, so the one after that compiles the winner alone)."""
+    from pdlkit.matcher import graph_guard
+    from pdlkit.runtime_abi import autotune
+
+    _choose(monkeypatch, tmp_path, _looks(0.9), [])  # the look after it is never taken
+    heard: list = []
+    looks = [paired([0.9] * 21, [1.0] * 21)]  # the second compile's look after it
+    fn, decision, _, given = _choose(monkeypatch, tmp_path, looks, heard)
+    assert (decision.choice, decision.source) == ("inductor", graph_guard.PENDING)
+    assert len(given) == 1 and fn(torch.randn(2)) == "inductor"  # no rounds yet
+    assert "an earlier compile's" in decision.describe()
+    _due_now(fn)
+    assert fn(torch.randn(2)) == "substituted" and given == []
+    assert [d.choice for d in heard] == ["substituted"]
+    assert autotune.decision_cache().get("k").choice == "substituted"
+
+
 def test_a_look_after_the_compile_that_agrees_keeps_inductors_graph(monkeypatch, tmp_path):
     """The later look reads Inductor's graph faster again: it keeps running, now cached."""
     from pdlkit.runtime_abi import autotune
