@@ -143,22 +143,23 @@ def tuning_counters(stats: dict[str, Any], chosen: bool = True) -> str:
     return (text or "none") + (f" (chosen: {won_text})" if chosen and won_text else "")
 
 
-def verdicts(folder: Path) -> list[dict[str, Any]]:
-    """The whole-graph decisions (matcher/graph_guard.py) in a decision cache folder."""
+def verdicts(folder: Path) -> list[tuple[str, dict[str, Any]]]:
+    """The whole-graph decisions (matcher/graph_guard.py) in a decision cache folder, each
+    with its key."""
     from pdlkit.matcher.graph_guard import INDUCTOR, KERNELS, SUBSTITUTED
 
-    found: list[dict[str, Any]] = []
+    found: list[tuple[str, dict[str, Any]]] = []
 
-    def walk(o: Any) -> None:
+    def walk(o: Any, key: str = "") -> None:
         if isinstance(o, dict):
             names = [t[0] for t in o.get("timings", []) if isinstance(t, list) and t]
             if "choice" in o and any(n in (SUBSTITUTED, KERNELS, INDUCTOR) for n in names):
-                found.append(o)
-            for v in o.values():
-                walk(v)
+                found.append((key, o))
+            for k, v in o.items():
+                walk(v, str(k))
         elif isinstance(o, list):
             for v in o:
-                walk(v)
+                walk(v, key)
 
     for p in folder.rglob("*.json"):
         try:
@@ -171,14 +172,19 @@ def verdicts(folder: Path) -> list[dict[str, Any]]:
 def verdict_text(folder: Path) -> str:
     """``verdict: <the graph that runs> (each graph's time)`` per whole-graph verdict cached
     in ``folder``; a graph whose verdict a busy host left uncached, or that was not timed
-    (training, in-place ops, dynamic shapes: graph_guard.timeable), leaves none."""
+    (training, in-place ops, dynamic shapes: graph_guard.timeable), leaves none. A first look
+    left to the look after the compile (graph_guard.LATER_KEY) reads ``look after the compile
+    due: <the first look's choice> (...)``."""
+    from pdlkit.matcher.graph_guard import LATER_KEY
+
     texts = []
-    for v in verdicts(folder):
+    for key, v in verdicts(folder):
         times = ", ".join(
             f"{n} {us / 1e3:.2f} ms" if us is not None else f"{n} ({note})"
             for n, us, note, *_ in v["timings"]
         )
-        texts.append(f"verdict: {v['choice']} ({times})")
+        what = "look after the compile due: first look" if key.endswith(LATER_KEY) else "verdict:"
+        texts.append(f"{what} {v['choice']} ({times})")
     return "; ".join(texts) or "verdict: none cached"
 
 
