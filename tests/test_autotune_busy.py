@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import itertools
 import statistics
-import time
 
 import pytest
 import torch
-from autotune_chain import graph_maker
+from autotune_chain import graph_maker, install_clock
 from pdlkit.matcher import choose, graph_guard
 from pdlkit.matcher.report import GraphReport
 from pdlkit.runtime_abi import autotune
@@ -58,16 +57,15 @@ def test_a_site_timed_in_a_burst_of_load_is_looked_at_again(tmp_path, monkeypatc
 
 def test_a_whole_graph_verdict_timed_on_a_busy_host_is_not_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
-    compiled = []
+    compiled, clock = [], install_clock(monkeypatch)
 
     def busy(name):
         def make():
             compiled.append(name)
             # each graph's own swings, 1-8x, with an odd period (a lead call skips none): a
-            # shared cycle gave each graph alternate values, whose spread a loaded host's
-            # longer sleeps shrank under BUSY (failed once in CI on the 2-core EPYC)
+            # shared cycle gave each graph alternate values
             swings = itertools.cycle([0.001, 0.008, 0.002])
-            return lambda *a: time.sleep(next(swings))
+            return lambda *a: clock.sleep(next(swings))
 
         return make
 
@@ -96,16 +94,16 @@ def test_a_large_saving_timed_on_a_busy_host_still_times_inductors_graph(tmp_pat
     sites' saving, timed then too, is not trusted, and Inductor's graph is compiled and
     timed; a warning says why."""
     monkeypatch.setenv("PDLKIT_CACHE_DIR", str(tmp_path))
-    compiled = []
+    compiled, clock = [], install_clock(monkeypatch)
     swings = itertools.cycle([0.001, 0.004, 0.002])  # odd period: a lead call skips none
 
     def busy():
         compiled.append("substituted")
-        return lambda *a: time.sleep(next(swings))
+        return lambda *a: clock.sleep(next(swings))
 
     with pytest.warns(UserWarning, match="host was busy"):
         graph_guard.choose(
-            "k", busy, graph_maker(compiled, "inductor", 0.001), (torch.randn(2),), "cached",
+            "k", busy, graph_maker(compiled, "inductor", 0.001, clock), (torch.randn(2),), "cached",
             5000.0,
         )  # fmt: skip
     assert compiled == ["substituted", "inductor"]

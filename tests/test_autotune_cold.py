@@ -9,11 +9,9 @@ the rest of a model's weights.
 
 from __future__ import annotations
 
-import time
-
 import autotune_chain as ac
 import torch
-from autotune_chain import FAST, inputs, run
+from autotune_chain import FAST, Clock, inputs, install_clock, run
 from pdlkit.matcher import cold, lowered
 from pdlkit.runtime_abi import autotune
 
@@ -99,14 +97,15 @@ def test_the_subgraph_is_timed_on_the_same_copies(folders, monkeypatch):
     assert len(seen) == 1 and len(seen[0]) == cold.copies(c.nbytes, model) > 1
 
 
-def test_packing_each_copy_is_not_timed():
+def test_packing_each_copy_is_not_timed(monkeypatch):
     """A call slow the first time on each copy (as packing a weight is) measures fast."""
+    clock = install_clock(monkeypatch)
     first = set()
 
     def call(i):
         if i not in first:
             first.add(i)
-            time.sleep(0.02)
+            clock.sleep(0.02)
 
     rotation = cold.Rotation([lambda i=i: call(i) for i in range(8)])
     (t,) = autotune.measure([("kernel", rotation)], "cpu", budget=1.0)
@@ -120,14 +119,15 @@ def test_a_decision_for_a_small_model_is_not_reused_for_a_large_one(folders):
     assert _with_rest(p, k, "cached")["tuning_misses"] == 1  # more copies: measured again
 
 
-def test_a_kernel_over_twice_as_slow_with_its_weights_cached_is_not_timed_on_copies():
+def test_a_kernel_over_twice_as_slow_with_its_weights_cached_is_not_timed_on_copies(monkeypatch):
     """Its copies are never packed or run (that is most of a site's timing cost), and it is
     excluded with the reason; the fast one is timed on its copies."""
+    clock = install_clock(monkeypatch)
     ran: list[tuple[str, int]] = []
 
     def call(name: str, i: int, seconds: float) -> None:
         ran.append((name, i))
-        time.sleep(seconds)
+        clock.sleep(seconds)
 
     fast = cold.Rotation([lambda i=i: call("fast", i, 0.001) for i in range(4)])
     slow = cold.Rotation([lambda i=i: call("slow", i, 0.005) for i in range(4)])
@@ -137,65 +137,70 @@ def test_a_kernel_over_twice_as_slow_with_its_weights_cached_is_not_timed_on_cop
     assert t_fast.us is not None and {i for name, i in ran if name == "fast"} == {0, 1, 2, 3}
 
 
-def test_a_kernel_slow_for_its_first_few_calls_is_still_timed_on_copies():
+def test_a_kernel_slow_for_its_first_few_calls_is_still_timed_on_copies(monkeypatch):
     """A kernel's first calls in a process can run several times slower than later ones (the
     dynamic AMX qlinear at GPT-2's first site: 3.8, 1.6, 1.6, 0.5 ms); three slow calls do not
     make it "over twice as slow" as one steady from the start."""
+    clock = install_clock(monkeypatch)
     calls = {"warming": 0}
 
     def warming(i: int) -> None:
         calls["warming"] += 1
-        time.sleep(0.006 if calls["warming"] <= 3 else 0.001)
+        clock.sleep(0.006 if calls["warming"] <= 3 else 0.001)
 
     warm = cold.Rotation([lambda i=i: warming(i) for i in range(4)])
-    steady = cold.Rotation([lambda: time.sleep(0.001) for _ in range(4)])
+    steady = cold.Rotation([lambda: clock.sleep(0.001) for _ in range(4)])
     t_warm, t_steady = autotune.measure([("warm", warm), ("steady", steady)], "cpu", budget=1.0)
     assert t_warm.us is not None and t_warm.note == ""
     assert t_steady.us is not None
 
 
-def test_a_kernel_slow_for_its_first_milliseconds_of_work_is_still_timed_on_copies():
+def test_a_kernel_slow_for_its_first_milliseconds_of_work_is_still_timed_on_copies(monkeypatch):
     """A kernel can run several times slower for its first few milliseconds of work, however
     many calls those take (the dynamic AMX qlinear at bert-mini's first site: 2.6, then 1.35,
     1.23, 1.39, 1.31, 1.29, 0.47 ms): five slow calls after the first do not exclude it as
     "over twice as slow" as one steady from the start, and it measures the faster."""
+    clock = install_clock(monkeypatch)
     ran = {"s": 0.0}
 
     def warming(i: int) -> None:
         d = 0.003 if ran["s"] < 0.014 else 0.0003  # 3 ms calls for its first 14 ms of work
         ran["s"] += d
-        time.sleep(d)
+        clock.sleep(d)
 
     warm = cold.Rotation([lambda i=i: warming(i) for i in range(4)])
-    steady = cold.Rotation([lambda: time.sleep(0.0005) for _ in range(4)])
+    steady = cold.Rotation([lambda: clock.sleep(0.0005) for _ in range(4)])
     t_warm, t_steady = autotune.measure([("warm", warm), ("steady", steady)], "cpu", budget=1.0)
     assert t_warm.note == "" and t_warm.us is not None and t_steady.us is not None
     assert t_warm.us < t_steady.us
 
 
-def _sleeping(copies: int, seconds: float) -> tuple[cold.Rotation, list[int]]:
-    """A rotation over ``copies`` calls that sleep ``seconds``, and the copies it ran, in order."""
+def _sleeping(copies: int, seconds: float, clock: Clock) -> tuple[cold.Rotation, list[int]]:
+    """A rotation over ``copies`` calls that take ``seconds`` on ``clock``, and the copies it
+    ran, in order."""
     ran: list[int] = []
 
     def call(i: int) -> None:
         ran.append(i)
-        time.sleep(seconds)
+        clock.sleep(seconds)
 
     return cold.Rotation([lambda i=i: call(i) for i in range(copies)]), ran
 
 
-def test_a_kernel_whose_copies_would_take_over_the_budget_is_stopped_on_its_first():
-    slow, ran = _sleeping(64, 0.02)  # 64 x 20 ms > 0.2 s
+def test_a_kernel_whose_copies_would_take_over_the_budget_is_stopped_on_its_first(monkeypatch):
+    clock = install_clock(monkeypatch)
+    slow, ran = _sleeping(64, 0.02, clock)  # 64 x 20 ms > 0.2 s
     (t,) = autotune.measure([("slow", slow)], "cpu", budget=0.2)
     assert t.note == "stopped: over the budget" and t.us is not None and t.us >= 20_000
     assert set(ran) == {0}
 
 
-def test_a_rotation_whose_calls_fill_its_share_runs_one_warm_call_not_four():
+def test_a_rotation_whose_calls_fill_its_share_runs_one_warm_call_not_four(monkeypatch):
     """Calls of a third of the share (BF16 GEMMs without BF16 hardware run for seconds): the
     first call and one warm one decide, within the budget, where four warm calls would
     double it."""
-    slow, ran = _sleeping(4, 0.04)  # 4 x 40 ms > 0.1 s
+    clock = install_clock(monkeypatch)
+    slow, ran = _sleeping(4, 0.04, clock)  # 4 x 40 ms > 0.1 s
     (t,) = autotune.measure([("slow", slow)], "cpu", budget=0.1)
     assert t.note == "stopped: over the budget" and t.us is not None and t.us >= 40_000
     assert ran == [0, 0]
@@ -222,17 +227,20 @@ def test_a_bucket_chosen_at_run_time_is_timed_on_copies_of_the_weight_too(folder
     assert {v for _, v in ac.SEEN} == {float(c[0, 0])}
 
 
-def test_a_rotation_whose_first_call_alone_is_slow_is_timed_on_its_copies():
+def test_a_rotation_whose_first_call_alone_is_slow_is_timed_on_its_copies(monkeypatch):
     """As for a candidate without copies (autotune._first_calls): a first call over the
     candidate's share (0.1 s here) but within the budget is a one-time cost; a warm call
     decides."""
+    clock = install_clock(monkeypatch)
     ran: list[int] = []
 
     def call(i: int) -> None:
         ran.append(i)
-        time.sleep(0.15 if len(ran) == 1 else 0.0005)
+        clock.sleep(0.15 if len(ran) == 1 else 0.0005)
 
     slow_start = cold.Rotation([lambda i=i: call(i) for i in range(4)])
-    timed, _ = autotune.measure([("slow start", slow_start), ("other", lambda: None)], "cpu", 0.2)
+    timed, _ = autotune.measure(
+        [("slow start", slow_start), ("other", lambda: clock.sleep(0.0005))], "cpu", 0.2
+    )
     assert timed.note == "" and timed.us is not None and timed.us < 20_000
     assert set(ran) == {0, 1, 2, 3}

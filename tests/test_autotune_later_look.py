@@ -94,9 +94,7 @@ def test_the_look_after_the_compile_decides_and_is_cached(monkeypatch, tmp_path)
     )
 
 
-def test_the_next_compile_of_a_graph_still_to_be_looked_at_takes_no_rounds(
-    monkeypatch, tmp_path
-):
+def test_the_next_compile_of_a_graph_still_to_be_looked_at_takes_no_rounds(monkeypatch, tmp_path):
     """A compile left its verdict to the look after it, and that look was never taken (the
     process ended first): the next compile of the graph compiles both graphs but takes no
     rounds inside the compile, runs the first look's choice, and its own look after the
