@@ -28,6 +28,8 @@ subgraph's time at int8 sites and 0.81-1.03x at FP32 ones, and sites kept subgra
 beat by 19-35% as compiled: the whole-graph check's kernels-only graph then took the kernels,
 ``results/x86_subgraph_proxy_epyc_avx512_t2_*.md``). ``benchmarks/x86_subgraph_proxy.py``
 prints the proxy next to the compiled subgraph for every site of a model, on this host.
+:func:`swept` runs the library calls of the substituted sites one after another, as the graph
+runs them: the least Inductor's whole graph takes there (matcher/graph_guard.py's BELIEVABLE).
 """
 
 from __future__ import annotations
