@@ -175,7 +175,7 @@ def choose(
     ours = makers[first]()
     tensors = graph_writes.scratch_inputs(example_inputs, written)
     device = autotune.device_of(tensors)
-    hint = cache.get(key + LATER_KEY) if mode == "cached" and device == "cpu" else None
+    hint = cache.get(key + LATER_KEY) if later and mode == "cached" and device == "cpu" else None
     if hint is not None and later is not None:
         return _looked_at_later(key, hint, makers, first, ours, written, loaded, later)
     with torch.no_grad(), uncounted():
