@@ -159,9 +159,8 @@ def choose(
     (:data:`KERNELS` where the kernels-only graph stands in for it, without ``kernels_only``).
     ``later``: on the CPU, a first look that contradicts the sites' saving is looked at again
     after the compile (:class:`LaterLook`, returned as the code, with the first look's
-    decision, its source :data:`PENDING`), not at once; so is the graph of a compile before
-    this one whose look was still to come (:data:`LATER_KEY`). ``library_calls``: the
-    substituted sites' library calls that bound Inductor's time from below (BELIEVABLE)."""
+    decision, its source :data:`PENDING`), not at once, as is a graph an earlier compile left
+    to such a look (:data:`LATER_KEY`). ``library_calls``: see :data:`BELIEVABLE`."""
     makers = _makers(substituted, inductor, kernels_only, static)
     if first != SUBSTITUTED:
         assert first not in makers, f"{first} given twice"
@@ -173,11 +172,12 @@ def choose(
     loaded = candidate_code.Loaded()  # the losers' code is unloaded below
     makers = {n: loaded.tracked(n, m) for n, m in makers.items()}
     ours = makers[first]()
-    tensors = graph_writes.scratch_inputs(example_inputs, written)
-    device = autotune.device_of(tensors)
-    hint = cache.get(key + LATER_KEY) if later and mode == "cached" and device == "cpu" else None
+    device = autotune.device_of(example_inputs)
+    defer = later is not None and device == "cpu"  # a look after the compile can be taken
+    hint = cache.get(key + LATER_KEY) if defer and mode == "cached" else None
     if hint is not None and later is not None:
         return _looked_at_later(key, hint, makers, first, ours, written, loaded, later)
+    tensors = graph_writes.scratch_inputs(example_inputs, written)  # for the rounds below
     with torch.no_grad(), uncounted():
         why, timings = _confident(partial(ours, *tensors), device, saved_us, first, library_calls)
         skipped = [Timing(name, None, why) for name, why in (left_out or {}).items()]
@@ -195,7 +195,7 @@ def choose(
         fns, failed = _compiled(others)
         fns = {first: ours, **fns}
         runs = [(n, _call(f, tensors)) for n, f in fns.items()]
-        timings, pending = _rounds(runs, device, saved_us, later is not None and device == "cpu")
+        timings, pending = _rounds(runs, device, saved_us, defer)
         timings += failed + skipped
     if pending and later is not None:
         decision = Decision(faster(timings), timings, PENDING)
