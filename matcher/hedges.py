@@ -9,7 +9,8 @@ at every site (graph_guard.KERNELS) and static priority's (graph_guard.STATIC).
     after:  where the kernels-only graph's sites add up to within :data:`SHARE` of the
             measured choice's (the check's own margin: it could not tell them apart), the
             kernels-only graph is compiled in its place, alone; static priority's graph is
-            compiled only where its sites differ from the measured choice's by that much
+            compiled only where its sites differ from the measured choice's by that much,
+            and the kernels-only graph is not compiled beside the measured choice's
 
 Why the kernels-only graph, not the measured choice: whenever the check compiled both, it took
 the kernels-only graph, by more than its sites said (the 16-core Xeon with AMX, 16 threads:
@@ -17,6 +18,15 @@ bert-mini BF16 2820 against 3440 us, first_compile_hedges_xeon16_t16.md; Llama i
 3.13 against 4.25 ms, ViT int8-static 10.00 against 10.89 ms, x86_models_xeon16_t16_gpt2_llama_
 vit_c887840.md): a site left to Inductor between kernel sites costs more in the graph than
 alone. Sites whose timings are unknown count as infinitely apart.
+
+Why not static priority's graph beside both: it measured fastest in 4 of the 20 checks that
+benchmarks/results/ records with it compiled (the Xeon with AMX and the AMD EPYCs; the
+kernels-only graph beside it in at least 18): Llama BF16 on the Xeon at 22d629e, 3 rounds, 2.91-3.31
+against the kernels-only graph's 3.11-3.34 ms (the check ran it in one; since then the
+kernels-only graph takes AMX at every site there, static priority's graph: 5666d05), and AVX2
+BERT-base FP32 once (231.8 against Inductor's 249.3 ms). In 14 it was the slowest or next to
+it. It costs a whole Inductor compile (AVX2 bert-mini FP32 compiled four graphs), so beside
+the kernels-only graph it is left out.
 """
 
 from __future__ import annotations
@@ -92,7 +102,9 @@ class Stakes:
 
     @property
     def static_differs(self) -> bool:
-        return self.static_apart and not self._tie(self.static_us)
+        """Static priority's graph differs by more than the margin, and the kernels-only graph
+        is not compiled beside the measured choice's (then it is left out: module docstring)."""
+        return self.static_apart and not self._tie(self.static_us) and not self.kernels_differ
 
     def notes(self) -> dict[str, str]:
         """What explain says of each graph these stakes decided (by graph_guard's names)."""
@@ -102,11 +114,13 @@ class Stakes:
                 f"compiled in place of the measured choice: its sites add {self.kernels_us:.0f} "
                 f"us, under {SHARE:.0%} of the sites' {self.sites_us:.0f} us"
             )
-        if self.static_apart and not self.static_differs:
+        if self.static_apart and self._tie(self.static_us):
             out["static priority"] = (
                 f"not compiled: its sites add {self.static_us:.0f} us, under {SHARE:.0%} of "
                 f"the sites' {self.sites_us:.0f} us"
             )
+        elif self.static_apart and self.kernels_differ:
+            out["static priority"] = "not compiled: the kernels-only graph is timed instead"
         return out
 
 

@@ -70,6 +70,16 @@ def test_static_prioritys_graph_is_compiled_where_its_kernels_are_slower_past_th
     assert near.notes()["static priority"].startswith("not compiled: its sites add 100 us")
 
 
+def test_static_prioritys_graph_is_left_out_beside_the_kernels_only_graph():
+    """A site kept its subgraph (1000 us); the kernels-only graph takes "k" there (1300 us),
+    static priority's "top" (1500 us): both differ past the margin, only one more is compiled."""
+    s = Stakes()
+    timings = [Timing("k", 1_300.0), Timing("top", 1_500.0), Timing(KEEP, 1_000.0)]
+    s.add(Decision(KEEP, timings), "k", "top")
+    assert s.kernels_differ and not s.static_differs
+    assert s.notes() == {"static priority": "not compiled: the kernels-only graph is timed instead"}
+
+
 def test_settled_stakes_give_the_verdicts_kept_with_match_records():
     for flags in [(False, False, False), (True, False, True), (False, True, False)]:
         s = Stakes.settled(*flags)
